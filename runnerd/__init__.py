@@ -1,0 +1,3 @@
+"""runnerd: a host daemon serving the Telo runner `/v1` contract."""
+
+__version__ = "0.1.0"
