@@ -1,0 +1,190 @@
+"""`make bench`: runnerd's speed and memory figures, printed as a table.
+
+Each benchmark runs against a real daemon subprocess over its UNIX socket
+with real workloads under real PTYs. Figures are printed, never asserted;
+the targets come from issue 2 and are shown beside each figure.
+
+Run one with `python -m bench NAME` (names: startup, latency, throughput,
+idle, shutdown); no name runs them all.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import statistics
+import struct
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import trio
+
+from bench.harness import (
+    open_daemon,
+    open_pty_channel,
+    percentile,
+    python_bundle,
+    rss_bytes,
+    sh_bundle,
+    start_session,
+    wait_status,
+)
+
+MB = 1_000_000
+Row = tuple[str, str, str]
+
+
+async def bench_startup() -> list[Row]:
+    """Cold start to the first healthy /v1/health, and idle RSS (median of 5)."""
+    starts, rsses = [], []
+    for _ in range(5):
+        async with open_daemon() as d:
+            starts.append(d.started_s)
+            await trio.sleep(0.5)  # let start-up garbage settle before reading RSS
+            rsses.append(rss_bytes(d.proc.pid))
+    return [
+        ("cold start → first /v1/health", f"{statistics.median(starts):.3f} s", "≤ 0.35 s"),
+        ("idle RSS", f"{statistics.median(rsses) / MB:.1f} MB", "≤ 45 MB"),
+    ]
+
+
+async def bench_latency(n: int = 200) -> list[Row]:
+    """POST /v1/sessions → `running` on the SSE stream, sequentially."""
+    samples: list[float] = []
+    async with open_daemon(max_sessions=n + 8) as d, d.client() as client:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            sid = await start_session(client, sh_bundle("exec sleep 60\n"))
+            await wait_status(client, sid, {"running"})
+            samples.append(time.perf_counter() - t0)
+            await client.delete(f"/v1/sessions/{sid}")
+    return [
+        (f"POST → running, p50 ({n} sessions)", f"{percentile(samples, 50) * 1000:.1f} ms", "—"),
+        (f"POST → running, p99 ({n} sessions)", f"{percentile(samples, 99) * 1000:.1f} ms", "—"),
+    ]
+
+
+async def bench_throughput(total_bytes: int = 512 * 1024 * 1024) -> list[Row]:
+    """Bytes written by the workload to its PTY → received by a WebSocket client."""
+    chunk = 65536
+    source = (
+        "import os, sys\n"
+        "sys.stdin.readline()\n"  # wait until the client is attached
+        f"b = b'x' * {chunk}\n"
+        f"for _ in range({total_bytes // chunk}):\n"
+        "    os.write(1, b)\n"
+    )
+    async with open_daemon() as d, d.client() as client:
+        sid = await start_session(client, python_bundle(source))
+        await wait_status(client, sid, {"running"})
+        received = 0
+        async with open_pty_channel(d.socket_path, sid) as ws:
+            await ws.get_message()  # the {"type":"seq"} preamble
+            await ws.send_message(b"go\n")
+            t0 = None
+            with trio.fail_after(300):
+                # The PTY echoes "go\r\n" first; count only the payload bytes.
+                while received < total_bytes:
+                    msg = await ws.get_message()
+                    if isinstance(msg, str):
+                        continue
+                    payload = len(msg) - 4
+                    struct.unpack(">I", msg[:4])
+                    if t0 is None:
+                        t0 = time.perf_counter()
+                    received += payload
+            elapsed = time.perf_counter() - (t0 or time.perf_counter())
+    rate = received / elapsed / MB if elapsed > 0 else float("inf")
+    return [("PTY → WebSocket throughput", f"{rate:.0f} MB/s", "≥ 100 MB/s")]
+
+
+def _marker_pids(marker: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+async def _start_idle_sessions(n: int) -> tuple[list[Row], float, int]:
+    """Start n idle sessions; return rows, SIGTERM→exit seconds, survivors."""
+    marker = f"3600.{secrets.randbelow(10**6):06d}"
+    rows: list[Row] = []
+    async with open_daemon(max_sessions=n + 8, replay_buffer_bytes=65536) as d:
+        async with d.client() as client:
+            await trio.sleep(0.5)
+            base_rss = rss_bytes(d.proc.pid)
+            ids: list[str] = []
+
+            async def worker(count: int) -> None:
+                for _ in range(count):
+                    ids.append(await start_session(client, sh_bundle(f"exec sleep {marker}\n")))
+
+            t0 = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                per = n // 8
+                for i in range(8):
+                    nursery.start_soon(worker, per + (1 if i < n % 8 else 0))
+            with trio.fail_after(300):
+                for sid in ids:
+                    # A status poll, not a stream per session: 1,000 open SSE
+                    # streams would measure the client, not the daemon.
+                    while True:
+                        r = await client.get(f"/v1/sessions/{sid}")
+                        if r.json()["status"]["kind"] == "running":
+                            break
+                        await trio.sleep(0.01)
+            start_all_s = time.perf_counter() - t0
+            await trio.sleep(1.0)
+            loaded_rss = rss_bytes(d.proc.pid)
+        live = len(_marker_pids(marker))
+        shutdown_s = await d.terminate()
+    survivors = len(_marker_pids(marker))
+    per_session = (loaded_rss - base_rss) / n
+    rows += [
+        (f"start {n} idle sessions (8 clients)", f"{start_all_s:.1f} s ({live} workloads)", "—"),
+        (f"RSS with {n} idle sessions", f"{loaded_rss / MB:.1f} MB", "—"),
+        ("RSS per idle session", f"{per_session / 1000:.1f} KB", "≤ 100 KB"),
+    ]
+    return rows, shutdown_s, survivors
+
+
+async def bench_idle(n: int = 1000) -> list[Row]:
+    rows, shutdown_s, survivors = await _start_idle_sessions(n)
+    rows.append(
+        (f"SIGTERM → exit with {n} live sessions", f"{shutdown_s:.2f} s "
+         f"({survivors} workloads left)", "≤ 5 s")
+    )
+    return rows
+
+
+BENCHES: dict[str, Callable[[], Awaitable[list[Row]]]] = {
+    "startup": bench_startup,
+    "latency": bench_latency,
+    "throughput": bench_throughput,
+    "idle": bench_idle,
+}
+
+
+async def main(names: list[str]) -> None:
+    rows: list[Row] = []
+    for name in names or list(BENCHES):
+        print(f"running {name} …", file=sys.stderr, flush=True)
+        rows += await BENCHES[name]()
+    print(f"\nmachine: {os.cpu_count()} cores, Python {sys.version.split()[0]}\n")
+    print("| benchmark | measured | target |")
+    print("|---|---|---|")
+    for what, figure, target in rows:
+        print(f"| {what} | {figure} | {target} |")
+
+
+if __name__ == "__main__":
+    trio.run(main, sys.argv[1:])

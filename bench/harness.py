@@ -1,0 +1,217 @@
+"""Benchmark harness: a real runnerd subprocess on a temp config, and clients.
+
+Owns starting and stopping the daemon for a benchmark and the few client
+operations the benchmarks share (start a session, wait for a status, read
+the PTY channel over the UNIX socket). Benchmarks print figures; nothing
+here asserts a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+from trio_websocket import WebSocketConnection, wrap_client_stream
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _toml_str(value: str) -> str:
+    return json.dumps(value)
+
+
+def build_config_text(base: Path, *, max_sessions: int, replay_buffer_bytes: int) -> str:
+    """A bench config: local backend, UNIX socket only, generous limits."""
+    python = shutil.which("python3") or sys.executable
+    return f"""
+[server]
+listen = [{_toml_str("unix:" + str(base / "runnerd.sock"))}]
+log_level = "warning"
+
+[runner]
+backend = "local"
+default_image = "sh"
+max_sessions = {max_sessions}
+replay_buffer_bytes = {replay_buffer_bytes}
+
+[limits.session]
+cpu = "1"
+memory = "1Gi"
+ephemeral_storage = "1Gi"
+ttl_seconds = 3600
+
+[limits.app]
+cpu = "1"
+memory = "1Gi"
+ephemeral_storage = "1Gi"
+ttl_seconds = 3600
+
+[local]
+workdir = {_toml_str(str(base / "sessions"))}
+stop_grace_seconds = 2
+
+[local.runtimes.sh]
+command = ["/bin/sh", "{{entry}}"]
+
+[local.runtimes.python]
+command = [{_toml_str(python)}, "-u", "{{entry}}"]
+"""
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of `pid`, from /proc (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+@dataclass
+class Daemon:
+    proc: trio.Process
+    socket_path: Path
+    base: Path
+    started_s: float  # seconds from spawn to the first healthy answer
+
+    def client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            transport=httpx.AsyncHTTPTransport(uds=str(self.socket_path)),
+            base_url="http://runnerd",
+            timeout=httpx.Timeout(30.0, read=None),
+        )
+
+    async def terminate(self, *, timeout_s: float = 30.0) -> float:
+        """SIGTERM and wait; returns seconds from signal to exit."""
+        t0 = time.perf_counter()
+        self.proc.send_signal(signal.SIGTERM)
+        with trio.move_on_after(timeout_s):
+            await self.proc.wait()
+            return time.perf_counter() - t0
+        self.proc.kill()
+        await self.proc.wait()
+        return float("inf")
+
+
+@asynccontextmanager
+async def open_daemon(
+    *, max_sessions: int = 64, replay_buffer_bytes: int = 5_000_000
+) -> AsyncIterator[Daemon]:
+    """Start `python -m runnerd serve` on a temp config; yield once healthy."""
+    base = Path(tempfile.mkdtemp(prefix="runnerd-bench-"))
+    try:
+        cfg = base / "runnerd.toml"
+        cfg.write_text(
+            build_config_text(
+                base, max_sessions=max_sessions, replay_buffer_bytes=replay_buffer_bytes
+            )
+        )
+        sock = base / "runnerd.sock"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "LISTEN_"))}
+        t0 = time.perf_counter()
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "runnerd", "serve", "--config", str(cfg)],
+            cwd=str(REPO),
+            env=env,
+        )
+        try:
+            started = await _wait_healthy(proc, sock, t0)
+            daemon = Daemon(proc=proc, socket_path=sock, base=base, started_s=started)
+            yield daemon
+        finally:
+            if proc.returncode is None:
+                await Daemon(proc, sock, base, 0.0).terminate()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def _wait_healthy(proc: trio.Process, sock: Path, t0: float) -> float:
+    async with httpx.AsyncClient(
+        transport=httpx.AsyncHTTPTransport(uds=str(sock)), base_url="http://runnerd"
+    ) as client:
+        with trio.fail_after(20):
+            while True:
+                if proc.returncode is not None:
+                    raise RuntimeError(f"runnerd exited with {proc.returncode} during start")
+                try:
+                    r = await client.get("/v1/health")
+                    if r.status_code == 200:
+                        return time.perf_counter() - t0
+                except httpx.TransportError:
+                    pass  # not listening yet
+                await trio.sleep(0.002)
+
+
+def sh_bundle(script: str) -> dict[str, Any]:
+    return {
+        "env": {},
+        "config": {"image": "sh", "pullPolicy": "missing"},
+        "bundle": {"entryRelativePath": "main.sh", "files": [
+            {"relativePath": "main.sh", "contents": script}
+        ]},
+    }
+
+
+def python_bundle(source: str) -> dict[str, Any]:
+    return {
+        "env": {},
+        "config": {"image": "python", "pullPolicy": "missing"},
+        "bundle": {"entryRelativePath": "main.py", "files": [
+            {"relativePath": "main.py", "contents": source}
+        ]},
+    }
+
+
+async def start_session(client: httpx.AsyncClient, body: dict[str, Any]) -> str:
+    r = await client.post("/v1/sessions", json=body)
+    if r.status_code != 201:
+        raise RuntimeError(f"POST /v1/sessions: {r.status_code} {r.text}")
+    return str(r.json()["sessionId"])
+
+
+async def wait_status(client: httpx.AsyncClient, sid: str, kinds: set[str]) -> dict[str, Any]:
+    """Follow the session's SSE stream until a status of one of `kinds`."""
+    async with client.stream("GET", f"/v1/sessions/{sid}/events") as r:
+        event = ""
+        async for line in r.aiter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: ") and event == "status":
+                status: dict[str, Any] = json.loads(line[6:])["status"]
+                if status["kind"] in kinds:
+                    return status
+    raise RuntimeError(f"session {sid}: stream ended before {kinds}")
+
+
+@asynccontextmanager
+async def open_pty_channel(
+    socket_path: Path, sid: str, last_seq: int = 0
+) -> AsyncIterator[WebSocketConnection]:
+    """The session's `/io` WebSocket over the UNIX socket."""
+    stream = await trio.open_unix_socket(str(socket_path))
+    async with stream, trio.open_nursery() as nursery:
+        ws = await wrap_client_stream(
+            nursery, stream, "localhost", f"/v1/sessions/{sid}/io?lastSeq={last_seq}",
+            message_queue_size=64, max_message_size=1 << 20,
+        )
+        try:
+            yield ws
+        finally:
+            await ws.aclose()
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[k]
