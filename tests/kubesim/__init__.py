@@ -1,0 +1,1 @@
+"""kubesim: a test Kubernetes cluster (apiserver + simulated kubelet) faithful at the wire."""
