@@ -1,0 +1,7 @@
+"""`python -m runnerd`: the same command line as the `runnerd` script."""
+
+import sys
+
+from runnerd.cli import main
+
+sys.exit(main())

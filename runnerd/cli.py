@@ -1,0 +1,103 @@
+"""The `runnerd` command line: `serve` and `check-config`.
+
+Owns argument parsing and the exit codes:
+- 0: `serve` shut down cleanly, or `check-config` found the config valid;
+- 2: the operator must fix something first (a config error, naming the key
+  path, or a listener that cannot be set up); nothing was left listening;
+- 1: anything unexpected (logged with its traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import trio
+
+from runnerd import __version__
+from runnerd.config import Config, ConfigError, load_config, render_config
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_CONFIG = 2
+
+log = logging.getLogger("runnerd")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="runnerd", description="Serve the Telo runner /v1 contract on this host."
+    )
+    parser.add_argument("--version", action="version", version=f"runnerd {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, text in (
+        ("serve", "run the daemon until SIGTERM/SIGINT (SIGHUP reloads the config)"),
+        ("check-config", "validate the config and print it, secrets masked"),
+    ):
+        sub = commands.add_parser(name, help=text, description=text)
+        sub.add_argument(
+            "--config",
+            required=True,
+            type=Path,
+            metavar="PATH",
+            help="the TOML config file (apps.d/ next to it is read too)",
+        )
+    return parser
+
+
+def read_config(path: Path) -> Config:
+    """Load and validate `path`. Raises ConfigError naming the key path."""
+    try:
+        config = load_config(path)
+    except OSError as exc:
+        raise ConfigError("", f"cannot read config {path}: {exc.strerror or exc}") from exc
+    # SIGHUP re-reads this file, whatever load_config recorded.
+    return config if config.source is not None else replace(config, source=path)
+
+
+def check_config(path: Path) -> int:
+    try:
+        config = read_config(path)
+    except ConfigError as exc:
+        print(f"runnerd: {path}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(render_config(config))
+    return EXIT_OK
+
+
+def serve(path: Path) -> int:
+    # Imported here: `check-config` must not pay for hypercorn and quart.
+    from runnerd.daemon import run_daemon
+    from runnerd.listeners import ListenError
+    from runnerd.logs import setup_logging
+
+    try:
+        config = read_config(path)
+    except ConfigError as exc:
+        print(f"runnerd: {path}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    setup_logging(config.server.log_level)
+    try:
+        trio.run(run_daemon, config)
+    except (ConfigError, ListenError) as exc:
+        log.error("cannot start: %s", exc)
+        return EXIT_CONFIG
+    except Exception:
+        log.exception("runnerd crashed")
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "check-config":
+        return check_config(args.config)
+    return serve(args.config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

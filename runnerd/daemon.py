@@ -1,0 +1,234 @@
+"""The daemon's root: the one nursery that owns everything runnerd runs.
+
+Owns the process lifecycle: build the backend and the session manager, bind
+the listeners (`runnerd.listeners`), serve the app on hypercorn's trio worker,
+tell systemd we are ready, and handle signals:
+
+- SIGTERM / SIGINT: set `state.closing` (SSE and WebSocket streams end at once
+  so hypercorn can finish), stop accepting, stop every live session (every
+  workload gone), remove our unix socket and lock files, return (exit 0). The
+  whole shutdown is bounded by `SHUTDOWN_BUDGET_S`; after that the session
+  nursery is cancelled, which still stops every workload (stop means cancel).
+- SIGHUP: re-read the config file and swap in its catalog, terms, image
+  allowlist and limits. What is bound at start (listeners, backend, workdir,
+  runtimes, registry sizing, log level) stays; a change there is logged as
+  needing a restart. A bad file keeps the old config and logs why at ERROR.
+
+Startup failures that are the operator's to fix (a config error, a socket
+another runnerd holds) raise `ConfigError` / `ListenError` before anything
+listens; the CLI turns them into exit 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+
+from runnerd import __version__
+from runnerd.app import AppState, create_app
+from runnerd.backend import Backend
+from runnerd.config import AppEntry, Config, ConfigError, load_config
+from runnerd.listeners import Listener, bind_listeners, close_listeners
+from runnerd.sessions import SessionManager
+from runnerd.systemd import (
+    LISTEN_ENV_KEYS,
+    parse_listen_fds,
+    parse_watchdog_interval,
+    run_watchdog,
+    sd_notify,
+)
+
+log = logging.getLogger(__name__)
+
+# SIGTERM to exit: the contract says 10 s; keep headroom for interpreter exit.
+SHUTDOWN_BUDGET_S = 8.0
+# How long hypercorn lets in-flight requests finish once it stops accepting.
+# Streams end on `state.closing`, so this is only for slow plain requests.
+GRACEFUL_TIMEOUT_S = 2.0
+
+
+def build_backend(config: Config, apps: Callable[[], Mapping[str, AppEntry]]) -> Backend:
+    """The configured backend. Raises ConfigError for one this build lacks."""
+    if config.runner.backend != "local":
+        raise ConfigError(
+            "runner.backend",
+            f"{config.runner.backend!r} is not implemented yet in this build; use 'local'",
+        )
+    from runnerd.local import LocalBackend  # only the chosen backend is imported
+
+    return LocalBackend(config.local, apps=apps)
+
+
+def build_reloaded(old: Config, new: Config) -> Config:
+    """The config to run on after SIGHUP: `new`'s catalog, terms, image list
+    and limits, with everything bound at start kept from `old`."""
+    runner = replace(
+        new.runner,
+        backend=old.runner.backend,
+        max_sessions=old.runner.max_sessions,
+        exit_ttl_s=old.runner.exit_ttl_s,
+        replay_buffer_bytes=old.runner.replay_buffer_bytes,
+    )
+    return replace(new, server=old.server, local=old.local, runner=runner, source=old.source)
+
+
+def restart_only_changes(old: Config, new: Config) -> list[str]:
+    """Keys that changed in the file but only take effect on restart."""
+    changed = []
+    if old.server != new.server:
+        changed.append("server")
+    if old.local != new.local:
+        changed.append("local")
+    for key in ("backend", "max_sessions", "exit_ttl_s", "replay_buffer_bytes"):
+        if getattr(old.runner, key) != getattr(new.runner, key):
+            changed.append(f"runner.{key}")
+    return changed
+
+
+def build_hypercorn_config(listeners: list[Listener]) -> HypercornConfig:
+    cfg = HypercornConfig()
+    # A dup per listener: hypercorn wraps `fd://N` in a socket object that
+    # closes N when collected, while `close_listeners` closes ours.
+    cfg.bind = [f"fd://{os.dup(listener.sock.fileno())}" for listener in listeners]
+    cfg.accesslog = None
+    cfg.errorlog = logging.getLogger("hypercorn.error")
+    cfg.graceful_timeout = GRACEFUL_TIMEOUT_S
+    cfg.include_server_header = False
+    return cfg
+
+
+async def run_daemon(config: Config) -> None:
+    """Serve until SIGTERM/SIGINT, then shut down cleanly and return.
+
+    Raises:
+        ConfigError: the backend cannot be built (nothing was bound).
+        ListenError: a listener could not be set up (nothing stays bound).
+    """
+    # Signals first: a SIGTERM during start-up must take the clean path.
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        state: AppState | None = None
+
+        def apps() -> Mapping[str, AppEntry]:
+            return (state.config if state is not None else config).apps
+
+        backend = build_backend(config, apps)
+        inherited = parse_listen_fds(os.environ, os.getpid())
+        for key in LISTEN_ENV_KEYS:
+            os.environ.pop(key, None)  # never handed on (sd_listen_fds convention)
+        listeners = bind_listeners(
+            config.server.listen,
+            socket_mode=config.server.socket_mode,
+            inherited_fds=inherited,
+        )
+        try:
+            sessions = SessionManager(
+                backend,
+                max_sessions=config.runner.max_sessions,
+                exit_ttl_s=config.runner.exit_ttl_s,
+                replay_buffer_bytes=config.runner.replay_buffer_bytes,
+            )
+            state = AppState(
+                config=config,
+                backend=backend,
+                sessions=sessions,
+                version=__version__,
+                closing=trio.Event(),
+            )
+            await _serve(state, listeners, signals)
+        finally:
+            close_listeners(listeners)
+    log.info("runnerd stopped")
+
+
+async def _serve(state: AppState, listeners: list[Listener], signals: AsyncIterator[int]) -> None:
+    stop_http = trio.Event()
+    http_done = trio.Event()
+
+    async def run_http(*, task_status: trio.TaskStatus[list[str]]) -> None:
+        async def shutdown_trigger() -> None:
+            await stop_http.wait()
+
+        try:
+            await serve(
+                create_app(state),
+                build_hypercorn_config(listeners),
+                shutdown_trigger=shutdown_trigger,
+                task_status=task_status,
+            )
+        finally:
+            http_done.set()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(state.sessions.run)
+        await nursery.start(run_http)
+        addresses = " ".join(listener.address for listener in listeners)
+        log.info(
+            "runnerd %s serving",
+            __version__,
+            extra={"listen": addresses, "backend": state.backend.name, "pid": os.getpid()},
+        )
+        await sd_notify("READY=1", f"STATUS=serving on {addresses}", f"MAINPID={os.getpid()}")
+        interval_s = parse_watchdog_interval(os.environ, os.getpid())
+        if interval_s is not None:
+            nursery.start_soon(run_watchdog, interval_s)
+
+        signum = await _handle_signals_until_stop(state, signals)
+        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+        await sd_notify("STOPPING=1", "STATUS=stopping sessions")
+        state.closing.set()
+        stop_http.set()
+        with trio.move_on_after(SHUTDOWN_BUDGET_S) as budget:
+            await state.sessions.stop_all()
+            await http_done.wait()
+        if budget.cancelled_caught:
+            log.error(
+                "shutdown budget exceeded; cancelling what is left",
+                extra={"budget_s": SHUTDOWN_BUDGET_S},
+            )
+        nursery.cancel_scope.cancel()
+
+
+async def _handle_signals_until_stop(state: AppState, signals: AsyncIterator[int]) -> int:
+    """Reload on SIGHUP; return the first SIGTERM/SIGINT received."""
+    async for signum in signals:
+        if signum != signal.SIGHUP:
+            return signum
+        await reload_config(state)
+    raise AssertionError("the signal receiver never ends")
+
+
+async def reload_config(state: AppState) -> None:
+    """Swap in the re-read config file; keep the old one if it is bad."""
+    old = state.config
+    if old.source is None:
+        log.warning("SIGHUP ignored: the config was not loaded from a file")
+        return
+    source = old.source
+    try:
+        new = await trio.to_thread.run_sync(load_config, source)
+    except (ConfigError, OSError) as exc:
+        log.error(
+            "reload failed, keeping the previous config",
+            extra={"path": str(source), "error": str(exc)},
+        )
+        return
+    state.config = build_reloaded(old, new)
+    ignored = restart_only_changes(old, new)
+    if ignored:
+        log.warning("reload: some changes need a restart", extra={"keys": ",".join(ignored)})
+    log.info(
+        "config reloaded",
+        extra={
+            "path": str(source),
+            "apps": len(new.apps),
+            "terms": new.terms is not None,
+        },
+    )
+    await sd_notify("STATUS=config reloaded")

@@ -1,0 +1,256 @@
+"""The daemon's listening sockets: parse `server.listen`, bind, lock, clean up.
+
+Owns every listening socket runnerd serves on, before hypercorn sees them:
+hypercorn is handed `fd://N` only, so socket modes, locking and cleanup are
+ours, not a side effect of its `unix:` bind (which silently unlinks and takes
+over a live socket of another instance, see docs/stack.md).
+
+Entries of `server.listen`:
+- `unix:PATH`: we take an exclusive `flock` on `PATH.lock` first (a second
+  runnerd on the same path fails with `ListenError` naming the path), remove a
+  stale socket file only while holding that lock, bind with a restrictive
+  umask, then chmod to `server.socket_mode`. At exit the socket file and the
+  lock file are removed.
+- `tcp:HOST:PORT`: bound here (`HOST` may be `[::1]`; port 0 picks one).
+- `fd:N`: an already-listening stream socket we inherited.
+- `systemd`: requires socket activation (`LISTEN_FDS`); see below.
+
+Socket activation: sockets passed by systemd are always served. A `unix:` or
+`tcp:` entry whose address equals a passed socket's is satisfied by it (we
+neither lock nor unlink a socket systemd owns), so one config file works both
+with and without `runnerd.socket`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ListenError(Exception):
+    """A listener could not be set up; the message names the entry and why."""
+
+
+@dataclass(frozen=True)
+class UnixSpec:
+    path: Path
+
+
+@dataclass(frozen=True)
+class TcpSpec:
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class FdSpec:
+    fd: int
+
+
+@dataclass(frozen=True)
+class SystemdSpec:
+    pass
+
+
+ListenSpec = UnixSpec | TcpSpec | FdSpec | SystemdSpec
+
+
+def parse_listen(entry: str) -> ListenSpec:
+    """Read one `server.listen` entry. Raises ListenError naming the entry."""
+    kind, _, rest = entry.partition(":")
+    if entry == "systemd":
+        return SystemdSpec()
+    if kind == "unix" and rest:
+        return UnixSpec(Path(rest))
+    if kind == "fd" and rest.isdigit():
+        return FdSpec(int(rest))
+    if kind == "tcp":
+        host, _, port = rest.rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        if host and port.isdigit() and int(port) <= 65535:
+            return TcpSpec(host, int(port))
+    raise ListenError(
+        f"server.listen: {entry!r} is not one of unix:PATH, tcp:HOST:PORT, fd:N, systemd"
+    )
+
+
+@dataclass
+class Listener:
+    """One listening socket. `path`/`lock_fd` are set for unix sockets we own."""
+
+    entry: str
+    sock: socket.socket
+    path: Path | None = None
+    lock_fd: int | None = None
+
+    @property
+    def address(self) -> str:
+        name = self.sock.getsockname()
+        if self.sock.family == socket.AF_UNIX:
+            return f"unix:{name.decode() if isinstance(name, bytes) else name}"
+        host, port = name[0], name[1]
+        return f"tcp:[{host}]:{port}" if ":" in host else f"tcp:{host}:{port}"
+
+
+def bind_listeners(
+    entries: tuple[str, ...], *, socket_mode: int, inherited_fds: tuple[int, ...]
+) -> list[Listener]:
+    """Bind every configured entry plus every inherited socket.
+
+    On error, everything bound so far is closed (and its files removed) before
+    ListenError propagates, so a refused start leaves nothing behind.
+    """
+    specs = [parse_listen(e) for e in entries]
+    inherited = [_adopt_fd(fd, f"systemd fd {fd}") for fd in inherited_fds]
+    if any(isinstance(s, SystemdSpec) for s in specs) and not inherited:
+        raise ListenError("server.listen: 'systemd' given but no sockets were passed (LISTEN_FDS)")
+    listeners: list[Listener] = list(inherited)
+    try:
+        for entry, spec in zip(entries, specs, strict=True):
+            if isinstance(spec, SystemdSpec) or _matches_inherited(spec, inherited):
+                continue
+            listeners.append(_bind_one(entry, spec, socket_mode))
+    except BaseException:
+        close_listeners(listeners)
+        raise
+    return listeners
+
+
+def close_listeners(listeners: list[Listener]) -> None:
+    """Close every socket; remove our unix socket files, then release and
+    remove their lock files. Idempotent per listener, never raises."""
+    for listener in listeners:
+        listener.sock.close()
+        if listener.path is not None:
+            with contextlib.suppress(OSError):
+                listener.path.unlink()
+        if listener.lock_fd is not None and listener.path is not None:
+            # Unlink while still holding the lock: a racer that opened the old
+            # file then fails the inode check in `_lock` and retries.
+            with contextlib.suppress(OSError):
+                _lock_path(listener.path).unlink()
+            os.close(listener.lock_fd)
+            listener.lock_fd = None
+
+
+def _matches_inherited(spec: ListenSpec, inherited: list[Listener]) -> bool:
+    for listener in inherited:
+        name = listener.sock.getsockname()
+        if isinstance(spec, UnixSpec) and listener.sock.family == socket.AF_UNIX:
+            if (name.decode() if isinstance(name, bytes) else name) == str(spec.path):
+                return True
+        if isinstance(spec, TcpSpec) and listener.sock.family != socket.AF_UNIX:
+            if (name[0], name[1]) == (spec.host, spec.port):
+                return True
+    return False
+
+
+def _bind_one(entry: str, spec: ListenSpec, socket_mode: int) -> Listener:
+    if isinstance(spec, UnixSpec):
+        return _bind_unix(entry, spec.path, socket_mode)
+    if isinstance(spec, TcpSpec):
+        return _bind_tcp(entry, spec)
+    assert isinstance(spec, FdSpec)
+    return _adopt_fd(spec.fd, entry)
+
+
+def _adopt_fd(fd: int, entry: str) -> Listener:
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError as exc:
+        raise ListenError(f"server.listen: {entry}: not a socket ({exc.strerror})") from exc
+    if sock.type != socket.SOCK_STREAM:
+        sock.detach()
+        raise ListenError(f"server.listen: {entry}: not a stream socket")
+    # Never leak a listening socket into a workload.
+    sock.set_inheritable(False)
+    return Listener(entry, sock)
+
+
+def _bind_tcp(entry: str, spec: TcpSpec) -> Listener:
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(
+            spec.host, spec.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ListenError(f"server.listen: {entry}: {exc.strerror or exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        raise ListenError(f"server.listen: {entry}: {exc.strerror or exc}") from exc
+    return Listener(entry, sock)
+
+
+def _lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def _lock(entry: str, path: Path) -> int:
+    """Hold an exclusive lock on `path.lock`; return its fd (close-on-exec)."""
+    lock_path = _lock_path(path)
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise ListenError(
+                f"server.listen: {entry}: cannot open {lock_path}: {exc.strerror}"
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ListenError(
+                f"server.listen: {entry}: another runnerd is already serving on {path} "
+                f"(lock {lock_path} is held)"
+            ) from None
+        # The holder may have unlinked the file between our open and flock:
+        # then we locked an orphan and must retry on the current file.
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(lock_path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        os.close(fd)
+
+
+def _bind_unix(entry: str, path: Path, socket_mode: int) -> Listener:
+    if not path.parent.is_dir():
+        raise ListenError(f"server.listen: {entry}: directory {path.parent} does not exist")
+    lock_fd = _lock(entry, path)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                raise ListenError(f"server.listen: {entry}: {path} exists and is not a socket")
+            path.unlink()  # stale: its owner is gone, we hold the lock
+        sock = _bind_unix_socket(path, socket_mode)
+    except OSError as exc:
+        os.close(lock_fd)
+        raise ListenError(f"server.listen: {entry}: {exc.strerror or exc}") from exc
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    return Listener(entry, sock, path=path, lock_fd=lock_fd)
+
+
+def _bind_unix_socket(path: Path, socket_mode: int) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        # Bind under a umask that leaves the file unreachable until the chmod.
+        old_umask = os.umask(0o177)
+        try:
+            sock.bind(str(path))
+        finally:
+            os.umask(old_umask)
+        os.chmod(path, socket_mode)
+        sock.listen(1024)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
