@@ -1,0 +1,65 @@
+"""The quart-trio application: `AppState` and `create_app`.
+
+Owns the wiring of the HTTP edge: framework settings (body limit, no
+response timeout for streams, no background-task grace), JSON error bodies,
+CORS, and the route modules under `runnerd.http`. A new app object per call:
+a quart app can only go through lifespan startup once.
+
+The daemon owns `AppState` and may swap `state.config` at any time (SIGHUP);
+every route reads `state.config` per request. Setting `state.closing` ends
+every SSE stream and WebSocket at once, so the server can stop promptly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import trio
+from quart_trio import QuartTrio
+
+from runnerd.backend import Backend
+from runnerd.config import Config
+from runnerd.http.cors import register_cors
+from runnerd.http.errors import register_error_handlers
+from runnerd.http.events import DEFAULT_HEARTBEAT_S, register_events_route
+from runnerd.http.io import register_io_route
+from runnerd.http.meta import register_meta_routes
+from runnerd.http.sessions import register_session_routes
+
+if TYPE_CHECKING:
+    from runnerd.sessions import SessionManager
+
+
+@dataclass
+class AppState:
+    config: Config
+    backend: Backend
+    sessions: SessionManager
+    version: str
+    closing: trio.Event
+
+
+def create_app(state: AppState, *, sse_heartbeat_s: float = DEFAULT_HEARTBEAT_S) -> QuartTrio:
+    """A new quart-trio app serving the `/v1` contract from `state`.
+
+    `sse_heartbeat_s` is the SSE `: heartbeat` interval (the contract's 20 s);
+    tests pass a short one.
+    """
+    app = QuartTrio("runnerd")
+    app.config["MAX_CONTENT_LENGTH"] = state.config.server.max_body_bytes
+    # Streams end on their own (terminal status, shutdown); a response timeout
+    # would cut a live SSE stream.
+    app.config["RESPONSE_TIMEOUT"] = None
+    # Nothing of ours runs in app.nursery; do not hold shutdown for it.
+    app.config["BACKGROUND_TASK_SHUTDOWN_TIMEOUT"] = None
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = True
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+
+    register_error_handlers(app, max_body_bytes=state.config.server.max_body_bytes)
+    register_cors(app, lambda: state.config)
+    register_meta_routes(app, state)
+    register_session_routes(app, state)
+    register_events_route(app, state, heartbeat_s=sse_heartbeat_s)
+    register_io_route(app, state)
+    return app

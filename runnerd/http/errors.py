@@ -1,0 +1,101 @@
+"""Error answers: every error response is `{"error": code, "message": text}`.
+
+Owns the one translation of failures into the contract's JSON error body:
+framework errors (unknown route, wrong method, oversized body), runnerd's own
+errors raised by routes (a bad body, an admission check, a full registry, a
+failed stop) and unexpected exceptions. No route builds its own error answer
+for these, and no framework default ever answers with HTML.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from quart import Response, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
+
+from runnerd.admission import AdmissionError
+from runnerd.contract import RequestError, error_body
+from runnerd.registry import RegistryFull
+from runnerd.sessions import StopFailed
+
+log = logging.getLogger(__name__)
+
+# Contract codes for the statuses the framework itself can produce.
+_CODES = {
+    400: ("invalid_request", "the request could not be understood"),
+    404: ("not_found", "no such route"),
+    405: ("method_not_allowed", "method not allowed on this route"),
+    413: ("payload_too_large", "the request body is too large"),
+}
+
+
+def error_response(status: int, code: str, message: str, **extra: Any) -> Response:
+    """A JSON error response with the contract's body shape."""
+    return Response(
+        _dumps(error_body(code, message, **extra)),
+        status=status,
+        content_type="application/json",
+    )
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(_dumps(body), status=status, content_type="application/json")
+
+
+def _dumps(body: Any) -> str:
+    return json.dumps(body, separators=(",", ":"))
+
+
+async def read_body() -> bytes:
+    """The request body (413 `payload_too_large` past MAX_CONTENT_LENGTH)."""
+    return await request.get_data(cache=True, as_text=False, parse_form_data=False)
+
+
+def register_error_handlers(app: QuartTrio, *, max_body_bytes: int) -> None:
+    """Turn framework errors into JSON bodies (HTTP routes only)."""
+
+    async def on_http_exception(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        code, message = _CODES.get(status, ("http_error", exc.description or "error"))
+        if status == 404:
+            message = f"no route for {request.method} {request.path}"
+        elif status == 413:
+            message = f"the request body exceeds the limit of {max_body_bytes} bytes"
+        elif isinstance(exc, MethodNotAllowed):
+            allowed = sorted(exc.valid_methods or ())
+            message = f"method not allowed; allowed: {', '.join(allowed)}"
+            response = error_response(status, code, message)
+            response.headers["allow"] = ", ".join(allowed)
+            return response
+        return error_response(status, code, message)
+
+    async def on_request_error(exc: RequestError) -> Response:
+        return error_response(400, "invalid_request", exc.message)
+
+    async def on_admission_error(exc: AdmissionError) -> Response:
+        return error_response(exc.status, exc.code, exc.message, **exc.extra)
+
+    async def on_registry_full(exc: RegistryFull) -> Response:
+        return error_response(409, "too_many_sessions", str(exc))
+
+    async def on_stop_failed(exc: StopFailed) -> Response:
+        # The cause goes to the log only: it may name host or cluster details.
+        log.error("stop failed: %s", exc)
+        return error_response(500, "stop_failed", "the session's workload could not be stopped")
+
+    async def on_exception(exc: Exception) -> Response:
+        # A bug, not a client error: log it with its traceback, answer without
+        # details (an exception text could carry a secret).
+        log.error("unhandled error in request", exc_info=exc)
+        return error_response(500, "internal_error", "internal error; see the runnerd log")
+
+    app.register_error_handler(HTTPException, on_http_exception)
+    app.register_error_handler(RequestError, on_request_error)
+    app.register_error_handler(AdmissionError, on_admission_error)
+    app.register_error_handler(RegistryFull, on_registry_full)
+    app.register_error_handler(StopFailed, on_stop_failed)
+    app.register_error_handler(Exception, on_exception)

@@ -1,0 +1,111 @@
+"""`GET /v1/sessions/{id}/events`: the session's events as Server-Sent Events.
+
+Owns the SSE framing and the replay-then-live loop. Each event is one frame
+(`id: n`, `event: type`, `data: json`); a resume point older than the buffer
+first gets a `gap` frame with no id; a `: heartbeat` comment keeps idle
+proxies from cutting the stream. The stream ends right after it delivers a
+terminal status (at once when the session was already terminal and nothing
+is left to replay) and at once when the daemon shuts down.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from runnerd.contract import RunEvent, is_terminal
+from runnerd.http.errors import error_response
+from runnerd.http.waiting import Wake, wait_for_change
+
+if TYPE_CHECKING:
+    import trio
+
+    from runnerd.app import AppState
+    from runnerd.sessions import Session
+
+GAP_FRAME = b'event: gap\ndata: {"reason":"buffer_evicted"}\n\n'
+HEARTBEAT_FRAME = b": heartbeat\n\n"
+DEFAULT_HEARTBEAT_S = 20.0
+
+SSE_HEADERS = {
+    "content-type": "text/event-stream",
+    "cache-control": "no-cache, no-transform",
+    "x-accel-buffering": "no",
+}
+
+
+def format_event(event_id: int, event: RunEvent) -> bytes:
+    """One SSE frame. JSON never contains a raw newline, so `data` is one line."""
+    data = json.dumps(event, separators=(",", ":"))
+    return f"id: {event_id}\nevent: {event['type']}\ndata: {data}\n\n".encode()
+
+
+def parse_resume_point(last_event_id: str | None, query: str | None) -> int:
+    """The `Last-Event-ID` header, else the `lastEventId` query, else 0.
+
+    A value that is not a non-negative integer counts as 0 (replay everything):
+    a client with a garbled cursor is better served by a full replay.
+    """
+    raw = last_event_id if last_event_id is not None else query
+    try:
+        value = int((raw or "0").strip())
+    except ValueError:
+        return 0
+    return max(value, 0)
+
+
+def _is_terminal_event(event: RunEvent) -> bool:
+    return event["type"] == "status" and is_terminal(event["status"])
+
+
+async def stream_events(
+    session: Session, cursor: int, closing: trio.Event, heartbeat_s: float
+) -> AsyncIterator[bytes]:
+    """Yield SSE frames from after `cursor` until the session's terminal status.
+
+    Never yields inside a cancel scope: waiting happens in `wait_for_change`,
+    which returns before the next frame is yielded.
+    """
+    while not closing.is_set():
+        replay = session.events.since(cursor)
+        if replay.gap:
+            yield GAP_FRAME
+        for event_id, event in replay.items:
+            yield format_event(event_id, event)
+            cursor = event_id
+            if _is_terminal_event(event):
+                return
+        if replay.gap or replay.items:
+            continue  # more may have arrived while we were sending
+        if is_terminal(session.status):
+            return
+
+        def has_news(after: int = cursor) -> bool:
+            return session.events.last_id > after or is_terminal(session.status)
+
+        wake = await wait_for_change(session, has_news, closing, heartbeat_s)
+        if wake is Wake.TIMEOUT:
+            yield HEARTBEAT_FRAME
+
+
+def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float) -> None:
+    async def session_events(session_id: str) -> Response:
+        session = state.sessions.get(session_id)
+        if session is None:
+            return error_response(404, "not_found", f"no session with id '{session_id}'")
+        cursor = parse_resume_point(
+            request.headers.get("last-event-id"), request.args.get("lastEventId")
+        )
+        body = stream_events(session, cursor, state.closing, heartbeat_s)
+        response = Response(body, 200, SSE_HEADERS)
+        # The default RESPONSE_TIMEOUT (60 s) would cut a live stream.
+        response.timeout = None
+        return response
+
+    app.add_url_rule(
+        "/v1/sessions/<session_id>/events", view_func=session_events, methods=["GET"]
+    )

@@ -1,0 +1,144 @@
+"""`GET /v1/sessions/{id}/io`: the WebSocket PTY channel.
+
+Owns the channel's protocol: the origin check (close 4403), unknown session
+(4404), nothing to replay on a terminal session (4410), the `seq` and `gap`
+text frames, output as binary frames of a 4-byte big-endian seq plus the
+payload, client binary frames as stdin, client `resize` text frames, and the
+final `1000 "session terminal"` close. Two loops run in one nursery: the
+sender (replay, then live) and the receiver (stdin, resizes); the sender's
+end closes the connection and cancels the receiver.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from typing import TYPE_CHECKING, Any
+
+import trio
+from quart import websocket
+from quart_trio import QuartTrio
+
+from runnerd.contract import is_terminal
+from runnerd.http.cors import origin_permitted
+from runnerd.http.waiting import Wake, wait_for_change
+
+if TYPE_CHECKING:
+    from runnerd.app import AppState
+    from runnerd.sessions import Session
+
+MAX_TERMINAL_DIMENSION = 10_000
+CLOSE_DRAIN_S = 2.0
+GAP_MESSAGE = json.dumps({"type": "gap", "reason": "buffer_evicted"})
+
+
+def frame_chunk(seq: int, payload: bytes) -> bytes:
+    """Server → client output frame: 4-byte big-endian unsigned seq, then bytes."""
+    return struct.pack(">I", seq) + payload
+
+
+def parse_last_seq(raw: str | None) -> int:
+    """The client's resume point; absent or not a non-negative integer → 0."""
+    try:
+        return max(int((raw or "0").strip()), 0)
+    except ValueError:
+        return 0
+
+
+def _dimension(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value):
+        return None
+    floored = math.floor(value)
+    return min(floored, MAX_TERMINAL_DIMENSION) if floored >= 1 else None
+
+
+def parse_resize(text: str) -> tuple[int, int] | None:
+    """`{"type":"resize","cols":C,"rows":R}` → (cols, rows); anything else → None.
+
+    Values are floored, must be ≥ 1, and are capped at 10000; a message with
+    a value that is not a number is ignored as a whole.
+    """
+    try:
+        message = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.get("type") != "resize":
+        return None
+    cols, rows = _dimension(message.get("cols")), _dimension(message.get("rows"))
+    if cols is None or rows is None:
+        return None
+    return cols, rows
+
+
+async def _close(code: int, reason: str) -> None:
+    # Bounded: a client that stopped reading must not hold the handler.
+    with trio.move_on_after(CLOSE_DRAIN_S):
+        await websocket.close(code, reason)
+
+
+async def _receive_input(session: Session) -> None:
+    while True:
+        message = await websocket.receive()
+        if isinstance(message, bytes):
+            session.write_stdin(message)
+        elif isinstance(message, str):
+            size = parse_resize(message)
+            if size is not None:
+                session.resize(*size)
+        # None is quart's rendering of an empty binary frame: nothing to write.
+
+
+async def _send_output(session: Session, cursor: int, closing: trio.Event) -> bool:
+    """Replay then stream PTY chunks. True when the session is terminal and
+    everything was sent; False when the daemon is shutting down."""
+    while not closing.is_set():
+        replay = session.pty.since(cursor)
+        if replay.gap:
+            await websocket.send(GAP_MESSAGE)
+        for seq, chunk in replay.items:
+            await websocket.send(frame_chunk(seq, chunk))
+            cursor = seq
+        if replay.gap or replay.items:
+            continue
+        if is_terminal(session.status):
+            return True
+
+        def has_news(after: int = cursor) -> bool:
+            return session.pty.last_seq > after or is_terminal(session.status)
+
+        if await wait_for_change(session, has_news, closing) is Wake.CLOSING:
+            return False
+    return False
+
+
+def register_io_route(app: QuartTrio, state: AppState) -> None:
+    async def session_io(session_id: str) -> None:
+        if not origin_permitted(state.config.server.cors_origins, websocket.headers.get("origin")):
+            await websocket.accept()
+            await _close(4403, "forbidden_origin")
+            return
+        session = state.sessions.get(session_id)
+        if session is None:
+            await websocket.accept()
+            await _close(4404, f"no session with id '{session_id}'")
+            return
+        last_seq = parse_last_seq(websocket.args.get("lastSeq"))
+        if is_terminal(session.status) and not session.pty.since(last_seq).items:
+            await websocket.accept()
+            await _close(4410, "session terminal and nothing buffered after lastSeq")
+            return
+        await websocket.accept()
+        await websocket.send(json.dumps({"type": "seq", "seq": last_seq}))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_receive_input, session)
+            terminal = await _send_output(session, last_seq, state.closing)
+            nursery.cancel_scope.cancel()
+        if terminal:
+            await _close(1000, "session terminal")
+        else:
+            await _close(1001, "runnerd is shutting down")
+
+    app.add_websocket("/v1/sessions/<session_id>/io", view_func=session_io)

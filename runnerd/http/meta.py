@@ -1,0 +1,44 @@
+"""Routes about the runner itself: health, capabilities, probe, OpenAPI.
+
+`/v1/health` never touches the backend. `/v1/capabilities` is re-resolved
+from the live config on every request (a reload changes it at once).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from quart import Response
+from quart_trio import QuartTrio
+
+from runnerd.backend import ImageSpec
+from runnerd.capabilities import build_capabilities
+from runnerd.contract import ProbeRequest, parse_body
+from runnerd.http.errors import json_response, read_body
+from runnerd.http.openapi import build_openapi
+
+if TYPE_CHECKING:
+    from runnerd.app import AppState
+
+
+def register_meta_routes(app: QuartTrio, state: AppState) -> None:
+    async def health() -> Response:
+        return json_response({"ok": True, "version": state.version})
+
+    async def capabilities() -> Response:
+        return json_response(build_capabilities(state.config))
+
+    async def probe() -> Response:
+        body = parse_body(ProbeRequest, await read_body())
+        image = ImageSpec(image=body.config.image, pull_policy=body.config.pullPolicy)
+        return json_response(await state.backend.probe(image))
+
+    openapi_document = build_openapi(state.version)
+
+    async def openapi() -> Response:
+        return json_response(openapi_document)
+
+    app.add_url_rule("/v1/health", view_func=health, methods=["GET"])
+    app.add_url_rule("/v1/capabilities", view_func=capabilities, methods=["GET"])
+    app.add_url_rule("/v1/probe", view_func=probe, methods=["POST"])
+    app.add_url_rule("/v1/openapi.json", view_func=openapi, methods=["GET"])

@@ -1,0 +1,227 @@
+"""The OpenAPI 3.1 document served at `GET /v1/openapi.json`. Pure.
+
+Owns the machine-readable description of every `/v1` route. Request body
+schemas are generated from the pydantic models in `runnerd.contract` (the
+same models that validate the bodies, so the two cannot drift); response
+shapes are written out here from the contract's types.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic.json_schema import models_json_schema
+
+from runnerd.contract import ProbeRequest, StartAppSessionRequest, StartSessionRequest
+
+_REF = "#/components/schemas/{model}"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF.format(model=name)}
+
+
+def _str() -> dict[str, str]:
+    return {"type": "string"}
+
+
+def _obj(required: list[str], **properties: Any) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": properties}
+
+
+def _status_kind(kind: str, required: list[str] | None = None, **props: Any) -> dict[str, Any]:
+    return _obj(["kind", *(required or [])], kind={"const": kind}, **props)
+
+
+_RESPONSE_SCHEMAS: dict[str, Any] = {
+    "Error": {
+        **_obj(["error", "message"], error=_str(), message=_str()),
+        "additionalProperties": True,
+    },
+    "RunnerEndpoint": _obj(
+        ["host", "port", "protocol"],
+        host=_str(),
+        port={"type": "integer"},
+        protocol={"enum": ["tcp", "udp"]},
+        url=_str(),
+    ),
+    "RunStatus": {
+        "oneOf": [
+            _status_kind("starting"),
+            _status_kind(
+                "running",
+                endpoints={"type": "array", "items": _ref("RunnerEndpoint")},
+                inspectUrl=_str(),
+            ),
+            _status_kind("exited", ["code"], code={"type": "integer"}),
+            _status_kind("failed", ["message"], message=_str()),
+            _status_kind("stopped"),
+        ]
+    },
+    "RunEvent": {
+        "oneOf": [
+            _obj(["type", "chunk"], type={"enum": ["stdout", "stderr"]}, chunk=_str()),
+            _obj(["type", "status"], type={"const": "status"}, status=_ref("RunStatus")),
+            _obj(
+                ["type", "phase", "message"],
+                type={"const": "progress"},
+                phase={"enum": ["build", "provision", "boot"]},
+                message=_str(),
+                done={"type": "boolean"},
+            ),
+            _obj(["type", "frame"], type={"const": "debug"}, frame={"type": "object"}),
+            _obj(
+                ["type", "port", "state"],
+                type={"const": "reachability"},
+                port={"type": "integer"},
+                state={"enum": ["checking", "reachable", "unreachable"]},
+            ),
+        ]
+    },
+    "AvailabilityReport": {
+        "oneOf": [
+            _obj(["status"], status={"const": "ready"}),
+            _obj(
+                ["status", "issues"],
+                status={"const": "needs-setup"},
+                issues={
+                    "type": "array",
+                    "items": _obj(["path", "message"], path=_str(), message=_str()),
+                },
+            ),
+            _obj(
+                ["status", "message"],
+                status={"const": "unavailable"},
+                message=_str(),
+                remediation=_str(),
+            ),
+        ]
+    },
+    "Health": _obj(["ok", "version"], ok={"const": True}, version=_str()),
+    "Capabilities": _obj(
+        ["displayName", "description", "features", "config"],
+        displayName=_str(),
+        description=_str(),
+        features=_obj(["io", "ports"], io={"type": "boolean"}, ports={"type": "boolean"}),
+        config=_obj(["schema"], schema={"type": "object"}),
+        terms=_obj(["version", "title", "body"], version=_str(), title=_str(), body=_str()),
+        apps={
+            "type": "array",
+            "items": _obj(["name"], name=_str(), title=_str(), description=_str()),
+        },
+    ),
+    "SessionCreated": _obj(
+        ["sessionId", "streamUrl", "createdAt"],
+        sessionId=_str(),
+        streamUrl=_str(),
+        createdAt={"type": "string", "format": "date-time"},
+    ),
+    "Session": _obj(
+        ["sessionId", "status", "createdAt"],
+        sessionId=_str(),
+        status=_ref("RunStatus"),
+        createdAt={"type": "string", "format": "date-time"},
+        exitedAt={"type": "string", "format": "date-time"},
+    ),
+}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(_ref("Error"), description)
+
+
+def _body(model: str) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": _ref(model)}}}
+
+
+_SESSION_ID = {"name": "id", "in": "path", "required": True, "schema": _str()}
+_TERMS_HEADER = {
+    "name": "x-telo-accepted-terms",
+    "in": "header",
+    "required": False,
+    "description": "The accepted terms version, when the runner has terms.",
+    "schema": _str(),
+}
+_START_ERRORS = {
+    "400": _error("invalid_request, unknown_app, invalid_bundle or invalid_config"),
+    "409": _error("too_many_sessions: the registry is full of live sessions"),
+    "413": _error("payload_too_large"),
+    "428": _error("terms_required; the body also carries `terms`"),
+}
+
+
+def _paths() -> dict[str, Any]:
+    return {
+        "/v1/health": {"get": {"summary": "Liveness; never touches the backend", "responses": {
+            "200": _json(_ref("Health"), "alive")}}},
+        "/v1/capabilities": {"get": {"summary": "The runner's self-description", "responses": {
+            "200": _json(_ref("Capabilities"), "capabilities")}}},
+        "/v1/probe": {"post": {
+            "summary": "Could a session with this config start now?",
+            "requestBody": _body("ProbeRequest"),
+            "responses": {"200": _json(_ref("AvailabilityReport"), "availability"),
+                          "400": _error("invalid_request")}}},
+        "/v1/sessions": {"post": {
+            "summary": "Start a session; the workload starts after the 201",
+            "parameters": [_TERMS_HEADER],
+            "requestBody": _body("StartSessionRequest"),
+            "responses": {"201": _json(_ref("SessionCreated"), "registered"), **_START_ERRORS}}},
+        "/v1/apps/{name}/sessions": {"post": {
+            "summary": "Start a session of an operator-predefined app",
+            "parameters": [{"name": "name", "in": "path", "required": True, "schema": _str()},
+                           _TERMS_HEADER],
+            "requestBody": _body("StartAppSessionRequest"),
+            "responses": {"201": _json(_ref("SessionCreated"), "registered"),
+                          "404": _error("unknown_app"), **_START_ERRORS}}},
+        "/v1/sessions/{id}": {
+            "parameters": [_SESSION_ID],
+            "get": {"summary": "A session's status", "responses": {
+                "200": _json(_ref("Session"), "the session"), "404": _error("not_found")}},
+            "delete": {"summary": "Stop a session (idempotent)", "responses": {
+                "204": {"description": "stopped, or no such session"},
+                "500": _error("stop_failed")}}},
+        "/v1/sessions/{id}/events": {"get": {
+            "summary": "The session's events as Server-Sent Events (replay, then live)",
+            "parameters": [
+                _SESSION_ID,
+                {"name": "Last-Event-ID", "in": "header", "required": False,
+                 "schema": {"type": "integer", "minimum": 0}},
+                {"name": "lastEventId", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 0}}],
+            "responses": {"200": {
+                "description": "frames `id: n`, `event: <type>`, `data: <RunEvent JSON>`; "
+                               "`event: gap` when the buffer lost events; `: heartbeat`",
+                "content": {"text/event-stream": {"schema": _ref("RunEvent")}}},
+                "404": _error("not_found")}}},
+        "/v1/sessions/{id}/io": {"get": {
+            "summary": "WebSocket PTY channel (upgrade). Server → client binary frames are a "
+                       "4-byte big-endian seq then output bytes; client binary frames are "
+                       "stdin; text `{type: resize, cols, rows}` resizes. Close codes: 4403 "
+                       "forbidden_origin, 4404 unknown session, 4410 nothing to replay, "
+                       "1000 session terminal.",
+            "parameters": [_SESSION_ID, {"name": "lastSeq", "in": "query", "required": False,
+                                         "schema": {"type": "integer", "minimum": 0}}],
+            "responses": {"101": {"description": "switching protocols"}}}},
+        "/v1/openapi.json": {"get": {"summary": "This document", "responses": {
+            "200": {"description": "OpenAPI 3.1",
+                    "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+    }
+
+
+def build_openapi(version: str) -> dict[str, Any]:
+    """The whole OpenAPI 3.1 document for runnerd `version`."""
+    _, request_schemas = models_json_schema(
+        [(m, "validation") for m in (StartSessionRequest, StartAppSessionRequest, ProbeRequest)],
+        ref_template=_REF,
+    )
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "runnerd /v1", "version": version,
+                 "description": "The Telo runner /v1 contract served by runnerd."},
+        "paths": _paths(),
+        "components": {"schemas": {**request_schemas["$defs"], **_RESPONSE_SCHEMAS}},
+    }

@@ -1,0 +1,95 @@
+"""Session routes: start (`POST /v1/sessions`, `POST /v1/apps/{name}/sessions`),
+inspect (`GET /v1/sessions/{id}`) and stop (`DELETE /v1/sessions/{id}`).
+
+Owns the order of the start checks at the HTTP edge: schema (`parse_body`),
+then terms, app, bundle/config, paths, image (`runnerd.admission`), then
+capacity (`SessionManager.start`). Each check raises before anything is
+registered, so a rejected request changes no state; `runnerd.http.errors`
+turns the exception into the answer. The 201 goes out as soon as the session
+is registered, before the backend starts the workload.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from runnerd.admission import admit, admit_app, new_session_id
+from runnerd.backend import RunSpec
+from runnerd.contract import (
+    ACCEPTED_TERMS_HEADER,
+    StartAppSessionRequest,
+    StartSessionRequest,
+    parse_body,
+)
+from runnerd.http.errors import error_response, json_response, read_body
+
+if TYPE_CHECKING:
+    from runnerd.app import AppState
+    from runnerd.sessions import Session
+
+log = logging.getLogger(__name__)
+
+
+def session_summary(session: Session) -> dict[str, Any]:
+    """`GET /v1/sessions/{id}`: `{sessionId, status, createdAt, exitedAt?}`."""
+    body: dict[str, Any] = {
+        "sessionId": session.id,
+        "status": session.status,
+        "createdAt": session.created_at,
+    }
+    if session.exited_at is not None:
+        body["exitedAt"] = session.exited_at
+    return body
+
+
+def register_session_routes(app: QuartTrio, state: AppState) -> None:
+    def launch(spec: RunSpec) -> Response:
+        session = state.sessions.start(spec)  # RegistryFull → 409
+        return json_response(
+            {
+                "sessionId": session.id,
+                "streamUrl": f"/v1/sessions/{session.id}/events",
+                "createdAt": session.created_at,
+            },
+            201,
+        )
+
+    async def start_session() -> Response:
+        body = parse_body(StartSessionRequest, await read_body())
+        spec = admit(
+            body,
+            state.config,
+            accepted_terms=request.headers.get(ACCEPTED_TERMS_HEADER),
+            session_id=new_session_id(),
+        )
+        return launch(spec)
+
+    async def start_app_session(name: str) -> Response:
+        body = parse_body(StartAppSessionRequest, await read_body())
+        spec = admit_app(
+            name,
+            body,
+            state.config,
+            accepted_terms=request.headers.get(ACCEPTED_TERMS_HEADER),
+            session_id=new_session_id(),
+        )
+        return launch(spec)
+
+    async def get_session(session_id: str) -> Response:
+        session = state.sessions.get(session_id)
+        if session is None:
+            return error_response(404, "not_found", f"no session with id '{session_id}'")
+        return json_response(session_summary(session))
+
+    async def delete_session(session_id: str) -> Response:
+        await state.sessions.stop(session_id)  # StopFailed → 500 stop_failed
+        return Response("", status=204)
+
+    app.add_url_rule("/v1/sessions", view_func=start_session, methods=["POST"])
+    app.add_url_rule("/v1/apps/<name>/sessions", view_func=start_app_session, methods=["POST"])
+    app.add_url_rule("/v1/sessions/<session_id>", view_func=get_session, methods=["GET"])
+    app.add_url_rule("/v1/sessions/<session_id>", view_func=delete_session, methods=["DELETE"])
