@@ -31,52 +31,19 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from runnerd.config import ListenAddress, parse_listen
+
 
 class ListenError(Exception):
     """A listener could not be set up; the message names the entry and why."""
 
 
-@dataclass(frozen=True)
-class UnixSpec:
-    path: Path
-
-
-@dataclass(frozen=True)
-class TcpSpec:
-    host: str
-    port: int
-
-
-@dataclass(frozen=True)
-class FdSpec:
-    fd: int
-
-
-@dataclass(frozen=True)
-class SystemdSpec:
-    pass
-
-
-ListenSpec = UnixSpec | TcpSpec | FdSpec | SystemdSpec
-
-
-def parse_listen(entry: str) -> ListenSpec:
-    """Read one `server.listen` entry. Raises ListenError naming the entry."""
-    kind, _, rest = entry.partition(":")
-    if entry == "systemd":
-        return SystemdSpec()
-    if kind == "unix" and rest:
-        return UnixSpec(Path(rest))
-    if kind == "fd" and rest.isdigit():
-        return FdSpec(int(rest))
-    if kind == "tcp":
-        host, _, port = rest.rpartition(":")
-        host = host.removeprefix("[").removesuffix("]")
-        if host and port.isdigit() and int(port) <= 65535:
-            return TcpSpec(host, int(port))
-    raise ListenError(
-        f"server.listen: {entry!r} is not one of unix:PATH, tcp:HOST:PORT, fd:N, systemd"
-    )
+def parse_entry(entry: str) -> ListenAddress:
+    """Read one (already validated) `server.listen` entry; ListenError if bad."""
+    try:
+        return parse_listen(entry)
+    except ValueError as exc:
+        raise ListenError(f"server.listen: {exc}") from None
 
 
 @dataclass
@@ -105,14 +72,14 @@ def bind_listeners(
     On error, everything bound so far is closed (and its files removed) before
     ListenError propagates, so a refused start leaves nothing behind.
     """
-    specs = [parse_listen(e) for e in entries]
+    specs = [parse_entry(e) for e in entries]
     inherited = [_adopt_fd(fd, f"systemd fd {fd}") for fd in inherited_fds]
-    if any(isinstance(s, SystemdSpec) for s in specs) and not inherited:
+    if any(s.kind == "systemd" for s in specs) and not inherited:
         raise ListenError("server.listen: 'systemd' given but no sockets were passed (LISTEN_FDS)")
     listeners: list[Listener] = list(inherited)
     try:
         for entry, spec in zip(entries, specs, strict=True):
-            if isinstance(spec, SystemdSpec) or _matches_inherited(spec, inherited):
+            if spec.kind == "systemd" or _matches_inherited(spec, inherited):
                 continue
             listeners.append(_bind_one(entry, spec, socket_mode))
     except BaseException:
@@ -138,25 +105,26 @@ def close_listeners(listeners: list[Listener]) -> None:
             listener.lock_fd = None
 
 
-def _matches_inherited(spec: ListenSpec, inherited: list[Listener]) -> bool:
+def _matches_inherited(spec: ListenAddress, inherited: list[Listener]) -> bool:
     for listener in inherited:
         name = listener.sock.getsockname()
-        if isinstance(spec, UnixSpec) and listener.sock.family == socket.AF_UNIX:
+        if spec.kind == "unix" and listener.sock.family == socket.AF_UNIX:
             if (name.decode() if isinstance(name, bytes) else name) == str(spec.path):
                 return True
-        if isinstance(spec, TcpSpec) and listener.sock.family != socket.AF_UNIX:
+        if spec.kind == "tcp" and listener.sock.family != socket.AF_UNIX:
             if (name[0], name[1]) == (spec.host, spec.port):
                 return True
     return False
 
 
-def _bind_one(entry: str, spec: ListenSpec, socket_mode: int) -> Listener:
-    if isinstance(spec, UnixSpec):
+def _bind_one(entry: str, spec: ListenAddress, socket_mode: int) -> Listener:
+    if spec.kind == "unix" and spec.path is not None:
         return _bind_unix(entry, spec.path, socket_mode)
-    if isinstance(spec, TcpSpec):
-        return _bind_tcp(entry, spec)
-    assert isinstance(spec, FdSpec)
-    return _adopt_fd(spec.fd, entry)
+    if spec.kind == "tcp" and spec.host is not None and spec.port is not None:
+        return _bind_tcp(entry, spec.host, spec.port)
+    if spec.kind == "fd" and spec.fd is not None:
+        return _adopt_fd(spec.fd, entry)
+    raise ListenError(f"server.listen: {entry!r} cannot be bound")
 
 
 def _adopt_fd(fd: int, entry: str) -> Listener:
@@ -172,10 +140,10 @@ def _adopt_fd(fd: int, entry: str) -> Listener:
     return Listener(entry, sock)
 
 
-def _bind_tcp(entry: str, spec: TcpSpec) -> Listener:
+def _bind_tcp(entry: str, host: str, port: int) -> Listener:
     try:
         family, kind, proto, _, addr = socket.getaddrinfo(
-            spec.host, spec.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
         sock = socket.socket(family, kind, proto)
     except OSError as exc:
