@@ -1,0 +1,174 @@
+"""The local backend: each session is a process on this host, under a real PTY.
+
+Owns turning a `RunSpec` into a running process and back: the session
+directory (`workdir/<session-id>/app` holds the bundle, `work` is cwd and
+HOME), the runtime's command line, the PTY process, the `running` status with
+its endpoints, per-port reachability, the debug relay, the exit code, and the
+teardown (process group stopped, session directory deleted) on every path.
+
+A local "image" names a runtime from `[local.runtimes]`: a command line in
+which `{entry}` is the absolute path of the bundle's entry file. An app
+session (catalog entry, no bundle) runs the runtime its catalog image names;
+a runtime whose command needs `{entry}` cannot run an app, which is a start
+failure naming the runtime.
+
+With `inspect` and a runtime that has `inspect_args`, a free loopback port is
+picked and substituted for `{inspect_port}`; `running.inspectUrl` is the
+debug server's base URL `http://127.0.0.1:<port>`, and its `/events` SSE
+stream is relayed as debug frames.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping
+
+import trio
+
+from runnerd.backend import Exited, ImageSpec, Outcome, RunSpec, Sink, StartError, WorkloadHandle
+from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
+from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, running, unavailable
+from runnerd.debug_relay import relay_debug_stream
+from runnerd.local.launch import (
+    Unresolved,
+    build_argv,
+    build_env,
+    resolve_runtime,
+    search_path,
+)
+from runnerd.local.pty import PtyProcess, spawn_pty_process
+from runnerd.local.workdir import (
+    SessionDir,
+    WorkdirError,
+    prepare_session_dir,
+    remove_session_dir,
+)
+from runnerd.reachability import watch_reachability
+
+log = logging.getLogger(__name__)
+
+# After the process exits, how long the rest of its output may take to drain.
+# The PTY buffer holds a few KiB and every writer is dead by then, so this is
+# only hit if a process that escaped the group kill still holds the terminal.
+DRAIN_TIMEOUT_S = 2.0
+LOOPBACK = "127.0.0.1"
+
+
+class LocalBackend:
+    """`runnerd.backend.Backend` running sessions as local PTY processes."""
+
+    name = "local"
+
+    def __init__(
+        self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]
+    ) -> None:
+        self._local = local
+        # The live catalog (it changes on reload); consulted when an app
+        # session starts, so an app withdrawn since admission does not start.
+        self._apps = apps
+
+    def _resolve(self, image: str) -> tuple[RuntimeConfig, str] | Unresolved:
+        return resolve_runtime(self._local.runtimes, image, search_path(os.environ.get("PATH")))
+
+    async def probe(self, image: ImageSpec) -> AvailabilityReport:
+        resolved = self._resolve(image.image)
+        if isinstance(resolved, Unresolved):
+            return unavailable(resolved.message, resolved.remediation)
+        return ready()
+
+    async def run(
+        self,
+        spec: RunSpec,
+        sink: Sink,
+        *,
+        task_status: trio.TaskStatus[WorkloadHandle] = trio.TASK_STATUS_IGNORED,
+    ) -> Outcome:
+        runtime, executable = self._start_checks(spec)
+        session_dir = await self._prepare(spec)
+        try:
+            inspect_port = _free_loopback_port() if spec.inspect and runtime.inspect_args else None
+            try:
+                argv = build_argv(
+                    runtime, executable, entry=session_dir.entry, inspect_port=inspect_port
+                )
+                proc = await spawn_pty_process(
+                    argv,
+                    cwd=session_dir.work,
+                    env=build_env(spec.env, home=session_dir.work),
+                    stop_grace_s=self._local.stop_grace_s,
+                )
+            except ValueError as exc:
+                raise StartError("provision", str(exc)) from exc
+            except OSError as exc:
+                raise StartError(
+                    "boot", f"could not execute '{runtime.command[0]}': {exc.strerror}"
+                ) from exc
+            log.info("%s: started pid %s (runtime %s)", spec.session_id, proc.pid, runtime.name)
+            async with proc:
+                code = await self._supervise(spec, sink, proc, inspect_port, task_status)
+            log.info("%s: exited with code %s", spec.session_id, code)
+            return Exited(code)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(remove_session_dir, session_dir.root)
+
+    def _start_checks(self, spec: RunSpec) -> tuple[RuntimeConfig, str]:
+        if spec.app is not None and spec.app not in self._apps():
+            raise StartError("provision", f"app '{spec.app}' is no longer offered by this runner")
+        resolved = self._resolve(spec.image.image)
+        if isinstance(resolved, Unresolved):
+            raise StartError("provision", resolved.message)
+        return resolved
+
+    async def _prepare(self, spec: RunSpec) -> SessionDir:
+        try:
+            return await trio.to_thread.run_sync(
+                prepare_session_dir, self._local.workdir, spec.session_id, spec.bundle
+            )
+        except WorkdirError as exc:
+            raise StartError("provision", str(exc)) from exc
+
+    async def _supervise(
+        self,
+        spec: RunSpec,
+        sink: Sink,
+        proc: PtyProcess,
+        inspect_port: int | None,
+        task_status: trio.TaskStatus[WorkloadHandle],
+    ) -> int:
+        """Pump the PTY while the process runs; return its exit code once all
+        its output is through."""
+        output_done = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(proc.run_reader, sink.output, output_done)
+            nursery.start_soon(proc.run_writer)
+            task_status.started(proc)
+            inspect_url = None if inspect_port is None else f"http://{LOOPBACK}:{inspect_port}"
+            sink.status(running(_endpoints(spec), inspect_url))
+            tcp_ports = [p.port for p in spec.ports if p.protocol == "tcp"]
+            if tcp_ports:
+                nursery.start_soon(watch_reachability, LOOPBACK, tcp_ports, sink.reachability)
+            if inspect_url is not None:
+                nursery.start_soon(relay_debug_stream, f"{inspect_url}/events", sink.debug)
+            code = await proc.wait()
+            with trio.move_on_after(DRAIN_TIMEOUT_S):
+                await output_done.wait()
+            nursery.cancel_scope.cancel()
+        return code
+
+
+def _endpoints(spec: RunSpec) -> list[RunnerEndpoint]:
+    # The host is left empty: the client knows how it reached the runner.
+    return [{"host": "", "port": p.port, "protocol": p.protocol} for p in spec.ports]
+
+
+def _free_loopback_port() -> int:
+    # The port is free now; the workload binds it moments later. A race with
+    # another process is possible but harmless: the debug relay just never
+    # connects.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port

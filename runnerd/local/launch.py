@@ -1,0 +1,119 @@
+"""What the local backend executes: the argv and environment of a session.
+
+Owns the runtime lookup, the `{entry}` / `{inspect_port}` substitution and the
+workload environment. Pure apart from `resolve_executable`, which looks at
+the filesystem.
+
+Why executables are resolved here, with the daemon's PATH: the workload gets a
+minimal PATH (`MINIMAL_PATH`), but an operator's runtime may name a program
+that only the daemon's PATH finds (`python3` under pyenv, for instance). So
+`command[0]` is resolved against the daemon's PATH followed by the minimal one,
+at probe and at start, and the child execs that absolute path. The minimal
+PATH still applies to everything the workload itself runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from runnerd.config import RuntimeConfig
+
+MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
+ENTRY = "{entry}"
+INSPECT_PORT = "{inspect_port}"
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """Why a runtime cannot run; `message` and `remediation` are client-safe."""
+
+    message: str
+    remediation: str
+
+
+def search_path(daemon_path: str | None) -> str:
+    """The PATH used to find a runtime's executable: the daemon's, then minimal."""
+    return f"{daemon_path}:{MINIMAL_PATH}" if daemon_path else MINIMAL_PATH
+
+
+def resolve_executable(program: str, path: str) -> str | None:
+    """`program` as an absolute path of an executable file, or None."""
+    if "/" in program:
+        absolute = os.path.abspath(program)
+        return absolute if os.path.isfile(absolute) and os.access(absolute, os.X_OK) else None
+    found = shutil.which(program, path=path)
+    return os.path.abspath(found) if found else None
+
+
+def resolve_runtime(
+    runtimes: Mapping[str, RuntimeConfig], image: str, path: str
+) -> tuple[RuntimeConfig, str] | Unresolved:
+    """The runtime named `image` and its executable's absolute path."""
+    runtime = runtimes.get(image)
+    if runtime is None:
+        offered = ", ".join(sorted(runtimes)) or "none"
+        return Unresolved(
+            f"no local runtime named '{image}' (configured: {offered})",
+            f"pick one of the configured runtimes, or add [local.runtimes.{image}]"
+            " to the runnerd config",
+        )
+    if not runtime.command:
+        return Unresolved(
+            f"local runtime '{image}' has an empty command",
+            f"set local.runtimes.{image}.command in the runnerd config",
+        )
+    program = runtime.command[0]
+    executable = resolve_executable(program, path)
+    if executable is None:
+        return Unresolved(
+            f"local runtime '{image}': executable '{program}' not found",
+            f"install '{program}' on the runner host, or fix"
+            f" local.runtimes.{image}.command",
+        )
+    return runtime, executable
+
+
+def build_argv(
+    runtime: RuntimeConfig,
+    executable: str,
+    *,
+    entry: Path | None,
+    inspect_port: int | None,
+) -> list[str]:
+    """The command line: `{entry}` → `entry`, and with `inspect_port` the
+    runtime's `inspect_args` appended with `{inspect_port}` substituted.
+
+    Raises:
+        ValueError: the command needs `{entry}` but there is no bundle.
+    """
+    argv = [executable, *runtime.command[1:]]
+    if inspect_port is not None:
+        argv += [arg.replace(INSPECT_PORT, str(inspect_port)) for arg in runtime.inspect_args]
+    if any(ENTRY in arg for arg in argv):
+        if entry is None:
+            raise ValueError(
+                f"runtime '{runtime.name}' runs a bundle entry ({ENTRY}), and an app session"
+                " has no bundle"
+            )
+        argv = [arg.replace(ENTRY, str(entry)) for arg in argv]
+    return argv
+
+
+def build_env(session_env: Mapping[str, str], *, home: Path) -> dict[str, str]:
+    """The workload's whole environment: the session env over our plumbing.
+
+    Never the daemon's own environment. The session's values win, as with a
+    container's `-e` over its image defaults: the env is the client's (or the
+    operator's, for catalog apps), and the executable is already resolved.
+    """
+    plumbing = {
+        "PATH": MINIMAL_PATH,
+        "HOME": str(home),
+        "TERM": "xterm-256color",
+        "LANG": "C.UTF-8",
+    }
+    return {**plumbing, **session_env}

@@ -1,0 +1,285 @@
+"""A child process on its own pseudo-terminal, driven from trio.
+
+Owns the PTY master, the child (a session leader whose controlling terminal is
+the PTY slave, in its own process group) and its teardown. The child's stdin,
+stdout and stderr are all the slave, so the workload sees a real terminal
+(`isatty`, `ttyname`, job control, SIGWINCH on resize) and its output reaches
+us as one ordered byte stream.
+
+Resource handling:
+    `spawn_pty_process` returns a `PtyProcess` that owns an open master fd, a
+    pidfd and an unreaped child. Use it as `async with proc:` immediately (no
+    checkpoint in between): leaving the block stops the whole process group
+    (SIGTERM, then SIGKILL after the grace period), reaps the child and closes
+    every fd, shielded, even when cancelled.
+
+Error handling:
+    `spawn_pty_process` raises `OSError` when the command cannot be executed.
+    `write` and `resize` never raise and are no-ops once the child has exited.
+    The reader treats EIO on the master (every slave fd closed) as end of
+    output.
+
+Limits: a descendant that calls `setsid()` itself leaves our process group
+and is out of reach of the group kill; containing those needs cgroups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import signal
+import struct
+import subprocess
+import termios
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+import trio
+
+log = logging.getLogger(__name__)
+
+# One read may return far less (a Linux PTY hands over ~4 KiB per read), so the
+# reader keeps reading while bytes are ready and emits up to this much at once:
+# fewer, larger chunks downstream is where the throughput comes from.
+READ_CHUNK_BYTES = 64 * 1024
+# Stdin the workload has not consumed yet. Beyond this, further bytes are
+# dropped (and logged) rather than growing the daemon without bound.
+MAX_PENDING_STDIN_BYTES = 4 * 1024 * 1024
+DEFAULT_COLS = 80
+DEFAULT_ROWS = 24
+
+
+def _take_controlling_tty() -> None:
+    # Runs in the child after setsid() (start_new_session) and after fd 0 was
+    # made the slave: make the slave this new session's controlling terminal.
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def _set_window_size(fd: int, cols: int, rows: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def _spawn(
+    argv: Sequence[str], cwd: Path, env: Mapping[str, str]
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    master, slave = os.openpty()
+    try:
+        _set_window_size(master, DEFAULT_COLS, DEFAULT_ROWS)
+        popen = subprocess.Popen(
+            list(argv),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            cwd=cwd,
+            env=dict(env),
+            close_fds=True,
+            start_new_session=True,
+            # Only an ioctl: no locks, no allocation worth speaking of, so the
+            # usual preexec_fn-with-threads hazard does not apply.
+            preexec_fn=_take_controlling_tty,
+        )
+    except BaseException:
+        os.close(master)
+        raise
+    finally:
+        # Our copy of the slave must go, or the master never reports EOF.
+        os.close(slave)
+    # Taken before anyone can reap the child, so it names this process.
+    pidfd = os.pidfd_open(popen.pid)
+    os.set_blocking(master, False)
+    return popen, master, pidfd
+
+
+async def spawn_pty_process(
+    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stop_grace_s: float
+) -> PtyProcess:
+    """Start `argv` (argv[0] an absolute path) on a fresh PTY with exactly `env`.
+
+    Raises:
+        OSError: the program could not be executed (missing, not executable,
+            bad cwd); nothing is left running.
+    """
+    # Not abandoned on cancel: the thread always finishes, so a spawned child
+    # always reaches the caller's `async with`.
+    popen, master, pidfd = await trio.to_thread.run_sync(_spawn, argv, cwd, env)
+    return PtyProcess(popen, master, pidfd, stop_grace_s=stop_grace_s)
+
+
+def _exit_code(returncode: int) -> int:
+    # Popen reports "killed by signal N" as -N; a shell reports it as 128+N.
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class PtyProcess:
+    """The live child and its terminal. Implements `backend.WorkloadHandle`."""
+
+    def __init__(
+        self, popen: subprocess.Popen[bytes], master: int, pidfd: int, *, stop_grace_s: float
+    ) -> None:
+        self._popen = popen
+        self._master = master
+        self._pidfd = pidfd
+        self._stop_grace_s = stop_grace_s
+        self._pending = bytearray()
+        self._pending_lot = trio.lowlevel.ParkingLot()
+        self._exit_code: int | None = None
+        self._closed = False
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._exit_code
+
+    # -- WorkloadHandle ----------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        """Queue bytes for the workload's stdin. Never blocks; no-op after exit."""
+        if self._exit_code is not None or self._closed or not data:
+            return
+        if len(self._pending) + len(data) > MAX_PENDING_STDIN_BYTES:
+            log.warning("pid %s: stdin backlog full, dropped %d bytes", self.pid, len(data))
+            return
+        self._pending += data
+        self._pending_lot.unpark_all()
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Set the terminal size; the kernel sends SIGWINCH. No-op after exit."""
+        if self._exit_code is not None or self._closed:
+            return
+        with contextlib.suppress(OSError):
+            _set_window_size(self._master, max(1, min(cols, 0xFFFF)), max(1, min(rows, 0xFFFF)))
+
+    # -- long-lived tasks ----------------------------------------------------
+
+    async def run_reader(self, on_output: Callable[[bytes], None], done: trio.Event) -> None:
+        """Forward every byte the workload writes to `on_output`, in order, until
+        the terminal closes (EIO: no process holds the slave any more); then set
+        `done`. Cancellable."""
+        fd = self._master
+        while True:
+            try:
+                data = os.read(fd, READ_CHUNK_BYTES)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(fd)
+                continue
+            except OSError as exc:
+                if exc.errno != errno.EIO:
+                    raise
+                break
+            if not data:
+                break
+            data, eof = self._read_more(fd, data)
+            on_output(data)
+            if eof:
+                break
+            # Data may be ready forever; let other tasks (and cancellation) in.
+            await trio.lowlevel.checkpoint()
+        done.set()
+
+    @staticmethod
+    def _read_more(fd: int, first: bytes) -> tuple[bytes, bool]:
+        """Coalesce what is ready right now behind `first`, up to one chunk."""
+        pieces = [first]
+        size = len(first)
+        while size < READ_CHUNK_BYTES:
+            try:
+                more = os.read(fd, READ_CHUNK_BYTES - size)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno != errno.EIO:
+                    raise
+                return b"".join(pieces), True
+            if not more:
+                return b"".join(pieces), True
+            pieces.append(more)
+            size += len(more)
+        return (first if len(pieces) == 1 else b"".join(pieces)), False
+
+    async def run_writer(self) -> None:
+        """Feed queued stdin to the master as the terminal accepts it. Cancellable."""
+        fd = self._master
+        while True:
+            while not self._pending:
+                await self._pending_lot.park()
+            try:
+                written = os.write(fd, self._pending[:READ_CHUNK_BYTES])
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(fd)
+                continue
+            except OSError:
+                # The terminal is gone (the workload ended): nothing can arrive.
+                self._pending.clear()
+                return
+            del self._pending[:written]
+            await trio.lowlevel.checkpoint()
+
+    async def wait(self) -> int:
+        """Wait for the child to exit on its own and return its exit code
+        (killed by signal N → 128+N). Anything left in its process group is
+        then killed: nothing outlives the session. Cancellable."""
+        await trio.lowlevel.wait_readable(self._pidfd)
+        # The child is a zombie until reaped, so its pid, which is also the
+        # group id, cannot have been reused: the group kill is safe.
+        self._kill_group(signal.SIGKILL)
+        return self._reap()
+
+    # -- teardown --------------------------------------------------------------
+
+    async def __aenter__(self) -> PtyProcess:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the process group (if still running), reap, close. Shielded;
+        bounded by the grace period plus one second."""
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(self._stop_grace_s + 1.0):
+                await self._stop()
+            self._close_fds()
+
+    async def _stop(self) -> None:
+        if self._exit_code is not None:
+            return
+        self._kill_group(signal.SIGTERM)
+        with trio.move_on_after(self._stop_grace_s):
+            await trio.lowlevel.wait_readable(self._pidfd)
+        self._kill_group(signal.SIGKILL)
+        await trio.lowlevel.wait_readable(self._pidfd)
+        self._reap()
+
+    def _kill_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._popen.pid, sig)
+
+    def _reap(self) -> int:
+        # The pidfd is readable: the child has exited, so this does not block.
+        self._exit_code = _exit_code(self._popen.wait())
+        return self._exit_code
+
+    def _close_fds(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pending.clear()
+        for fd in (self._master, self._pidfd):
+            trio.lowlevel.notify_closing(fd)
+            os.close(fd)
+        if self._exit_code is None:
+            # Only if a SIGKILLed child did not die within the bound (stuck in
+            # the kernel): do not leave it to the GC's "still running" warning.
+            log.error("pid %s did not exit after SIGKILL; leaving it", self.pid)

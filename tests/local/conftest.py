@@ -1,0 +1,46 @@
+"""Fixtures for the local backend tests: a backend on a temp workdir."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
+from runnerd.local import LocalBackend
+
+# The test interpreter, by absolute path: it runs fine in the workload's
+# minimal environment.
+PYTHON = sys.executable
+
+
+def runtimes() -> dict[str, RuntimeConfig]:
+    return {
+        "sh": RuntimeConfig(name="sh", command=("/bin/sh", "{entry}")),
+        "python": RuntimeConfig(
+            name="python",
+            command=(PYTHON, "-u", "{entry}"),
+            inspect_args=("--inspect-port", "{inspect_port}"),
+        ),
+        "hello-app": RuntimeConfig(
+            name="hello-app", command=("/bin/sh", "-c", "echo app-ran in $PWD; exit 7")
+        ),
+        "missing": RuntimeConfig(name="missing", command=("no-such-program-xyz", "{entry}")),
+    }
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path / "sessions"
+
+
+@pytest.fixture
+def catalog() -> dict[str, AppEntry]:
+    return {"hello": AppEntry(name="hello", image="hello-app", env={"SECRET": "s3cret"})}
+
+
+@pytest.fixture
+def backend(workdir: Path, catalog: dict[str, AppEntry]) -> LocalBackend:
+    local = LocalConfig(workdir=workdir, stop_grace_s=0.5, runtimes=runtimes())
+    return LocalBackend(local, apps=lambda: catalog)
