@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 MAX_TERMINAL_DIMENSION = 10_000
 CLOSE_DRAIN_S = 2.0
-GAP_MESSAGE = json.dumps({"type": "gap", "reason": "buffer_evicted"})
+GAP_MESSAGE = json.dumps({"type": "gap", "reason": "buffer_evicted"}, separators=(",", ":"))
 
 
 def frame_chunk(seq: int, payload: bytes) -> bytes:
@@ -131,7 +131,7 @@ def register_io_route(app: QuartTrio, state: AppState) -> None:
             await _close(4410, "session terminal and nothing buffered after lastSeq")
             return
         await websocket.accept()
-        await websocket.send(json.dumps({"type": "seq", "seq": last_seq}))
+        await websocket.send(json.dumps({"type": "seq", "seq": last_seq}, separators=(",", ":")))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_receive_input, session)
             terminal = await _send_output(session, last_seq, state.closing)

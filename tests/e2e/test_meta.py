@@ -1,0 +1,207 @@
+"""Health, capabilities, probe, OpenAPI, error bodies, body limit and CORS,
+end to end against a real runnerd over its UNIX socket."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.e2e.contract_client import SH_CONFIG
+from tests.harness import start_daemon
+
+APPS = {
+    "demo": {
+        "image": "envdump",
+        "title": "Demo",
+        "description": "Prints its environment.",
+        "env": {"DEMO_TOKEN": "s3cr3t-cap-4711"},
+    }
+}
+RUNTIMES = {"envdump": {"command": ["/bin/sh", "-c", "echo TOKEN=$DEMO_TOKEN"]}}
+
+
+async def test_health_answers_ok_and_version(runnerd) -> None:
+    async with runnerd.client() as client:
+        response = await client.get("/v1/health")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["ok"] is True
+    assert isinstance(body["version"], str) and body["version"]
+
+
+async def test_capabilities_describe_config_schema_and_apps_without_secrets(
+    tmp_path: Path,
+) -> None:
+    overrides = {
+        "runner": {"display_name": "Test Runner", "allowed_images": ["sh", "python"]},
+        "local": {"runtimes": RUNTIMES},
+        "apps": APPS,
+    }
+    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+        response = await client.get("/v1/capabilities")
+    assert response.status_code == 200
+    caps = response.json()
+    assert caps["displayName"] == "Test Runner"
+    assert isinstance(caps["description"], str)
+    assert caps["features"] == {"io": True, "ports": True}
+    schema = caps["config"]["schema"]
+    assert schema["type"] == "object"
+    assert set(schema["required"]) == {"image", "pullPolicy"}
+    assert schema["properties"]["image"]["default"] == "sh"
+    assert schema["properties"]["image"]["enum"] == ["sh", "python"]
+    assert schema["properties"]["pullPolicy"]["enum"] == ["missing", "always", "never"]
+    assert schema["properties"]["pullPolicy"]["default"] == "missing"
+    assert schema["properties"]["registryUrl"]["type"] == "string"
+    assert "terms" not in caps
+    assert caps["apps"] == [
+        {"name": "demo", "title": "Demo", "description": "Prints its environment."}
+    ]
+    # The catalog's image and env never reach a client.
+    assert "s3cr3t-cap-4711" not in response.text
+    assert "envdump" not in response.text
+
+
+async def test_capabilities_lock_image_when_only_the_default_is_allowed(tmp_path: Path) -> None:
+    overrides = {"runner": {"allowed_images": ["sh"]}}
+    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+        caps = (await client.get("/v1/capabilities")).json()
+    image = caps["config"]["schema"]["properties"]["image"]
+    assert image["default"] == "sh"
+    assert image.get("readOnly") is True or image.get("enum") == ["sh"]
+
+
+async def test_probe_reports_ready_for_a_runtime_and_unavailable_otherwise(runnerd) -> None:
+    async with runnerd.client() as client:
+        ready = await client.post(
+            "/v1/probe", json={"config": {"image": "sh", "pullPolicy": "missing"}}
+        )
+        missing = await client.post(
+            "/v1/probe", json={"config": {"image": "no-such-runtime", "pullPolicy": "missing"}}
+        )
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ready"}
+    assert missing.status_code == 200
+    assert missing.json()["status"] == "unavailable"
+    assert missing.json()["message"]
+
+
+async def test_probe_rejects_extra_fields_naming_them(runnerd) -> None:
+    async with runnerd.client() as client:
+        response = await client.post(
+            "/v1/probe",
+            json={"config": {"image": "sh", "pullPolicy": "missing", "registryUrl": "x"}},
+        )
+        not_json = await client.post("/v1/probe", content=b"{not json")
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_request"
+    assert "body.config.registryUrl" in response.json()["message"]
+    assert not_json.status_code == 400
+    assert not_json.json()["error"] == "invalid_request"
+
+
+async def test_openapi_document_lists_every_route_with_body_schemas(runnerd) -> None:
+    async with runnerd.client() as client:
+        response = await client.get("/v1/openapi.json")
+    assert response.status_code == 200
+    doc = response.json()
+    assert doc["openapi"].startswith("3.1")
+    expected = {
+        "/v1/health": {"get"},
+        "/v1/capabilities": {"get"},
+        "/v1/probe": {"post"},
+        "/v1/sessions": {"post"},
+        "/v1/apps/{name}/sessions": {"post"},
+        "/v1/sessions/{id}": {"get", "delete"},
+        "/v1/sessions/{id}/events": {"get"},
+        "/v1/sessions/{id}/io": {"get"},
+        "/v1/openapi.json": {"get"},
+    }
+    for path, methods in expected.items():
+        assert path in doc["paths"], path
+        assert methods <= set(doc["paths"][path]), path
+    schemas = doc["components"]["schemas"]
+    # Every $ref in the document resolves to a component.
+    refs = _refs(doc)
+    assert refs and all(ref.removeprefix("#/components/schemas/") in schemas for ref in refs)
+    start = schemas["StartSessionRequest"]
+    assert start["required"] == ["env"]
+    assert {"env", "bundle", "config", "app", "ports", "inspect"} <= set(start["properties"])
+    assert start["additionalProperties"] is False
+    assert set(schemas["Error"]["required"]) == {"error", "message"}
+
+
+def _refs(node: object) -> set[str]:
+    if isinstance(node, dict):
+        found = {node["$ref"]} if isinstance(node.get("$ref"), str) else set()
+        return found.union(*(_refs(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_refs(v) for v in node))
+    return set()
+
+
+async def test_unknown_route_and_wrong_method_answer_json_errors(runnerd) -> None:
+    async with runnerd.client() as client:
+        unknown = await client.get("/v1/nope")
+        wrong = await client.put("/v1/health")
+        get_sessions = await client.get("/v1/sessions")
+    assert unknown.status_code == 404
+    assert unknown.json()["error"] == "not_found"
+    assert "/v1/nope" in unknown.json()["message"]
+    assert wrong.status_code == 405
+    assert set(wrong.json()) == {"error", "message"}
+    assert "GET" in wrong.headers["allow"]
+    assert get_sessions.status_code == 405
+    assert get_sessions.json()["error"]
+
+
+async def test_oversized_body_is_413_payload_too_large(tmp_path: Path) -> None:
+    overrides = {"server": {"max_body_bytes": 1024}}
+    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+        big = {"env": {"PAD": "x" * 2048}, "config": {"image": "sh", "pullPolicy": "missing"}}
+        response = await client.post("/v1/sessions", json=big)
+        small = await client.post("/v1/probe", json={"config": SH_CONFIG})
+    assert response.status_code == 413
+    assert response.json()["error"] == "payload_too_large"
+    assert "1024" in response.json()["message"]
+    assert small.status_code == 200
+
+
+async def test_cors_wildcard_on_every_answer_including_errors(runnerd) -> None:
+    origin = {"origin": "https://anywhere.example"}
+    async with runnerd.client() as client:
+        ok = await client.get("/v1/health", headers=origin)
+        error = await client.get("/v1/sessions/doesnotexist", headers=origin)
+        preflight = await client.options(
+            "/v1/sessions",
+            headers={
+                **origin,
+                "access-control-request-method": "POST",
+                "access-control-request-headers": "content-type, x-telo-accepted-terms",
+            },
+        )
+    assert ok.headers["access-control-allow-origin"] == "*"
+    assert error.status_code == 404
+    assert error.headers["access-control-allow-origin"] == "*"
+    assert preflight.status_code in (200, 204)
+    assert preflight.headers["access-control-allow-origin"] == "*"
+    assert "POST" in preflight.headers["access-control-allow-methods"]
+    allowed_headers = preflight.headers["access-control-allow-headers"].lower()
+    assert "x-telo-accepted-terms" in allowed_headers and "content-type" in allowed_headers
+
+
+async def test_cors_allowlist_echoes_only_listed_origins(tmp_path: Path) -> None:
+    editor = "https://editor.example.com"
+    overrides = {"server": {"cors_origins": [editor]}}
+    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+        listed = await client.get("/v1/health", headers={"origin": editor})
+        other = await client.get("/v1/health", headers={"origin": "https://evil.example"})
+        none = await client.get("/v1/health")
+        error = await client.get("/v1/nope", headers={"origin": editor})
+        preflight = await client.options(
+            "/v1/sessions", headers={"origin": editor, "access-control-request-method": "POST"}
+        )
+    assert listed.headers["access-control-allow-origin"] == editor
+    assert "origin" in listed.headers["vary"].lower()
+    assert "access-control-allow-origin" not in other.headers
+    assert "access-control-allow-origin" not in none.headers
+    assert error.headers["access-control-allow-origin"] == editor
+    assert preflight.headers["access-control-allow-origin"] == editor
