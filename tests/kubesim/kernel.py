@@ -1,0 +1,239 @@
+"""A stand-in `telo` kernel for the simulated cluster (stdlib only; run as a program).
+
+Usage, as the session pod runs it:
+    telo run ENTRY [--inspect HOST:PORT] [--no-open] [--no-cache-write]
+
+ENTRY is a script of directives, one per line (`#` starts a comment line,
+blank lines are skipped); the whole file is checked before anything runs, and
+an unknown directive exits 2 naming the file and line:
+
+    print TEXT        write TEXT and a newline to stdout
+    stderr TEXT       write TEXT and a newline to stderr
+    env NAME          print `NAME=value` (empty when unset)
+    pwd               print the working directory
+    size              print the terminal size as `size COLSxROWS`
+    echo [PREFIX]     read stdin lines and print PREFIX+line each, until EOF or `quit`
+    listen PORT [BODY]  serve HTTP on the pod IP: every GET answers 200 BODY (default `ok`)
+    event NAME [JSON] publish `{"kind":"event","event":NAME,"data":JSON}` on the inspect stream
+    write PATH TEXT   write TEXT to PATH (relative to the working directory)
+    sleep SECONDS     pause
+    wait              block until a signal ends the process
+    exit CODE         exit now with CODE (the end of the script exits 0)
+
+On SIGWINCH it prints `resize COLSxROWS`. `--inspect HOST:PORT` serves the
+debug stream at `GET /events` (Server-Sent Events, `data: JSON` frames, every
+frame since start replayed to each new client): `{"kind":"event",...}` for
+kernel events and directives' `event`, `{"kind":"log","stream":...,"text":...}`
+for each line printed. A host of `0.0.0.0` binds the pod's own address
+(`$POD_IP`), as each pod has its own network namespace in a real cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+USAGE = "usage: telo run ENTRY [--inspect HOST:PORT] [--no-open] [--no-cache-write]"
+VERSION = "telo 0.0.0-kubesim"
+DIRECTIVES = {
+    "print", "stderr", "env", "pwd", "size", "echo", "listen", "event",
+    "write", "sleep", "wait", "exit",
+}
+
+
+class DebugStream:
+    """Every frame since start, and the condition live SSE clients wait on."""
+
+    def __init__(self) -> None:
+        self.frames: list[dict[str, Any]] = []
+        self.changed = threading.Condition()
+
+    def publish(self, frame: dict[str, Any]) -> None:
+        with self.changed:
+            self.frames.append(frame)
+            self.changed.notify_all()
+
+    def after(self, sent: int, timeout_s: float) -> list[dict[str, Any]]:
+        """Frames past the first `sent`, waiting up to `timeout_s` for one."""
+        with self.changed:
+            self.changed.wait_for(lambda: len(self.frames) > sent, timeout=timeout_s)
+            return self.frames[sent:]
+
+
+DEBUG = DebugStream()
+
+
+def say(text: str, *, stream: str = "stdout") -> None:
+    out = sys.stdout if stream == "stdout" else sys.stderr
+    out.write(text + "\n")
+    out.flush()
+    DEBUG.publish({"kind": "log", "stream": stream, "text": text})
+
+
+def terminal_size() -> str:
+    try:
+        cols, rows = os.get_terminal_size(sys.stdout.fileno())
+    except OSError:
+        return "0x0"
+    return f"{cols}x{rows}"
+
+
+def bind_host(host: str) -> str:
+    return os.environ.get("POD_IP", host) if host in ("0.0.0.0", "") else host
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    address_family = socket.AF_INET
+
+
+def serve(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> None:
+    server = _Server((bind_host(host), port), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def body_handler(body: bytes) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+class EventsHandler(BaseHTTPRequestHandler):
+    """`GET /events`: the SSE debug stream; anything else is 404."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] != "/events":
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        sent = 0
+        try:
+            while True:
+                batch = DEBUG.after(sent, 15)
+                sent += len(batch)
+                chunk = b"".join(f"data: {json.dumps(f)}\n\n".encode() for f in batch)
+                self.wfile.write(chunk or b": heartbeat\n\n")
+                self.wfile.flush()
+        except OSError:
+            return
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def parse_script(path: Path) -> list[tuple[int, str, str]]:
+    """(line number, directive, rest) for each directive; SystemExit(2) on an unknown one."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SystemExit(f"telo: cannot read {path}: {exc.strerror}") from None
+    steps = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        verb, _, rest = line.partition(" ")
+        if verb not in DIRECTIVES:
+            print(f"telo: {path}:{number}: unknown directive {verb!r}", file=sys.stderr)
+            raise SystemExit(2)
+        steps.append((number, verb, rest.strip()))
+    return steps
+
+
+def run_step(verb: str, rest: str) -> None:
+    if verb == "print":
+        say(rest)
+    elif verb == "stderr":
+        say(rest, stream="stderr")
+    elif verb == "env":
+        say(f"{rest}={os.environ.get(rest, '')}")
+    elif verb == "pwd":
+        say(os.getcwd())
+    elif verb == "size":
+        say(f"size {terminal_size()}")
+    elif verb == "echo":
+        for raw in iter(sys.stdin.buffer.readline, b""):
+            line = raw.decode(errors="replace").rstrip("\r\n")
+            if line == "quit":
+                break
+            say(f"{rest}{line}")
+    elif verb == "listen":
+        port, _, body = rest.partition(" ")
+        serve("0.0.0.0", int(port), body_handler((body or "ok").encode()))
+    elif verb == "event":
+        name, _, data = rest.partition(" ")
+        DEBUG.publish({"kind": "event", "event": name, "data": json.loads(data or "null")})
+    elif verb == "write":
+        target, _, text = rest.partition(" ")
+        Path(target).write_text(text + "\n")
+    elif verb == "sleep":
+        time.sleep(float(rest))
+    elif verb == "wait":
+        while True:
+            signal.pause()
+    elif verb == "exit":
+        raise SystemExit(int(rest or "0"))
+
+
+def parse_args(argv: list[str]) -> tuple[Path, tuple[str, int] | None]:
+    if argv[:1] in (["--help"], ["-h"]):
+        print(USAGE)
+        raise SystemExit(0)
+    if argv[:1] == ["--version"]:
+        print(VERSION)
+        raise SystemExit(0)
+    if argv[:1] != ["run"] or len(argv) < 2:
+        print(USAGE, file=sys.stderr)
+        raise SystemExit(2)
+    entry, inspect, rest = Path(argv[1]), None, iter(argv[2:])
+    for arg in rest:
+        if arg == "--inspect":
+            host, _, port = next(rest, "").rpartition(":")
+            if not port.isdigit():
+                raise SystemExit("telo: --inspect needs HOST:PORT")
+            inspect = (host, int(port))
+        elif arg not in ("--no-open", "--no-cache-write"):
+            print(f"telo: unknown option {arg!r}\n{USAGE}", file=sys.stderr)
+            raise SystemExit(2)
+    return entry, inspect
+
+
+def main(argv: list[str]) -> int:
+    entry, inspect = parse_args(argv)
+    steps = parse_script(entry)
+    # os.write, not say(): a handler re-entering sys.stdout's buffer raises RuntimeError.
+    signal.signal(signal.SIGWINCH, lambda *_: os.write(1, f"resize {terminal_size()}\n".encode()))
+    if inspect is not None:
+        serve(inspect[0], inspect[1], EventsHandler)
+    DEBUG.publish({"kind": "event", "event": "kernel.started", "data": {"entry": str(entry)}})
+    for _number, verb, rest in steps:
+        run_step(verb, rest)
+    DEBUG.publish({"kind": "event", "event": "kernel.exited", "data": {"code": 0}})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
