@@ -1,0 +1,1 @@
+"""Unit tests of the pure core: no sockets, no processes, no clock."""
