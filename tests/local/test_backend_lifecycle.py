@@ -1,0 +1,200 @@
+"""LocalBackend stop, process-group and cleanup guarantees: nothing outlives a session."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import trio
+
+from runnerd.backend import Exited
+from runnerd.local import LocalBackend
+
+from .recording import RecordingSink, start_session
+from .specs import bundle_spec
+
+
+def is_gone(pid: int) -> bool:
+    """No such process, or only a zombie waiting for its (init) parent."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+async def wait_gone(pid: int) -> None:
+    """Return once `pid` has exited (a pidfd turns readable then, child or not)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        await trio.lowlevel.wait_readable(pidfd)
+    finally:
+        trio.lowlevel.notify_closing(pidfd)
+        os.close(pidfd)
+
+
+async def test_stop_sends_sigterm_then_sigkill_after_grace(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    marker = tmp_path / "marker"
+    sink = RecordingSink()
+    spec = bundle_spec(
+        "python",
+        """
+        import os, signal, time
+        def on_term(signum, frame):
+            with open(os.environ["MARKER"], "w") as f:
+                f.write("TERM")
+        signal.signal(signal.SIGTERM, on_term)
+        print("trapped", flush=True)
+        while True:
+            time.sleep(1)
+        """,
+        env={"MARKER": str(marker)},
+    )
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            await sink.wait_output(b"trapped")
+            pid = session.handle.pid
+            started = trio.current_time()
+            session.scope.cancel()
+            await session.result()
+            elapsed = trio.current_time() - started
+    assert marker.read_text() == "TERM"
+    assert 0.5 <= elapsed < 1.5  # stop_grace_s is 0.5: TERM ignored, then KILL
+    await wait_gone(pid)
+
+
+async def test_stop_of_cooperative_program_does_not_wait_for_grace(
+    backend: LocalBackend,
+) -> None:
+    sink = RecordingSink()
+    spec = bundle_spec("sh", "echo up\nexec sleep 1000\n")
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            await sink.wait_output(b"up")
+            started = trio.current_time()
+            session.scope.cancel()
+            await session.result()
+            assert trio.current_time() - started < 0.4
+
+
+async def test_stop_kills_grandchildren_in_the_process_group(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    sink = RecordingSink()
+    spec = bundle_spec(
+        "sh",
+        'trap "" TERM\nsleep 1000 &\necho $! > "$PIDFILE"\necho spawned\nwait\n',
+        env={"PIDFILE": str(pidfile)},
+    )
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            await sink.wait_output(b"spawned")
+            grandchild = int(pidfile.read_text())
+            assert not is_gone(grandchild)
+            session.scope.cancel()
+            await session.result()
+        await wait_gone(grandchild)
+
+
+async def test_exit_kills_background_children_left_behind(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    sink = RecordingSink()
+    # nohup: the child ignores the SIGHUP the kernel sends when the leader exits.
+    spec = bundle_spec(
+        "sh",
+        'nohup sleep 1000 >/dev/null 2>&1 &\necho $! > "$PIDFILE"\nexit 5\n',
+        env={"PIDFILE": str(pidfile)},
+    )
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            assert await session.result() == Exited(5)
+        await wait_gone(int(pidfile.read_text()))
+
+
+async def test_environment_is_session_env_plus_plumbing_only(
+    backend: LocalBackend, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RUNNERD_DAEMON_ONLY", "leaked")
+    sink = RecordingSink()
+    spec = bundle_spec(
+        "python",
+        """
+        import os
+        for key in sorted(os.environ):
+            print(f"{key}={os.environ[key]}")
+        print("cwd=" + os.getcwd())
+        """,
+        env={"GREETING": "hi there"},
+    )
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            assert await session.result() == Exited(0)
+    lines = sink.out.decode().split("\r\n")
+    env = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("cwd="))
+    work = str(workdir / spec.session_id / "work")
+    # LC_CTYPE is set by the interpreter itself (PEP 538 locale coercion).
+    env.pop("LC_CTYPE", None)
+    assert env == {
+        "GREETING": "hi there",
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": work,
+        "TERM": "xterm-256color",
+        "LANG": "C.UTF-8",
+    }
+    assert f"cwd={work}" in lines
+
+
+async def test_bundle_is_written_private_with_its_layout(
+    backend: LocalBackend, workdir: Path
+) -> None:
+    sink = RecordingSink()
+    spec = bundle_spec(
+        "sh",
+        'cat "$(dirname "$0")/../lib/data.txt"\necho\necho "entry=$0"\nread line\n',
+        entry="bin/run.sh",
+        extra_files={"lib/data.txt": "payload ✓", "README": "docs"},
+    )
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            await sink.wait_output(b"entry=")
+            root = workdir / spec.session_id
+            app = root / "app"
+            for directory in (root, app, app / "bin", app / "lib", root / "work"):
+                assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+            for file in (app / "bin/run.sh", app / "lib/data.txt", app / "README"):
+                assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
+            assert (app / "lib/data.txt").read_text(encoding="utf-8") == "payload ✓"
+            assert list((root / "work").iterdir()) == []
+            session.handle.write(b"\n")
+            assert await session.result() == Exited(0)
+    assert "payload ✓" in sink.out.decode()
+    assert f"entry={app / 'bin/run.sh'}".encode() in sink.out
+    assert not root.exists()
+
+
+async def test_session_dir_is_deleted_even_with_readonly_leftovers(
+    backend: LocalBackend, workdir: Path
+) -> None:
+    sink = RecordingSink()
+    spec = bundle_spec("sh", "mkdir -p keep/inner\ntouch keep/inner/f\nchmod 500 keep/inner keep\n")
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            assert await session.result() == Exited(0)
+    assert not (workdir / spec.session_id).exists()

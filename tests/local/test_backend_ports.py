@@ -1,0 +1,109 @@
+"""LocalBackend endpoints, reachability of declared ports, and the inspect relay."""
+
+from __future__ import annotations
+
+import socket
+
+import trio
+
+from runnerd.contract import PortMapping
+from runnerd.local import LocalBackend
+
+from .recording import RecordingSink, start_session
+from .specs import bundle_spec
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def test_running_lists_endpoints_and_reports_tcp_reachability(
+    backend: LocalBackend,
+) -> None:
+    tcp, udp = free_port(), free_port()
+    sink = RecordingSink()
+    spec = bundle_spec(
+        "python",
+        f"""
+        import socket, sys
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", {tcp}))
+        sock.listen()
+        print("listening", flush=True)
+        sys.stdin.readline()
+        """,
+        ports=(PortMapping(port=tcp, protocol="tcp"), PortMapping(port=udp, protocol="udp")),
+    )
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            assert sink.statuses == [
+                {
+                    "kind": "running",
+                    "endpoints": [
+                        {"host": "", "port": tcp, "protocol": "tcp"},
+                        {"host": "", "port": udp, "protocol": "udp"},
+                    ],
+                }
+            ]
+            await sink.wait_for(lambda: (tcp, "reachable") in sink.reachability_calls)
+            session.handle.write(b"\n")
+            await session.result()
+    assert sink.reachability_calls[0] == (tcp, "checking")
+    assert sink.reachability_calls[-1] == (tcp, "reachable")
+    assert all(port == tcp for port, _ in sink.reachability_calls)
+
+
+DEBUG_SERVER = """
+import http.server, json, sys, time
+port = int(sys.argv[sys.argv.index("--inspect-port") + 1])
+
+class Events(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path != "/events":
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+        for frame in ({"kind": "event", "name": "boot"}, {"kind": "log", "line": "hi"}):
+            self.wfile.write(("data: " + json.dumps(frame) + "\\n\\n").encode())
+        self.wfile.flush()
+        time.sleep(1000)
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.HTTPServer(("127.0.0.1", port), Events)
+print("debug server on", port, flush=True)
+server.serve_forever()
+"""
+
+
+async def test_inspect_passes_a_port_and_relays_the_debug_stream(backend: LocalBackend) -> None:
+    sink = RecordingSink()
+    spec = bundle_spec("python", DEBUG_SERVER, inspect=True)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            (status,) = sink.statuses
+            url = status["inspectUrl"]
+            assert url.startswith("http://127.0.0.1:")
+            await sink.wait_output(f"debug server on {url.rsplit(':', 1)[1]}".encode())
+            await sink.wait_for(lambda: len(sink.frames) == 2)
+            session.scope.cancel()
+    assert sink.frames == [{"kind": "event", "name": "boot"}, {"kind": "log", "line": "hi"}]
+
+
+async def test_no_inspect_url_without_inspect(backend: LocalBackend) -> None:
+    sink = RecordingSink()
+    spec = bundle_spec("python", "import sys; print(sys.argv[1:])")
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            await session.result()
+    assert sink.statuses == [{"kind": "running"}]
+    assert b"[]" in sink.out
