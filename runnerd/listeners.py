@@ -97,11 +97,7 @@ def close_listeners(listeners: list[Listener]) -> None:
             with contextlib.suppress(OSError):
                 listener.path.unlink()
         if listener.lock_fd is not None and listener.path is not None:
-            # Unlink while still holding the lock: a racer that opened the old
-            # file then fails the inode check in `_lock` and retries.
-            with contextlib.suppress(OSError):
-                _lock_path(listener.path).unlink()
-            os.close(listener.lock_fd)
+            _release(listener.path, listener.lock_fd)
             listener.lock_fd = None
 
 
@@ -198,13 +194,20 @@ def _bind_unix(entry: str, path: Path, socket_mode: int) -> Listener:
                 raise ListenError(f"server.listen: {entry}: {path} exists and is not a socket")
             path.unlink()  # stale: its owner is gone, we hold the lock
         sock = _bind_unix_socket(path, socket_mode)
-    except OSError as exc:
-        os.close(lock_fd)
-        raise ListenError(f"server.listen: {entry}: {exc.strerror or exc}") from exc
-    except BaseException:
-        os.close(lock_fd)
+    except BaseException as exc:
+        _release(path, lock_fd)
+        if isinstance(exc, OSError):
+            raise ListenError(f"server.listen: {entry}: {exc.strerror or exc}") from exc
         raise
     return Listener(entry, sock, path=path, lock_fd=lock_fd)
+
+
+def _release(path: Path, lock_fd: int) -> None:
+    """Remove the lock file, then drop the lock. Unlinking while still
+    holding it is what makes the inode check in `_lock` sound."""
+    with contextlib.suppress(OSError):
+        _lock_path(path).unlink()
+    os.close(lock_fd)
 
 
 def _bind_unix_socket(path: Path, socket_mode: int) -> socket.socket:

@@ -21,6 +21,7 @@ Owned by the daemon tests, used by every end-to-end test. Import from here:
   `write_config(overrides)` (rewrites the config file from the same base).
 - `open_ws(socket_path, resource)`: a trio-websocket connection over the
   UNIX socket; a rejection raises `ConnectionRejected` (never a group).
+- `session_body(script, image="sh")`: a `POST /v1/sessions` body.
 - `iter_sse(response)`: parsed `SseFrame(id, event, data, comments)` from an
   httpx streaming response.
 - `build_config` / `dump_toml`: the config text, for tests that write their
@@ -257,16 +258,18 @@ async def start_daemon(
     env: Mapping[str, str] | None = None,
     command: list[str] | None = None,
     pass_fds: tuple[int, ...] = (),
+    socket_path: Path | None = None,
     ready_timeout_s: float = READY_TIMEOUT_S,
 ) -> AsyncIterator[Daemon]:
     """Run runnerd on a temp config until the block ends (see module doc).
 
     `command` replaces the argv (the config path is appended as its last
-    argument), e.g. to wrap runnerd in `sh -c` for socket activation.
+    argument), e.g. to wrap runnerd for socket activation. `socket_path`
+    replaces the default `unix:` socket (and is what `client()` connects to).
     """
     sock_dir, remove_sock_dir = _short_base(tmp_path)
     try:
-        socket_path = sock_dir / "runnerd.sock"
+        socket_path = socket_path or sock_dir / "runnerd.sock"
         notify_path = sock_dir / "notify.sock"
         workdir = tmp_path / "sessions"
         workdir.mkdir(exist_ok=True)
@@ -360,6 +363,20 @@ async def run_runnerd(
 
 
 # ---------------------------------------------------------------- clients
+
+
+def session_body(
+    script: str, *, image: str = "sh", entry: str = "main.sh", env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A `POST /v1/sessions` body running `script` as the bundle's entry."""
+    return {
+        "env": dict(env or {}),
+        "bundle": {
+            "entryRelativePath": entry,
+            "files": [{"relativePath": entry, "contents": script}],
+        },
+        "config": {"image": image, "pullPolicy": "missing"},
+    }
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,80 @@
+"""`runnerd serve`: listeners, socket mode, locking, startup log."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import stat
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runnerd import __version__
+from tests.harness import Daemon, DaemonExited, run_runnerd, start_daemon
+
+
+def listing(directory: Path) -> set[str]:
+    return set(os.listdir(directory))
+
+
+async def test_serve_answers_health_over_the_unix_socket(runnerd: Daemon) -> None:
+    async with runnerd.client() as client:
+        response = await client.get("/v1/health")
+    assert response.status_code == 200
+    assert response.json() == {"ok": True, "version": __version__}
+
+
+async def test_serve_applies_socket_mode_to_the_unix_socket(tmp_path: Path) -> None:
+    async with start_daemon(tmp_path, {"server": {"socket_mode": "0640"}}) as daemon:
+        mode = os.stat(daemon.socket_path).st_mode
+        assert stat.S_ISSOCK(mode)
+        assert stat.S_IMODE(mode) == 0o640
+
+
+async def test_serve_logs_bound_addresses_including_a_tcp_port(tmp_path: Path) -> None:
+    async with start_daemon(
+        tmp_path, {"server": {"listen": ["tcp:127.0.0.1:0"]}}, socket_path=tmp_path / "unused.sock"
+    ) as daemon:
+        await daemon.wait_for_stderr("serving")
+        match = re.search(r"tcp:127\.0\.0\.1:(\d+)", daemon.stderr_text())
+        assert match, daemon.stderr_text()
+        port = int(match.group(1))
+        assert port != 0
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            response = await client.get("/v1/health")
+        assert response.json()["ok"] is True
+
+
+async def test_serve_refuses_a_second_instance_on_the_same_socket(runnerd: Daemon) -> None:
+    inode = os.stat(runnerd.socket_path).st_ino
+    second = await run_runnerd("serve", "--config", str(runnerd.config_path))
+    stderr = second.stderr.decode()
+    assert second.returncode == 2, stderr
+    assert "another runnerd" in stderr and str(runnerd.socket_path) in stderr
+    # The first instance keeps its socket and keeps serving.
+    assert os.stat(runnerd.socket_path).st_ino == inode
+    async with runnerd.client() as client:
+        assert (await client.get("/v1/health")).status_code == 200
+
+
+async def test_serve_replaces_a_stale_socket_file(tmp_path: Path) -> None:
+    stale = tmp_path / "runnerd.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as leftover:
+        leftover.bind(str(stale))  # the file outlives its (now closed) socket
+    async with start_daemon(tmp_path, socket_path=stale) as daemon:
+        async with daemon.client() as client:
+            assert (await client.get("/v1/health")).status_code == 200
+
+
+async def test_serve_refuses_a_socket_path_that_is_a_regular_file(tmp_path: Path) -> None:
+    path = tmp_path / "runnerd.sock"
+    path.write_text("not a socket")
+    with pytest.raises(DaemonExited) as exited:
+        async with start_daemon(tmp_path, socket_path=path):
+            pass
+    assert exited.value.code == 2
+    assert f"{path} exists and is not a socket" in exited.value.stderr
+    assert path.read_text() == "not a socket"
+    assert "runnerd.sock.lock" not in listing(tmp_path)
