@@ -327,7 +327,8 @@ class SessionRegistry:
         expired = [
             r.id
             for r in self._records.values()
-            if r.exited_at is not None and now - r.exited_at >= self.exit_ttl_s
+            # The same sum as `next_expiry`, so a timer set from it always finds work.
+            if r.exited_at is not None and r.exited_at + self.exit_ttl_s <= now
         ]
         for session_id in expired:
             del self._records[session_id]

@@ -1,0 +1,553 @@
+"""The session manager: every session as a task tree under one nursery.
+
+Owns the IO side of sessions: the sessions nursery (started by the daemon),
+one cancel scope and workload nursery per session, the terminal-status
+decision, user stops, shutdown, exit-TTL expiry, and the wake-ups stream
+readers wait on. The state itself (status, rings, capacity) is the pure
+`runnerd.registry`; the workload is the `Backend`'s.
+
+How a session runs: `start()` registers it (`starting`, event 1) and starts
+its task at once, so the 201 goes out before the backend does anything. The
+task opens a cancel scope (a user stop cancels it), a TTL deadline
+(`spec.limits.ttl_s`), and a workload nursery in which
+`nursery.start(backend.run, spec, sink)` returns the `WorkloadHandle` for
+stdin and resizes. Whatever ends it becomes exactly one terminal status:
+
+    outcome Exited(code)         -> exited {code}
+    outcome Failed(message)      -> failed message
+    user stop (any time)         -> stopped (never failed)
+    spec.limits.ttl_s elapsed    -> failed "ttl: session exceeded its time limit of N s"
+    StartError(stage, message)   -> failed "<stage>: <message>"
+    anything else                -> failed "internal: ..." (traceback to the log only)
+
+A failing session never takes down the manager or another session: every
+exception (ExceptionGroups too) is classified inside the session's own task.
+
+PTY output decision: the backend's `output(bytes)` goes to the session's
+`ByteRing` only (the WebSocket PTY channel); it is NOT also emitted as
+`stdout` SSE events. The Telo runner does the same for its `tty` stream
+(`stdout`/`stderr` events are for non-PTY streams, which no runnerd backend
+has), doubling every byte into the event ring would halve the replay that
+fits in `replay_buffer_bytes`, and the contract already drops debug log
+frames because "the same bytes already arrive on the PTY channel".
+
+Readers (SSE, WebSocket): read `ring.since(cursor)`, send, then
+`await session.wait_change()` with no checkpoint between the read and the
+call. `wait_change` parks the caller before anything else can run, and
+every append or status change wakes all parked readers, so nothing is lost
+or delivered twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from runnerd.backend import Backend, Exited, Failed, Outcome, RunSpec, StartError, WorkloadHandle
+from runnerd.contract import (
+    Reachability,
+    RunPhase,
+    RunStatus,
+    debug_event,
+    exited,
+    failed,
+    is_event_frame,
+    is_terminal,
+    progress_event,
+    reachability_event,
+    stopped,
+)
+from runnerd.registry import ByteRing, EventRing, RegistryFull, SessionRecord, SessionRegistry
+
+__all__ = ["ManagerClosed", "RegistryFull", "Session", "SessionManager", "StopFailed"]
+
+log = logging.getLogger("runnerd.sessions")
+
+# At most one resize per this interval reaches the workload; the latest wins.
+RESIZE_INTERVAL_S = 0.05
+# Resize values are capped here whatever the caller sends (contract: ≤ 10000).
+MAX_TERMINAL_SIZE = 10_000
+# Stdin held between a backend's `running` and its handle reaching the session.
+EARLY_STDIN_BYTES = 64 * 1024
+
+
+class StopFailed(Exception):
+    """The session did not reach a terminal status within the stop timeout."""
+
+    def __init__(self, session_id: str, timeout_s: float) -> None:
+        super().__init__(f"session {session_id} did not stop within {timeout_s:g} s")
+        self.session_id = session_id
+        self.timeout_s = timeout_s
+
+
+class ManagerClosed(RuntimeError):
+    """`start()` outside `run()`, or after `stop_all()` began."""
+
+
+class Session:
+    """One session as the HTTP side sees it: state, rings, stdin, resize, wake-ups.
+
+    Stdin and resizes go to the live workload's handle; both are safe to call
+    at any time (stdin is dropped before the workload exists and after it
+    ends; the latest resize before it exists is applied when it does).
+    """
+
+    def __init__(self, record: SessionRecord, spec: RunSpec, wall_clock: Callable[[], float]):
+        self.spec = spec
+        self._record = record
+        self._wall_clock = wall_clock
+        self._changed = trio.Event()
+        self._done = trio.Event()
+        self._stop_scope: trio.CancelScope | None = None
+        self._handle: WorkloadHandle | None = None
+        self._nursery: trio.Nursery | None = None  # workload nursery (resize flushes)
+        self._pending_size: tuple[int, int] | None = None
+        self._last_resize_at = -math.inf
+        self._flush_scheduled = False
+        self._early_stdin: list[bytes] = []
+        self._early_stdin_bytes = 0
+
+    # -- state -------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self._record.id
+
+    @property
+    def created_at(self) -> str:
+        """ISO-8601 UTC, e.g. `2026-11-29T16:00:00.123Z`."""
+        return self._record.created_at_iso
+
+    @property
+    def exited_at(self) -> str | None:
+        """ISO-8601 UTC of the terminal transition, None while live."""
+        return self._record.exited_at_iso
+
+    @property
+    def status(self) -> RunStatus:
+        return self._record.status
+
+    @property
+    def is_terminal(self) -> bool:
+        return self._record.is_terminal
+
+    @property
+    def user_stopped(self) -> bool:
+        return self._record.user_stopped
+
+    @property
+    def events(self) -> EventRing:
+        return self._record.events
+
+    @property
+    def pty(self) -> ByteRing:
+        return self._record.pty
+
+    async def wait_change(self) -> None:
+        """Return after the next event, PTY chunk or status change.
+
+        Returns at once when the session is already terminal (nothing will
+        change again), so a reader must end its loop on a terminal status.
+        The caller is parked before any other task runs, so a change made
+        after the caller's last `since()` always wakes it.
+        """
+        if self._record.is_terminal:
+            await trio.lowlevel.checkpoint()
+            return
+        await self._changed.wait()
+
+    async def wait_terminal(self) -> None:
+        """Return once the session's task has ended (status terminal, workload gone)."""
+        await self._done.wait()
+
+    def _notify(self) -> None:
+        # Swap only when someone waits: a busy PTY would otherwise build one
+        # Event per read for nobody.
+        if self._changed.statistics().tasks_waiting:
+            self._changed.set()
+            self._changed = trio.Event()
+
+    def _set_status(self, status: RunStatus) -> bool:
+        changed = self._record.set_status(status, self._wall_clock())
+        if changed:
+            self._notify()
+        return changed
+
+    # -- terminal ----------------------------------------------------------
+
+    def write_stdin(self, data: bytes) -> None:
+        """Send bytes to the workload's stdin; dropped before it exists and after it ends.
+
+        A backend may report `running` a moment before its handle reaches the
+        session; bytes a client sends in that window (it has seen `running`,
+        so the workload exists) are held, up to `EARLY_STDIN_BYTES`, and
+        written on attach rather than lost.
+        """
+        if not data or self.is_terminal:
+            return
+        if self._handle is not None:
+            self._handle.write(data)
+        elif self.status["kind"] == "running" and self._early_stdin_bytes < EARLY_STDIN_BYTES:
+            self._early_stdin.append(data)
+            self._early_stdin_bytes += len(data)
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Resize the workload's terminal, coalesced: at most one resize per
+        `RESIZE_INTERVAL_S` reaches it, and the latest size wins."""
+        if cols < 1 or rows < 1 or self.is_terminal:
+            return
+        self._pending_size = (min(cols, MAX_TERMINAL_SIZE), min(rows, MAX_TERMINAL_SIZE))
+        if self._handle is None or self._nursery is None or self._flush_scheduled:
+            return  # applied on attach, or by the flush already scheduled
+        due = self._last_resize_at + RESIZE_INTERVAL_S
+        if trio.current_time() >= due:
+            self._apply_resize()
+        else:
+            self._flush_scheduled = True
+            self._nursery.start_soon(self._flush_resize, due)
+
+    async def _flush_resize(self, due: float) -> None:
+        await trio.sleep_until(due)
+        self._flush_scheduled = False
+        self._apply_resize()
+
+    def _apply_resize(self) -> None:
+        size, self._pending_size = self._pending_size, None
+        if size is None or self._handle is None:
+            return
+        self._last_resize_at = trio.current_time()
+        try:
+            self._handle.resize(*size)
+        except Exception:  # the handle promises not to raise; a bug must not kill a route
+            log.exception("%s resize failed", self.id, extra={"session_id": self.id})
+
+    def _attach(self, handle: WorkloadHandle, nursery: trio.Nursery) -> None:
+        self._handle, self._nursery = handle, nursery
+        early, self._early_stdin = self._early_stdin, []
+        for data in early:
+            handle.write(data)
+        if self._pending_size is not None:
+            self.resize(*self._pending_size)
+
+    def _detach(self) -> None:
+        self._handle, self._nursery = None, None
+
+    # -- stop --------------------------------------------------------------
+
+    def _request_stop(self) -> None:
+        """Mark user-stopped and cancel the session's scope (or, before the
+        task has opened it, make the task cancel it on entry)."""
+        if self.is_terminal:
+            return
+        self._record.user_stopped = True
+        if self._stop_scope is not None:
+            self._stop_scope.cancel()
+
+
+class _SessionSink:
+    """The `Sink` a backend reports through: synchronous, never raises, and a
+    no-op once the session is terminal (the record enforces that)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._record = session._record
+
+    def status(self, status: RunStatus) -> None:
+        if is_terminal(status):
+            # Terminal statuses are the manager's to decide (from the outcome).
+            log.warning(
+                "%s backend reported terminal status %s; ignored",
+                self._session.id,
+                status["kind"],
+                extra={"session_id": self._session.id},
+            )
+            return
+        self._session._set_status(status)
+
+    def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
+        if self._record.emit(progress_event(phase, message, done)) is not None:
+            self._session._notify()
+
+    def output(self, data: bytes) -> None:
+        if self._record.output(data) is not None:
+            self._session._notify()
+
+    def reachability(self, port: int, state: Reachability) -> None:
+        if self._record.emit(reachability_event(port, state)) is not None:
+            self._session._notify()
+
+    def debug(self, frame: dict[str, Any]) -> None:
+        if is_event_frame(frame) and self._record.emit(debug_event(frame)) is not None:
+            self._session._notify()
+
+
+def format_ttl_failure(ttl_s: float) -> str:
+    return f"ttl: session exceeded its time limit of {ttl_s:g} s"
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    leaves: list[BaseException] = []
+    for exc in group.exceptions:
+        leaves.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return leaves
+
+
+class SessionManager:
+    """Starts, tracks, stops and expires sessions. See the module docstring.
+
+    Resource handling: every session task runs in the nursery `run()` owns;
+    cancelling `run()` cancels every session (each backend tears its
+    workload down before the cancellation propagates). Call `stop_all()`
+    first for an orderly shutdown that records `stopped` for each.
+
+    Error handling: nothing a backend does escapes its session's task;
+    `start()` raises only `RegistryFull` (and `ManagerClosed`), `stop()` only
+    `StopFailed`.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        max_sessions: int,
+        exit_ttl_s: float,
+        replay_buffer_bytes: int,
+        stop_timeout_s: float = 10.0,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`stop_timeout_s` bounds how long `stop()` waits for a session to end
+        (the backend's own stop grace plus headroom). `wall_clock` gives epoch
+        seconds for timestamps and exit-TTL expiry (injectable for tests)."""
+        self._backend = backend
+        self._registry = SessionRegistry(max_sessions, exit_ttl_s)
+        self._replay_buffer_bytes = replay_buffer_bytes
+        self._stop_timeout_s = stop_timeout_s
+        self._wall_clock = wall_clock
+        self._sessions: dict[str, Session] = {}
+        self._nursery: trio.Nursery | None = None
+        self._closing = False
+        self._expiry_wakeup = trio.Event()
+
+    @property
+    def live_count(self) -> int:
+        return self._registry.live_count
+
+    def sessions(self) -> list[Session]:
+        """Every registered session (live and retained), oldest first."""
+        return list(self._sessions.values())
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the sessions nursery and the exit-TTL expiry loop until cancelled."""
+        if self._nursery is not None:
+            raise RuntimeError("SessionManager.run is already running")
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._closing = False
+                nursery.start_soon(self._run_expiry)
+                task_status.started()
+        finally:
+            self._nursery = None
+
+    def start(self, spec: RunSpec) -> Session:
+        """Register a session for `spec` and start it; return at once.
+
+        The session is `starting` (event 1) when this returns; everything
+        after that arrives on its event stream.
+
+        Raises:
+            RegistryFull: every slot is held by a live session (nothing changed).
+            ManagerClosed: `run()` is not running, or shutdown has begun.
+        """
+        if self._nursery is None or self._closing:
+            raise ManagerClosed("the session manager is not accepting sessions")
+        now = self._wall_clock()
+        record = SessionRecord(spec.session_id, now, self._replay_buffer_bytes)
+        for evicted in self._registry.add(record, now):
+            self._sessions.pop(evicted, None)
+            log.info("%s evicted to make room", evicted, extra={"session_id": evicted})
+        session = Session(record, spec, self._wall_clock)
+        self._sessions[session.id] = session
+        log.info(
+            "%s starting image=%s app=%s",
+            session.id,
+            spec.image.image,
+            spec.app,
+            extra={"session_id": session.id},
+        )
+        self._nursery.start_soon(self._run_session, session, name=f"session {session.id}")
+        return session
+
+    def get(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    async def stop(self, session_id: str) -> None:
+        """User stop: mark the session user-stopped, cancel it, and return once
+        it is terminal (`stopped`, or whatever it had already ended as).
+
+        Idempotent; an unknown id is fine. A stop that lands while the workload
+        is still being created cancels the creation, which stops it.
+
+        Raises:
+            StopFailed: the session was not terminal within `stop_timeout_s`.
+        """
+        session = self._sessions.get(session_id)
+        if session is None:
+            return
+        if not session.is_terminal:
+            log.info("%s stop requested", session_id, extra={"session_id": session_id})
+            session._request_stop()
+        with trio.move_on_after(self._stop_timeout_s):
+            await session.wait_terminal()
+            return
+        raise StopFailed(session_id, self._stop_timeout_s)
+
+    async def stop_all(self) -> list[str]:
+        """Shutdown: refuse new sessions and stop every live one, concurrently.
+
+        Returns the ids that could not be stopped in time (logged; their tasks
+        are still running and end when `run()` is cancelled).
+        """
+        self._closing = True
+        stuck: list[str] = []
+
+        async def stop_one(session_id: str) -> None:
+            try:
+                await self.stop(session_id)
+            except StopFailed as exc:
+                log.error("%s %s", session_id, exc, extra={"session_id": session_id})
+                stuck.append(session_id)
+
+        async with trio.open_nursery() as nursery:
+            for session in list(self._sessions.values()):
+                if not session.is_terminal:
+                    nursery.start_soon(stop_one, session.id)
+        return stuck
+
+    def reconfigure(
+        self,
+        *,
+        max_sessions: int | None = None,
+        exit_ttl_s: float | None = None,
+        replay_buffer_bytes: int | None = None,
+    ) -> None:
+        """Change limits for what comes next; a smaller capacity never stops a
+        live session, and `replay_buffer_bytes` applies to new sessions."""
+        self._registry.reconfigure(max_sessions=max_sessions, exit_ttl_s=exit_ttl_s)
+        if replay_buffer_bytes is not None:
+            self._replay_buffer_bytes = replay_buffer_bytes
+        self._expiry_wakeup.set()
+
+    # -- one session -------------------------------------------------------
+
+    async def _run_session(self, session: Session) -> None:
+        try:
+            status = await self._drive(session)
+            session._set_status(status)
+            log.info(
+                "%s ended %s",
+                session.id,
+                status["kind"],
+                extra={"session_id": session.id, "status": status},
+            )
+        finally:
+            session._detach()
+            if not session.is_terminal:
+                # Only when `run()` itself is cancelled (shutdown past its
+                # budget): the workload is gone with the scope, so say so.
+                session._set_status(stopped())
+            session._done.set()
+            self._expiry_wakeup.set()
+
+    async def _drive(self, session: Session) -> RunStatus:
+        """Run the workload under the stop scope and TTL; return the terminal status."""
+        spec = session.spec
+        outcome: list[Outcome] = []
+        start_error: StartError | None = None
+        internal: BaseExceptionGroup[Exception] | None = None
+        with trio.CancelScope() as stop_scope:
+            session._stop_scope = stop_scope
+            if session.user_stopped:  # stopped before this task ran
+                stop_scope.cancel()
+            with trio.move_on_after(spec.limits.ttl_s) as ttl_scope:
+                try:
+                    await self._run_workload(session, _SessionSink(session), outcome)
+                except* StartError as group:
+                    first = _leaves(group)[0]
+                    assert isinstance(first, StartError)
+                    start_error = first
+                except* Exception as group:
+                    internal = group
+        session._stop_scope = None
+        if internal is not None:
+            log.error(
+                "%s session runner failed",
+                session.id,
+                exc_info=internal,
+                extra={"session_id": session.id},
+            )
+        if outcome:
+            return self._outcome_status(session, outcome[0])
+        if session.user_stopped:
+            return stopped()
+        if ttl_scope.cancelled_caught:
+            return failed(format_ttl_failure(spec.limits.ttl_s))
+        if start_error is not None:
+            log.info(
+                "%s start failed: %s",
+                session.id,
+                start_error,
+                exc_info=start_error.__cause__,
+                extra={"session_id": session.id},
+            )
+            return failed(f"{start_error.stage}: {start_error.message}")
+        return failed("internal: the session runner failed unexpectedly")
+
+    def _outcome_status(self, session: Session, outcome: Outcome) -> RunStatus:
+        if isinstance(outcome, Exited):
+            return exited(outcome.code)
+        if isinstance(outcome, Failed):
+            return failed(outcome.message)
+        log.error(
+            "%s backend returned %r, not an Outcome",
+            session.id,
+            type(outcome).__name__,
+            extra={"session_id": session.id},
+        )
+        return failed("internal: the backend returned no outcome")
+
+    async def _run_workload(
+        self, session: Session, sink: _SessionSink, outcome: list[Outcome]
+    ) -> None:
+        """Start the backend and wait for it; its outcome lands in `outcome`."""
+
+        async def run_backend(*, task_status: trio.TaskStatus[WorkloadHandle]) -> None:
+            outcome.append(await self._backend.run(session.spec, sink, task_status=task_status))
+            # Nothing outlives the workload: a pending resize flush goes with it.
+            nursery.cancel_scope.cancel()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                handle = await nursery.start(run_backend)
+                session._attach(handle, nursery)
+        finally:
+            session._detach()
+
+    # -- expiry ------------------------------------------------------------
+
+    async def _run_expiry(self) -> None:
+        """Drop terminal sessions `exit_ttl_s` after their exit, to the second."""
+        while True:
+            now = self._wall_clock()
+            for session_id in self._registry.expire(now):
+                self._sessions.pop(session_id, None)
+                log.info("%s expired", session_id, extra={"session_id": session_id})
+            due = self._registry.next_expiry()
+            self._expiry_wakeup = trio.Event()
+            with trio.move_on_after(math.inf if due is None else max(due - now, 0.0)):
+                await self._expiry_wakeup.wait()
