@@ -1,0 +1,73 @@
+"""Config errors exit 2 before anything listens; `check-config` masks secrets."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import DaemonExited, build_config, dump_toml, run_runnerd, start_daemon
+
+SECRET = "s3cr3t-catalog-value-9f2c"
+
+
+def listing(directory: Path) -> set[str]:
+    return set(os.listdir(directory))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"runner": {"max_sesions": 3}}, "runner.max_sesions"),
+        ({"runner": {"max_sessions": "x"}}, "runner.max_sessions: must be a positive integer"),
+        ({"terms": {"file": "missing-terms.md"}}, "terms.file"),
+        ({"runner": {"backend": "kubernetes"}}, "runner.backend"),
+    ],
+    ids=["unknown-key", "bad-type", "unreadable-terms", "kubernetes-not-built"],
+)
+async def test_serve_exits_2_on_config_error_before_listening(
+    tmp_path: Path, overrides: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(DaemonExited) as exited:
+        async with start_daemon(tmp_path, overrides):
+            pass
+    assert exited.value.code == 2
+    assert expected in exited.value.stderr
+    assert not {"runnerd.sock", "runnerd.sock.lock"} & listing(tmp_path)
+
+
+async def test_serve_names_the_missing_config_file(tmp_path: Path) -> None:
+    result = await run_runnerd("serve", "--config", str(tmp_path / "nope.toml"))
+    assert result.returncode == 2
+    assert "nope.toml" in result.stderr.decode()
+
+
+async def test_check_config_prints_effective_config_with_secrets_masked(tmp_path: Path) -> None:
+    config = tmp_path / "runnerd.toml"
+    data = build_config(
+        tmp_path,
+        tmp_path / "runnerd.sock",
+        {
+            "local": {"runtimes": {"demo": {"command": ["/bin/sh", "-c", "exec cat"]}}},
+            "apps": {"demo": {"image": "demo", "env": {"API_KEY": SECRET}}},
+        },
+    )
+    config.write_text(dump_toml(data))
+    result = await run_runnerd("check-config", "--config", str(config))
+    out = result.stdout.decode()
+    assert result.returncode == 0, result.stderr.decode()
+    assert "[apps.demo]" in out and "API_KEY" in out
+    assert SECRET not in out and SECRET not in result.stderr.decode()
+    assert "runnerd.sock" not in listing(tmp_path)  # validating never listens
+
+
+async def test_check_config_exits_2_naming_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "runnerd.toml"
+    data = build_config(tmp_path, tmp_path / "runnerd.sock", {"server": {"socket_mode": "rw"}})
+    config.write_text(dump_toml(data))
+    result = await run_runnerd("check-config", "--config", str(config))
+    assert result.returncode == 2
+    assert result.stdout == b""
+    assert "server.socket_mode" in result.stderr.decode()
