@@ -8,6 +8,7 @@ close reason). Every wait is bounded by `trio.fail_after`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
 from dataclasses import dataclass, field
@@ -79,6 +80,21 @@ async def wait_terminal(
     final = statuses(frames)[-1]
     assert final["kind"] in TERMINAL, frames
     return final
+
+
+async def wait_status(
+    client: httpx.AsyncClient, session_id: str, kind: str, timeout_s: float = 10.0
+) -> dict[str, Any]:
+    """Follow the session's SSE stream until a status of `kind` arrives."""
+    with trio.fail_after(timeout_s):
+        async with client.stream(
+            "GET", f"/v1/sessions/{session_id}/events", timeout=SSE_TIMEOUT
+        ) as response:
+            async with contextlib.aclosing(iter_sse(response)) as frames:
+                async for frame in frames:
+                    if frame.event == "status" and frame.data["status"]["kind"] == kind:
+                        return dict(frame.data["status"])
+    raise AssertionError(f"session {session_id} ended without a {kind!r} status")
 
 
 @dataclass

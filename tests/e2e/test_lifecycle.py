@@ -1,0 +1,138 @@
+"""A session's life as a client sees it: status over SSE and `GET`, stop with
+`DELETE` (during start and after), the TTL limit, start failures."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+from tests.e2e.contract_client import (
+    TERMINAL,
+    bundle_body,
+    read_events,
+    read_pty,
+    start_session,
+    statuses,
+    wait_terminal,
+)
+from tests.harness import open_ws, start_daemon
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+async def test_session_goes_starting_running_exited_with_its_code(runnerd) -> None:
+    async with runnerd.client() as client:
+        response = await client.post("/v1/sessions", json=bundle_body("exit 7"))
+        assert response.status_code == 201
+        created = response.json()
+        session_id = created["sessionId"]
+        assert len(session_id) == 12 and set(session_id) <= set("abcdefghijklmnopqrstuvwxyz234567")
+        assert created["streamUrl"] == f"/v1/sessions/{session_id}/events"
+        datetime.fromisoformat(created["createdAt"].replace("Z", "+00:00"))
+        frames = await read_events(client, session_id)
+        summary = (await client.get(f"/v1/sessions/{session_id}")).json()
+    assert [s["kind"] for s in statuses(frames)] == ["starting", "running", "exited"]
+    assert statuses(frames)[-1] == {"kind": "exited", "code": 7}
+    assert [f.id for f in frames] == list(range(1, len(frames) + 1))
+    assert summary["sessionId"] == session_id
+    assert summary["status"] == {"kind": "exited", "code": 7}
+    assert summary["createdAt"] == created["createdAt"]
+    exited_at = datetime.fromisoformat(summary["exitedAt"].replace("Z", "+00:00"))
+    assert exited_at >= datetime.fromisoformat(created["createdAt"].replace("Z", "+00:00"))
+
+
+async def test_killed_by_signal_exits_with_128_plus_signal(runnerd) -> None:
+    async with runnerd.client() as client:
+        session_id = await start_session(client, "kill -TERM $$")
+        assert await wait_terminal(client, session_id) == {"kind": "exited", "code": 143}
+
+
+async def test_live_session_has_no_exited_at_and_unknown_is_404(runnerd) -> None:
+    async with runnerd.client() as client:
+        session_id = await start_session(client, "exec sleep 30")
+        live = (await client.get(f"/v1/sessions/{session_id}")).json()
+        unknown = await client.get("/v1/sessions/aaaaaaaaaaaa")
+    assert live["status"]["kind"] in ("starting", "running")
+    assert "exitedAt" not in live
+    assert unknown.status_code == 404
+    assert unknown.json()["error"] == "not_found"
+
+
+async def test_delete_stops_a_running_workload_as_stopped(runnerd) -> None:
+    async with runnerd.client() as client:
+        session_id = await start_session(client, "echo pid=$$.; exec sleep 30")
+        async with open_ws(runnerd.socket_path, f"/v1/sessions/{session_id}/io") as ws:
+            output = (await read_pty(ws, until=b".")).output
+        pid = int(output.split(b"pid=")[1].split(b".")[0])
+        assert (await client.delete(f"/v1/sessions/{session_id}")).status_code == 204
+        summary = (await client.get(f"/v1/sessions/{session_id}")).json()
+        frames = await read_events(client, session_id)
+    assert summary["status"] == {"kind": "stopped"}
+    assert "exitedAt" in summary
+    assert statuses(frames)[-1] == {"kind": "stopped"}
+    assert _process_gone(pid)
+
+
+async def test_delete_during_start_still_stops_the_workload(runnerd, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    async with runnerd.client() as client:
+        response = await client.post(
+            "/v1/sessions", json=bundle_body(f"echo $$ > {pidfile}; exec sleep 30")
+        )
+        session_id = response.json()["sessionId"]
+        deleted = await client.delete(f"/v1/sessions/{session_id}")
+        summary = (await client.get(f"/v1/sessions/{session_id}")).json()
+        kinds = [s["kind"] for s in statuses(await read_events(client, session_id))]
+    assert deleted.status_code == 204
+    assert summary["status"] == {"kind": "stopped"}
+    assert kinds[-1] == "stopped" and "failed" not in kinds
+    # Whether or not the process got as far as writing its pid, none is left.
+    if pidfile.exists() and pidfile.read_text().strip():
+        assert _process_gone(int(pidfile.read_text()))
+
+
+async def test_delete_is_idempotent_and_unknown_ids_are_204(runnerd) -> None:
+    async with runnerd.client() as client:
+        session_id = await start_session(client, "exit 0")
+        await wait_terminal(client, session_id)
+        again = await client.delete(f"/v1/sessions/{session_id}")
+        unknown = await client.delete("/v1/sessions/zzzzzzzzzzzz")
+        summary = (await client.get(f"/v1/sessions/{session_id}")).json()
+    assert again.status_code == 204 and again.content == b""
+    assert unknown.status_code == 204
+    # Stopping a session that already exited does not rewrite its status.
+    assert summary["status"] == {"kind": "exited", "code": 0}
+
+
+async def test_ttl_limit_kills_the_session_as_failed_naming_the_limit(tmp_path: Path) -> None:
+    overrides = {"limits": {"session": {"ttl_seconds": 1}}}
+    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+        session_id = await start_session(client, "exec sleep 30")
+        final = await wait_terminal(client, session_id, timeout_s=10)
+    assert final["kind"] == "failed"
+    assert "ttl" in final["message"].lower() or "time limit" in final["message"].lower()
+    assert "1" in final["message"]
+
+
+async def test_start_failure_is_a_failed_status_with_its_stage(tmp_path: Path) -> None:
+    overrides = {
+        "runner": {"allowed_images": ["sh", "broken"]},
+        "local": {"runtimes": {"broken": {"command": ["/nonexistent/runtime", "{entry}"]}}},
+    }
+    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+        body = bundle_body("true")
+        body["config"] = {"image": "broken", "pullPolicy": "missing"}
+        response = await client.post("/v1/sessions", json=body)
+        assert response.status_code == 201  # the failure arrives on the stream
+        final = await wait_terminal(client, response.json()["sessionId"])
+    assert final["kind"] == "failed"
+    stage, _, message = final["message"].partition(": ")
+    assert stage and message
+    assert final["kind"] in TERMINAL
