@@ -1,10 +1,14 @@
-"""Backends for the SessionManager tests.
+"""Test backends for the SessionManager tests, where the real local backend
+cannot show the behaviour under test.
 
-`ShellBackend` is a real (if small) backend: it runs the bundle's entry file
-with `/bin/sh` as a real subprocess in its own process group, pipes its output
-to the sink, feeds stdin from the handle, and kills the whole group when
-cancelled. The others misbehave on purpose, to show that a failing backend
-stays inside its own session.
+- `HeldStartBackend` spawns a real process and then never finishes starting
+  (never calls `started`) until cancelled, when it kills the process group:
+  a DELETE that lands while the workload is being created.
+- `InProcessBackend` is a coroutine workload with a recording handle, for
+  fake-time tests (resize coalescing, exit-TTL expiry) and sink filtering.
+- `FailingStartBackend`, `CrashingBackend`, `UnstoppableBackend` misbehave on
+  purpose, to show that a failing backend stays inside its own session.
+- `RoutingBackend` lets sessions of different kinds share one manager.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from __future__ import annotations
 import math
 import os
 import signal
-import subprocess
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,32 +24,30 @@ import trio
 import trio.lowlevel
 
 from runnerd.backend import (
-    Exited,
     ImageSpec,
     NullHandle,
     Outcome,
     RunSpec,
     Sink,
     StartError,
-    WorkloadHandle,
 )
 from runnerd.contract import AvailabilityReport, ready, running
 
 
 @dataclass
 class PipeHandle:
-    """Stdin through a memory channel (the handle must never block); resizes recorded."""
+    """Stdin into a memory channel (a handle must never block); resizes recorded
+    with the trio time they arrived."""
 
     stdin: trio.MemorySendChannel[bytes]
     resizes: list[tuple[float, int, int]] = field(default_factory=list)
+    resized: trio.Event = field(default_factory=trio.Event)
 
     def write(self, data: bytes) -> None:
         try:
             self.stdin.send_nowait(data)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass
-
-    resized: trio.Event = field(default_factory=trio.Event)
 
     def resize(self, cols: int, rows: int) -> None:
         self.resizes.append((trio.current_time(), cols, rows))
@@ -58,78 +59,38 @@ class PipeHandle:
             await self.resized.wait()
 
 
-class ShellBackend:
-    """Runs `sh <entry>`; `hold_start=True` blocks before `started` until cancelled."""
+class HeldStartBackend:
+    """Spawns `sh -c <entry contents>` in its own process group, then blocks
+    before `started` until cancelled; teardown kills the group and reaps it."""
 
-    name = "shell"
+    name = "held-start"
 
-    def __init__(self, *, hold_start: bool = False) -> None:
-        self.hold_start = hold_start
+    def __init__(self) -> None:
         self.procs: list[trio.Process] = []
-        self.handles: list[PipeHandle] = []
         self.spawned = trio.Event()
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         return ready()
 
-    async def run(
-        self,
-        spec: RunSpec,
-        sink: Sink,
-        *,
-        task_status: trio.TaskStatus[WorkloadHandle] = trio.TASK_STATUS_IGNORED,
-    ) -> Outcome:
+    async def run(self, spec: RunSpec, sink: Sink, *, task_status: Any) -> Outcome:
         assert spec.bundle is not None
         script = dict(spec.bundle.files)[spec.bundle.entry]
-        sink.progress("boot", "spawning sh")
         proc = await trio.lowlevel.open_process(
-            ["/bin/sh", "-c", script],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env={"PATH": "/usr/bin:/bin", **spec.env},
-            start_new_session=True,
+            ["/bin/sh", "-c", script], env={"PATH": "/usr/bin:/bin"}, start_new_session=True
         )
         self.procs.append(proc)
         self.spawned.set()
         try:
-            if self.hold_start:
-                await trio.sleep_forever()
-            send, receive = trio.open_memory_channel[bytes](math.inf)
-            handle = PipeHandle(send)
-            self.handles.append(handle)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_pump_stdin, proc, receive)
-                sink.status(running())
-                task_status.started(handle)
-                assert proc.stdout is not None
-                while chunk := await proc.stdout.receive_some(65536):
-                    sink.output(chunk)
-                code = await proc.wait()
-                nursery.cancel_scope.cancel()
-            return Exited(code if code >= 0 else 128 - code)
+            await trio.sleep_forever()
         finally:
             with trio.move_on_after(5) as cleanup:
                 cleanup.shield = True
-                if proc.returncode is None:
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
                 await proc.wait()
-                for stream in (proc.stdin, proc.stdout):
-                    if stream is not None:
-                        await stream.aclose()
-
-
-async def _pump_stdin(proc: trio.Process, receive: trio.MemoryReceiveChannel[bytes]) -> None:
-    assert proc.stdin is not None
-    async with receive:
-        async for data in receive:
-            try:
-                await proc.stdin.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
+        raise AssertionError("unreachable")
 
 
 class FailingStartBackend:

@@ -1,5 +1,6 @@
-"""SessionManager end to end against real `sh` workloads (and a few in-process
-backends where only timing or a misbehaving backend is under test)."""
+"""SessionManager end to end against the real local backend (`sh` under a PTY),
+plus a few test backends where only timing, a start that hangs, or a
+misbehaving backend is under test (see backends.py)."""
 
 from __future__ import annotations
 
@@ -8,27 +9,47 @@ import os
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from runnerd.backend import Backend, BundleSpec, Exited, ImageSpec, Limits, RunSpec, Sink
+from runnerd.backend import (
+    Backend,
+    BundleSpec,
+    Exited,
+    Failed,
+    ImageSpec,
+    Limits,
+    RunSpec,
+    Sink,
+)
+from runnerd.config import LocalConfig, RuntimeConfig
 from runnerd.contract import RunStatus, exited, failed, running
+from runnerd.local import LocalBackend
 from runnerd.registry import RegistryFull
 from runnerd.sessions import ManagerClosed, Session, SessionManager, StopFailed
 
 from .backends import (
     CrashingBackend,
     FailingStartBackend,
+    HeldStartBackend,
     InProcessBackend,
     RoutingBackend,
-    ShellBackend,
     UnstoppableBackend,
 )
 
 _ids = iter(range(1_000_000))
+
+
+@pytest.fixture
+def local(tmp_path: Path) -> LocalBackend:
+    """The real local backend with an `sh` runtime, on a temp workdir."""
+    runtimes = {"sh": RuntimeConfig(name="sh", command=("/bin/sh", "{entry}"))}
+    config = LocalConfig(workdir=tmp_path / "sessions", stop_grace_s=0.5, runtimes=runtimes)
+    return LocalBackend(config, apps=dict)
 
 
 def build_spec(script: str = "exit 0", *, image: str = "sh", ttl_s: float = 60.0) -> RunSpec:
@@ -87,8 +108,22 @@ def is_running(session: Session) -> bool:
 
 def assert_gone(proc: trio.Process) -> None:
     assert proc.returncode is not None
+    assert_pid_gone(proc.pid)
+
+
+def assert_pid_gone(pid: int) -> None:
     with pytest.raises(ProcessLookupError):
-        os.killpg(proc.pid, 0)
+        os.killpg(pid, 0)
+
+
+# The workload prints its pid, then becomes `sleep` (same pid, same group).
+SLEEPER = "echo $$; exec sleep 1000"
+
+
+async def workload_pid(session: Session) -> int:
+    with trio.fail_after(10):
+        await wait_for(session, lambda s: "\n" in pty_text(s))
+    return int(pty_text(session).split()[0])
 
 
 # --------------------------------------------------------------------------
@@ -96,8 +131,8 @@ def assert_gone(proc: trio.Process) -> None:
 # --------------------------------------------------------------------------
 
 
-async def test_session_runs_starting_running_then_exited_with_code() -> None:
-    async with open_manager(ShellBackend()) as manager:
+async def test_session_runs_starting_running_then_exited_with_code(local: LocalBackend) -> None:
+    async with open_manager(local) as manager:
         session = manager.start(build_spec('echo "$GREETING from sh"; exit 3'))
         # start() returns before the backend has done anything.
         assert session.status == {"kind": "starting"}
@@ -106,29 +141,26 @@ async def test_session_runs_starting_running_then_exited_with_code() -> None:
 
         assert await wait_terminal(session) == exited(3)
         assert status_kinds(session) == ["starting", "running", "exited"]
-        assert pty_text(session) == "hello from sh\n"
+        assert pty_text(session) == "hello from sh\r\n"
         assert session.exited_at is not None and session.exited_at >= session.created_at
-        assert session.events.since(0).items[1][1] == {
-            "type": "progress",
-            "phase": "boot",
-            "message": "spawning sh",
-        }
 
 
-async def test_stdin_reaches_the_workload_only_once_it_exists() -> None:
-    async with open_manager(ShellBackend()) as manager:
+async def test_stdin_reaches_the_workload_only_once_it_exists(local: LocalBackend) -> None:
+    async with open_manager(local) as manager:
         session = manager.start(build_spec('read line; echo "got $line"'))
         session.write_stdin(b"too early\n")  # before the workload exists: dropped
         with trio.fail_after(10):
             await wait_for(session, is_running)
         session.write_stdin(b"ping\n")
         assert await wait_terminal(session) == exited(0)
-        assert pty_text(session) == "got ping\n"
+        output = pty_text(session)
+        assert output.endswith("got ping\r\n")
+        assert "too early" not in output
         session.write_stdin(b"after the end\n")  # no-op, no error
 
 
 async def test_stop_during_start_ends_stopped_and_the_workload_is_gone() -> None:
-    backend = ShellBackend(hold_start=True)
+    backend = HeldStartBackend()
     async with open_manager(backend) as manager:
         session = manager.start(build_spec("exec sleep 1000"))
         with trio.fail_after(10):
@@ -141,30 +173,29 @@ async def test_stop_during_start_ends_stopped_and_the_workload_is_gone() -> None
         assert_gone(backend.procs[0])
 
 
-async def test_stop_before_the_session_task_runs_still_stops_it() -> None:
-    backend = ShellBackend()
-    async with open_manager(backend) as manager:
-        session = manager.start(build_spec("exec sleep 1000"))
+async def test_stop_before_the_session_task_runs_still_stops_it(local: LocalBackend) -> None:
+    async with open_manager(local) as manager:
+        session = manager.start(build_spec("echo should-never-run; exec sleep 1000"))
         await manager.stop(session.id)  # no checkpoint between start and stop
         assert session.status == {"kind": "stopped"}
-        assert backend.procs == []
+        assert status_kinds(session) == ["starting", "stopped"]
+        assert session.pty.last_seq == 0
 
 
-async def test_stop_running_session_ends_stopped_never_failed() -> None:
-    backend = ShellBackend()
-    async with open_manager(backend) as manager:
-        session = manager.start(build_spec("exec sleep 1000"))
+async def test_stop_running_session_ends_stopped_never_failed(local: LocalBackend) -> None:
+    async with open_manager(local) as manager:
+        session = manager.start(build_spec(SLEEPER))
+        pid = await workload_pid(session)
         with trio.fail_after(10):
-            await wait_for(session, is_running)
             await manager.stop(session.id)
         assert session.status == {"kind": "stopped"}
-        assert_gone(backend.procs[0])
+        assert_pid_gone(pid)
         await manager.stop(session.id)  # idempotent
         assert status_kinds(session) == ["starting", "running", "stopped"]
 
 
-async def test_stop_after_exit_and_of_unknown_ids_changes_nothing() -> None:
-    async with open_manager(ShellBackend()) as manager:
+async def test_stop_after_exit_and_of_unknown_ids_changes_nothing(local: LocalBackend) -> None:
+    async with open_manager(local) as manager:
         session = manager.start(build_spec("exit 7"))
         await wait_terminal(session)
         last_id, exited_at = session.events.last_id, session.exited_at
@@ -175,14 +206,14 @@ async def test_stop_after_exit_and_of_unknown_ids_changes_nothing() -> None:
         assert (session.events.last_id, session.exited_at) == (last_id, exited_at)
 
 
-async def test_ttl_kills_the_workload_and_fails_naming_the_limit() -> None:
-    backend = ShellBackend()
-    async with open_manager(backend) as manager:
-        session = manager.start(build_spec("exec sleep 1000", ttl_s=0.5))
+async def test_ttl_kills_the_workload_and_fails_naming_the_limit(local: LocalBackend) -> None:
+    async with open_manager(local) as manager:
+        session = manager.start(build_spec(SLEEPER, ttl_s=1.5))
+        pid = await workload_pid(session)
         assert await wait_terminal(session) == failed(
-            "ttl: session exceeded its time limit of 0.5 s"
+            "ttl: session exceeded its time limit of 1.5 s"
         )
-        assert_gone(backend.procs[0])
+        assert_pid_gone(pid)
 
 
 async def test_stop_that_cannot_complete_raises_stop_failed() -> None:
@@ -210,13 +241,13 @@ async def test_start_error_fails_with_stage_and_client_safe_message() -> None:
 
 
 async def test_crashing_backend_fails_internal_and_spares_other_sessions(
-    caplog: pytest.LogCaptureFixture,
+    local: LocalBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
-    backend = RoutingBackend(sh=ShellBackend(), crash=CrashingBackend())
+    backend = RoutingBackend(sh=local, crash=CrashingBackend())
     async with open_manager(backend) as manager:
-        healthy = manager.start(build_spec('read x; echo "still $x"'))
+        healthy = manager.start(build_spec('stty -echo; echo ready; read x; echo "still $x"'))
         with trio.fail_after(10):
-            await wait_for(healthy, is_running)
+            await wait_for(healthy, lambda s: "ready" in pty_text(s))
         with caplog.at_level(logging.ERROR, logger="runnerd.sessions"):
             crashed = manager.start(build_spec(image="crash"))
             status = await wait_terminal(crashed)
@@ -230,7 +261,7 @@ async def test_crashing_backend_fails_internal_and_spares_other_sessions(
         assert is_running(healthy)
         healthy.write_stdin(b"alive\n")
         assert await wait_terminal(healthy) == exited(0)
-        assert pty_text(healthy) == "still alive\n"
+        assert pty_text(healthy) == "ready\r\nstill alive\r\n"
         # The manager still takes new sessions.
         assert await wait_terminal(manager.start(build_spec("exit 0"))) == exited(0)
 
@@ -240,8 +271,8 @@ async def test_crashing_backend_fails_internal_and_spares_other_sessions(
 # --------------------------------------------------------------------------
 
 
-async def test_capacity_evicts_oldest_exit_and_live_sessions_block() -> None:
-    async with open_manager(ShellBackend(), max_sessions=2) as manager:
+async def test_capacity_evicts_oldest_exit_and_live_sessions_block(local: LocalBackend) -> None:
+    async with open_manager(local, max_sessions=2) as manager:
         done = manager.start(build_spec("exit 0"))
         await wait_terminal(done)
         live = manager.start(build_spec("exec sleep 1000"))
@@ -373,10 +404,12 @@ async def _read_events(session: Session, out: list[tuple[int, Any]]) -> None:
         await session.wait_change()
 
 
-async def test_readers_see_every_chunk_and_event_exactly_once_under_output() -> None:
+async def test_readers_see_every_chunk_and_event_exactly_once_under_output(
+    local: LocalBackend,
+) -> None:
     script = 'i=0; while [ $i -lt 3000 ]; do echo "line $i"; i=$((i+1)); done'
-    expected = "".join(f"line {i}\n" for i in range(3000))
-    async with open_manager(ShellBackend()) as manager:
+    expected = "".join(f"line {i}\r\n" for i in range(3000))
+    async with open_manager(local) as manager:
         session = manager.start(build_spec(script))
         chunks: list[list[tuple[int, bytes]]] = [[], [], []]
         events: list[tuple[int, Any]] = []
@@ -410,8 +443,8 @@ async def test_readers_keep_up_with_thousands_of_small_writes() -> None:
         assert b"".join(c for _, c in out) == b"".join(b"%d;" % n for n in range(5000))
 
 
-async def test_wait_change_returns_at_once_for_a_terminal_session() -> None:
-    async with open_manager(ShellBackend()) as manager:
+async def test_wait_change_returns_at_once_for_a_terminal_session(local: LocalBackend) -> None:
+    async with open_manager(local) as manager:
         session = manager.start(build_spec())
         await wait_terminal(session)
         with trio.fail_after(1):
@@ -423,21 +456,47 @@ async def test_wait_change_returns_at_once_for_a_terminal_session() -> None:
 # --------------------------------------------------------------------------
 
 
-async def test_stop_all_stops_every_live_session_and_refuses_new_ones() -> None:
-    backend = RoutingBackend(sh=ShellBackend(), held=ShellBackend(hold_start=True))
+async def test_stop_all_stops_every_live_session_and_refuses_new_ones(
+    local: LocalBackend,
+) -> None:
+    held = HeldStartBackend()
+    backend = RoutingBackend(sh=local, held=held)
     async with open_manager(backend) as manager:
         finished = manager.start(build_spec("exit 0"))
         await wait_terminal(finished)
-        live = [manager.start(build_spec("exec sleep 1000")) for _ in range(3)]
+        live = [manager.start(build_spec(SLEEPER)) for _ in range(3)]
         starting = manager.start(build_spec("exec sleep 1000", image="held"))
+        pids = [await workload_pid(session) for session in live]
         with trio.fail_after(10):
-            for session in live:
-                await wait_for(session, is_running)
-            await backend.by_image["held"].spawned.wait()
+            await held.spawned.wait()
             assert await manager.stop_all() == []
         assert [s.status["kind"] for s in [*live, starting]] == ["stopped"] * 4
         assert finished.status == exited(0)
-        for proc in backend.by_image["sh"].procs + backend.by_image["held"].procs:
-            assert_gone(proc)
+        for pid in pids:
+            assert_pid_gone(pid)
+        assert_gone(held.procs[0])
         with pytest.raises(ManagerClosed):
             manager.start(build_spec())
+
+
+async def test_cancelling_the_manager_ends_every_session_stopped(local: LocalBackend) -> None:
+    manager = SessionManager(local, max_sessions=4, exit_ttl_s=60, replay_buffer_bytes=10_000)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(manager.run)
+        sessions = [manager.start(build_spec(SLEEPER)) for _ in range(2)]
+        pids = [await workload_pid(session) for session in sessions]
+        nursery.cancel_scope.cancel()  # shutdown past its budget: no stop_all
+    assert [s.status for s in sessions] == [{"kind": "stopped"}] * 2
+    for pid in pids:
+        assert_pid_gone(pid)
+    with pytest.raises(ManagerClosed):
+        manager.start(build_spec())
+
+
+async def test_failed_outcome_becomes_the_failed_status_as_is() -> None:
+    async def body(sink: Sink) -> Failed:
+        return Failed("pod evicted: the node ran out of memory")
+
+    async with open_manager(InProcessBackend(body)) as manager:
+        session = manager.start(build_spec())
+        assert await wait_terminal(session) == failed("pod evicted: the node ran out of memory")
