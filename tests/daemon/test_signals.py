@@ -1,0 +1,64 @@
+"""SIGTERM / SIGINT: every workload gone, socket files removed, exit 0 in 10 s."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.harness import Daemon, open_ws, session_body, start_daemon
+
+SESSIONS = 3
+
+
+def process_gone(pid: int) -> bool:
+    """True once `pid` no longer runs (a zombie awaiting its reaper counts)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+async def read_pid(daemon: Daemon, session_id: str) -> int:
+    """The workload's pid, as it printed it on its PTY."""
+    output = b""
+    async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io?lastSeq=0") as ws:
+        with trio.fail_after(10):
+            while not (match := re.search(rb"pid=(\d+)\r?\n", output)):
+                message = await ws.get_message()
+                if isinstance(message, bytes):
+                    output += message[4:]
+    return int(match.group(1))
+
+
+async def start_sleepers(daemon: Daemon, count: int) -> list[int]:
+    async with daemon.client() as client:
+        ids = []
+        for _ in range(count):
+            response = await client.post(
+                "/v1/sessions", json=session_body('echo "pid=$$"; exec sleep 1000')
+            )
+            assert response.status_code == 201, response.text
+            ids.append(response.json()["sessionId"])
+    return [await read_pid(daemon, session_id) for session_id in ids]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_stop_signal_ends_every_workload_and_removes_the_socket(
+    tmp_path: Path, signum: int
+) -> None:
+    async with start_daemon(tmp_path) as daemon:
+        pids = await start_sleepers(daemon, SESSIONS)
+        assert not any(process_gone(pid) for pid in pids)
+        code = await daemon.stop(signum, timeout_s=10)
+        assert code == 0, daemon.stderr_text()
+        assert [pid for pid in pids if not process_gone(pid)] == []
+        assert not {"runnerd.sock", "runnerd.sock.lock"} & set(os.listdir(tmp_path))
+        assert os.listdir(daemon.workdir) == []
+        await daemon.wait_for_notification("STOPPING=1", timeout_s=1)
