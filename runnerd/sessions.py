@@ -2,9 +2,9 @@
 
 Owns the IO side of sessions: the sessions nursery (started by the daemon),
 one cancel scope and workload nursery per session, the terminal-status
-decision, user stops, shutdown, exit-TTL expiry, and the wake-ups stream
-readers wait on. The state itself (status, rings, capacity) is the pure
-`runnerd.registry`; the workload is the `Backend`'s.
+decision, user stops, shutdown and exit-TTL expiry. The state itself
+(status, rings, capacity) is the pure `runnerd.registry`; the workload is
+the `Backend`'s.
 
 How a session runs: `start()` registers it (`starting`, event 1) and starts
 its task at once, so the 201 goes out before the backend does anything. The
@@ -23,6 +23,8 @@ stdin and resizes. Whatever ends it becomes exactly one terminal status:
 A failing session never takes down the manager or another session: every
 exception (ExceptionGroups too) is classified inside the session's own task.
 
+The per-session object (`Session`, `SessionSink`) is runnerd.session.
+
 PTY output decision: the backend's `output(bytes)` goes to the session's
 `ByteRing` only (the WebSocket PTY channel); it is NOT also emitted as
 `stdout` SSE events. The Telo runner does the same for its `tty` stream
@@ -30,12 +32,6 @@ PTY output decision: the backend's `output(bytes)` goes to the session's
 has), doubling every byte into the event ring would halve the replay that
 fits in `replay_buffer_bytes`, and the contract already drops debug log
 frames because "the same bytes already arrive on the PTY channel".
-
-Readers (SSE, WebSocket): read `ring.since(cursor)`, send, then
-`await session.wait_change()` with no checkpoint between the read and the
-call. `wait_change` parks the caller before anything else can run, and
-every append or status change wakes all parked readers, so nothing is lost
-or delivered twice.
 """
 
 from __future__ import annotations
@@ -49,31 +45,13 @@ from typing import Any
 import trio
 
 from runnerd.backend import Backend, Exited, Failed, Outcome, RunSpec, StartError, WorkloadHandle
-from runnerd.contract import (
-    Reachability,
-    RunPhase,
-    RunStatus,
-    debug_event,
-    exited,
-    failed,
-    is_event_frame,
-    is_terminal,
-    progress_event,
-    reachability_event,
-    stopped,
-)
-from runnerd.registry import ByteRing, EventRing, RegistryFull, SessionRecord, SessionRegistry
+from runnerd.contract import RunStatus, exited, failed, stopped
+from runnerd.registry import RegistryFull, SessionRecord, SessionRegistry
+from runnerd.session import Session, SessionSink
 
 __all__ = ["ManagerClosed", "RegistryFull", "Session", "SessionManager", "StopFailed"]
 
 log = logging.getLogger("runnerd.sessions")
-
-# At most one resize per this interval reaches the workload; the latest wins.
-RESIZE_INTERVAL_S = 0.05
-# Resize values are capped here whatever the caller sends (contract: ≤ 10000).
-MAX_TERMINAL_SIZE = 10_000
-# Stdin held between a backend's `running` and its handle reaching the session.
-EARLY_STDIN_BYTES = 64 * 1024
 
 
 class StopFailed(Exception):
@@ -87,203 +65,6 @@ class StopFailed(Exception):
 
 class ManagerClosed(RuntimeError):
     """`start()` outside `run()`, or after `stop_all()` began."""
-
-
-class Session:
-    """One session as the HTTP side sees it: state, rings, stdin, resize, wake-ups.
-
-    Stdin and resizes go to the live workload's handle; both are safe to call
-    at any time (stdin is dropped before the workload exists and after it
-    ends; the latest resize before it exists is applied when it does).
-    """
-
-    def __init__(self, record: SessionRecord, spec: RunSpec, wall_clock: Callable[[], float]):
-        self.spec = spec
-        self._record = record
-        self._wall_clock = wall_clock
-        self._changed = trio.Event()
-        self._done = trio.Event()
-        self._stop_scope: trio.CancelScope | None = None
-        self._handle: WorkloadHandle | None = None
-        self._nursery: trio.Nursery | None = None  # workload nursery (resize flushes)
-        self._pending_size: tuple[int, int] | None = None
-        self._last_resize_at = -math.inf
-        self._flush_scheduled = False
-        self._early_stdin: list[bytes] = []
-        self._early_stdin_bytes = 0
-
-    # -- state -------------------------------------------------------------
-
-    @property
-    def id(self) -> str:
-        return self._record.id
-
-    @property
-    def created_at(self) -> str:
-        """ISO-8601 UTC, e.g. `2026-11-29T16:00:00.123Z`."""
-        return self._record.created_at_iso
-
-    @property
-    def exited_at(self) -> str | None:
-        """ISO-8601 UTC of the terminal transition, None while live."""
-        return self._record.exited_at_iso
-
-    @property
-    def status(self) -> RunStatus:
-        return self._record.status
-
-    @property
-    def is_terminal(self) -> bool:
-        return self._record.is_terminal
-
-    @property
-    def user_stopped(self) -> bool:
-        return self._record.user_stopped
-
-    @property
-    def events(self) -> EventRing:
-        return self._record.events
-
-    @property
-    def pty(self) -> ByteRing:
-        return self._record.pty
-
-    async def wait_change(self) -> None:
-        """Return after the next event, PTY chunk or status change.
-
-        Returns at once when the session is already terminal (nothing will
-        change again), so a reader must end its loop on a terminal status.
-        The caller is parked before any other task runs, so a change made
-        after the caller's last `since()` always wakes it.
-        """
-        if self._record.is_terminal:
-            await trio.lowlevel.checkpoint()
-            return
-        await self._changed.wait()
-
-    async def wait_terminal(self) -> None:
-        """Return once the session's task has ended (status terminal, workload gone)."""
-        await self._done.wait()
-
-    def _notify(self) -> None:
-        # Swap only when someone waits: a busy PTY would otherwise build one
-        # Event per read for nobody.
-        if self._changed.statistics().tasks_waiting:
-            self._changed.set()
-            self._changed = trio.Event()
-
-    def _set_status(self, status: RunStatus) -> bool:
-        changed = self._record.set_status(status, self._wall_clock())
-        if changed:
-            self._notify()
-        return changed
-
-    # -- terminal ----------------------------------------------------------
-
-    def write_stdin(self, data: bytes) -> None:
-        """Send bytes to the workload's stdin; dropped before it exists and after it ends.
-
-        A backend may report `running` a moment before its handle reaches the
-        session; bytes a client sends in that window (it has seen `running`,
-        so the workload exists) are held, up to `EARLY_STDIN_BYTES`, and
-        written on attach rather than lost.
-        """
-        if not data or self.is_terminal:
-            return
-        if self._handle is not None:
-            self._handle.write(data)
-        elif self.status["kind"] == "running" and self._early_stdin_bytes < EARLY_STDIN_BYTES:
-            self._early_stdin.append(data)
-            self._early_stdin_bytes += len(data)
-
-    def resize(self, cols: int, rows: int) -> None:
-        """Resize the workload's terminal, coalesced: at most one resize per
-        `RESIZE_INTERVAL_S` reaches it, and the latest size wins."""
-        if cols < 1 or rows < 1 or self.is_terminal:
-            return
-        self._pending_size = (min(cols, MAX_TERMINAL_SIZE), min(rows, MAX_TERMINAL_SIZE))
-        if self._handle is None or self._nursery is None or self._flush_scheduled:
-            return  # applied on attach, or by the flush already scheduled
-        due = self._last_resize_at + RESIZE_INTERVAL_S
-        if trio.current_time() >= due:
-            self._apply_resize()
-        else:
-            self._flush_scheduled = True
-            self._nursery.start_soon(self._flush_resize, due)
-
-    async def _flush_resize(self, due: float) -> None:
-        await trio.sleep_until(due)
-        self._flush_scheduled = False
-        self._apply_resize()
-
-    def _apply_resize(self) -> None:
-        size, self._pending_size = self._pending_size, None
-        if size is None or self._handle is None:
-            return
-        self._last_resize_at = trio.current_time()
-        try:
-            self._handle.resize(*size)
-        except Exception:  # the handle promises not to raise; a bug must not kill a route
-            log.exception("%s resize failed", self.id, extra={"session_id": self.id})
-
-    def _attach(self, handle: WorkloadHandle, nursery: trio.Nursery) -> None:
-        self._handle, self._nursery = handle, nursery
-        early, self._early_stdin = self._early_stdin, []
-        for data in early:
-            handle.write(data)
-        if self._pending_size is not None:
-            self.resize(*self._pending_size)
-
-    def _detach(self) -> None:
-        self._handle, self._nursery = None, None
-
-    # -- stop --------------------------------------------------------------
-
-    def _request_stop(self) -> None:
-        """Mark user-stopped and cancel the session's scope (or, before the
-        task has opened it, make the task cancel it on entry)."""
-        if self.is_terminal:
-            return
-        self._record.user_stopped = True
-        if self._stop_scope is not None:
-            self._stop_scope.cancel()
-
-
-class _SessionSink:
-    """The `Sink` a backend reports through: synchronous, never raises, and a
-    no-op once the session is terminal (the record enforces that)."""
-
-    def __init__(self, session: Session) -> None:
-        self._session = session
-        self._record = session._record
-
-    def status(self, status: RunStatus) -> None:
-        if is_terminal(status):
-            # Terminal statuses are the manager's to decide (from the outcome).
-            log.warning(
-                "%s backend reported terminal status %s; ignored",
-                self._session.id,
-                status["kind"],
-                extra={"session_id": self._session.id},
-            )
-            return
-        self._session._set_status(status)
-
-    def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
-        if self._record.emit(progress_event(phase, message, done)) is not None:
-            self._session._notify()
-
-    def output(self, data: bytes) -> None:
-        if self._record.output(data) is not None:
-            self._session._notify()
-
-    def reachability(self, port: int, state: Reachability) -> None:
-        if self._record.emit(reachability_event(port, state)) is not None:
-            self._session._notify()
-
-    def debug(self, frame: dict[str, Any]) -> None:
-        if is_event_frame(frame) and self._record.emit(debug_event(frame)) is not None:
-            self._session._notify()
 
 
 def format_ttl_failure(ttl_s: float) -> str:
@@ -401,7 +182,7 @@ class SessionManager:
             return
         if not session.is_terminal:
             log.info("%s stop requested", session_id, extra={"session_id": session_id})
-            session._request_stop()
+            session.request_stop()
         with trio.move_on_after(self._stop_timeout_s):
             await session.wait_terminal()
             return
@@ -446,23 +227,20 @@ class SessionManager:
     # -- one session -------------------------------------------------------
 
     async def _run_session(self, session: Session) -> None:
+        # Kept only if `run()` itself is cancelled (shutdown past its budget):
+        # the workload is gone with the scope, so the session is stopped.
+        status: RunStatus = stopped()
         try:
             status = await self._drive(session)
-            session._set_status(status)
-            log.info(
-                "%s ended %s",
-                session.id,
-                status["kind"],
-                extra={"session_id": session.id, "status": status},
-            )
         finally:
-            session._detach()
-            if not session.is_terminal:
-                # Only when `run()` itself is cancelled (shutdown past its
-                # budget): the workload is gone with the scope, so say so.
-                session._set_status(stopped())
-            session._done.set()
+            session.close(status)
             self._expiry_wakeup.set()
+        log.info(
+            "%s ended %s",
+            session.id,
+            status["kind"],
+            extra={"session_id": session.id, "status": status},
+        )
 
     async def _drive(self, session: Session) -> RunStatus:
         """Run the workload under the stop scope and TTL; return the terminal status."""
@@ -471,19 +249,17 @@ class SessionManager:
         start_error: StartError | None = None
         internal: BaseExceptionGroup[Exception] | None = None
         with trio.CancelScope() as stop_scope:
-            session._stop_scope = stop_scope
-            if session.user_stopped:  # stopped before this task ran
-                stop_scope.cancel()
+            session.set_stop_scope(stop_scope)  # cancels at once if already stopped
             with trio.move_on_after(spec.limits.ttl_s) as ttl_scope:
                 try:
-                    await self._run_workload(session, _SessionSink(session), outcome)
+                    await self._run_workload(session, SessionSink(session), outcome)
                 except* StartError as group:
                     first = _leaves(group)[0]
                     assert isinstance(first, StartError)
                     start_error = first
                 except* Exception as group:
                     internal = group
-        session._stop_scope = None
+        session.set_stop_scope(None)
         if internal is not None:
             log.error(
                 "%s session runner failed",
@@ -522,7 +298,7 @@ class SessionManager:
         return failed("internal: the backend returned no outcome")
 
     async def _run_workload(
-        self, session: Session, sink: _SessionSink, outcome: list[Outcome]
+        self, session: Session, sink: SessionSink, outcome: list[Outcome]
     ) -> None:
         """Start the backend and wait for it; its outcome lands in `outcome`."""
 
@@ -534,9 +310,9 @@ class SessionManager:
         try:
             async with trio.open_nursery() as nursery:
                 handle = await nursery.start(run_backend)
-                session._attach(handle, nursery)
+                session.attach(handle, nursery)
         finally:
-            session._detach()
+            session.detach()
 
     # -- expiry ------------------------------------------------------------
 
