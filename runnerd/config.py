@@ -45,6 +45,9 @@ from typing import Literal, cast
 
 from runnerd.contract import PullPolicy
 from runnerd.limits import QuantityError, parse_quantity
+from runnerd.listen_address import ListenAddress as ListenAddress
+from runnerd.listen_address import format_listen as format_listen
+from runnerd.listen_address import parse_listen as parse_listen
 
 
 class ConfigError(ValueError):
@@ -138,68 +141,6 @@ class Config:
     apps: Mapping[str, AppEntry] = field(default_factory=dict)
     # The file this was loaded from (SIGHUP re-reads it), None when built in code.
     source: Path | None = None
-
-
-# --------------------------------------------------------------------------
-# Listen addresses
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ListenAddress:
-    """One parsed `server.listen` entry. `path` is absolute for `unix`."""
-
-    kind: Literal["unix", "tcp", "fd", "systemd"]
-    path: Path | None = None
-    host: str | None = None  # IPv6 without the brackets
-    port: int | None = None
-    fd: int | None = None
-
-
-def parse_listen(entry: str, base_dir: Path | None = None) -> ListenAddress:
-    """Parse `unix:/abs/path`, `tcp:HOST:PORT` (IPv6 as `[::1]`), `fd:N`, `systemd`.
-
-    A relative unix path resolves against `base_dir` (the config file's
-    directory). Port 0 means "any free port".
-
-    Raises:
-        ValueError: the message says what is wrong with `entry`.
-    """
-    kind, sep, rest = entry.partition(":")
-    if entry == "systemd":
-        return ListenAddress("systemd")
-    if kind == "unix" and sep and rest:
-        path = Path(rest)
-        if not path.is_absolute():
-            if base_dir is None:
-                raise ValueError(f"unix socket path must be absolute, got {entry!r}")
-            path = Path(os.path.normpath(base_dir / path))
-        return ListenAddress("unix", path=path)
-    if kind == "fd" and sep and rest.isdigit():
-        return ListenAddress("fd", fd=int(rest))
-    if kind == "tcp" and sep:
-        host, _, port = rest.rpartition(":")
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]
-        elif ":" in host:
-            raise ValueError(f"an IPv6 host goes in brackets (tcp:[::1]:8062), got {entry!r}")
-        if host and port.isdigit() and int(port) <= 65535:
-            return ListenAddress("tcp", host=host, port=int(port))
-    raise ValueError(
-        f"must be unix:/path, tcp:HOST:PORT (port 0-65535), fd:N or systemd, got {entry!r}"
-    )
-
-
-def format_listen(address: ListenAddress) -> str:
-    """The canonical entry for `address` (what `Config.server.listen` holds)."""
-    if address.kind == "unix":
-        return f"unix:{address.path}"
-    if address.kind == "tcp":
-        host = f"[{address.host}]" if ":" in (address.host or "") else address.host
-        return f"tcp:{host}:{address.port}"
-    if address.kind == "fd":
-        return f"fd:{address.fd}"
-    return "systemd"
 
 
 # --------------------------------------------------------------------------
