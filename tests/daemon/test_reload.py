@@ -1,0 +1,64 @@
+"""SIGHUP: catalog, terms and image allowlist reload; listeners stay."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+from tests.harness import start_daemon
+
+SECRET = "reload-secret-4b1d"
+GREET_RUNTIME = {"greet": {"command": ["/bin/sh", "-c", "echo hello; exec cat"]}}
+BEFORE: dict[str, Any] = {
+    "runner": {"allowed_images": ["sh"]},
+    "local": {"runtimes": GREET_RUNTIME},
+}
+AFTER: dict[str, Any] = {
+    "server": {"listen": ["unix:/nonexistent/elsewhere.sock"]},
+    "runner": {"allowed_images": ["sh", "python"]},
+    "local": {"runtimes": GREET_RUNTIME},
+    "terms": {"body": "Be nice.", "version": "v2", "title": "House rules"},
+    "apps": {"greeter": {"image": "greet", "title": "Greeter", "env": {"TOKEN": SECRET}}},
+}
+
+
+def image_schema(capabilities: dict[str, Any]) -> dict[str, Any]:
+    schema: dict[str, Any] = capabilities["config"]["schema"]["properties"]["image"]
+    return schema
+
+
+async def test_sighup_reloads_catalog_terms_and_allowed_images(tmp_path: Path) -> None:
+    async with start_daemon(tmp_path, BEFORE) as daemon, daemon.client() as client:
+        before = (await client.get("/v1/capabilities")).json()
+        assert "terms" not in before and not before.get("apps")
+        assert image_schema(before)["enum"] == ["sh"]
+
+        daemon.write_config(AFTER)
+        daemon.send_signal(signal.SIGHUP)
+        await daemon.wait_for_stderr("config reloaded")
+
+        response = await client.get("/v1/capabilities")
+        after = response.json()
+        assert after["terms"] == {"version": "v2", "title": "House rules", "body": "Be nice."}
+        assert after["apps"] == [{"name": "greeter", "title": "Greeter"}]
+        assert image_schema(after)["enum"] == ["sh", "python"]
+        assert SECRET not in response.text
+        # The listen change needs a restart: we still serve where we were.
+        assert "need a restart" in daemon.stderr_text()
+        assert (await client.get("/v1/health")).status_code == 200
+    assert SECRET not in daemon.stderr_text()
+
+
+async def test_sighup_with_a_bad_file_keeps_the_old_config(tmp_path: Path) -> None:
+    async with start_daemon(tmp_path, BEFORE) as daemon, daemon.client() as client:
+        daemon.config_path.write_text(daemon.config_path.read_text() + "\n[runner\n")
+        daemon.send_signal(signal.SIGHUP)
+        await daemon.wait_for_stderr("reload failed")
+
+        line = next(x for x in daemon.stderr_text().splitlines() if "reload failed" in x)
+        assert line.startswith("ERROR ")
+        assert str(daemon.config_path) in line
+        capabilities = (await client.get("/v1/capabilities")).json()
+        assert image_schema(capabilities)["enum"] == ["sh"]
+        assert "terms" not in capabilities
