@@ -1,0 +1,461 @@
+"""The simulated kubelet: runs the store's pods as real host processes and reports their status.
+
+Owns the node: it watches the store, schedules every new pod onto itself
+(nodeName, a loopback podIP of its own), runs init containers in order and
+then the containers (kubelet_runtime), writes every state change through
+`store.update` with the real status shapes (kubelet_status), enforces
+`activeDeadlineSeconds`, carries out graceful deletion (SIGTERM, SIGKILL after
+the grace period, then `store.remove`), and serves attach/exec connections
+(`serve_stream`, the channel protocol in attach.py).
+
+Resource handling: each pod is one task; its processes, its host directory
+and its IP never outlive the pod or `run()` (cancel `run` and everything is
+killed and removed).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import secrets
+import shutil
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from . import kubelet_status as st
+from .attach import Conn as Conn
+from .attach import (
+    Streams,
+    build_exit_status,
+    build_success_status,
+    send_failure,
+    serve_channels,
+)
+from .images import Image, ImageMap, InvalidReference, parse_image_ref
+from .kubelet_runtime import (
+    HostProcess,
+    ProcessPlan,
+    StartError,
+    build_path_mapper,
+    build_plan,
+    install_programs,
+    open_host_process,
+)
+from .store import NotFound, Store, build_timestamp
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+BACKOFF_CAP_S = 300.0
+
+
+class PodStopped(Exception):
+    """The pod is being deleted or has run out of time: start nothing more."""
+
+
+@dataclass(eq=False)
+class PodWorker:
+    """What the kubelet holds for one pod while its task runs."""
+
+    ns: str
+    name: str
+    uid: str
+    spec: Obj
+    dir: Path
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    stopping: trio.Event = field(default_factory=trio.Event)  # deletion or deadline
+    deleting: trio.Event = field(default_factory=trio.Event)  # deletionTimestamp appeared
+    delete_grace_s: float = 0.0
+    removed: trio.Event = field(default_factory=trio.Event)
+    model: st.PodModel | None = None
+    processes: dict[str, HostProcess] = field(default_factory=dict)
+    plans: dict[str, ProcessPlan] = field(default_factory=dict)
+    mounts: dict[str, dict[str, Path]] = field(default_factory=dict)
+    stdin_once_used: set[str] = field(default_factory=set)
+
+    def container(self, name: str) -> Obj | None:
+        return next((c for c in self.spec["containers"] if c["name"] == name), None)
+
+
+class Kubelet:
+    """One node. `run()` serves until cancelled; see the module doc."""
+
+    def __init__(
+        self,
+        store: Store,
+        images: ImageMap,
+        workdir: Path,
+        *,
+        node_name: str = "kubesim-node",
+        pod_network: str = "127.0.0.0/24",
+        host_ip: str = "127.0.0.1",
+        image_pull_backoff_s: float = 1.0,
+    ) -> None:
+        self._store = store
+        self._images = images
+        self._workdir = Path(workdir)
+        self.node_name = node_name
+        self.host_ip = host_ip
+        self._pool = [str(ip) for ip in list(ipaddress.ip_network(pod_network).hosts())[1:]]
+        self._ips: dict[str, str] = {}  # ip → pod uid
+        self._backoff_s = image_pull_backoff_s
+        self._workers: dict[str, PodWorker] = {}
+        self._nursery: trio.Nursery | None = None
+
+    # ---- the watch loop -------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve pods until cancelled; started() once the first snapshot is taken."""
+        (self._workdir / "pods").mkdir(parents=True, exist_ok=True)
+        with self._store.kubelet_registered():
+            try:
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    await self._watch(task_status)
+            finally:
+                self._nursery = None
+                shutil.rmtree(self._workdir / "pods", ignore_errors=True)
+
+    async def _watch(self, task_status: trio.TaskStatus[None]) -> None:
+        started = False
+        while True:  # a cut subscription (fault injection) is re-opened and re-listed
+            async with self._store.subscribe() as events:
+                # Subscribe before the snapshot (load-bearing): nothing falls in between.
+                live = {p["metadata"]["uid"]: p for p in self._store.list("pods", None)}
+                for uid in set(self._workers) - set(live):
+                    self._forget(uid)
+                for pod in live.values():
+                    self._on_pod("MODIFIED", pod)
+                if not started:
+                    task_status.started()
+                    started = True
+                async for kind, resource, obj in events:
+                    if resource == "pods":
+                        self._on_pod(kind, obj)
+
+    def _on_pod(self, kind: str, pod: Obj) -> None:
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        worker = self._workers.get(uid)
+        if kind == "DELETED":
+            self._forget(uid)
+        elif worker is None:
+            if self._wants(pod):
+                self._start(pod)
+        elif meta.get("deletionTimestamp") and not worker.deleting.is_set():
+            worker.delete_grace_s = float(meta.get("deletionGracePeriodSeconds") or 0)
+            worker.deleting.set()
+            worker.stopping.set()
+
+    def _wants(self, pod: Obj) -> bool:
+        node = pod.get("spec", {}).get("nodeName")
+        return (
+            node in (None, "", self.node_name)
+            and not pod["metadata"].get("deletionTimestamp")
+            and pod.get("status", {}).get("phase") not in st.TERMINAL
+        )
+
+    def _start(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        worker = PodWorker(meta.get("namespace", ""), meta["name"], meta["uid"], pod["spec"],
+                           self._workdir / "pods" / meta["uid"])
+        self._workers[worker.uid] = worker
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run_pod, worker)
+
+    def _forget(self, uid: str) -> None:
+        worker = self._workers.get(uid)
+        if worker is not None:
+            worker.removed.set()
+            worker.scope.cancel()  # removed from storage: nothing left to report to
+
+    # ---- one pod ----------------------------------------------------------------------
+
+    async def _run_pod(self, worker: PodWorker) -> None:
+        try:
+            with worker.scope:
+                await self._schedule(worker)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._enforce_deadline, worker)
+                    nursery.start_soon(self._carry_out_deletion, worker)
+                    await self._run_containers(worker)
+                    nursery.cancel_scope.cancel()
+                self._release_ip(worker)
+                if worker.deleting.is_set():
+                    await self._remove(worker)
+                await worker.removed.wait()
+        finally:
+            self._workers.pop(worker.uid, None)
+            self._release_ip(worker)
+            shutil.rmtree(worker.dir, ignore_errors=True)
+
+    async def _schedule(self, worker: PodWorker) -> None:
+        ip = next((ip for ip in self._pool if ip not in self._ips), None)
+        if ip is None:
+            raise RuntimeError(f"kubesim: pod network exhausted ({len(self._pool)} addresses)")
+        self._ips[ip] = worker.uid
+        images = {}
+        for c in (worker.spec.get("initContainers") or []) + worker.spec["containers"]:
+            try:
+                images[c["name"]] = parse_image_ref(c.get("image", "")).normalized
+            except InvalidReference:
+                pass
+        init, main = st.build_models({"spec": worker.spec}, images)
+        worker.model = st.PodModel(init, main, ip, self.host_ip, build_timestamp(),
+                                   st.build_qos_class(worker.spec))
+        for sub in ("volumes", "root"):
+            (worker.dir / sub).mkdir(parents=True, exist_ok=True)
+
+        def bind(pod: Obj) -> None:
+            pod["spec"]["nodeName"] = self.node_name
+
+        await self._write(worker, bind)
+
+    async def _write(
+        self, worker: PodWorker, also: Callable[[Obj], None] | None = None
+    ) -> None:
+        """Publish the model as the pod's status (a MODIFIED event); a vanished pod is ignored."""
+        assert worker.model is not None
+        status = st.render_status(worker.model, build_timestamp())
+
+        def mutate(pod: Obj) -> None:
+            if also is not None:
+                also(pod)
+            pod["status"] = status
+
+        try:
+            await self._store.update("pods", worker.ns, worker.name, mutate)
+        except NotFound:
+            worker.removed.set()
+            worker.scope.cancel()
+
+    async def _remove(self, worker: PodWorker) -> None:
+        try:
+            await self._store.remove("pods", worker.ns, worker.name)
+        except NotFound:
+            pass
+        worker.removed.set()
+
+    def _release_ip(self, worker: PodWorker) -> None:
+        # A finished pod keeps podIP in its status but no longer holds the address.
+        self._ips = {ip: uid for ip, uid in self._ips.items() if uid != worker.uid}
+
+    async def _enforce_deadline(self, worker: PodWorker) -> None:
+        deadline_s = worker.spec.get("activeDeadlineSeconds")
+        if deadline_s is None:
+            return
+        await trio.sleep(float(deadline_s))
+        assert worker.model is not None
+        if worker.model.final_phase:
+            return
+        worker.model.final_phase = "Failed"
+        worker.model.reason = "DeadlineExceeded"
+        worker.model.message = st.DEADLINE_MESSAGE
+        await self._write(worker)
+        worker.stopping.set()
+        await self._kill_all(worker, float(worker.spec.get("terminationGracePeriodSeconds", 30)))
+
+    async def _carry_out_deletion(self, worker: PodWorker) -> None:
+        await worker.deleting.wait()
+        await self._kill_all(worker, worker.delete_grace_s)
+
+    async def _kill_all(self, worker: PodWorker, grace_s: float) -> None:
+        """SIGTERM every process group now, SIGKILL whatever is left after `grace_s`."""
+        for proc in list(worker.processes.values()):
+            proc.signal_group(signal.SIGTERM)
+        await trio.sleep(grace_s)
+        for proc in list(worker.processes.values()):
+            proc.signal_group(signal.SIGKILL)
+
+    # ---- containers -------------------------------------------------------------------
+
+    async def _run_containers(self, worker: PodWorker) -> None:
+        assert worker.model is not None
+        try:
+            for spec, model in zip(worker.spec.get("initContainers") or [], worker.model.init,
+                                   strict=True):
+                if await self._run_container(worker, spec, model, init=True) != 0:
+                    await self._write(worker)
+                    return
+            async with trio.open_nursery() as nursery:
+                for spec, model in zip(worker.spec["containers"], worker.model.main, strict=True):
+                    nursery.start_soon(self._run_container, worker, spec, model)
+        except PodStopped:
+            pass
+        await self._write(worker)
+
+    async def _run_container(
+        self, worker: PodWorker, spec: Obj, model: st.ContainerModel, *, init: bool = False
+    ) -> int:
+        image = await self._pull(worker, spec, model)
+        if worker.stopping.is_set():
+            raise PodStopped
+        bin_dir = install_programs(image, self._workdir / "bin")
+        mounts = {
+            m["mountPath"]: self._volume_dir(worker, m) for m in spec.get("volumeMounts") or []
+        }
+        pod = {"metadata": {"name": worker.name, "namespace": worker.ns, "uid": worker.uid},
+               "spec": {**worker.spec, "nodeName": self.node_name},
+               "status": {"podIP": worker.model.pod_ip if worker.model else "",
+                          "hostIP": self.host_ip}}
+        plan = build_plan(spec, image, pod=pod, mounts=mounts, root_dir=worker.dir / "root",
+                          bin_dir=bin_dir)
+        worker.plans[spec["name"]] = plan
+        worker.mounts[spec["name"]] = mounts
+        model.container_id = "containerd://" + secrets.token_hex(32)
+        started_at = build_timestamp()
+        try:
+            async with open_host_process(plan, tty=bool(spec.get("tty")),
+                                         stdin=bool(spec.get("stdin"))) as proc:
+                worker.processes[spec["name"]] = proc
+                model.state = {"running": {"startedAt": started_at}}
+                model.ready = model.started = not init
+                await self._write(worker)
+                code = await proc.wait()
+                worker.processes.pop(spec["name"], None)
+        except StartError as exc:
+            code = 128
+            model.state = st.terminated(code, started_at, build_timestamp(), model.container_id,
+                                        reason="StartError", message=str(exc))
+        else:
+            model.state = st.terminated(code, started_at, build_timestamp(), model.container_id)
+        model.ready = init and code == 0
+        model.started = False
+        await self._write(worker)
+        return code
+
+    def _volume_dir(self, worker: PodWorker, mount: Obj) -> Path:
+        # Every volume is an empty directory on the host (configMap/secret contents are
+        # not projected: the sim serves no such resources).
+        path = worker.dir / "volumes" / mount["name"]
+        if mount.get("subPath"):
+            path = path / mount["subPath"]
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    async def _pull(self, worker: PodWorker, spec: Obj, model: st.ContainerModel) -> Image:
+        """The image to run, or wait in an image error state until the pod is stopped."""
+        ref_text = spec.get("image", "")
+        try:
+            ref = parse_image_ref(ref_text)
+        except InvalidReference as exc:
+            await self._stuck(worker, model, st.waiting("InvalidImageName", str(exc)))
+            raise PodStopped from None
+        image = self._images.resolve(ref)
+        if image is not None:
+            model.image_id = ref.image_id
+            return image
+        if spec.get("imagePullPolicy") == "Never":
+            await self._stuck(worker, model, st.waiting("ErrImageNeverPull",
+                                                        st.never_pull_message(ref_text)))
+            raise PodStopped
+        pull_message = st.pull_error_message(ref_text, ref.normalized)
+        backoff_s = self._backoff_s
+        while not worker.stopping.is_set():
+            model.state = st.waiting("ErrImagePull", pull_message)
+            await self._write(worker)
+            with trio.move_on_after(min(self._backoff_s, backoff_s)):
+                await worker.stopping.wait()
+            if worker.stopping.is_set():
+                break
+            model.state = st.waiting("ImagePullBackOff", st.backoff_message(ref_text, pull_message))
+            await self._write(worker)
+            with trio.move_on_after(backoff_s):
+                await worker.stopping.wait()
+            backoff_s = min(backoff_s * 2, BACKOFF_CAP_S)
+        raise PodStopped
+
+    async def _stuck(self, worker: PodWorker, model: st.ContainerModel, state: Obj) -> None:
+        model.state = state
+        await self._write(worker)
+        await worker.stopping.wait()
+
+    # ---- attach and exec ------------------------------------------------------------------
+
+    async def serve_stream(
+        self,
+        conn: Conn,
+        pod: Obj,
+        container: str,
+        *,
+        kind: str,
+        stdin: bool,
+        stdout: bool,
+        stderr: bool,
+        tty: bool,
+        command: list[str],
+        protocol: str,
+    ) -> None:
+        """Run the channel protocol for an attach or exec the apiserver has upgraded.
+
+        Never raises for a client that goes away; cancellation propagates.
+        """
+        worker = self._workers.get(pod["metadata"]["uid"])
+        proc = worker.processes.get(container) if worker else None
+        spec = worker.container(container) if worker else None
+        name = f"{pod['metadata']['name']}_{pod['metadata'].get('namespace', '')}"
+        if kind == "attach":
+            if spec is not None:  # the container spec's tty wins for attach
+                tty = bool(spec.get("tty"))
+                stdin = stdin and bool(spec.get("stdin"))
+            streams = Streams(stdin, stdout, stderr and not tty, tty, protocol)
+            if worker is None or proc is None or spec is None:
+                cause = f"container {container} not found in pod {name}"
+                await send_failure(conn, streams, f"unable to upgrade connection: {cause}")
+                return
+            await self._serve_attach(conn, streams, worker, spec, proc)
+            return
+        streams = Streams(stdin, stdout, stderr and not tty, tty, protocol)
+        if worker is None or proc is None or spec is None:
+            cause = f'container not found ("{container}")'
+            await send_failure(conn, streams, f"unable to upgrade connection: {cause}")
+            return
+        await self._serve_exec(conn, streams, worker, spec, command)
+
+    async def _serve_attach(
+        self, conn: Conn, streams: Streams, worker: PodWorker, spec: Obj, proc: HostProcess
+    ) -> None:
+        async def finish() -> bytes:
+            await trio.lowlevel.checkpoint()
+            return build_success_status()
+
+        with proc.output.subscribe() as output:
+            await serve_channels(conn, streams, proc, output, finish)
+        if streams.stdin and spec.get("stdinOnce") and spec["name"] not in worker.stdin_once_used:
+            # stdinOnce: the first attached client to leave closes the container's stdin.
+            worker.stdin_once_used.add(spec["name"])
+            await proc.close_stdin()
+
+    async def _serve_exec(
+        self, conn: Conn, streams: Streams, worker: PodWorker, spec: Obj, command: list[str]
+    ) -> None:
+        # The command runs in the container's context: its env, cwd and mapped paths.
+        base, to_host = worker.plans[spec["name"]], build_path_mapper(worker.mounts[spec["name"]])
+        env = {**base.env, "TERM": "xterm"} if streams.tty else dict(base.env)
+        plan = ProcessPlan(tuple(to_host(arg) for arg in command), env, base.cwd)
+        exit_code: list[int] = []
+        exited = trio.Event()
+
+        async def collect_exit(proc: HostProcess) -> None:
+            exit_code.append(await proc.wait())
+            exited.set()
+
+        async def finish() -> bytes:
+            await exited.wait()
+            return build_exit_status(exit_code[0])
+
+        try:
+            async with open_host_process(plan, tty=streams.tty, stdin=streams.stdin,
+                                         stdout=streams.stdout, stderr=streams.stderr) as proc:
+                # Subscribe before the first checkpoint: the output pump has not run yet.
+                with proc.output.subscribe() as output, trio.CancelScope() as scope:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(collect_exit, proc)
+                        await serve_channels(conn, streams, proc, output, finish)
+                        scope.cancel()
+        except StartError as exc:
+            await send_failure(conn, streams, exc.exec_cause(secrets.token_hex(32)))
