@@ -98,6 +98,7 @@ class LocalBackend:
                     cwd=session_dir.work,
                     env=build_env(spec.env, home=session_dir.work),
                     stop_grace_s=self._local.stop_grace_s,
+                    label=spec.session_id,
                 )
             except ValueError as exc:
                 raise StartError("provision", str(exc)) from exc

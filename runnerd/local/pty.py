@@ -95,9 +95,15 @@ def _spawn(
 
 
 async def spawn_pty_process(
-    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stop_grace_s: float
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    stop_grace_s: float,
+    label: str = "",
 ) -> PtyProcess:
     """Start `argv` (argv[0] an absolute path) on a fresh PTY with exactly `env`.
+    `label` (the session id) leads every log line about it.
 
     Raises:
         OSError: the program could not be executed (missing, not executable,
@@ -106,7 +112,7 @@ async def spawn_pty_process(
     # Not abandoned on cancel: the thread always finishes, so a spawned child
     # always reaches the caller's `async with`.
     popen, master, pidfd = await trio.to_thread.run_sync(_spawn, argv, cwd, env)
-    return PtyProcess(popen, master, pidfd, stop_grace_s=stop_grace_s)
+    return PtyProcess(popen, master, pidfd, stop_grace_s=stop_grace_s, label=label)
 
 
 def _exit_code(returncode: int) -> int:
@@ -118,8 +124,15 @@ class PtyProcess:
     """The live child and its terminal. Implements `backend.WorkloadHandle`."""
 
     def __init__(
-        self, popen: subprocess.Popen[bytes], master: int, pidfd: int, *, stop_grace_s: float
+        self,
+        popen: subprocess.Popen[bytes],
+        master: int,
+        pidfd: int,
+        *,
+        stop_grace_s: float,
+        label: str = "",
     ) -> None:
+        self._label = label or f"pid {popen.pid}"
         self._popen = popen
         self._master = master
         self._pidfd = pidfd
@@ -144,7 +157,7 @@ class PtyProcess:
         if self._exit_code is not None or self._closed or not data:
             return
         if len(self._pending) + len(data) > MAX_PENDING_STDIN_BYTES:
-            log.warning("pid %s: stdin backlog full, dropped %d bytes", self.pid, len(data))
+            log.warning("%s: stdin backlog full, dropped %d bytes", self._label, len(data))
             return
         self._pending += data
         self._pending_lot.unpark_all()
@@ -256,8 +269,10 @@ class PtyProcess:
         if self._exit_code is not None:
             return
         self._kill_group(signal.SIGTERM)
-        with trio.move_on_after(self._stop_grace_s):
+        with trio.move_on_after(self._stop_grace_s) as grace:
             await trio.lowlevel.wait_readable(self._pidfd)
+        if grace.cancelled_caught:
+            log.info("%s: alive %ss after SIGTERM; SIGKILL", self._label, self._stop_grace_s)
         self._kill_group(signal.SIGKILL)
         await trio.lowlevel.wait_readable(self._pidfd)
         self._reap()
@@ -282,4 +297,4 @@ class PtyProcess:
         if self._exit_code is None:
             # Only if a SIGKILLed child did not die within the bound (stuck in
             # the kernel): do not leave it to the GC's "still running" warning.
-            log.error("pid %s did not exit after SIGKILL; leaving it", self.pid)
+            log.error("%s: pid %s did not exit after SIGKILL; leaving it", self._label, self.pid)

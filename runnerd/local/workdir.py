@@ -14,13 +14,16 @@ had created is removed again.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from runnerd.backend import BundleSpec
+
+log = logging.getLogger(__name__)
 
 
 class WorkdirError(Exception):
@@ -38,8 +41,8 @@ class SessionDir:
 def _checked_relative(app: Path, relative: str) -> Path:
     # Paths arrive normalised (admission rejects traversal with a 400); this is
     # defence in depth, so a bug upstream can never write outside `app/`.
-    parts = PurePosixPath(relative).parts
-    if not parts or relative.startswith("/") or any(p in ("", ".", "..") for p in parts):
+    parts = relative.split("/")
+    if any(p in ("", ".", "..") for p in parts):
         raise WorkdirError(f"bundle path '{relative}' is not a plain relative path")
     target = app.joinpath(*parts)
     if not target.resolve().is_relative_to(app.resolve()):
@@ -108,7 +111,10 @@ def remove_session_dir(root: Path) -> None:
             else:
                 func(path)
 
-    if root.is_symlink():
-        root.unlink()
-    elif root.exists():
-        shutil.rmtree(root, onerror=make_writable_and_retry)
+    try:
+        if root.is_symlink():
+            root.unlink()
+        elif root.exists():
+            shutil.rmtree(root, onerror=make_writable_and_retry)
+    except OSError as exc:
+        log.error("could not delete session directory %s: %s", root, exc)
