@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import runnerd.config as config_module
 from runnerd.config import (
     DEFAULT_APP_LIMITS,
     DEFAULT_SESSION_LIMITS,
@@ -97,7 +98,14 @@ def test_config_empty_file_on_local_backend_names_the_missing_runtime() -> None:
     )
 
 
-def test_config_kubernetes_backend_needs_no_runtimes() -> None:
+def test_config_kubernetes_backend_is_refused_until_built() -> None:
+    assert error_of({"runner": {"backend": "kubernetes"}}) == (
+        "runner.backend: 'kubernetes' is not available in this build yet; use 'local'"
+    )
+
+
+def test_config_kubernetes_backend_needs_no_runtimes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config_module, "BUILT_BACKENDS", ("local", "kubernetes"))
     config = parse({"runner": {"backend": "kubernetes"}})
     assert config.runner.default_image == "telorun/node:latest-slim"
 
