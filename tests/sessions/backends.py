@@ -138,9 +138,7 @@ class InProcessBackend:
 
     name = "in-process"
 
-    def __init__(
-        self, body: Callable[[Sink], Awaitable[Outcome | None]] | None = None
-    ) -> None:
+    def __init__(self, body: Callable[[Sink], Awaitable[Outcome | None]] | None = None) -> None:
         self.body = body
         self.handle = PipeHandle(trio.open_memory_channel[bytes](math.inf)[0])
 
@@ -194,3 +192,21 @@ class RoutingBackend:
         backend = self.by_image[spec.image.image]
         result: Outcome = await backend.run(spec, sink, task_status=task_status)
         return result
+
+
+class BrokenTeardownBackend:
+    """Runs until cancelled, then fails in its own teardown (a backend bug)."""
+
+    name = "broken-teardown"
+
+    async def probe(self, image: ImageSpec) -> AvailabilityReport:
+        return ready()
+
+    async def run(self, spec: RunSpec, sink: Sink, *, task_status: Any) -> Outcome:
+        sink.status(running())
+        task_status.started(NullHandle())
+        try:
+            await trio.sleep_forever()
+        finally:
+            raise RuntimeError("teardown could not delete the pod")
+        raise AssertionError("unreachable")

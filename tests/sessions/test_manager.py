@@ -33,6 +33,7 @@ from runnerd.registry import RegistryFull
 from runnerd.sessions import ManagerClosed, Session, SessionManager, StopFailed
 
 from .backends import (
+    BrokenTeardownBackend,
     CrashingBackend,
     FailingStartBackend,
     HeldStartBackend,
@@ -227,6 +228,18 @@ async def test_stop_that_cannot_complete_raises_stop_failed() -> None:
         assert await wait_terminal(session) == {"kind": "stopped"}
 
 
+async def test_user_stop_ends_stopped_even_when_teardown_fails(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with open_manager(BrokenTeardownBackend()) as manager:
+        session = manager.start(build_spec())
+        with trio.fail_after(10):
+            await wait_for(session, is_running)
+            await manager.stop(session.id)
+        assert session.status == {"kind": "stopped"}
+        assert "teardown could not delete the pod" in caplog.text
+
+
 # --------------------------------------------------------------------------
 # Failures stay inside their session
 # --------------------------------------------------------------------------
@@ -292,9 +305,7 @@ async def test_capacity_evicts_oldest_exit_and_live_sessions_block(local: LocalB
 async def test_terminal_sessions_expire_after_exit_ttl(mock_clock: trio.testing.MockClock) -> None:
     mock_clock.autojump_threshold = 0
     backend = InProcessBackend(body=lambda sink: _exit_now())
-    async with open_manager(
-        backend, exit_ttl_s=30.0, wall_clock=trio.current_time
-    ) as manager:
+    async with open_manager(backend, exit_ttl_s=30.0, wall_clock=trio.current_time) as manager:
         first = manager.start(build_spec())
         await wait_terminal(first)
         exited_at = trio.current_time()
