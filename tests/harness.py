@@ -16,7 +16,8 @@ Owned by the daemon tests, used by every end-to-end test. Import from here:
 - `Daemon`: `socket_path`, `config_path`, `workdir`, `proc`, `client()`
   (an httpx.AsyncClient over the UNIX socket, base_url http://runnerd),
   `stderr_text()`, `notifications` (every sd_notify datagram, in order),
-  `await wait_for_stderr(text)`, `await wait_for_notification(state)`,
+  `await wait_for_stderr(text)`, `await wait_for_notification(state, count=1)`,
+  `count_notifications(state)`,
   `send_signal(signum)`, `await stop(signum=SIGTERM) -> exit code`,
   `write_config(overrides)` (rewrites the config file from the same base).
 - `open_ws(socket_path, resource)`: a trio-websocket connection over the
@@ -189,10 +190,16 @@ class Daemon:
             while text not in self.stderr_text():
                 await self._changes.wait()
 
-    async def wait_for_notification(self, state: str, timeout_s: float = 10.0) -> None:
-        """Wait until a datagram contained the line `state` (e.g. "STOPPING=1")."""
+    def count_notifications(self, state: str) -> int:
+        """How many datagrams so far carried the line `state` (e.g. "WATCHDOG=1")."""
+        return sum(state in n.split("\n") for n in self.notifications)
+
+    async def wait_for_notification(
+        self, state: str, timeout_s: float = 10.0, *, count: int = 1
+    ) -> None:
+        """Wait until `count` datagrams carried the line `state` (e.g. "STOPPING=1")."""
         with trio.fail_after(timeout_s):
-            while not any(state in n.split("\n") for n in self.notifications):
+            while self.count_notifications(state) < count:
                 await self._changes.wait()
 
     async def stop(self, signum: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S) -> int:
