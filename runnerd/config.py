@@ -94,8 +94,9 @@ class AppEntry:
     pull_policy: PullPolicy = "missing"
     title: str | None = None
     description: str | None = None
-    # Operator values; may be secrets. Never logged, never sent to a client.
-    env: Mapping[str, str] = field(default_factory=dict)
+    # Operator values; may be secrets. Never logged, never sent to a client
+    # (repr=False: a logged config or entry must not carry them either).
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)

@@ -705,6 +705,12 @@ def test_render_config_masks_catalog_env_values_and_terms_body() -> None:
     assert 'body = "***"' in text
 
 
+def test_config_repr_never_shows_catalog_env_values() -> None:
+    config = parse(SECRETS)
+    assert "tok-operator-secret" not in repr(config)
+    assert "tok-operator-secret" not in repr(config.apps["svc"])
+
+
 def test_render_config_parses_back_to_the_same_config() -> None:
     config = parse(SECRETS)
     text = render_config(config)
