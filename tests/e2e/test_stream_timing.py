@@ -99,18 +99,22 @@ async def test_idle_sse_stream_sends_heartbeat_comments(tmp_path: Path) -> None:
 async def test_closing_ends_sse_and_websocket_of_live_sessions(tmp_path: Path) -> None:
     async with open_app(tmp_path) as (state, socket_path), _client(socket_path) as client:
         session_id = await start_session(client, "echo ready; exec sleep 30")
+        kinds: list[str] = []
         async with open_ws(socket_path, f"/v1/sessions/{session_id}/io") as ws:
             transcript = await read_pty(ws, until=b"ready")
             with trio.fail_after(3):
                 async with client.stream(
                     "GET", f"/v1/sessions/{session_id}/events", timeout=SSE_TIMEOUT
                 ) as response:
-                    state.closing.set()
-                    body = await response.aread()
+                    async for frame in iter_sse(response):
+                        kinds.append(frame.data["status"]["kind"])
+                        if kinds[-1] == "running":
+                            state.closing.set()
+                    # The loop ends when the server ends the stream.
                 await read_pty(ws, transcript)
         live = (await client.get(f"/v1/sessions/{session_id}")).json()["status"]["kind"]
     # The streams ended because of shutdown, not because the session did.
     assert live == "running"
-    assert b'"kind":"running"' in body and b"exited" not in body
+    assert kinds == ["starting", "running"]
     assert transcript.close is not None and transcript.close.code == 1001
 
