@@ -31,6 +31,7 @@ Decisions (documented for operators in config/runnerd.toml):
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -284,9 +285,10 @@ def _parse_server(t: _Table, base_dir: Path) -> ServerConfig:
         for i, origin in enumerate(origins):
             # A browser's Origin never ends in "/", so such an entry never matches.
             if "://" not in origin or origin.endswith("/"):
+                hint = ' (for any origin write cors_origins = "*")' if origin == "*" else ""
                 raise ConfigError(
                     f"server.cors_origins[{i}]",
-                    f"must be an origin like https://editor.example.com, got {origin!r}",
+                    f"must be an origin like https://editor.example.com, got {origin!r}{hint}",
                 )
     return ServerConfig(
         listen=tuple(listen),
@@ -544,7 +546,7 @@ def load_config(path: Path) -> Config:
             if file != path and (exc.key == f"apps.{name}" or exc.key.startswith(f"apps.{name}.")):
                 raise ConfigError(exc.key, f"{exc.problem} (in {file})") from exc
         raise
-    return Config(**{**config.__dict__, "source": path})
+    return dataclasses.replace(config, source=path)
 
 
 # --------------------------------------------------------------------------
@@ -599,6 +601,13 @@ def render_config(config: Config) -> str:
         "registry_url": r.registry_url, "max_sessions": r.max_sessions,
         "exit_ttl_seconds": r.exit_ttl_s, "replay_buffer_bytes": r.replay_buffer_bytes,
     })  # fmt: skip
+    if r.allowed_images is None:
+        # Imported here: capabilities imports this module.
+        from runnerd.capabilities import allowed_images
+
+        effective = allowed_images(config)
+        shown = ", ".join(effective) if effective else f"{r.default_image} only"
+        out.insert(len(out) - 1, f"# allowed_images not set; accepted images: {shown}")
     if config.terms is not None:
         t = config.terms
         out += _section("terms", {"version": t.version, "title": t.title, "body": MASK})

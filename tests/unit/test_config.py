@@ -224,6 +224,12 @@ ERRORS: list[tuple[str, dict[str, Any], str]] = [
         "got 'https://a.example/'",
     ),
     (
+        "cors star inside a list",
+        minimal(server={"cors_origins": ["*"]}),
+        "server.cors_origins[0]: must be an origin like https://editor.example.com, got '*' "
+        '(for any origin write cors_origins = "*")',
+    ),
+    (
         "cors neither star nor list",
         minimal(server={"cors_origins": "https://a.example"}),
         "server.cors_origins: must be a list of strings, got 'https://a.example'",
@@ -703,6 +709,12 @@ def test_render_config_masks_catalog_env_values_and_terms_body() -> None:
     assert "the-terms-body-text" not in text
     assert 'env = { TOKEN = "***" }' in text
     assert 'body = "***"' in text
+
+
+def test_render_config_shows_the_effective_allowlist_when_unset() -> None:
+    text = render_config(parse(minimal()))
+    assert "# allowed_images not set; accepted images: sh, py\n" in text
+    assert "allowed_images = " not in text
 
 
 def test_config_repr_never_shows_catalog_env_values() -> None:
