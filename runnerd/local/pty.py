@@ -40,6 +40,8 @@ from types import TracebackType
 
 import trio
 
+from runnerd.local.strays import StrayProcesses
+
 log = logging.getLogger(__name__)
 
 # One read may return far less (a Linux PTY hands over ~4 KiB per read), so the
@@ -268,14 +270,25 @@ class PtyProcess:
     async def _stop(self) -> None:
         if self._exit_code is not None:
             return
-        self._kill_group(signal.SIGTERM)
-        with trio.move_on_after(self._stop_grace_s) as grace:
-            await trio.lowlevel.wait_readable(self._pidfd)
-        if grace.cancelled_caught:
-            log.info("%s: alive %ss after SIGTERM; SIGKILL", self._label, self._stop_grace_s)
-        self._kill_group(signal.SIGKILL)
+        strays = StrayProcesses(self.pid)
+        try:
+            strays.collect()
+            self._kill_all(signal.SIGTERM, strays)
+            with trio.move_on_after(self._stop_grace_s) as grace:
+                await trio.lowlevel.wait_readable(self._pidfd)
+            if grace.cancelled_caught:
+                log.info("%s: alive %ss after SIGTERM; SIGKILL", self._label, self._stop_grace_s)
+                # Still alive: it may have started new jobs during the grace.
+                strays.collect()
+            self._kill_all(signal.SIGKILL, strays)
+        finally:
+            strays.close()
         await trio.lowlevel.wait_readable(self._pidfd)
         self._reap()
+
+    def _kill_all(self, sig: signal.Signals, strays: StrayProcesses) -> None:
+        self._kill_group(sig)
+        strays.send(sig)
 
     def _kill_group(self, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -198,3 +198,29 @@ async def test_session_dir_is_deleted_even_with_readonly_leftovers(
             session = await start_session(nursery, backend, spec, sink)
             assert await session.result() == Exited(0)
     assert not (workdir / spec.session_id).exists()
+
+
+def pgrp_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
+
+
+async def test_stop_reaches_job_control_jobs_in_other_process_groups(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "job.pid"
+    sink = RecordingSink()
+    # `set -m`: job control, so the background job gets a process group of its own.
+    spec = bundle_spec(
+        "sh",
+        'set -m\nsleep 1000 &\necho $! > "$PIDFILE"\necho spawned\nwait\n',
+        env={"PIDFILE": str(pidfile)},
+    )
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            await sink.wait_output(b"spawned")
+            job = int(pidfile.read_text())
+            assert pgrp_of(job) != session.handle.pid
+            session.scope.cancel()
+            await session.result()
+        await wait_gone(job)
