@@ -17,7 +17,7 @@ def decode(lines: list[str]) -> list[str]:
 
 
 def test_decoder_joins_data_lines_and_skips_comments_and_other_fields() -> None:
-    lines = [": heartbeat", "", "id: 3", "event: debug", "data: {\"a\":", "data:1}", ""]
+    lines = [": heartbeat", "", "id: 3", "event: debug", 'data: {"a":', "data:1}", ""]
     assert decode(lines) == ['{"a":\n1}']
 
 
@@ -76,7 +76,8 @@ async def test_relay_retries_until_the_server_answers_and_reconnects_after_drops
     server = ScriptedSseServer(
         [
             UNAVAILABLE,
-            OK_HEAD + sse({"kind": "event", "n": 1}, {"kind": "log", "line": "x"})
+            OK_HEAD
+            + sse({"kind": "event", "n": 1}, {"kind": "log", "line": "x"})
             + b"data: not json\n\n: comment\n\n",
             OK_HEAD + b'data: {"n":\ndata: 3}\n\n' + sse({"n": 4}),
         ]
