@@ -159,6 +159,11 @@ def _show(value: object) -> str:
     return repr(value)
 
 
+def _key(name: str) -> str:
+    """A TOML key as written: bare when it can be, quoted otherwise."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
+
+
 class _Table:
     """One TOML table under a dotted key path. Refuses keys it does not know,
     and every reader names the full key path in its error."""
@@ -175,9 +180,7 @@ class _Table:
                 raise ConfigError(self.key(key), f"unknown key{hint}")
 
     def key(self, name: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
-            name = f'"{name}"'
-        return f"{self.path}.{name}" if self.path else name
+        return f"{self.path}.{_key(name)}" if self.path else _key(name)
 
     def table(self, name: str, known: tuple[str, ...] | None) -> _Table:
         return _Table(self.data.get(name, {}), self.key(name), known)
@@ -276,27 +279,28 @@ def _parse_server(t: _Table, base_dir: Path) -> ServerConfig:
         raise ConfigError(
             "server.socket_mode", f'must be an octal string like "0660", got {mode!r}'
         )
-    cors = t.data.get("cors_origins", "*")
-    origins: Literal["*"] | tuple[str, ...]
-    if cors == "*":
-        origins = "*"
-    else:
-        origins = t.string_list("cors_origins") or ()
-        for i, origin in enumerate(origins):
-            # A browser's Origin never ends in "/", so such an entry never matches.
-            if "://" not in origin or origin.endswith("/"):
-                hint = ' (for any origin write cors_origins = "*")' if origin == "*" else ""
-                raise ConfigError(
-                    f"server.cors_origins[{i}]",
-                    f"must be an origin like https://editor.example.com, got {origin!r}{hint}",
-                )
     return ServerConfig(
         listen=tuple(listen),
         socket_mode=int(mode, 8),
-        cors_origins=origins,
+        cors_origins=_parse_cors(t),
         max_body_bytes=t.positive_int("max_body_bytes", 16 * 1024 * 1024),
         log_level=t.choice("log_level", "info", _LOG_LEVELS),
     )
+
+
+def _parse_cors(t: _Table) -> Literal["*"] | tuple[str, ...]:
+    if t.data.get("cors_origins", "*") == "*":
+        return "*"
+    origins = t.string_list("cors_origins") or ()
+    for i, origin in enumerate(origins):
+        # A browser's Origin never ends in "/", so such an entry never matches.
+        if "://" not in origin or origin.endswith("/"):
+            hint = ' (for any origin write cors_origins = "*")' if origin == "*" else ""
+            raise ConfigError(
+                f"server.cors_origins[{i}]",
+                f"must be an origin like https://editor.example.com, got {origin!r}{hint}",
+            )
+    return origins
 
 
 def _backend(t: _Table) -> str:
@@ -314,6 +318,9 @@ def _backend(t: _Table) -> str:
 def _parse_runner(t: _Table) -> RunnerConfig:
     d = RunnerConfig()
     allowed = t.string_list("allowed_images")
+    for i, image in enumerate(allowed or ()):
+        if image in (allowed or ())[:i]:
+            raise ConfigError(f"runner.allowed_images[{i}]", f"{image!r} is listed twice")
     return RunnerConfig(
         backend=cast(Literal["local", "kubernetes"], _backend(t)),
         display_name=t.string("display_name", d.display_name),
@@ -572,25 +579,15 @@ def _toml(value: object) -> str:
     raise TypeError(f"cannot render {value!r}")
 
 
-def _key(name: str) -> str:
-    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
-
-
 def _section(header: str, items: Mapping[str, object]) -> list[str]:
     lines = [f"[{header}]"]
     lines += [f"{_key(k)} = {_toml(v)}" for k, v in items.items() if v is not None]
     return [*lines, ""]
 
 
-def render_config(config: Config) -> str:
-    """The effective config as TOML (defaults filled in, paths absolute).
-
-    Catalog env values and the terms body are masked as `"***"`: the output
-    goes to terminals and logs. It parses back with the same shape.
-    """
-    s, r, loc = config.server, config.runner, config.local
-    out = [f"# effective config of {config.source or '<memory>'}", ""]
-    out += _section("server", {
+def _render_head(config: Config) -> list[str]:
+    s, r = config.server, config.runner
+    out = _section("server", {
         "listen": s.listen, "socket_mode": f"{s.socket_mode:04o}",
         "cors_origins": s.cors_origins, "max_body_bytes": s.max_body_bytes,
         "log_level": s.log_level,
@@ -611,6 +608,17 @@ def render_config(config: Config) -> str:
     if config.terms is not None:
         t = config.terms
         out += _section("terms", {"version": t.version, "title": t.title, "body": MASK})
+    return out
+
+
+def render_config(config: Config) -> str:
+    """The effective config as TOML (defaults filled in, paths absolute).
+
+    Catalog env values and the terms body are masked as `"***"`: the output
+    goes to terminals and logs. It parses back with the same shape.
+    """
+    out = [f"# effective config of {config.source or '<memory>'}", ""]
+    out += _render_head(config)
     for tier, lim in (("session", config.session_limits), ("app", config.app_limits)):
         out += _section(f"limits.{tier}", {
             "cpu": lim.cpu, "memory": lim.memory,
@@ -621,6 +629,7 @@ def render_config(config: Config) -> str:
             "image": app.image, "pull_policy": app.pull_policy, "title": app.title,
             "description": app.description, "env": {k: MASK for k in app.env},
         })  # fmt: skip
+    loc = config.local
     out += _section("local", {"workdir": loc.workdir, "stop_grace_seconds": loc.stop_grace_s})
     for rt in loc.runtimes.values():
         out += _section(f"local.runtimes.{_key(rt.name)}", {

@@ -260,6 +260,11 @@ ERRORS: list[tuple[str, dict[str, Any], str]] = [
         "runner.allowed_images[1]: must be a non-empty string, got ''",
     ),
     (
+        "allowed image twice",
+        minimal(runner={"allowed_images": ["sh", "py", "py"]}),
+        "runner.allowed_images[2]: 'py' is listed twice",
+    ),
+    (
         "allowed image not a runtime",
         minimal(runner={"allowed_images": ["sh", "node"]}),
         "runner.allowed_images[1]: 'node' is not a [local.runtimes] entry (defined: sh, py, hello)",
