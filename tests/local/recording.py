@@ -21,6 +21,7 @@ class RecordingSink:
         self.progress_calls: list[tuple[str, str, bool | None]] = []
         self.out = bytearray()
         self.output_calls = 0
+        self.largest_output = 0
         self.reachability_calls: list[tuple[int, str]] = []
         self.frames: list[dict[str, Any]] = []
         self._lot = trio.lowlevel.ParkingLot()
@@ -40,6 +41,7 @@ class RecordingSink:
         assert isinstance(data, bytes) and data
         self.out += data
         self.output_calls += 1
+        self.largest_output = max(self.largest_output, len(data))
         self._changed()
 
     def reachability(self, port: int, state: Any) -> None:
