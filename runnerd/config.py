@@ -550,7 +550,8 @@ def load_config(path: Path) -> Config:
         )
     except ConfigError as exc:
         for name, file in origin.items():
-            if file != path and (exc.key == f"apps.{name}" or exc.key.startswith(f"apps.{name}.")):
+            key = f"apps.{_key(name)}"
+            if file != path and (exc.key == key or exc.key.startswith(f"{key}.")):
                 raise ConfigError(exc.key, f"{exc.problem} (in {file})") from exc
         raise
     return dataclasses.replace(config, source=path)

@@ -652,6 +652,14 @@ def test_load_config_error_in_drop_in_app_names_the_file(tmp_path: Path) -> None
     assert str(info.value) == f"apps.broken.image: is required (in {bad})"
 
 
+def test_load_config_bad_app_name_in_drop_in_names_the_file(tmp_path: Path) -> None:
+    main = write(tmp_path / "runnerd.toml", MAIN)
+    bad = write(tmp_path / "apps.d/x.toml", '[apps."a b"]\nimage = "hello"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(main)
+    assert str(info.value).endswith(f"starting with a letter or digit (in {bad})")
+
+
 def test_load_config_invalid_toml_names_the_file(tmp_path: Path) -> None:
     main = write(tmp_path / "runnerd.toml", "[server\n")
     with pytest.raises(ConfigError, match=f"^'{main}' is not valid TOML: "):
