@@ -23,9 +23,16 @@ from typing import Any, Protocol
 
 import trio
 from trio_websocket import ConnectionClosed
+from wsproto.utilities import LocalProtocolError
 
 # What a socket that went away raises, whichever layer the adapter lets through.
-_GONE = (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+_GONE = (
+    ConnectionClosed,
+    LocalProtocolError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    OSError,
+)
 
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 V5 = "v5.channel.k8s.io"
@@ -204,8 +211,9 @@ class Streams:
 
 async def send_failure(conn: Conn, streams: Streams, cause: str) -> None:
     """Report a failure found after the upgrade: empty frame, channel-3 Status, close."""
-    await _send_quietly(conn, build_frame(first_channel(stdout=streams.stdout,
-                                                        stderr=streams.stderr)))
+    await _send_quietly(
+        conn, build_frame(first_channel(stdout=streams.stdout, stderr=streams.stderr))
+    )
     await _send_quietly(conn, build_frame(ERROR, build_internal_error_status(cause)))
     await _close_quietly(conn)
 
@@ -241,8 +249,9 @@ async def serve_channels(
                 await _close_quietly(conn)
             nursery.cancel_scope.cancel()
 
-        if await _send_quietly(conn, build_frame(first_channel(stdout=streams.stdout,
-                                                               stderr=streams.stderr))):
+        if await _send_quietly(
+            conn, build_frame(first_channel(stdout=streams.stdout, stderr=streams.stderr))
+        ):
             nursery.start_soon(pump_out)
             nursery.start_soon(pump_in)
     return ending

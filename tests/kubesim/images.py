@@ -183,8 +183,9 @@ def run_wget(argv: list[str]) -> int:
     url = urls[0]
     target = out or url.rstrip("/").rsplit("/", 1)[-1].split("?")[0] or "index.html"
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
-                                    timeout=timeout_s) as resp:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=timeout_s
+        ) as resp:
             body = resp.read()
     except urllib.error.HTTPError as exc:
         print(f"wget: server returned error: HTTP/1.1 {exc.code} {exc.reason}", file=sys.stderr)

@@ -15,7 +15,8 @@ an unknown directive exits 2 naming the file and line:
     echo [PREFIX]     read stdin lines and print PREFIX+line each, until EOF or `quit`
     listen PORT [BODY]  serve HTTP on the pod IP: every GET answers 200 BODY (default `ok`)
     event NAME [JSON] publish `{"kind":"event","event":NAME,"data":JSON}` on the inspect stream
-    write PATH TEXT   write TEXT to PATH (relative to the working directory)
+    write PATH TEXT   write TEXT and a newline to PATH, both with `$VAR`s expanded
+                      (relative paths: the working directory; `$HOME/x`: the home mount)
     sleep SECONDS     pause
     wait              block until a signal ends the process
     exit CODE         exit now with CODE (the end of the script exits 0)
@@ -26,6 +27,10 @@ frame since start replayed to each new client): `{"kind":"event",...}` for
 kernel events and directives' `event`, `{"kind":"log","stream":...,"text":...}`
 for each line printed. A host of `0.0.0.0` binds the pod's own address
 (`$POD_IP`), as each pod has its own network namespace in a real cluster.
+
+The kernel is a host process: an absolute container path written inside a
+script is NOT mapped (the kubelet maps argv, env and workingDir only), so
+scripts use relative paths or `$VAR`s whose values the kubelet mapped.
 """
 
 from __future__ import annotations
@@ -44,8 +49,18 @@ from typing import Any
 USAGE = "usage: telo run ENTRY [--inspect HOST:PORT] [--no-open] [--no-cache-write]"
 VERSION = "telo 0.0.0-kubesim"
 DIRECTIVES = {
-    "print", "stderr", "env", "pwd", "size", "echo", "listen", "event",
-    "write", "sleep", "wait", "exit",
+    "print",
+    "stderr",
+    "env",
+    "pwd",
+    "size",
+    "echo",
+    "listen",
+    "event",
+    "write",
+    "sleep",
+    "wait",
+    "exit",
 }
 
 
@@ -188,7 +203,7 @@ def run_step(verb: str, rest: str) -> None:
         DEBUG.publish({"kind": "event", "event": name, "data": json.loads(data or "null")})
     elif verb == "write":
         target, _, text = rest.partition(" ")
-        Path(target).write_text(text + "\n")
+        Path(os.path.expandvars(target)).write_text(os.path.expandvars(text) + "\n")
     elif verb == "sleep":
         time.sleep(float(rest))
     elif verb == "wait":

@@ -97,12 +97,12 @@ class Kubelet:
     ) -> None:
         self._store = store
         self._images = images
-        self._workdir = Path(workdir)
+        self.workdir = Path(workdir)
         self.node_name = node_name
         self.host_ip = host_ip
         self._pool = [str(ip) for ip in list(ipaddress.ip_network(pod_network).hosts())[1:]]
         self._ips: dict[str, str] = {}  # ip → pod uid
-        self._backoff_s = image_pull_backoff_s
+        self.image_pull_backoff_s = image_pull_backoff_s  # tests may shorten it after start
         self._workers: dict[str, PodWorker] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -110,7 +110,7 @@ class Kubelet:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve pods until cancelled; started() once the first snapshot is taken."""
-        (self._workdir / "pods").mkdir(parents=True, exist_ok=True)
+        (self.workdir / "pods").mkdir(parents=True, exist_ok=True)
         with self._store.kubelet_registered():
             try:
                 async with trio.open_nursery() as nursery:
@@ -118,7 +118,7 @@ class Kubelet:
                     await self._watch(task_status)
             finally:
                 self._nursery = None
-                shutil.rmtree(self._workdir / "pods", ignore_errors=True)
+                shutil.rmtree(self.workdir / "pods", ignore_errors=True)
 
     async def _watch(self, task_status: trio.TaskStatus[None]) -> None:
         started = False
@@ -161,8 +161,13 @@ class Kubelet:
 
     def _start(self, pod: Obj) -> None:
         meta = pod["metadata"]
-        worker = PodWorker(meta.get("namespace", ""), meta["name"], meta["uid"], pod["spec"],
-                           self._workdir / "pods" / meta["uid"])
+        worker = PodWorker(
+            meta.get("namespace", ""),
+            meta["name"],
+            meta["uid"],
+            pod["spec"],
+            self.workdir / "pods" / meta["uid"],
+        )
         self._workers[worker.uid] = worker
         assert self._nursery is not None
         self._nursery.start_soon(self._run_pod, worker)
@@ -205,8 +210,9 @@ class Kubelet:
             except InvalidReference:
                 pass
         init, main = st.build_models({"spec": worker.spec}, images)
-        worker.model = st.PodModel(init, main, ip, self.host_ip, build_timestamp(),
-                                   st.build_qos_class(worker.spec))
+        worker.model = st.PodModel(
+            init, main, ip, self.host_ip, build_timestamp(), st.build_qos_class(worker.spec)
+        )
         for sub in ("volumes", "root"):
             (worker.dir / sub).mkdir(parents=True, exist_ok=True)
 
@@ -215,9 +221,7 @@ class Kubelet:
 
         await self._write(worker, bind)
 
-    async def _write(
-        self, worker: PodWorker, also: Callable[[Obj], None] | None = None
-    ) -> None:
+    async def _write(self, worker: PodWorker, also: Callable[[Obj], None] | None = None) -> None:
         """Publish the model as the pod's status (a MODIFIED event); a vanished pod is ignored."""
         assert worker.model is not None
         status = st.render_status(worker.model, build_timestamp())
@@ -276,8 +280,9 @@ class Kubelet:
     async def _run_containers(self, worker: PodWorker) -> None:
         assert worker.model is not None
         try:
-            for spec, model in zip(worker.spec.get("initContainers") or [], worker.model.init,
-                                   strict=True):
+            for spec, model in zip(
+                worker.spec.get("initContainers") or [], worker.model.init, strict=True
+            ):
                 if await self._run_container(worker, spec, model, init=True) != 0:
                     await self._write(worker)
                     return
@@ -294,23 +299,29 @@ class Kubelet:
         image = await self._pull(worker, spec, model)
         if worker.stopping.is_set():
             raise PodStopped
-        bin_dir = install_programs(image, self._workdir / "bin")
+        bin_dir = install_programs(image, self.workdir / "bin")
         mounts = {
             m["mountPath"]: self._volume_dir(worker, m) for m in spec.get("volumeMounts") or []
         }
-        pod = {"metadata": {"name": worker.name, "namespace": worker.ns, "uid": worker.uid},
-               "spec": {**worker.spec, "nodeName": self.node_name},
-               "status": {"podIP": worker.model.pod_ip if worker.model else "",
-                          "hostIP": self.host_ip}}
-        plan = build_plan(spec, image, pod=pod, mounts=mounts, root_dir=worker.dir / "root",
-                          bin_dir=bin_dir)
+        pod = {
+            "metadata": {"name": worker.name, "namespace": worker.ns, "uid": worker.uid},
+            "spec": {**worker.spec, "nodeName": self.node_name},
+            "status": {
+                "podIP": worker.model.pod_ip if worker.model else "",
+                "hostIP": self.host_ip,
+            },
+        }
+        plan = build_plan(
+            spec, image, pod=pod, mounts=mounts, root_dir=worker.dir / "root", bin_dir=bin_dir
+        )
         worker.plans[spec["name"]] = plan
         worker.mounts[spec["name"]] = mounts
         model.container_id = "containerd://" + secrets.token_hex(32)
         started_at = build_timestamp()
         try:
-            async with open_host_process(plan, tty=bool(spec.get("tty")),
-                                         stdin=bool(spec.get("stdin"))) as proc:
+            async with open_host_process(
+                plan, tty=bool(spec.get("tty")), stdin=bool(spec.get("stdin"))
+            ) as proc:
                 worker.processes[spec["name"]] = proc
                 model.state = {"running": {"startedAt": started_at}}
                 model.ready = model.started = not init
@@ -319,8 +330,14 @@ class Kubelet:
                 worker.processes.pop(spec["name"], None)
         except StartError as exc:
             code = 128
-            model.state = st.terminated(code, started_at, build_timestamp(), model.container_id,
-                                        reason="StartError", message=str(exc))
+            model.state = st.terminated(
+                code,
+                started_at,
+                build_timestamp(),
+                model.container_id,
+                reason="StartError",
+                message=str(exc),
+            )
         else:
             model.state = st.terminated(code, started_at, build_timestamp(), model.container_id)
         model.ready = init and code == 0
@@ -350,15 +367,16 @@ class Kubelet:
             model.image_id = ref.image_id
             return image
         if spec.get("imagePullPolicy") == "Never":
-            await self._stuck(worker, model, st.waiting("ErrImageNeverPull",
-                                                        st.never_pull_message(ref_text)))
+            await self._stuck(
+                worker, model, st.waiting("ErrImageNeverPull", st.never_pull_message(ref_text))
+            )
             raise PodStopped
         pull_message = st.pull_error_message(ref_text, ref.normalized)
-        backoff_s = self._backoff_s
+        backoff_s = self.image_pull_backoff_s
         while not worker.stopping.is_set():
             model.state = st.waiting("ErrImagePull", pull_message)
             await self._write(worker)
-            with trio.move_on_after(min(self._backoff_s, backoff_s)):
+            with trio.move_on_after(min(self.image_pull_backoff_s, backoff_s)):
                 await worker.stopping.wait()
             if worker.stopping.is_set():
                 break
@@ -449,8 +467,13 @@ class Kubelet:
             return build_exit_status(exit_code[0])
 
         try:
-            async with open_host_process(plan, tty=streams.tty, stdin=streams.stdin,
-                                         stdout=streams.stdout, stderr=streams.stderr) as proc:
+            async with open_host_process(
+                plan,
+                tty=streams.tty,
+                stdin=streams.stdin,
+                stdout=streams.stdout,
+                stderr=streams.stderr,
+            ) as proc:
                 # Subscribe before the first checkpoint: the output pump has not run yet.
                 with proc.output.subscribe() as output, trio.CancelScope() as scope:
                     async with trio.open_nursery() as nursery:

@@ -335,8 +335,12 @@ async def open_host_process(
     else:
         pipe, null = -1, -3  # subprocess.PIPE, subprocess.DEVNULL
         proc = await trio.lowlevel.open_process(
-            list(plan.argv), executable=executable, stdin=pipe if stdin else null,
-            stdout=pipe if stdout else null, stderr=pipe if stderr else null, **common,
+            list(plan.argv),
+            executable=executable,
+            stdin=pipe if stdin else null,
+            stdout=pipe if stdout else null,
+            stderr=pipe if stderr else null,
+            **common,
         )
     host = HostProcess(proc, tty=master)
     try:

@@ -72,8 +72,15 @@ def waiting(reason: str, message: str | None = None) -> Obj:
     return {"waiting": {"reason": reason, **({"message": message} if message else {})}}
 
 
-def terminated(code: int, started_at: str, finished_at: str, container_id: str, *,
-               reason: str | None = None, message: str | None = None) -> Obj:
+def terminated(
+    code: int,
+    started_at: str,
+    finished_at: str,
+    container_id: str,
+    *,
+    reason: str | None = None,
+    message: str | None = None,
+) -> Obj:
     """containerd's reasons: Completed (0), Error (non-zero), StartError (128)."""
     body: Obj = {
         "exitCode": code,
