@@ -86,6 +86,9 @@ def prepare_session_dir(workdir: Path, session_id: str, bundle: BundleSpec | Non
         for relative, contents in bundle.files:
             try:
                 _write_file(layout.app, relative, contents)
+            except UnicodeEncodeError as exc:
+                # JSON can carry lone surrogates ("\ud800"): not writable as UTF-8.
+                raise WorkdirError(f"bundle file '{relative}' is not valid Unicode text") from exc
             except OSError as exc:
                 raise WorkdirError(
                     f"cannot write bundle file '{relative}': {exc.strerror}"

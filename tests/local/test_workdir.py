@@ -49,3 +49,10 @@ def test_remove_deletes_readonly_trees_and_tolerates_absence(tmp_path: Path) -> 
     remove_session_dir(layout.root)
     assert not layout.root.exists()
     remove_session_dir(layout.root)
+
+
+def test_prepare_refuses_contents_that_are_not_valid_unicode(tmp_path: Path) -> None:
+    bundle = BundleSpec(entry="main", files=(("main", "ok \ud800 lone surrogate"),))
+    with pytest.raises(WorkdirError, match="bundle file 'main' is not valid Unicode text"):
+        prepare_session_dir(tmp_path, "s1", bundle)
+    assert not (tmp_path / "s1").exists()
