@@ -20,10 +20,11 @@ outcome, a `StartError` or a cancellation into the terminal status.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
-import trio
+if TYPE_CHECKING:
+    import trio
 
 from runnerd.contract import (
     AvailabilityReport,
@@ -70,7 +71,8 @@ class RunSpec:
 
     session_id: str
     image: ImageSpec
-    env: Mapping[str, str]
+    # May hold catalog secrets: kept out of repr so no log line can print it.
+    env: Mapping[str, str] = field(repr=False)
     limits: Limits
     bundle: BundleSpec | None = None
     app: str | None = None
@@ -150,7 +152,7 @@ class Backend(Protocol):
         spec: RunSpec,
         sink: Sink,
         *,
-        task_status: trio.TaskStatus[WorkloadHandle] = trio.TASK_STATUS_IGNORED,
+        task_status: trio.TaskStatus[WorkloadHandle] = ...,
     ) -> Outcome:
         """Run the workload to its end.
 

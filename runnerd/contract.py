@@ -41,7 +41,8 @@ class _Body(BaseModel):
 class SessionConfig(_Body):
     image: Annotated[str, Field(min_length=1)]
     pullPolicy: PullPolicy
-    registryUrl: str | None = None
+    # Absent and blank both mean unset (see admission); null is not a string.
+    registryUrl: str = ""
 
 
 class BundleFile(_Body):
