@@ -93,15 +93,17 @@ class LocalBackend:
                 argv = build_argv(
                     runtime, executable, entry=session_dir.entry, inspect_port=inspect_port
                 )
+                env = build_env(spec.env, home=session_dir.work)
+            except ValueError as exc:
+                raise StartError("provision", str(exc)) from exc
+            try:
                 proc = await spawn_pty_process(
                     argv,
                     cwd=session_dir.work,
-                    env=build_env(spec.env, home=session_dir.work),
+                    env=env,
                     stop_grace_s=self._local.stop_grace_s,
                     label=spec.session_id,
                 )
-            except ValueError as exc:
-                raise StartError("provision", str(exc)) from exc
             except OSError as exc:
                 raise StartError(
                     "boot", f"could not execute '{runtime.command[0]}': {exc.strerror}"

@@ -109,7 +109,16 @@ def build_env(session_env: Mapping[str, str], *, home: Path) -> dict[str, str]:
     Never the daemon's own environment. The session's values win, as with a
     container's `-e` over its image defaults: the env is the client's (or the
     operator's, for catalog apps), and the executable is already resolved.
+
+    Raises:
+        ValueError: a key or value that no process environment can hold (a NUL
+            byte, a key that is empty or has "="); names the key, never a value.
     """
+    for key, value in session_env.items():
+        if not key or "=" in key or "\0" in key:
+            raise ValueError(f"env key {key!r} is not a valid environment variable name")
+        if "\0" in value:
+            raise ValueError(f"env {key} contains a NUL character")
     plumbing = {
         "PATH": MINIMAL_PATH,
         "HOME": str(home),

@@ -137,3 +137,12 @@ async def test_probe_unavailable_when_executable_is_missing(backend: LocalBacken
     report = await backend.probe(ImageSpec("missing", "missing"))
     assert report["status"] == "unavailable"
     assert "install 'no-such-program-xyz'" in report.get("remediation", "")
+
+
+async def test_env_value_with_nul_is_a_start_error_naming_only_the_key(
+    backend: LocalBackend, workdir: Path
+) -> None:
+    error = await start_failure(backend, bundle_spec("sh", "true", env={"TOKEN": "a\0secret"}))
+    assert error.stage == "provision"
+    assert error.message == "env TOKEN contains a NUL character"
+    assert entries(workdir) == []

@@ -93,3 +93,19 @@ def test_resolve_runtime_explains_what_is_missing() -> None:
     assert isinstance(missing, Unresolved)
     assert missing.message == "local runtime 'node': executable 'node' not found"
     assert os.pathsep not in missing.remediation  # no PATH leaked to the client
+
+
+@pytest.mark.parametrize(
+    ("env", "problem"),
+    [
+        ({"": "x"}, "env key '' is not a valid environment variable name"),
+        ({"A=B": "x"}, "env key 'A=B' is not a valid environment variable name"),
+        ({"TOKEN": "se\0cret"}, "env TOKEN contains a NUL character"),
+    ],
+)
+def test_build_env_refuses_what_no_environment_can_hold_without_echoing_values(
+    env: dict[str, str], problem: str
+) -> None:
+    with pytest.raises(ValueError) as caught:
+        build_env(env, home=Path("/h"))
+    assert str(caught.value) == problem
