@@ -42,7 +42,7 @@ def _checked_relative(app: Path, relative: str) -> Path:
     # Paths arrive normalised (admission rejects traversal with a 400); this is
     # defence in depth, so a bug upstream can never write outside `app/`.
     parts = relative.split("/")
-    if any(p in ("", ".", "..") for p in parts):
+    if "\0" in relative or any(p in ("", ".", "..") for p in parts):
         raise WorkdirError(f"bundle path '{relative}' is not a plain relative path")
     target = app.joinpath(*parts)
     if not target.resolve().is_relative_to(app.resolve()):

@@ -19,7 +19,7 @@ def test_prepare_without_bundle_makes_empty_private_app_and_work(tmp_path: Path)
     assert list(layout.app.iterdir()) == [] and list(layout.work.iterdir()) == []
 
 
-@pytest.mark.parametrize("bad", ["/etc/passwd", "a/../../x", "", ".", "a//b", "./a", ".."])
+@pytest.mark.parametrize("bad", ["/etc/passwd", "a/../../x", "", ".", "a//b", "./a", "..", "a\0b"])
 def test_prepare_refuses_paths_that_are_not_plain_and_cleans_up(tmp_path: Path, bad: str) -> None:
     bundle = BundleSpec(entry="main", files=(("main", "x"), (bad, "y")))
     with pytest.raises(WorkdirError, match="is not a plain relative path"):
