@@ -50,8 +50,11 @@ log = logging.getLogger(__name__)
 # SIGTERM to exit: the contract says 10 s; keep headroom for interpreter exit.
 SHUTDOWN_BUDGET_S = 8.0
 # How long hypercorn lets in-flight requests finish once it stops accepting.
-# Streams end on `state.closing`, so this is only for slow plain requests.
-GRACEFUL_TIMEOUT_S = 2.0
+# Streams end on `state.closing` and plain requests are short, but hypercorn
+# 0.18 (trio worker) also holds every idle keep-alive connection for the full
+# graceful timeout (measured: one idle httpx client = +2 s at 2.0), so keep
+# it short: it is paid on every shutdown a client is connected at.
+GRACEFUL_TIMEOUT_S = 0.5
 
 
 def build_backend(config: Config, apps: Callable[[], Mapping[str, AppEntry]]) -> Backend:

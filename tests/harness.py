@@ -275,9 +275,9 @@ async def start_daemon(
     replaces the default `unix:` socket (and is what `client()` connects to).
     """
     sock_dir, remove_sock_dir = _short_base(tmp_path)
+    notify_path = sock_dir / "notify.sock"
     try:
         socket_path = socket_path or sock_dir / "runnerd.sock"
-        notify_path = sock_dir / "notify.sock"
         workdir = tmp_path / "sessions"
         workdir.mkdir(exist_ok=True)
         config_path = tmp_path / "runnerd.toml"
@@ -321,6 +321,8 @@ async def start_daemon(
                     if proc.stderr is not None:
                         await proc.stderr.aclose()
     finally:
+        with contextlib.suppress(OSError):
+            notify_path.unlink()
         if remove_sock_dir:
             shutil.rmtree(sock_dir, ignore_errors=True)
 

@@ -7,10 +7,12 @@ import re
 import signal
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
+from trio_websocket import ConnectionClosed
 
-from tests.harness import Daemon, open_ws, session_body, start_daemon
+from tests.harness import Daemon, iter_sse, open_ws, session_body, start_daemon
 
 SESSIONS = 3
 
@@ -62,3 +64,34 @@ async def test_stop_signal_ends_every_workload_and_removes_the_socket(
         assert not {"runnerd.sock", "runnerd.sock.lock"} & set(os.listdir(tmp_path))
         assert os.listdir(daemon.workdir) == []
         await daemon.wait_for_notification("STOPPING=1", timeout_s=1)
+
+
+async def test_sigterm_ends_open_sse_and_websocket_streams_promptly(tmp_path: Path) -> None:
+    async with start_daemon(tmp_path) as daemon, daemon.client() as client:
+        response = await client.post("/v1/sessions", json=session_body("exec sleep 1000"))
+        session_id = response.json()["sessionId"]
+        ended: list[str] = []
+
+        async def read_events(*, task_status: trio.TaskStatus[None]) -> None:
+            url = f"/v1/sessions/{session_id}/events"
+            async with client.stream("GET", url, timeout=httpx.Timeout(5, read=None)) as r:
+                task_status.started()
+                async for _ in iter_sse(r):
+                    pass
+            ended.append("sse")
+
+        async def read_pty(*, task_status: trio.TaskStatus[None]) -> None:
+            async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
+                task_status.started()
+                with pytest.raises(ConnectionClosed):
+                    while True:
+                        await ws.get_message()
+            ended.append("ws")
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(read_events)
+            await nursery.start(read_pty)
+            # Both streams are live before the signal; it ends them, the
+            # sessions and the daemon well inside the 10 s budget.
+            assert await daemon.stop(timeout_s=5) == 0
+        assert sorted(ended) == ["sse", "ws"]
