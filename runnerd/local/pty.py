@@ -9,9 +9,11 @@ us as one ordered byte stream.
 Resource handling:
     `spawn_pty_process` returns a `PtyProcess` that owns an open master fd, a
     pidfd and an unreaped child. Use it as `async with proc:` immediately (no
-    checkpoint in between): leaving the block stops the whole process group
-    (SIGTERM, then SIGKILL after the grace period), reaps the child and closes
-    every fd, shielded, even when cancelled.
+    checkpoint in between): leaving the block stops the whole process group,
+    plus descendants that job control moved to groups of their own (see
+    `strays`): SIGTERM, then SIGKILL after the grace period. It then reaps
+    the child and closes every fd, shielded, even when cancelled. When the
+    child exits on its own, whatever is left in its group is SIGKILLed.
 
 Error handling:
     `spawn_pty_process` raises `OSError` when the command cannot be executed.
@@ -19,8 +21,10 @@ Error handling:
     The reader treats EIO on the master (every slave fd closed) as end of
     output.
 
-Limits: a descendant that calls `setsid()` itself leaves our process group
-and is out of reach of the group kill; containing those needs cgroups.
+Limits: a descendant that calls `setsid()` and is orphaned (a daemonising
+double fork) is out of reach; containing those needs cgroups. The child is
+exec'd after a `preexec_fn` (for TIOCSCTTY), so spawning forks rather than
+vforks: a few ms per session start.
 """
 
 from __future__ import annotations
