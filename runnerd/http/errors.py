@@ -59,6 +59,15 @@ def register_error_handlers(app: QuartTrio, *, max_body_bytes: int) -> None:
     """Turn framework errors into JSON bodies (HTTP routes only)."""
 
     async def on_http_exception(exc: HTTPException) -> Response:
+        response = _http_error_response(exc)
+        if request.content_length or "transfer-encoding" in request.headers:
+            # Answered without reading the body: on a reused connection the
+            # next request then hangs (observed with hypercorn 0.18 + quart
+            # 0.22). Closing the connection lets the client start clean.
+            response.headers["connection"] = "close"
+        return response
+
+    def _http_error_response(exc: HTTPException) -> Response:
         status = exc.code or 500
         code, message = _CODES.get(status, ("http_error", exc.description or "error"))
         if status == 404:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
+
 from tests.e2e.contract_client import SH_CONFIG
 from tests.harness import start_daemon
 
@@ -155,14 +157,20 @@ async def test_unknown_route_and_wrong_method_answer_json_errors(runnerd) -> Non
 
 async def test_oversized_body_is_413_payload_too_large(tmp_path: Path) -> None:
     overrides = {"server": {"max_body_bytes": 1024}}
-    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
-        big = {"env": {"PAD": "x" * 2048}, "config": {"image": "sh", "pullPolicy": "missing"}}
-        response = await client.post("/v1/sessions", json=big)
-        small = await client.post("/v1/probe", json={"config": SH_CONFIG})
-    assert response.status_code == 413
-    assert response.json()["error"] == "payload_too_large"
-    assert "1024" in response.json()["message"]
-    assert small.status_code == 200
+    big = {"env": {"PAD": "x" * 2048}, "config": SH_CONFIG}
+    async with start_daemon(tmp_path, overrides) as daemon:
+        # Several rounds on one client: an error answered without reading the
+        # body must not wedge the connection for the request after it.
+        async with daemon.client(timeout=httpx.Timeout(3.0)) as client:
+            for _ in range(8):
+                too_large = await client.post("/v1/sessions", json=big)
+                unknown = await client.post("/v1/nope", json=big)
+                small = await client.post("/v1/probe", json={"config": SH_CONFIG})
+                assert too_large.status_code == 413
+                assert too_large.json()["error"] == "payload_too_large"
+                assert "1024" in too_large.json()["message"]
+                assert unknown.status_code == 404
+                assert small.status_code == 200
 
 
 async def test_cors_wildcard_on_every_answer_including_errors(runnerd) -> None:
