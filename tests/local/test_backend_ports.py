@@ -107,3 +107,16 @@ async def test_no_inspect_url_without_inspect(backend: LocalBackend) -> None:
             await session.result()
     assert sink.statuses == [{"kind": "running"}]
     assert b"[]" in sink.out
+
+
+async def test_inspect_on_a_runtime_without_inspect_args_runs_plainly(
+    backend: LocalBackend,
+) -> None:
+    sink = RecordingSink()
+    spec = bundle_spec("sh", 'echo "args:$*"\n', inspect=True)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            await session.result()
+    assert sink.statuses == [{"kind": "running"}]
+    assert b"args:\r\n" in sink.out
