@@ -314,7 +314,13 @@ async def start_daemon(
                     finally:
                         nursery.cancel_scope.cancel()
             finally:
+                # The test failed or was cancelled: still stop runnerd the
+                # clean way so it takes its workloads down, SIGKILL last.
                 with trio.CancelScope(shield=True):
+                    if proc.returncode is None:
+                        proc.terminate()
+                        with trio.move_on_after(STOP_TIMEOUT_S):
+                            await proc.wait()
                     if proc.returncode is None:
                         proc.kill()
                         await proc.wait()
