@@ -53,8 +53,6 @@ def create_app(state: AppState, *, sse_heartbeat_s: float = DEFAULT_HEARTBEAT_S)
     app.config["RESPONSE_TIMEOUT"] = None
     # Nothing of ours runs in app.nursery; do not hold shutdown for it.
     app.config["BACKGROUND_TASK_SHUTDOWN_TIMEOUT"] = None
-    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = True
-    app.json.sort_keys = False  # type: ignore[attr-defined]
 
     register_error_handlers(app, max_body_bytes=state.config.server.max_body_bytes)
     register_cors(app, lambda: state.config)

@@ -29,7 +29,7 @@ def bundle_body(script: str, *, env: dict[str, str] | None = None, **extra: Any)
     """A `POST /v1/sessions` body running `script` under the `sh` runtime."""
     return {
         "env": env or {},
-        "config": SH_CONFIG,
+        "config": dict(SH_CONFIG),  # a copy: tests edit the body they get
         "bundle": {
             "entryRelativePath": "main.sh",
             "files": [{"relativePath": "main.sh", "contents": script}],

@@ -170,7 +170,7 @@ async def test_oversized_body_is_413_payload_too_large(tmp_path: Path) -> None:
                 assert too_large.json()["error"] == "payload_too_large"
                 assert "1024" in too_large.json()["message"]
                 assert unknown.status_code == 404
-                assert small.status_code == 200
+                assert small.status_code == 200, small.text
 
 
 async def test_cors_wildcard_on_every_answer_including_errors(runnerd) -> None:
