@@ -90,15 +90,19 @@ def bind_listeners(
 
 def close_listeners(listeners: list[Listener]) -> None:
     """Close every socket; remove our unix socket files, then release and
-    remove their lock files. Idempotent per listener, never raises."""
+    remove their lock files. Idempotent, never raises.
+
+    The files are touched only while we still hold the lock, and only once:
+    after that the path may already belong to a newly started runnerd.
+    """
     for listener in listeners:
         listener.sock.close()
-        if listener.path is not None:
+        if listener.path is not None and listener.lock_fd is not None:
             with contextlib.suppress(OSError):
                 listener.path.unlink()
-        if listener.lock_fd is not None and listener.path is not None:
             _release(listener.path, listener.lock_fd)
-            listener.lock_fd = None
+        listener.path = None
+        listener.lock_fd = None
 
 
 def _matches_inherited(spec: ListenAddress, inherited: list[Listener]) -> bool:
