@@ -4,10 +4,12 @@ Owned by the daemon tests, used by every end-to-end test. Import from here:
 
     from tests.harness import start_daemon, open_ws, iter_sse
 
-- `start_daemon(tmp_path, overrides=None, *, env=None)`: async context
-  manager. Writes a temp config (local backend, a `unix:` socket, a workdir in
-  a temp dir, runtimes `sh` and `python`; `overrides` deep-merges over it, a
-  `None` value deletes a key), starts `python -m runnerd serve --config ...`,
+- `start_daemon(tmp_path, overrides=None, *, env=None, socket_path=None,
+  command=None, pass_fds=())`: async context manager. Writes a temp config
+  (local backend, default image `sh`, a `unix:` socket, a workdir in
+  tmp_path, runtimes `sh` and `python`; `overrides` deep-merges over it, a
+  `None` value deletes a key; `env` adds daemon environment), starts
+  `python -m runnerd serve --config ...`,
   waits for the daemon's own `READY=1` on a NOTIFY_SOCKET datagram socket the
   harness owns, and yields a `Daemon`. At exit it sends SIGTERM and asserts
   exit 0 within 10 s (SIGKILL and fail otherwise), unless the test already
@@ -25,6 +27,8 @@ Owned by the daemon tests, used by every end-to-end test. Import from here:
 - `session_body(script, image="sh")`: a `POST /v1/sessions` body.
 - `iter_sse(response)`: parsed `SseFrame(id, event, data, comments)` from an
   httpx streaming response.
+- `run_runnerd(*args)`: `python -m runnerd ARGS` to completion (check-config,
+  a refused start), returning the CompletedProcess.
 - `build_config` / `dump_toml`: the config text, for tests that write their
   own file (e.g. a config error that must exit 2).
 """
