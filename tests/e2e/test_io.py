@@ -126,6 +126,7 @@ async def test_no_loss_or_duplication_between_replay_and_live(runnerd) -> None:
     expected = [str(i).encode() for i in range(20000)]
     for transcript in (first_transcript, second_transcript):
         assert transcript.seqs == list(range(1, len(transcript.seqs) + 1))
+        assert max(len(payload) for _, payload in transcript.chunks) <= 64 * 1024
         assert re.findall(rb"n (\d+)\r\n", transcript.output) == expected
         assert transcript.close is not None and transcript.close.code == 1000
     assert second_transcript.chunks == first_transcript.chunks

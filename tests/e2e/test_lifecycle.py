@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 from datetime import datetime
 from pathlib import Path
 
+import trio
+
 from tests.e2e.contract_client import (
+    SSE_TIMEOUT,
     TERMINAL,
     bundle_body,
     read_events,
@@ -16,7 +21,7 @@ from tests.e2e.contract_client import (
     statuses,
     wait_terminal,
 )
-from tests.harness import open_ws, start_daemon
+from tests.harness import iter_sse, open_ws, start_daemon
 
 
 def _process_gone(pid: int) -> bool:
@@ -136,3 +141,38 @@ async def test_start_failure_is_a_failed_status_with_its_stage(tmp_path: Path) -
     stage, _, message = final["message"].partition(": ")
     assert stage and message
     assert final["kind"] in TERMINAL
+
+
+async def test_declared_ports_appear_as_endpoints_and_reachability(runnerd) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = (
+        "import socket, sys\n"
+        f"s = socket.create_server(('127.0.0.1', {port}))\n"
+        "sys.stdin.readline()\n"
+    )
+    body = bundle_body("", ports=[{"port": port, "protocol": "tcp"}])
+    body["config"]["image"] = "python"
+    body["bundle"]["files"] = [{"relativePath": "main.py", "contents": script}]
+    body["bundle"]["entryRelativePath"] = "main.py"
+    async with runnerd.client() as client:
+        response = await client.post("/v1/sessions", json=body)
+        assert response.status_code == 201, response.text
+        session_id = response.json()["sessionId"]
+        frames = []
+        with trio.fail_after(10):
+            async with client.stream(
+                "GET", f"/v1/sessions/{session_id}/events", timeout=SSE_TIMEOUT
+            ) as stream:
+                async with contextlib.aclosing(iter_sse(stream)) as events:
+                    async for frame in events:
+                        frames.append(frame)
+                        if frame.data.get("state") == "reachable":
+                            break
+        await client.delete(f"/v1/sessions/{session_id}")
+    running = next(s for s in statuses(frames) if s["kind"] == "running")
+    assert running["endpoints"] == [{"host": "", "port": port, "protocol": "tcp"}]
+    reachability = [f.data for f in frames if f.event == "reachability"]
+    assert reachability[0] == {"type": "reachability", "port": port, "state": "checking"}
+    assert reachability[-1] == {"type": "reachability", "port": port, "state": "reachable"}
