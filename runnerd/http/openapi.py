@@ -154,29 +154,47 @@ _START_ERRORS = {
 }
 
 
-def _paths() -> dict[str, Any]:
+def _runner_paths() -> dict[str, Any]:
     return {
-        "/v1/health": {"get": {"summary": "Liveness; never touches the backend", "responses": {
-            "200": _json(_ref("Health"), "alive")}}},
-        "/v1/capabilities": {"get": {"summary": "The runner's self-description", "responses": {
-            "200": _json(_ref("Capabilities"), "capabilities")}}},
+        "/v1/health": {"get": {
+            "summary": "Liveness; never touches the backend",
+            "responses": {"200": _json(_ref("Health"), "alive")}}},
+        "/v1/capabilities": {"get": {
+            "summary": "The runner's self-description, re-resolved per request",
+            "responses": {"200": _json(_ref("Capabilities"), "capabilities")}}},
         "/v1/probe": {"post": {
             "summary": "Could a session with this config start now?",
             "requestBody": _body("ProbeRequest"),
             "responses": {"200": _json(_ref("AvailabilityReport"), "availability"),
                           "400": _error("invalid_request")}}},
+        "/v1/openapi.json": {"get": {
+            "summary": "This document",
+            "responses": {"200": {
+                "description": "OpenAPI 3.1",
+                "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+    }
+
+
+def _start_paths() -> dict[str, Any]:
+    created = _json(_ref("SessionCreated"), "registered; the workload starts after this")
+    return {
         "/v1/sessions": {"post": {
-            "summary": "Start a session; the workload starts after the 201",
+            "summary": "Start a session",
             "parameters": [_TERMS_HEADER],
             "requestBody": _body("StartSessionRequest"),
-            "responses": {"201": _json(_ref("SessionCreated"), "registered"), **_START_ERRORS}}},
+            "responses": {"201": created, **_START_ERRORS}}},
         "/v1/apps/{name}/sessions": {"post": {
             "summary": "Start a session of an operator-predefined app",
             "parameters": [{"name": "name", "in": "path", "required": True, "schema": _str()},
                            _TERMS_HEADER],
             "requestBody": _body("StartAppSessionRequest"),
-            "responses": {"201": _json(_ref("SessionCreated"), "registered"),
-                          "404": _error("unknown_app"), **_START_ERRORS}}},
+            "responses": {"201": created, "404": _error("unknown_app"), **_START_ERRORS}}},
+    }
+
+
+def _session_paths() -> dict[str, Any]:
+    cursor = {"type": "integer", "minimum": 0}
+    return {
         "/v1/sessions/{id}": {
             "parameters": [_SESSION_ID],
             "get": {"summary": "A session's status", "responses": {
@@ -188,10 +206,8 @@ def _paths() -> dict[str, Any]:
             "summary": "The session's events as Server-Sent Events (replay, then live)",
             "parameters": [
                 _SESSION_ID,
-                {"name": "Last-Event-ID", "in": "header", "required": False,
-                 "schema": {"type": "integer", "minimum": 0}},
-                {"name": "lastEventId", "in": "query", "required": False,
-                 "schema": {"type": "integer", "minimum": 0}}],
+                {"name": "Last-Event-ID", "in": "header", "required": False, "schema": cursor},
+                {"name": "lastEventId", "in": "query", "required": False, "schema": cursor}],
             "responses": {"200": {
                 "description": "frames `id: n`, `event: <type>`, `data: <RunEvent JSON>`; "
                                "`event: gap` when the buffer lost events; `: heartbeat`",
@@ -203,12 +219,10 @@ def _paths() -> dict[str, Any]:
                        "stdin; text `{type: resize, cols, rows}` resizes. Close codes: 4403 "
                        "forbidden_origin, 4404 unknown session, 4410 nothing to replay, "
                        "1000 session terminal.",
-            "parameters": [_SESSION_ID, {"name": "lastSeq", "in": "query", "required": False,
-                                         "schema": {"type": "integer", "minimum": 0}}],
+            "parameters": [
+                _SESSION_ID,
+                {"name": "lastSeq", "in": "query", "required": False, "schema": cursor}],
             "responses": {"101": {"description": "switching protocols"}}}},
-        "/v1/openapi.json": {"get": {"summary": "This document", "responses": {
-            "200": {"description": "OpenAPI 3.1",
-                    "content": {"application/json": {"schema": {"type": "object"}}}}}}},
     }
 
 
@@ -222,6 +236,6 @@ def build_openapi(version: str) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "runnerd /v1", "version": version,
                  "description": "The Telo runner /v1 contract served by runnerd."},
-        "paths": _paths(),
+        "paths": {**_runner_paths(), **_start_paths(), **_session_paths()},
         "components": {"schemas": {**request_schemas["$defs"], **_RESPONSE_SCHEMAS}},
     }
