@@ -59,7 +59,7 @@ def register_error_handlers(app: QuartTrio, *, max_body_bytes: int) -> None:
     """Turn framework errors into JSON bodies (HTTP routes only)."""
 
     async def on_http_exception(exc: HTTPException) -> Response:
-        response = _http_error_response(exc)
+        response = build_http_error(exc)
         if request.content_length or "transfer-encoding" in request.headers:
             # Answered without reading the body: on a reused connection the
             # next request then hangs (observed with hypercorn 0.18 + quart
@@ -67,7 +67,7 @@ def register_error_handlers(app: QuartTrio, *, max_body_bytes: int) -> None:
             response.headers["connection"] = "close"
         return response
 
-    def _http_error_response(exc: HTTPException) -> Response:
+    def build_http_error(exc: HTTPException) -> Response:
         status = exc.code or 500
         code, message = _CODES.get(status, ("http_error", exc.description or "error"))
         if status == 404:
@@ -92,9 +92,12 @@ def register_error_handlers(app: QuartTrio, *, max_body_bytes: int) -> None:
         return error_response(409, "too_many_sessions", str(exc))
 
     async def on_stop_failed(exc: StopFailed) -> Response:
-        # The cause goes to the log only: it may name host or cluster details.
-        log.error("stop failed: %s", exc)
-        return error_response(500, "stop_failed", "the session's workload could not be stopped")
+        log.error("%s stop failed: %s", exc.session_id, exc, extra={"session_id": exc.session_id})
+        return error_response(
+            500,
+            "stop_failed",
+            f"session '{exc.session_id}' did not stop within {exc.timeout_s:g} s",
+        )
 
     async def on_exception(exc: Exception) -> Response:
         # A bug, not a client error: log it with its traceback, answer without
