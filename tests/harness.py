@@ -25,6 +25,8 @@ Owned by the daemon tests, used by every end-to-end test. Import from here:
 - `open_ws(socket_path, resource)`: a trio-websocket connection over the
   UNIX socket; a rejection raises `ConnectionRejected` (never a group).
 - `session_body(script, image="sh")`: a `POST /v1/sessions` body.
+- `read_pty_until(socket_path, session_id, pattern)`: PTY output (over the
+  WebSocket, from seq 0) up to the first match of the regex `pattern`.
 - `iter_sse(response)`: parsed `SseFrame(id, event, data, comments)` from an
   httpx streaming response.
 - `run_runnerd(*args)`: `python -m runnerd ARGS` to completion (check-config,
@@ -413,6 +415,21 @@ async def open_ws(
             yield ws
         finally:
             await ws.aclose()
+
+
+async def read_pty_until(
+    socket_path: Path | str, session_id: str, pattern: bytes, *, timeout_s: float = 10.0
+) -> bytes:
+    """Replay and follow a session's PTY (WebSocket, from seq 0) until the
+    output matches the regex `pattern`; return all output read so far."""
+    output = b""
+    async with open_ws(socket_path, f"/v1/sessions/{session_id}/io?lastSeq=0") as ws:
+        with trio.fail_after(timeout_s):
+            while not re.search(pattern, output):
+                message = await ws.get_message()
+                if isinstance(message, bytes):
+                    output += message[4:]  # 4-byte seq, then the bytes
+    return output
 
 
 @dataclass

@@ -12,7 +12,14 @@ import httpx
 import pytest
 
 from runnerd import __version__
-from tests.harness import Daemon, DaemonExited, run_runnerd, start_daemon
+from tests.harness import (
+    Daemon,
+    DaemonExited,
+    read_pty_until,
+    run_runnerd,
+    session_body,
+    start_daemon,
+)
 
 
 def listing(directory: Path) -> set[str]:
@@ -78,3 +85,17 @@ async def test_serve_refuses_a_socket_path_that_is_a_regular_file(tmp_path: Path
     assert f"{path} exists and is not a socket" in exited.value.stderr
     assert path.read_text() == "not a socket"
     assert "runnerd.sock.lock" not in listing(tmp_path)
+
+
+async def test_workloads_inherit_nothing_but_their_terminal(runnerd: Daemon) -> None:
+    async with runnerd.client() as client:
+        body = session_body('echo "pid=$$"; exec sleep 1000')
+        session_id = (await client.post("/v1/sessions", json=body)).json()["sessionId"]
+    output = await read_pty_until(runnerd.socket_path, session_id, rb"pid=\d+\r?\n")
+    match = re.search(rb"pid=(\d+)", output)
+    assert match is not None
+    fd_dir = f"/proc/{int(match.group(1))}/fd"
+    # No listening socket, lock file, notify socket or pipe of the daemon.
+    targets = {fd: os.readlink(f"{fd_dir}/{fd}") for fd in os.listdir(fd_dir)}
+    assert sorted(targets) == ["0", "1", "2"], targets
+    assert all(t.startswith("/dev/pts/") for t in targets.values()), targets

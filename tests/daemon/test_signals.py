@@ -12,7 +12,14 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed
 
-from tests.harness import Daemon, iter_sse, open_ws, session_body, start_daemon
+from tests.harness import (
+    Daemon,
+    iter_sse,
+    open_ws,
+    read_pty_until,
+    session_body,
+    start_daemon,
+)
 
 SESSIONS = 3
 
@@ -29,13 +36,9 @@ def process_gone(pid: int) -> bool:
 
 async def read_pid(daemon: Daemon, session_id: str) -> int:
     """The workload's pid, as it printed it on its PTY."""
-    output = b""
-    async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io?lastSeq=0") as ws:
-        with trio.fail_after(10):
-            while not (match := re.search(rb"pid=(\d+)\r?\n", output)):
-                message = await ws.get_message()
-                if isinstance(message, bytes):
-                    output += message[4:]
+    output = await read_pty_until(daemon.socket_path, session_id, rb"pid=\d+\r?\n")
+    match = re.search(rb"pid=(\d+)", output)
+    assert match is not None
     return int(match.group(1))
 
 
