@@ -1,10 +1,12 @@
-"""The `runnerd` command line: `serve` and `check-config`.
+"""The `runnerd` command line: `serve`, `check-config` and `attach`.
 
 Owns argument parsing and the exit codes:
 - 0: `serve` shut down cleanly, or `check-config` found the config valid;
 - 2: the operator must fix something first (a config error, naming the key
   path, or a listener that cannot be set up); nothing was left listening;
 - 1: anything unexpected (logged with its traceback).
+
+`attach` has its own: 0 when the session's terminal ended, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from runnerd.config import Config, ConfigError, load_config, render_config
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
+
+DEFAULT_SOCKET = Path("/run/runnerd/runnerd.sock")
 
 log = logging.getLogger("runnerd")
 
@@ -46,6 +50,19 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="PATH",
             help="the TOML config file (apps.d/ next to it is read too)",
         )
+    text = "follow a session's terminal: PTY output to stdout, stdin to the session"
+    attach = commands.add_parser("attach", help=text, description=text)
+    attach.add_argument("session_id", metavar="SESSION_ID")
+    attach.add_argument(
+        "--socket",
+        type=Path,
+        default=DEFAULT_SOCKET,
+        metavar="PATH",
+        help=f"runnerd's API socket (default {DEFAULT_SOCKET})",
+    )
+    attach.add_argument(
+        "--last-seq", type=int, default=0, metavar="N", help="replay output after seq N (default 0)"
+    )
     return parser
 
 
@@ -96,6 +113,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "check-config":
         return check_config(args.config)
+    if args.command == "attach":
+        from runnerd.attach import run_attach
+
+        code: int = trio.run(run_attach, args.socket, args.session_id, args.last_seq)
+        return code
     return serve(args.config)
 
 
