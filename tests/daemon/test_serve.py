@@ -99,3 +99,22 @@ async def test_workloads_inherit_nothing_but_their_terminal(runnerd: Daemon) -> 
     targets = {fd: os.readlink(f"{fd_dir}/{fd}") for fd in os.listdir(fd_dir)}
     assert sorted(targets) == ["0", "1", "2"], targets
     assert all(t.startswith("/dev/pts/") for t in targets.values()), targets
+
+
+async def test_serve_on_an_inherited_fd(tmp_path: Path) -> None:
+    path = tmp_path / "inherited.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as inherited:
+        inherited.bind(str(path))
+        inherited.listen()
+        fd = inherited.fileno()
+        async with (
+            start_daemon(
+                tmp_path,
+                {"server": {"listen": [f"fd:{fd}"]}},
+                pass_fds=(fd,),
+                socket_path=path,
+            ) as daemon,
+            daemon.client() as client,
+        ):
+            assert (await client.get("/v1/health")).status_code == 200
+            await daemon.wait_for_stderr(f"listen=unix:{path}")
