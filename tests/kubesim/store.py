@@ -80,6 +80,7 @@ class Event:
     resource: str
     namespace: str
     obj: Obj
+    prev: Obj | None = None  # the object before this change (None for ADDED)
     line: bytes | None = field(default=None)
 
 
@@ -171,7 +172,7 @@ class Store:
         obj = copy.deepcopy(obj)
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
-        self._emit(Event(self._rv, "DELETED", resource, key[0], obj))
+        self._emit(Event(self._rv, "DELETED", resource, key[0], obj, obj))
         if resource not in GC_DEPENDENTS:
             self._collect_dependents(key[0], obj["metadata"]["uid"], policy)
 
@@ -283,8 +284,10 @@ class Store:
     def _commit(self, kind: str, resource: str, key: tuple[str, str], obj: Obj) -> None:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
-        self._objects.setdefault(resource, {})[key] = obj
-        self._emit(Event(self._rv, kind, resource, key[0], obj))
+        table = self._objects.setdefault(resource, {})
+        prev = table.get(key)
+        table[key] = obj
+        self._emit(Event(self._rv, kind, resource, key[0], obj, prev))
 
     def _emit(self, ev: Event) -> None:
         self._history.append(ev)
@@ -306,7 +309,6 @@ class Store:
                 if dep_ns != ns or not any(r.get("uid") == owner_uid for r in refs):
                     continue
                 if policy == "Orphan":
-
                     self.update_nowait(resource, dep_ns, name, _without_owner(owner_uid))
                 else:
                     self.remove_nowait(resource, dep_ns, name)

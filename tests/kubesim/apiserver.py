@@ -1,0 +1,374 @@
+"""The apiserver's request pipeline: route, count, fault, authenticate, authorize, serve.
+
+Order for every request (outside `/_kubesim/`): silence (hang) → route and count →
+injected failure (429/500/503) → authentication (401) → unknown path (404) →
+RBAC (403) → handler. Errors are `status.ApiError`, rendered once, here.
+
+Resources are served from `store.Store`; list/watch live in `watch.py`,
+attach/exec pre-upgrade checks in `streams.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from tests.kubesim import discovery, quota, status, streams
+from tests.kubesim.discovery import KINDS, Kind
+from tests.kubesim.faults import Faults, Stats
+from tests.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
+from tests.kubesim.store import AlreadyExists, NotFound, Store
+from tests.kubesim.watch import Query, build_list, parse_watch_options, serve_watch
+from tests.kubesim.wire import Exchange, Request
+
+Obj = dict[str, Any]
+DISCOVERY_PATHS = ("/version", "/api", "/api/v1", "/apis")
+_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # k/k SimpleNameGenerator's alphabet
+
+
+@dataclass
+class Route:
+    verb: str
+    pattern: str
+    kind: Kind | None = None
+    namespace: str | None = None
+    name: str | None = None
+    sub: str | None = None
+    doc: Callable[[], Obj | None] | None = None
+
+
+@dataclass
+class ApiServer:
+    store: Store
+    faults: Faults
+    stats: Stats
+    token: str
+    user: str
+    server_address: Callable[[], str]
+    bookmark_interval_s: float = 1.0
+    kubelet: Callable[[], Any] = field(default=lambda: None)
+
+    async def handle(self, ex: Exchange) -> None:
+        try:
+            await self._handle(ex)
+        except status.ApiError as err:
+            if ex.responded:
+                return
+            await ex.respond(
+                err.code, err.render(), content_type=err.content_type, headers=err.headers
+            )
+        finally:
+            self.stats.responses[ex.status] += 1
+
+    async def _handle(self, ex: Exchange) -> None:
+        req = ex.request
+        if req.path.startswith("/_kubesim/"):
+            await self._internal(ex)
+            return
+        if self.faults.silent:
+            async with ex.watch_disconnect():
+                await self.faults.wait_answering()
+                await trio.sleep_forever()  # a silent server never answers this request
+        route = self._route(req)
+        self.stats.requests[(route.verb, route.pattern)] += 1
+        if failure := self.faults.take_failure(route.verb):
+            raise failure
+        user = self._authenticate(req)
+        if route.doc is not None:
+            doc = route.doc()
+            if doc is None:
+                raise status.path_not_found()
+            await ex.respond(200, status.encode(doc))
+            return
+        if route.kind is None:
+            raise status.path_not_found()
+        self._authorize(user, route)
+        await self._dispatch(ex, route, user)
+
+    # ---- routing ---------------------------------------------------------------
+
+    def _route(self, req: Request) -> Route:
+        parts = [p for p in req.path.split("/") if p]
+        docs = self._discovery(parts)
+        if docs is not None:
+            return Route("get", req.path, doc=docs)
+        if parts[:2] == ["api", "v1"]:
+            group, rest, prefix = "", parts[2:], "/api/v1"
+        elif parts[:1] == ["apis"] and len(parts) >= 3 and parts[2] == "v1":
+            group, rest, prefix = parts[1], parts[3:], f"/apis/{parts[1]}/v1"
+        else:
+            return Route(_verb_of(req, False, None), req.path)
+        ns: str | None = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            ns, rest = rest[1], rest[2:]
+        kind = KINDS.get(rest[0]) if rest else None
+        if kind is None or kind.group != group or len(rest) > 3 or (ns and not kind.namespaced):
+            return Route(_verb_of(req, False, None), req.path)
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        pattern = prefix + ("/namespaces/{namespace}" if ns else "") + f"/{kind.resource}"
+        pattern += "/{name}" if name else ""
+        pattern += f"/{sub}" if sub else ""
+        verb = _verb_of(req, name is not None, sub)
+        return Route(verb, pattern, kind, ns, name, sub)
+
+    def _discovery(self, parts: list[str]) -> Callable[[], Obj | None] | None:
+        path = "/" + "/".join(parts)
+        table: dict[str, Callable[[], Obj | None]] = {
+            "/version": discovery.build_version,
+            "/api": lambda: discovery.build_api_versions(self.server_address()),
+            "/api/v1": lambda: discovery.build_resource_list(""),
+            "/apis": discovery.build_group_list,
+        }
+        if path in table:
+            return table[path]
+        if len(parts) == 2 and parts[0] == "apis":
+            return lambda: discovery.build_group(parts[1])
+        if len(parts) == 3 and parts[0] == "apis" and parts[1] == discovery.NETWORKING:
+            return lambda: discovery.build_resource_list(parts[1]) if parts[2] == "v1" else None
+        if parts and parts[0] in ("openapi", "swagger.json", "swaggerapi"):
+            return lambda: None
+        return None
+
+    # ---- auth --------------------------------------------------------------------
+
+    def _authenticate(self, req: Request) -> str:
+        if req.peer_cn:
+            return req.peer_cn
+        auth = req.headers.get("authorization", "")
+        if auth.startswith("Bearer ") and auth[7:].strip() == self.token:
+            return self.user
+        if streams.token_from_subprotocols(req.subprotocols) == self.token:
+            return self.user
+        raise status.unauthorized()
+
+    def _authorize(self, user: str, route: Route) -> None:
+        assert route.kind is not None
+        resource = route.kind.resource + (f"/{route.sub}" if route.sub else "")
+        verbs = [route.verb]
+        if route.sub in ("attach", "exec"):
+            verbs = ["get", "create"]  # KEP-4006: the upgrade also needs create
+        for verb in verbs:
+            if self.faults.is_denied(verb, resource, route.namespace):
+                inner = status.rbac_inner(user, verb, resource, route.kind.group, route.namespace)
+                raise status.forbidden(route.kind.resource, route.name, inner, route.kind.group)
+
+    # ---- handlers ----------------------------------------------------------------
+
+    async def _dispatch(self, ex: Exchange, route: Route, user: str) -> None:
+        kind = route.kind
+        assert kind is not None
+        handlers: dict[str, Callable[[Exchange, Route], Awaitable[None]]] = {
+            "list": self._list,
+            "watch": self._list,
+            "create": self._create,
+            "get": self._get,
+            "delete": self._delete,
+        }
+        if route.sub in ("attach", "exec") and kind.resource == "pods":
+            await streams.serve_upgrade(
+                ex,
+                route.sub,
+                self.store,
+                self.faults,
+                self.stats,
+                route.namespace or "",
+                route.name or "",
+                self.kubelet(),
+            )
+            return
+        if route.sub not in (None, "status") or route.verb not in handlers:
+            if route.verb in ("update", "patch", "deletecollection") and route.sub in (
+                None,
+                "status",
+            ):
+                raise status.method_not_allowed()
+            raise status.path_not_found()
+        await handlers[route.verb](ex, route)
+
+    async def _get(self, ex: Exchange, route: Route) -> None:
+        kind = route.kind
+        assert kind is not None and route.name is not None
+        obj = self.store.get(kind.resource, route.namespace or "", route.name)
+        if obj is None:
+            raise status.not_found(kind.resource, route.name, kind.group)
+        if kind.resource == "resourcequotas":
+            obj["status"] = quota.build_quota_status(obj, self.store.list("pods", route.namespace))
+        await ex.respond(200, status.encode(obj))
+
+    async def _list(self, ex: Exchange, route: Route) -> None:
+        kind = route.kind
+        assert kind is not None
+        req = ex.request
+        try:
+            fields, pinned = parse_field_selector(req.param("fieldSelector") or "", kind.resource)
+            labels = parse_label_selector(req.param("labelSelector") or "")
+        except SelectorError as exc:
+            raise status.bad_request(str(exc)) from exc
+        q = Query(kind, route.namespace, fields, labels)
+        if route.verb == "watch":
+            opts = parse_watch_options(req.param, req.flag)
+            await serve_watch(
+                ex,
+                self.store,
+                self.faults,
+                self.stats,
+                q,
+                opts,
+                bookmark_interval_s=self.bookmark_interval_s,
+            )
+            return
+        limit = _int_param(req, "limit")
+        body = build_list(self.store, q, limit=limit, cont=req.param("continue"))
+        await ex.respond(200, status.encode(body))
+
+    async def _create(self, ex: Exchange, route: Route) -> None:
+        kind = route.kind
+        assert kind is not None and kind.validate is not None and kind.default is not None
+        obj = _parse_object(ex.request.body, kind)
+        meta = obj.setdefault("metadata", {})
+        for key in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"):
+            meta.pop(key, None)
+        if body_ns := meta.get("namespace"):
+            if route.namespace and body_ns != route.namespace:
+                raise status.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on "
+                    "the request"
+                )
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + "".join(random.choices(_NAME_CHARS, k=5))
+        if errors := kind.validate(obj):
+            raise status.invalid(kind.kind, meta.get("name", ""), errors, kind.group)
+        obj = kind.default(obj)
+        ns = route.namespace or ""
+        if kind.namespaced and self.store.get("namespaces", "", ns) is None:
+            raise status.not_found("namespaces", ns)
+        if kind.resource == "pods":
+            self._admit_quota(obj, ns)
+        try:
+            created = await self.store.create(kind.resource, ns, obj)
+        except AlreadyExists as exc:
+            raise status.already_exists(kind.resource, meta["name"], kind.group) from exc
+        await ex.respond(201, status.encode(created))
+
+    def _admit_quota(self, pod: Obj, ns: str) -> None:
+        quotas = self.store.list("resourcequotas", ns)
+        if not quotas:
+            return
+        if problem := quota.check_quota(pod, quotas, self.store.list("pods", ns)):
+            name = pod["metadata"].get("name") or pod["metadata"].get("generateName", "")
+            raise status.forbidden("pods", name, problem)
+
+    async def _delete(self, ex: Exchange, route: Route) -> None:
+        kind = route.kind
+        assert kind is not None and route.name is not None
+        grace, policy = _delete_options(ex.request)
+        try:
+            shown = await self.store.delete(
+                kind.resource,
+                route.namespace or "",
+                route.name,
+                grace_period_s=grace,
+                propagation_policy=policy,
+            )
+        except NotFound as exc:
+            raise status.not_found(kind.resource, route.name, kind.group) from exc
+        await ex.respond(200, status.encode(shown))
+
+    async def _internal(self, ex: Exchange) -> None:
+        if ex.request.path == "/_kubesim/stats":
+            await ex.respond(200, status.encode(self.stats.snapshot()))
+        elif ex.request.path == "/_kubesim/healthz":
+            await ex.respond(200, b"ok", content_type="text/plain; charset=utf-8")
+        else:
+            raise status.path_not_found()
+
+
+def _verb_of(req: Request, named: bool, sub: str | None) -> str:
+    """The authorization verb, as the apiserver's RequestInfo derives it."""
+    method = req.method
+    if sub in ("attach", "exec"):
+        return "create" if method == "POST" else "get"
+    if method == "GET":
+        if req.flag("watch"):
+            return "watch"
+        return "get" if named else "list"
+    return {
+        "POST": "create",
+        "PUT": "update",
+        "PATCH": "patch",
+        "DELETE": "delete" if named else "deletecollection",
+    }.get(method, method.lower())
+
+
+def _int_param(req: Request, name: str) -> int | None:
+    raw = req.param(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise status.bad_request(f"invalid value for {name}: {raw!r}: not an integer") from exc
+
+
+def _parse_object(body: bytes, kind: Kind) -> Obj:
+    try:
+        obj = json.loads(body or b"null")
+    except ValueError as exc:
+        raise status.bad_request(f"couldn't get version/kind; json parse error: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise status.bad_request("the body of the request was in an unknown format")
+    if obj.get("kind") not in (None, kind.kind) or obj.get("apiVersion") not in (
+        None,
+        kind.api_version,
+    ):
+        raise status.bad_request(
+            f"the API version in the data ({obj.get('apiVersion')}) does not match the expected "
+            f"API version ({kind.api_version})"
+            if obj.get("apiVersion") not in (None, kind.api_version)
+            else f"the kind in the data ({obj.get('kind')}) does not match the expected kind "
+            f"({kind.kind})"
+        )
+    return obj
+
+
+PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
+
+
+def _delete_options(req: Request) -> tuple[int | None, str]:
+    """gracePeriodSeconds/propagationPolicy from a DeleteOptions body, else the query."""
+    if req.body.strip():
+        try:
+            opts = json.loads(req.body)
+        except ValueError as exc:
+            raise status.bad_request(f"couldn't get version/kind; json parse error: {exc}") from exc
+        grace, policy = opts.get("gracePeriodSeconds"), opts.get("propagationPolicy")
+    else:
+        grace, policy = _int_param(req, "gracePeriodSeconds"), req.param("propagationPolicy")
+    if policy is not None and policy not in PROPAGATION_POLICIES:
+        supported = ", ".join(f'"{p}"' for p in PROPAGATION_POLICIES) + ', "nil"'
+        raise status.invalid(
+            "DeleteOptions",
+            "",
+            [
+                (
+                    "FieldValueNotSupported",
+                    "propagationPolicy",
+                    f'Unsupported value: "{policy}": supported values: {supported}',
+                )
+            ],
+            group="meta.k8s.io",
+        )
+    if grace is not None and not isinstance(grace, int):
+        raise status.bad_request(f"invalid gracePeriodSeconds: {grace!r}")
+    return grace, policy or "Background"
+
+
+def new_token() -> str:
+    return "kubesim-" + secrets.token_urlsafe(24)

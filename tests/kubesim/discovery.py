@@ -1,0 +1,149 @@
+"""The resource table and the discovery documents kubectl and client-go read. Pure.
+
+Only the verbs this simulator implements are advertised, so a client that
+trusts discovery never asks for something we would fake badly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.kubesim import validation as v
+
+Obj = dict[str, Any]
+KUBE_VERSION = {"major": "1", "minor": "37", "gitVersion": "v1.37.0-kubesim"}
+NETWORKING = "networking.k8s.io"
+
+
+@dataclass(frozen=True)
+class Kind:
+    resource: str
+    kind: str
+    group: str
+    namespaced: bool
+    verbs: tuple[str, ...]
+    short_names: tuple[str, ...] = ()
+    validate: Callable[[Obj], list[v.FieldError]] | None = None
+    default: Callable[[Obj], Obj] | None = None
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/v1" if self.group else "v1"
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+
+_RW = ("create", "delete", "get", "list", "watch")
+KINDS = {
+    "namespaces": Kind(
+        "namespaces",
+        "Namespace",
+        "",
+        False,
+        ("get", "list", "watch"),
+        ("ns",),
+        None,
+        v.default_namespace,
+    ),
+    "pods": Kind("pods", "Pod", "", True, _RW, ("po",), v.validate_pod, v.default_pod),
+    "services": Kind(
+        "services", "Service", "", True, _RW, ("svc",), v.validate_service, v.default_service
+    ),
+    "resourcequotas": Kind(
+        "resourcequotas",
+        "ResourceQuota",
+        "",
+        True,
+        _RW,
+        ("quota",),
+        v.validate_quota,
+        v.default_quota,
+    ),
+    "ingresses": Kind(
+        "ingresses",
+        "Ingress",
+        NETWORKING,
+        True,
+        _RW,
+        ("ing",),
+        v.validate_ingress,
+        v.default_ingress,
+    ),
+}
+SUBRESOURCES = {
+    "pods/attach": ("PodAttachOptions", ("create", "get")),
+    "pods/exec": ("PodExecOptions", ("create", "get")),
+    "pods/status": ("Pod", ("get",)),
+}
+
+
+def _entry(k: Kind) -> Obj:
+    entry: Obj = {
+        "name": k.resource,
+        "singularName": k.singular,
+        "namespaced": k.namespaced,
+        "kind": k.kind,
+        "verbs": list(k.verbs),
+    }
+    if k.short_names:
+        entry["shortNames"] = list(k.short_names)
+    if k.resource in ("pods", "services"):
+        entry["categories"] = ["all"]
+    return entry
+
+
+def build_resource_list(group: str) -> Obj:
+    resources = [_entry(k) for k in KINDS.values() if k.group == group]
+    if not group:
+        resources += [
+            {"name": name, "singularName": "", "namespaced": True, "kind": kind, "verbs": list(vs)}
+            for name, (kind, vs) in SUBRESOURCES.items()
+        ]
+    resources.sort(key=lambda r: r["name"])
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/v1" if group else "v1",
+        "resources": resources,
+    }
+
+
+def build_api_versions(server_address: str) -> Obj:
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [
+            {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}
+        ],
+    }
+
+
+def _group(name: str) -> Obj:
+    gv = {"groupVersion": f"{name}/v1", "version": "v1"}
+    return {"name": name, "versions": [gv], "preferredVersion": gv}
+
+
+def build_group_list() -> Obj:
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group(NETWORKING)]}
+
+
+def build_group(name: str) -> Obj | None:
+    if name != NETWORKING:
+        return None
+    return {"kind": "APIGroup", "apiVersion": "v1", **_group(name)}
+
+
+def build_version() -> Obj:
+    return {
+        **KUBE_VERSION,
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-11-01T00:00:00Z",
+        "goVersion": "go1.25.0",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    }

@@ -1,0 +1,262 @@
+"""`open_kubesim`: the test cluster as one async context — TLS listener, apiserver, kubelet.
+
+Owns the throwaway CA (trustme), the HTTPS listener on 127.0.0.1 (connection
+accounting, stop and rebind on the same port), the seeded namespaces, the
+kubeconfig writer, and the kubelet task when K2's kubelet module is present.
+
+Resource handling: everything runs in the nursery `open_kubesim` opens; leaving
+the `async with` cancels it, which closes the listener and every connection.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import ssl
+import sys
+import traceback
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+import trustme
+import yaml
+
+from tests.kubesim import status
+from tests.kubesim.apiserver import ApiServer, new_token
+from tests.kubesim.faults import Faults, Stats
+from tests.kubesim.store import Store
+from tests.kubesim.validation import default_namespace
+from tests.kubesim.wire import Exchange, serve_connection
+
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
+@dataclass
+class KubeSim:
+    """A running simulated cluster; see `open_kubesim`."""
+
+    store: Store
+    faults: Faults
+    stats: Stats
+    token: str
+    namespace: str
+    service_account: str
+    ca: trustme.CA
+    host: str = "127.0.0.1"
+    port: int = 0
+    kubelet: Any = None
+    _server_ctx: ssl.SSLContext | None = None
+    _api: ApiServer | None = None
+    _nursery: trio.Nursery | None = None
+    _serve_scope: trio.CancelScope | None = None
+    _client_cert: trustme.LeafCert | None = field(default=None)
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.host}:{self.port}"
+
+    @property
+    def user(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
+
+    @property
+    def ca_pem(self) -> bytes:
+        return self.ca.cert_pem.bytes()
+
+    def client_ssl_context(self, *, client_cert: bool = False) -> ssl.SSLContext:
+        """A context that trusts the sim's CA (and presents the client cert if asked)."""
+        ctx = ssl.create_default_context()
+        self.ca.configure_trust(ctx)
+        if client_cert:
+            self.client_cert.configure_cert(ctx)
+        return ctx
+
+    @property
+    def client_cert(self) -> trustme.LeafCert:
+        """A client certificate whose CommonName is the service-account user."""
+        if self._client_cert is None:
+            self._client_cert = self.ca.issue_cert(common_name=self.user)
+        return self._client_cert
+
+    def write_kubeconfig(
+        self, path: Path, *, client_cert: bool = False, token: str | None = None
+    ) -> Path:
+        """A kubeconfig with the CA data and the token (or a client cert), current-context set."""
+        user: dict[str, Any] = {}
+        if client_cert:
+            user["client-certificate-data"] = _b64(self.client_cert.cert_chain_pems[0].bytes())
+            user["client-key-data"] = _b64(self.client_cert.private_key_pem.bytes())
+        else:
+            user["token"] = token if token is not None else self.token
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "kubesim",
+                    "cluster": {
+                        "server": self.url,
+                        "certificate-authority-data": _b64(self.ca_pem),
+                    },
+                }
+            ],
+            "users": [{"name": self.service_account, "user": user}],
+            "contexts": [
+                {
+                    "name": "kubesim",
+                    "context": {
+                        "cluster": "kubesim",
+                        "user": self.service_account,
+                        "namespace": self.namespace,
+                    },
+                }
+            ],
+            "current-context": "kubesim",
+        }
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        path.chmod(0o600)
+        return path
+
+    async def restart(self, down_s: float = 0.0) -> None:
+        """Stop listening and drop every connection; after `down_s`, listen on the same port."""
+        assert self._nursery is not None and self._serve_scope is not None
+        self._serve_scope.cancel()
+        await trio.sleep(down_s)
+        await self._nursery.start(self._serve)
+
+    async def _serve(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        with trio.CancelScope() as scope:
+            self._serve_scope = scope
+            (listener,) = await trio.open_tcp_listeners(self.port, host=self.host)
+            self.port = listener.socket.getsockname()[1]
+            async with listener, trio.open_nursery() as conns:
+                task_status.started()
+                while True:
+                    tcp = await listener.accept()
+                    self.stats.connections_accepted += 1
+                    conns.start_soon(self._connection, tcp)
+
+    async def _connection(self, tcp: trio.SocketStream) -> None:
+        assert self._server_ctx is not None and self._api is not None
+        tls = trio.SSLStream(tcp, self._server_ctx, server_side=True)
+        try:
+            with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
+                await tls.do_handshake()
+            self.stats.tls_handshakes += 1
+            await serve_connection(tls, self._handle, peer_cn=_common_name(tls))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
+            pass
+        finally:
+            await trio.aclose_forcefully(tls)
+
+    async def _handle(self, ex: Exchange) -> None:
+        assert self._api is not None
+        try:
+            await self._api.handle(ex)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise
+        except Exception as exc:  # a bug here must show as a 500, not kill the cluster
+            traceback.print_exc(file=sys.stderr)
+            if not ex.responded:
+                err = status.internal_error(f"kubesim: {type(exc).__name__}: {exc}")
+                await ex.respond(err.code, err.render())
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _common_name(tls: trio.SSLStream[trio.SocketStream]) -> str | None:
+    cert = tls.getpeercert()
+    for rdn in (cert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+def _server_context(ca: trustme.CA) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1", "localhost").configure_cert(ctx)
+    ca.configure_trust(ctx)
+    ctx.verify_mode = ssl.CERT_OPTIONAL  # client certs are one way to log in, not required
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
+@asynccontextmanager
+async def open_kubesim(
+    tmp_path: Path,
+    *,
+    images: Any = None,
+    namespace: str = "runnerd",
+    service_account: str = "runnerd",
+    token: str | None = None,
+    port: int = 0,
+    history_limit: int = 5000,
+    bookmark_interval_s: float = 1.0,
+    kubelet: bool = True,
+) -> AsyncIterator[KubeSim]:
+    """Start the cluster on 127.0.0.1:`port` over HTTPS; yields once it accepts connections.
+
+    `namespace` (and `default`, `kube-system`) exist from the start; the token authenticates
+    as `system:serviceaccount:<namespace>:<service_account>`. With `kubelet` and K2's
+    kubelet module present, pods are scheduled and run (work files under `tmp_path`).
+    """
+    store = Store(history_limit=history_limit)
+    for ns in dict.fromkeys(("default", "kube-system", namespace)):
+        store.create_nowait("namespaces", "", default_namespace({"metadata": {"name": ns}}))
+    ca = trustme.CA()
+    sim = KubeSim(
+        store=store,
+        faults=Faults(store),
+        stats=Stats(),
+        token=token or new_token(),
+        namespace=namespace,
+        service_account=service_account,
+        ca=ca,
+        port=port,
+    )
+    sim._server_ctx = _server_context(ca)
+    async with trio.open_nursery() as nursery:
+        sim._nursery = nursery
+        if kubelet:
+            sim.kubelet = await _start_kubelet(nursery, store, images, tmp_path)
+        sim._api = ApiServer(
+            store,
+            sim.faults,
+            sim.stats,
+            token=sim.token,
+            user=sim.user,
+            server_address=lambda: f"{sim.host}:{sim.port}",
+            bookmark_interval_s=bookmark_interval_s,
+            kubelet=lambda: sim.kubelet,
+        )
+        sim.faults.restart_hook = sim.restart
+        await nursery.start(sim._serve)
+        try:
+            yield sim
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def _start_kubelet(nursery: trio.Nursery, store: Store, images: Any, tmp_path: Path) -> Any:
+    if importlib.util.find_spec("tests.kubesim.kubelet") is None:
+        return None  # K2's kubelet not here: pods stay Pending
+    from tests.kubesim import kubelet as kubelet_module
+
+    if images is None:
+        from tests.kubesim.images import build_default_images
+
+        images = build_default_images()
+    workdir = tmp_path / "kubelet"
+    workdir.mkdir(parents=True, exist_ok=True)
+    node = kubelet_module.Kubelet(store, images, workdir)
+    await nursery.start(node.run)
+    return node

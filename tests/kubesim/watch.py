@@ -1,0 +1,248 @@
+"""List and watch: the collection GET, with the real apiserver's RV and stream semantics.
+
+Watch (docs/kubernetes.md §2): headers are flushed before any event; RV unset
+or "0" starts with ADDED for what exists; any other RV replays the retained
+history after it, or answers HTTP 200 + one ERROR 410 Expired event when it is
+older than the history; `timeoutSeconds` ends the chunked body cleanly with no
+final event; bookmarks (empty object of the kind + RV) go out every
+`bookmark_interval_s` when asked for; selectors are applied per event using
+the object before and after the change, so an object that stops matching is
+seen as DELETED, one that starts matching as ADDED (as the watch cache does).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from tests.kubesim import status
+from tests.kubesim.discovery import Kind
+from tests.kubesim.faults import Faults, Stats
+from tests.kubesim.selectors import Matcher
+from tests.kubesim.store import Event, Store, TooOld
+from tests.kubesim.wire import Exchange
+
+Obj = dict[str, Any]
+BATCH_EVENTS = 128
+
+
+@dataclass
+class Query:
+    kind: Kind
+    namespace: str | None
+    fields: Matcher
+    labels: Matcher
+
+    def matches(self, obj: Obj | None) -> bool:
+        if obj is None:
+            return False
+        ns = obj["metadata"].get("namespace", "")
+        if self.namespace and ns != self.namespace:
+            return False
+        return self.fields(obj) and self.labels(obj)
+
+
+def build_list(store: Store, q: Query, *, limit: int | None, cont: str | None) -> Obj:
+    rv = store.resource_version
+    items = [o for o in store.list(q.kind.resource, q.namespace) if q.matches(o)]
+    start = 0
+    if cont:
+        try:
+            start = int(json.loads(base64.urlsafe_b64decode(cont.encode()))["start"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise status.bad_request(f"invalid continue token: {exc}") from exc
+    meta: Obj = {"resourceVersion": str(rv)}
+    page = items[start:]
+    if limit and limit > 0 and len(page) > limit:
+        page = page[:limit]
+        nxt = {"start": start + limit, "rv": rv}
+        meta["continue"] = base64.urlsafe_b64encode(json.dumps(nxt).encode()).decode()
+        meta["remainingItemCount"] = len(items) - start - limit
+    for item in page:  # items of a typed list carry no kind/apiVersion
+        item.pop("kind", None)
+        item.pop("apiVersion", None)
+    return {
+        "kind": f"{q.kind.kind}List",
+        "apiVersion": q.kind.api_version,
+        "metadata": meta,
+        "items": page,
+    }
+
+
+def _line(kind: str, obj: Obj) -> bytes:
+    return status.encode({"type": kind, "object": obj})
+
+
+def _event_line(ev: Event, q: Query) -> bytes | None:
+    """The line this watcher sees for `ev`, or None (selector decides per old/new object)."""
+    if ev.resource != q.kind.resource:
+        return None
+    now = q.matches(ev.obj) if ev.type != "DELETED" else False
+    before = q.matches(ev.prev) if ev.type != "ADDED" else False
+    if ev.type == "DELETED":
+        before = q.matches(ev.obj)
+        return (ev.line or _cache(ev)) if before else None
+    if now and before:
+        return ev.line or _cache(ev)
+    if now:
+        return _line("ADDED", ev.obj) if ev.type != "ADDED" else (ev.line or _cache(ev))
+    if before:
+        assert ev.prev is not None
+        gone = {**ev.prev, "metadata": {**ev.prev["metadata"], "resourceVersion": str(ev.rv)}}
+        return _line("DELETED", gone)
+    return None
+
+
+def _cache(ev: Event) -> bytes:
+    ev.line = _line(ev.type, ev.obj)
+    return ev.line
+
+
+def _bookmark(kind: Kind, rv: int, *, initial_end: bool = False) -> bytes:
+    meta: Obj = {"resourceVersion": str(rv)}
+    if initial_end:
+        meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+    obj: Obj = {"kind": kind.kind, "apiVersion": kind.api_version, "metadata": meta}
+    if kind.resource == "pods":
+        obj |= {"spec": {"containers": None}, "status": {}}
+    return _line("BOOKMARK", obj)
+
+
+@dataclass
+class WatchOptions:
+    rv: str | None
+    timeout_s: float
+    bookmarks: bool
+    send_initial: bool
+
+
+def parse_watch_options(
+    param: Callable[[str], str | None], flag: Callable[[str], bool]
+) -> WatchOptions:
+    rv = param("resourceVersion") or None
+    if rv is not None and rv != "0" and not rv.isdigit():
+        raise status.ApiError(
+            400,
+            status.build_status(400, "BadRequest", f"invalid resource version: {rv}"),
+        )
+    raw_timeout = param("timeoutSeconds")
+    try:
+        timeout_s = float(raw_timeout) if raw_timeout else random.uniform(1800, 3600)
+    except ValueError as exc:
+        raise status.bad_request(f"invalid timeoutSeconds: {raw_timeout!r}") from exc
+    send_initial = flag("sendInitialEvents")
+    if send_initial and param("resourceVersionMatch") != "NotOlderThan":
+        raise status.invalid(
+            "ListOptions",
+            "",
+            [
+                (
+                    "FieldValueForbidden",
+                    "sendInitialEvents",
+                    "Forbidden: sendInitialEvents is forbidden for watch unless "
+                    "resourceVersionMatch is set to NotOlderThan",
+                )
+            ],
+            group="meta.k8s.io",
+        )
+    return WatchOptions(rv, timeout_s, flag("allowWatchBookmarks"), send_initial)
+
+
+async def serve_watch(
+    ex: Exchange,
+    store: Store,
+    faults: Faults,
+    stats: Stats,
+    q: Query,
+    opts: WatchOptions,
+    *,
+    bookmark_interval_s: float,
+) -> None:
+    initial: list[bytes] = []
+    try:
+        if opts.rv in (None, "0") or opts.send_initial:
+            objs = [o for o in store.list(q.kind.resource, q.namespace) if q.matches(o)]
+            initial = [_line("ADDED", o) for o in objs]
+            replay, events = store.open_watch(None)
+        elif faults.take_watch_expiry():
+            raise TooOld(int(opts.rv), store.history_floor)
+        else:
+            replay, events = store.open_watch(int(opts.rv))
+    except TooOld as exc:
+        async with ex.open_stream() as write:
+            await write(_line("ERROR", status.expired(str(exc))))
+        return
+    if opts.send_initial and opts.bookmarks:
+        initial.append(_bookmark(q.kind, store.resource_version, initial_end=True))
+    initial += [line for ev in replay if (line := _event_line(ev, q))]
+    stats.watches_open += 1
+    stats.watches_total += 1
+    cut = _Cut()
+    faults.watch_cuts.add(cut)
+    try:
+        async with events, ex.open_stream() as write:
+            with trio.move_on_after(opts.timeout_s), cut.scope:
+                await _pump(write, events, q, initial, faults, store, opts, bookmark_interval_s)
+            if cut.abrupt:
+                await ex.abort()
+    finally:
+        faults.watch_cuts.discard(cut)
+        stats.watches_open -= 1
+
+
+class _Cut:
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.abrupt = False
+
+    def __call__(self, abrupt: bool) -> None:
+        self.abrupt = abrupt
+        self.scope.cancel()
+
+
+async def _pump(
+    write: Callable[[bytes], Awaitable[None]],
+    events: trio.abc.ReceiveChannel[Event],
+    q: Query,
+    initial: list[bytes],
+    faults: Faults,
+    store: Store,
+    opts: WatchOptions,
+    bookmark_interval_s: float,
+) -> None:
+    """Write events in batches (one chunk per batch) until the channel ends."""
+    if initial:
+        await write(b"".join(initial))
+    next_bookmark = trio.current_time() + bookmark_interval_s
+    last_rv = store.resource_version
+    ended = False
+    while not ended:
+        batch: list[bytes] = []
+        drained = False
+        with trio.move_on_at(next_bookmark if opts.bookmarks else float("inf")):
+            try:
+                ev: Event | None = await events.receive()
+                while ev is not None and len(batch) < BATCH_EVENTS:
+                    last_rv = ev.rv
+                    if line := _event_line(ev, q):
+                        batch.append(line)
+                    try:
+                        ev = events.receive_nowait()
+                    except trio.WouldBlock:
+                        ev, drained = None, True
+            except trio.EndOfChannel:  # the store dropped a slow watcher: end cleanly
+                ended = True
+        if opts.bookmarks and not ended and trio.current_time() >= next_bookmark:
+            # Every event up to the store's RV is in hand only if the channel is empty.
+            rv = store.resource_version if drained or not batch else last_rv
+            batch.append(_bookmark(q.kind, rv))
+            next_bookmark = trio.current_time() + bookmark_interval_s
+        if batch:
+            await faults.wait_answering()
+            await write(b"".join(batch))
