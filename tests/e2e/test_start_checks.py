@@ -79,7 +79,9 @@ async def test_unknown_app_without_catalog_says_there_are_none(runnerd) -> None:
         response = await client.post("/v1/sessions", json={"env": {}, "app": "nope"})
     assert response.status_code == 400
     assert response.json()["error"] == "unknown_app"
-    assert "/v1/capabilities" in response.json()["message"]
+    message = response.json()["message"]
+    assert "nope" in message and "/v1/capabilities" in message
+    assert "no predefined applications" in message
 
 
 async def test_apps_route_unknown_name_is_404_before_terms(tmp_path: Path) -> None:
