@@ -10,9 +10,10 @@ tell systemd we are ready, and handle signals:
   whole shutdown is bounded by `SHUTDOWN_BUDGET_S`; after that the session
   nursery is cancelled, which still stops every workload (stop means cancel).
 - SIGHUP: re-read the config file and swap in its catalog, terms, image
-  allowlist and limits. What is bound at start (listeners, backend, workdir,
-  runtimes, registry sizing, log level) stays; a change there is logged as
-  needing a restart. A bad file keeps the old config and logs why at ERROR.
+  allowlist, limits and registry sizing (capacity, exit TTL, replay size).
+  What is bound at start (listeners, log level, backend, workdir, runtimes)
+  stays; a change there is logged as needing a restart. A bad file keeps the
+  old config and logs why at ERROR.
 
 Startup failures that are the operator's to fix (a config error, a socket
 another runnerd holds) raise `ConfigError` / `ListenError` before anything
@@ -70,28 +71,18 @@ def build_backend(config: Config, apps: Callable[[], Mapping[str, AppEntry]]) ->
 
 
 def build_reloaded(old: Config, new: Config) -> Config:
-    """The config to run on after SIGHUP: `new`'s catalog, terms, image list
-    and limits, with everything bound at start kept from `old`."""
-    runner = replace(
-        new.runner,
-        backend=old.runner.backend,
-        max_sessions=old.runner.max_sessions,
-        exit_ttl_s=old.runner.exit_ttl_s,
-        replay_buffer_bytes=old.runner.replay_buffer_bytes,
-    )
+    """The config to run on after SIGHUP: `new`'s catalog, terms, image list,
+    limits and registry sizing, with what is bound at start (listeners, the
+    backend and its `[local]` settings) kept from `old`."""
+    runner = replace(new.runner, backend=old.runner.backend)
     return replace(new, server=old.server, local=old.local, runner=runner, source=old.source)
 
 
 def restart_only_changes(old: Config, new: Config) -> list[str]:
     """Keys that changed in the file but only take effect on restart."""
-    changed = []
-    if old.server != new.server:
-        changed.append("server")
-    if old.local != new.local:
-        changed.append("local")
-    for key in ("backend", "max_sessions", "exit_ttl_s", "replay_buffer_bytes"):
-        if getattr(old.runner, key) != getattr(new.runner, key):
-            changed.append(f"runner.{key}")
+    changed = [key for key in ("server", "local") if getattr(old, key) != getattr(new, key)]
+    if old.runner.backend != new.runner.backend:
+        changed.append("runner.backend")
     return changed
 
 
@@ -231,6 +222,13 @@ async def reload_config(state: AppState) -> None:
         )
         return
     state.config = build_reloaded(old, new)
+    # Capacity, exit TTL and replay size apply from now on; a smaller
+    # capacity never stops a live session.
+    state.sessions.reconfigure(
+        max_sessions=new.runner.max_sessions,
+        exit_ttl_s=new.runner.exit_ttl_s,
+        replay_buffer_bytes=new.runner.replay_buffer_bytes,
+    )
     ignored = restart_only_changes(old, new)
     if ignored:
         log.warning("reload: some changes need a restart", extra={"keys": ",".join(ignored)})

@@ -6,7 +6,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from tests.harness import start_daemon
+from tests.harness import session_body, start_daemon
 
 SECRET = "reload-secret-4b1d"
 GREET_RUNTIME = {"greet": {"command": ["/bin/sh", "-c", "echo hello; exec cat"]}}
@@ -62,3 +62,21 @@ async def test_sighup_with_a_bad_file_keeps_the_old_config(tmp_path: Path) -> No
         capabilities = (await client.get("/v1/capabilities")).json()
         assert image_schema(capabilities)["enum"] == ["sh"]
         assert "terms" not in capabilities
+
+
+async def test_sighup_applies_a_new_capacity_to_new_sessions(tmp_path: Path) -> None:
+    async with start_daemon(tmp_path) as daemon, daemon.client() as client:
+        first = await client.post("/v1/sessions", json=session_body("exec sleep 1000"))
+        assert first.status_code == 201
+
+        daemon.write_config({"runner": {"max_sessions": 1}})
+        daemon.send_signal(signal.SIGHUP)
+        await daemon.wait_for_stderr("config reloaded")
+
+        second = await client.post("/v1/sessions", json=session_body("exec sleep 1000"))
+        assert second.status_code == 409, second.text
+        assert second.json()["error"] == "too_many_sessions"
+        # The live session was not touched by the smaller capacity.
+        session_id = first.json()["sessionId"]
+        status = (await client.get(f"/v1/sessions/{session_id}")).json()["status"]
+        assert status["kind"] in ("starting", "running")
