@@ -10,9 +10,9 @@ tell systemd we are ready, and handle signals:
   whole shutdown is bounded by `SHUTDOWN_BUDGET_S`; after that the session
   nursery is cancelled, which still stops every workload (stop means cancel).
 - SIGHUP: re-read the config file and swap in its catalog, terms, image
-  allowlist, limits and registry sizing (capacity, exit TTL, replay size).
-  What is bound at start (listeners, log level, backend, workdir, runtimes)
-  stays; a change there is logged as needing a restart. A bad file keeps the
+  allowlist, limits, log level and registry sizing (capacity, exit TTL,
+  replay size). What is bound at start (listeners, backend, workdir,
+  runtimes) stays; a change there is logged as needing a restart. A bad file keeps the
   old config and logs why at ERROR.
 
 Startup failures that are the operator's to fix (a config error, a socket
@@ -37,6 +37,7 @@ from runnerd.app import AppState, create_app
 from runnerd.backend import Backend
 from runnerd.config import AppEntry, Config, ConfigError, load_config
 from runnerd.listeners import Listener, bind_listeners, close_listeners
+from runnerd.logs import set_log_level
 from runnerd.sessions import SessionManager
 from runnerd.systemd import (
     LISTEN_ENV_KEYS,
@@ -75,12 +76,17 @@ def build_reloaded(old: Config, new: Config) -> Config:
     limits and registry sizing, with what is bound at start (listeners, the
     backend and its `[local]` settings) kept from `old`."""
     runner = replace(new.runner, backend=old.runner.backend)
-    return replace(new, server=old.server, local=old.local, runner=runner, source=old.source)
+    server = replace(old.server, log_level=new.server.log_level)
+    return replace(new, server=server, local=old.local, runner=runner, source=old.source)
 
 
 def restart_only_changes(old: Config, new: Config) -> list[str]:
     """Keys that changed in the file but only take effect on restart."""
-    changed = [key for key in ("server", "local") if getattr(old, key) != getattr(new, key)]
+    changed = []
+    if replace(old.server, log_level=new.server.log_level) != new.server:
+        changed.append("server")
+    if old.local != new.local:
+        changed.append("local")
     if old.runner.backend != new.runner.backend:
         changed.append("runner.backend")
     return changed
@@ -222,6 +228,7 @@ async def reload_config(state: AppState) -> None:
         )
         return
     state.config = build_reloaded(old, new)
+    set_log_level(new.server.log_level)
     # Capacity, exit TTL and replay size apply from now on; a smaller
     # capacity never stops a live session.
     state.sessions.reconfigure(

@@ -27,7 +27,6 @@ _RECORD_ATTRS = frozenset(
     vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime"}
 )
 _SECRET_MARKERS = ("env", "token", "secret", "password", "authorization")
-LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 def format_value(value: Any) -> str:
@@ -65,13 +64,17 @@ class LineFormatter(logging.Formatter):
 def setup_logging(level: str, *, stream: TextIO | None = None) -> None:
     """Route every logger to `stream` (stderr) at `level` ("info", ...).
 
-    Idempotent: a second call replaces the handler (SIGHUP may change nothing
-    here today, but tests and re-entry must not double every line).
+    Idempotent: a second call replaces the handler, never doubles a line.
     """
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(LineFormatter())
+    logging.getLogger().handlers = [handler]
+    set_log_level(level)
+
+
+def set_log_level(level: str) -> None:
+    """Apply `level` to runnerd's loggers (also on SIGHUP)."""
     root = logging.getLogger()
-    root.handlers = [handler]
     root.setLevel(level.upper())
     # Library chatter: hypercorn's access log is disabled in its config; its
     # error log and quart's request errors still come through at WARNING+.

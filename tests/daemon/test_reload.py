@@ -80,3 +80,13 @@ async def test_sighup_applies_a_new_capacity_to_new_sessions(tmp_path: Path) -> 
         session_id = first.json()["sessionId"]
         status = (await client.get(f"/v1/sessions/{session_id}")).json()["status"]
         assert status["kind"] in ("starting", "running")
+
+
+async def test_sighup_applies_a_new_log_level(tmp_path: Path) -> None:
+    async with start_daemon(tmp_path, {"server": {"log_level": "warning"}}) as daemon:
+        # The startup line is INFO and READY=1 comes after it.
+        assert "serving" not in daemon.stderr_text()
+        daemon.write_config({"server": {"log_level": "info"}})
+        daemon.send_signal(signal.SIGHUP)
+        await daemon.wait_for_stderr("INFO runnerd.daemon config reloaded")
+        assert "need a restart" not in daemon.stderr_text()
