@@ -10,10 +10,10 @@ tell systemd we are ready, and handle signals:
   whole shutdown is bounded by `SHUTDOWN_BUDGET_S`; after that the session
   nursery is cancelled, which still stops every workload (stop means cancel).
 - SIGHUP: re-read the config file and swap in its catalog, terms, image
-  allowlist, limits, log level and registry sizing (capacity, exit TTL,
-  replay size). What is bound at start (listeners, backend, workdir,
-  runtimes) stays; a change there is logged as needing a restart. A bad file keeps the
-  old config and logs why at ERROR.
+  allowlist, limits, CORS origins, log level and registry sizing (capacity,
+  exit TTL, replay size). What is bound at start (listeners, socket mode,
+  body limit, backend, workdir, runtimes) stays; a change there is logged
+  as needing a restart. A bad file keeps the old config and logs why at ERROR.
 
 Startup failures that are the operator's to fix (a config error, a socket
 another runnerd holds) raise `ConfigError` / `ListenError` before anything
@@ -35,7 +35,7 @@ from hypercorn.trio import serve
 from runnerd import __version__
 from runnerd.app import AppState, create_app
 from runnerd.backend import Backend
-from runnerd.config import AppEntry, Config, ConfigError, load_config
+from runnerd.config import AppEntry, Config, ConfigError, ServerConfig, load_config
 from runnerd.listeners import Listener, bind_listeners, close_listeners
 from runnerd.logs import set_log_level
 from runnerd.sessions import SessionManager
@@ -76,14 +76,21 @@ def build_reloaded(old: Config, new: Config) -> Config:
     limits and registry sizing, with what is bound at start (listeners, the
     backend and its `[local]` settings) kept from `old`."""
     runner = replace(new.runner, backend=old.runner.backend)
-    server = replace(old.server, log_level=new.server.log_level)
-    return replace(new, server=server, local=old.local, runner=runner, source=old.source)
+    return replace(
+        new, server=_reloadable_server(old, new), local=old.local, runner=runner, source=old.source
+    )
+
+
+def _reloadable_server(old: Config, new: Config) -> ServerConfig:
+    # CORS is read per request and the log level is ours to set; listeners,
+    # socket mode and the body limit are fixed once the app is serving.
+    return replace(old.server, log_level=new.server.log_level, cors_origins=new.server.cors_origins)
 
 
 def restart_only_changes(old: Config, new: Config) -> list[str]:
     """Keys that changed in the file but only take effect on restart."""
     changed = []
-    if replace(old.server, log_level=new.server.log_level) != new.server:
+    if _reloadable_server(old, new) != new.server:
         changed.append("server")
     if old.local != new.local:
         changed.append("local")

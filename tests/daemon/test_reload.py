@@ -15,7 +15,10 @@ BEFORE: dict[str, Any] = {
     "local": {"runtimes": GREET_RUNTIME},
 }
 AFTER: dict[str, Any] = {
-    "server": {"listen": ["unix:/nonexistent/elsewhere.sock"]},
+    "server": {
+        "listen": ["unix:/nonexistent/elsewhere.sock"],
+        "cors_origins": ["https://editor.example"],
+    },
     "runner": {"allowed_images": ["sh", "python"]},
     "local": {"runtimes": GREET_RUNTIME},
     "terms": {"body": "Be nice.", "version": "v2", "title": "House rules"},
@@ -44,6 +47,14 @@ async def test_sighup_reloads_catalog_terms_and_allowed_images(tmp_path: Path) -
         assert after["apps"] == [{"name": "greeter", "title": "Greeter"}]
         assert image_schema(after)["enum"] == ["sh", "python"]
         assert SECRET not in response.text
+        origin = {"origin": "https://editor.example"}
+        cors = (await client.get("/v1/health", headers=origin)).headers
+        assert cors["access-control-allow-origin"] == "https://editor.example"
+        other = {"origin": "https://elsewhere.example"}
+        assert (
+            "access-control-allow-origin"
+            not in (await client.get("/v1/health", headers=other)).headers
+        )
         # The listen change needs a restart: we still serve where we were.
         assert "need a restart" in daemon.stderr_text()
         assert (await client.get("/v1/health")).status_code == 200
