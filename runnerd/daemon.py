@@ -81,6 +81,25 @@ def build_reloaded(old: Config, new: Config) -> Config:
     )
 
 
+def check_reloaded(config: Config) -> None:
+    """Refuse a reload whose images name a local runtime the running backend
+    lacks: `[local]` is kept from the start, so the new file's own runtimes
+    do not count. Raises ConfigError naming the key."""
+    if config.runner.backend != "local":
+        return
+    keys = [("runner.default_image", config.runner.default_image)]
+    keys += [
+        (f"runner.allowed_images[{i}]", image)
+        for i, image in enumerate(config.runner.allowed_images or ())
+    ]
+    keys += [(f"apps.{name}.image", app.image) for name, app in config.apps.items()]
+    for key, image in keys:
+        if image not in config.local.runtimes:
+            raise ConfigError(
+                key, f"runtime {image!r} is not loaded; [local.runtimes] changes need a restart"
+            )
+
+
 def _reloadable_server(old: Config, new: Config) -> ServerConfig:
     # CORS is read per request and the log level is ours to set; listeners,
     # socket mode and the body limit are fixed once the app is serving.
@@ -228,13 +247,15 @@ async def reload_config(state: AppState) -> None:
     source = old.source
     try:
         new = await trio.to_thread.run_sync(load_config, source)
+        reloaded = build_reloaded(old, new)
+        check_reloaded(reloaded)
     except (ConfigError, OSError) as exc:
         log.error(
             "reload failed, keeping the previous config",
             extra={"path": str(source), "error": str(exc)},
         )
         return
-    state.config = build_reloaded(old, new)
+    state.config = reloaded
     set_log_level(new.server.log_level)
     # Capacity, exit TTL and replay size apply from now on; a smaller
     # capacity never stops a live session.

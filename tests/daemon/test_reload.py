@@ -101,3 +101,17 @@ async def test_sighup_applies_a_new_log_level(tmp_path: Path) -> None:
         daemon.send_signal(signal.SIGHUP)
         await daemon.wait_for_stderr("INFO runnerd.daemon config reloaded")
         assert "need a restart" not in daemon.stderr_text()
+
+
+async def test_sighup_refuses_an_app_on_a_runtime_added_since_start(tmp_path: Path) -> None:
+    async with start_daemon(tmp_path) as daemon, daemon.client() as client:
+        daemon.write_config(
+            {
+                "local": {"runtimes": GREET_RUNTIME},
+                "apps": {"greeter": {"image": "greet"}},
+            }
+        )
+        daemon.send_signal(signal.SIGHUP)
+        await daemon.wait_for_stderr("reload failed")
+        assert "apps.greeter.image" in daemon.stderr_text()
+        assert not (await client.get("/v1/capabilities")).json().get("apps")
