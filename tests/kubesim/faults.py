@@ -39,6 +39,16 @@ class Stats:
     attaches_open: int = 0
     attaches_total: int = 0
     responses: collections.Counter[int] = field(default_factory=collections.Counter)
+    _changed: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
+
+    def note(self) -> None:
+        """Wake `wait_until` callers: a stream opened or closed."""
+        self._changed.unpark_all()
+
+    async def wait_until(self, predicate: Callable[[Stats], bool]) -> None:
+        """Return once `predicate(self)` holds (checked at every open/close of a stream)."""
+        while not predicate(self):
+            await self._changed.park()
 
     def count(self, verb: str, pattern: str) -> int:
         return self.requests[(verb, pattern)]

@@ -83,11 +83,13 @@ async def serve_upgrade(
         faults.attaches.add(conn)
         stats.attaches_open += 1
         stats.attaches_total += 1
+        stats.note()
         try:
             await _hand_over(conn, pod, container, kind, req, kubelet, protocol)
         finally:
             faults.attaches.discard(conn)
             stats.attaches_open -= 1
+            stats.note()
 
 
 async def _hand_over(

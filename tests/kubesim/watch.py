@@ -183,6 +183,7 @@ async def serve_watch(
     initial += [line for ev in replay if (line := _event_line(ev, q))]
     stats.watches_open += 1
     stats.watches_total += 1
+    stats.note()
     cut = _Cut()
     faults.watch_cuts.add(cut)
     try:
@@ -194,6 +195,7 @@ async def serve_watch(
     finally:
         faults.watch_cuts.discard(cut)
         stats.watches_open -= 1
+        stats.note()
 
 
 class _Cut:
