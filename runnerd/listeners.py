@@ -8,8 +8,8 @@ over a live socket of another instance, see docs/stack.md).
 Entries of `server.listen`:
 - `unix:PATH`: we take an exclusive `flock` on `PATH.lock` first (a second
   runnerd on the same path fails with `ListenError` naming the path), remove a
-  stale socket file only while holding that lock, bind with a restrictive
-  umask, then chmod to `server.socket_mode`. At exit the socket file and the
+  stale socket file (one nobody accepts on) only while holding that lock, bind
+  with a restrictive umask, then chmod to `server.socket_mode`. At exit the socket file and the
   lock file are removed.
 - `tcp:HOST:PORT`: bound here (`HOST` may be `[::1]`; port 0 picks one).
 - `fd:N`: an already-listening stream socket we inherited.
@@ -32,6 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runnerd.config import ListenAddress, parse_listen
+
+
+_PROBE_TIMEOUT_S = 1.0
 
 
 class ListenError(Exception):
@@ -196,7 +199,9 @@ def _bind_unix(entry: str, path: Path, socket_mode: int) -> Listener:
         with contextlib.suppress(FileNotFoundError):
             if not stat.S_ISSOCK(os.lstat(path).st_mode):
                 raise ListenError(f"server.listen: {entry}: {path} exists and is not a socket")
-            path.unlink()  # stale: its owner is gone, we hold the lock
+            if _is_served(path):
+                raise ListenError(f"server.listen: {entry}: another process is serving on {path}")
+            path.unlink()  # stale: nobody serves it, and we hold the lock
         sock = _bind_unix_socket(path, socket_mode)
     except BaseException as exc:
         _release(path, lock_fd)
@@ -204,6 +209,21 @@ def _bind_unix(entry: str, path: Path, socket_mode: int) -> Listener:
             raise ListenError(f"server.listen: {entry}: {exc.strerror or exc}") from exc
         raise
     return Listener(entry, sock, path=path, lock_fd=lock_fd)
+
+
+def _is_served(path: Path) -> bool:
+    """Does something accept connections on `path`? (A runnerd without our
+    lock, or another program: its socket is never ours to take over.)"""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        # A full backlog blocks connect(): a server that busy is alive.
+        probe.settimeout(_PROBE_TIMEOUT_S)
+        try:
+            probe.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except TimeoutError:
+            return True
+    return True
 
 
 def _release(path: Path, lock_fd: int) -> None:

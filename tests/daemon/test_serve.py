@@ -118,3 +118,18 @@ async def test_serve_on_an_inherited_fd(tmp_path: Path) -> None:
         ):
             assert (await client.get("/v1/health")).status_code == 200
             await daemon.wait_for_stderr(f"listen=unix:{path}")
+
+
+async def test_serve_never_takes_over_a_socket_another_process_serves(tmp_path: Path) -> None:
+    path = tmp_path / "runnerd.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as other:
+        other.bind(str(path))
+        other.listen()
+        inode = os.stat(path).st_ino
+        with pytest.raises(DaemonExited) as exited:
+            async with start_daemon(tmp_path, socket_path=path):
+                pass
+        assert exited.value.code == 2
+        assert f"another process is serving on {path}" in exited.value.stderr
+        assert os.stat(path).st_ino == inode
+        assert "runnerd.sock.lock" not in listing(tmp_path)
