@@ -33,7 +33,6 @@ from pathlib import Path
 
 from runnerd.config import ListenAddress, parse_listen
 
-
 _PROBE_TIMEOUT_S = 1.0
 
 
