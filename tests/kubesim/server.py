@@ -53,6 +53,7 @@ class KubeSim:
     _api: ApiServer | None = None
     _nursery: trio.Nursery | None = None
     _serve_scope: trio.CancelScope | None = None
+    _serving_done: trio.Event = field(default_factory=trio.Event)
     _client_cert: trustme.LeafCert | None = field(default=None)
 
     @property
@@ -121,26 +122,42 @@ class KubeSim:
         path.chmod(0o600)
         return path
 
-    async def restart(self, down_s: float = 0.0) -> None:
-        """Stop listening and drop every connection; after `down_s`, listen on the same port."""
-        assert self._nursery is not None and self._serve_scope is not None
+    async def stop(self) -> None:
+        """Close the listener and every connection (the store survives, as etcd would)."""
+        assert self._serve_scope is not None
         self._serve_scope.cancel()
-        await trio.sleep(down_s)
+        await self._serving_done.wait()  # the listener is closed only once the task unwinds
+
+    async def start(self) -> None:
+        """Listen again on the same port."""
+        assert self._nursery is not None
+        if not self._serving_done.is_set():
+            raise RuntimeError("kubesim is already serving")
         await self._nursery.start(self._serve)
+
+    async def restart(self, down_s: float = 0.0) -> None:
+        """`stop`, wait `down_s`, `start` on the same port."""
+        await self.stop()
+        await trio.sleep(down_s)
+        await self.start()
 
     async def _serve(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        with trio.CancelScope() as scope:
-            self._serve_scope = scope
-            (listener,) = await trio.open_tcp_listeners(self.port, host=self.host)
-            self.port = listener.socket.getsockname()[1]
-            async with listener, trio.open_nursery() as conns:
-                task_status.started()
-                while True:
-                    tcp = await listener.accept()
-                    self.stats.connections_accepted += 1
-                    conns.start_soon(self._connection, tcp)
+        done = self._serving_done = trio.Event()
+        try:
+            with trio.CancelScope() as scope:
+                self._serve_scope = scope
+                (listener,) = await trio.open_tcp_listeners(self.port, host=self.host)
+                self.port = listener.socket.getsockname()[1]
+                async with listener, trio.open_nursery() as conns:
+                    task_status.started()
+                    while True:
+                        tcp = await listener.accept()
+                        self.stats.connections_accepted += 1
+                        conns.start_soon(self._connection, tcp)
+        finally:
+            done.set()
 
     async def _connection(self, tcp: trio.SocketStream) -> None:
         assert self._server_ctx is not None and self._api is not None

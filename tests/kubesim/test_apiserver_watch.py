@@ -20,7 +20,10 @@ Event = tuple[str, dict[str, Any]]
 async def open_watch(
     kube: httpx.AsyncClient, path: str = PODS, **params: Any
 ) -> AsyncIterator[trio.MemoryReceiveChannel[Event]]:
-    """Stream a watch; yields a channel of (type, object) that ends when the stream does."""
+    """Stream a watch; yields a channel of (type, object) that ends when the stream does.
+
+    A stream cut mid-body (no final chunk) ends with a synthetic ("BROKEN", {}) item.
+    """
     send, recv = trio.open_memory_channel[Event](1000)
     async with kube.stream("GET", path, params={"watch": "1", **params}) as resp:
         assert resp.status_code == 200
@@ -29,10 +32,13 @@ async def open_watch(
 
         async def pump() -> None:
             async with send:
-                async for line in resp.aiter_lines():
-                    if line:
-                        ev = json.loads(line)
-                        await send.send((ev["type"], ev["object"]))
+                try:
+                    async for line in resp.aiter_lines():
+                        if line:
+                            ev = json.loads(line)
+                            await send.send((ev["type"], ev["object"]))
+                except httpx.RemoteProtocolError:
+                    await send.send(("BROKEN", {}))
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pump)
