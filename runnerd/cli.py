@@ -26,6 +26,7 @@ from runnerd.config import Config, ConfigError, load_config, render_config
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 DEFAULT_SOCKET = Path("/run/runnerd/runnerd.sock")
 
@@ -103,6 +104,9 @@ def serve(path: Path) -> int:
     except (ConfigError, ListenError) as exc:
         log.error("cannot start: %s", exc)
         return EXIT_CONFIG
+    except KeyboardInterrupt:
+        # Ctrl-C before the signal handlers were in place: nothing was serving.
+        return EXIT_INTERRUPTED
     except Exception:
         log.exception("runnerd crashed")
         return EXIT_FAILURE
