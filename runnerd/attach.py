@@ -11,7 +11,8 @@ on stderr.
 Stdin is forwarded as the terminal delivers it (cooked mode: line by line),
 which is what piping into a session and quick interactive checks need;
 it is not a full raw-mode terminal emulator. End of stdin (Ctrl-D, or the end
-of a pipe) is sent as the terminal's EOF character, so `cat` and friends end.
+of a pipe) is sent as the terminal's EOF character, so `cat` and friends end;
+Ctrl-C detaches and leaves the session running.
 """
 
 from __future__ import annotations

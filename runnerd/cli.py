@@ -120,7 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "attach":
         from runnerd.attach import run_attach
 
-        code: int = trio.run(run_attach, args.socket, args.session_id, args.last_seq)
+        try:
+            code: int = trio.run(run_attach, args.socket, args.session_id, args.last_seq)
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED  # Ctrl-C detaches; the session keeps running
         return code
     return serve(args.config)
 
