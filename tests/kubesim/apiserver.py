@@ -132,6 +132,10 @@ class ApiServer:
             return lambda: discovery.build_group(parts[1])
         if len(parts) == 3 and parts[0] == "apis" and parts[1] == discovery.NETWORKING:
             return lambda: discovery.build_resource_list(parts[1]) if parts[2] == "v1" else None
+        if parts[:2] == ["openapi", "v3"]:
+            if len(parts) == 2:
+                return discovery.build_openapi_v3_index
+            return lambda: discovery.build_openapi_v3("/".join(parts[2:]))
         if parts and parts[0] in ("openapi", "swagger.json", "swaggerapi"):
             return lambda: None
         return None

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.kubesim.server import KubeSim, open_kubesim
+from tests.kubesim.validation import default_pod
 
 PODS = "/api/v1/namespaces/runnerd/pods"
 
@@ -64,6 +65,11 @@ def build_pod(name: str, *, labels: dict[str, str] | None = None, **spec: Any) -
     if labels:
         pod["metadata"]["labels"] = labels
     return pod
+
+
+async def seed_pod(sim: KubeSim, name: str, **kw: Any) -> dict[str, Any]:
+    """Store a pod as a create over HTTP would (with the apiserver's defaults)."""
+    return await sim.store.create("pods", "runnerd", default_pod(build_pod(name, **kw)))
 
 
 def lines_of(text: str) -> list[dict[str, Any]]:

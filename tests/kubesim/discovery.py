@@ -147,3 +147,52 @@ def build_version() -> Obj:
         "compiler": "gc",
         "platform": "linux/amd64",
     }
+
+
+def _openapi_path(k: Kind) -> str:
+    prefix = f"/apis/{k.group}/v1" if k.group else "/api/v1"
+    scope = "/namespaces/{namespace}" if k.namespaced else ""
+    return f"{prefix}{scope}/{k.resource}/{{name}}"
+
+
+def build_openapi_v3_index() -> Obj:
+    """`/openapi/v3`: where each group-version's document lives (what kubectl fetches first)."""
+    return {
+        "paths": {
+            gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash=kubesim"}
+            for gv in ("api/v1", f"apis/{NETWORKING}/v1")
+        }
+    }
+
+
+def build_openapi_v3(gv: str) -> Obj | None:
+    """Just enough of a group-version's OpenAPI v3 document for kubectl's validation probe.
+
+    kubectl asks whether PATCH on a kind takes `fieldValidation`; saying yes makes it
+    leave validation to the server (which answers 422 Invalid itself) instead of
+    fetching the full schema for client-side validation.
+    """
+    group = {"api/v1": "", f"apis/{NETWORKING}/v1": NETWORKING}.get(gv)
+    if group is None:
+        return None
+    paths = {
+        _openapi_path(k): {
+            "patch": {
+                "x-kubernetes-group-version-kind": {
+                    "group": k.group,
+                    "version": "v1",
+                    "kind": k.kind,
+                },
+                "parameters": [
+                    {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}
+                ],
+            }
+        }
+        for k in KINDS.values()
+        if k.group == group
+    }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": KUBE_VERSION["gitVersion"]},
+        "paths": paths,
+    }
