@@ -8,6 +8,7 @@ here asserts a time.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -215,3 +216,68 @@ def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     k = max(0, min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1))))
     return ordered[k]
+
+
+async def drain_pty_raw(
+    socket_path: Path, sid: str, *, send: bytes = b""
+) -> tuple[int, int, float]:
+    """Read the session's `/io` channel to its close with a lean raw client.
+
+    trio-websocket copies each message several times in Python, which makes
+    the *client* the bottleneck of a throughput figure. This client only
+    parses frame headers and counts payload bytes, so the figure is the
+    daemon's. Returns (payload bytes after the 4-byte seqs, gap messages,
+    seconds from the first byte to the close frame).
+    """
+    key = base64.b64encode(os.urandom(16)).decode()
+    stream = await trio.open_unix_socket(str(socket_path))
+    async with stream:
+        await stream.send_all(
+            f"GET /v1/sessions/{sid}/io HTTP/1.1\r\nHost: localhost\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        buf = bytearray()
+        while b"\r\n\r\n" not in buf:
+            buf += await stream.receive_some(65536)
+        head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 101"):
+            raise RuntimeError(f"no upgrade: {head[:80]!r}")
+        if send:  # one masked binary frame (client frames must be masked)
+            mask = os.urandom(4)
+            masked = bytes(b ^ mask[i % 4] for i, b in enumerate(send))
+            await stream.send_all(bytes([0x82, 0x80 | len(send)]) + mask + masked)
+        buf = bytearray(rest)
+        pos = received = gaps = 0
+        t0: float | None = None
+        while True:
+            # Parse every complete frame in the buffer.
+            while len(buf) - pos >= 2:
+                opcode, length = buf[pos] & 0x0F, buf[pos + 1] & 0x7F
+                hdr = 2
+                if length == 126:
+                    if len(buf) - pos < 4:
+                        break
+                    length, hdr = int.from_bytes(buf[pos + 2 : pos + 4], "big"), 4
+                elif length == 127:
+                    if len(buf) - pos < 10:
+                        break
+                    length, hdr = int.from_bytes(buf[pos + 2 : pos + 10], "big"), 10
+                if len(buf) - pos < hdr + length:
+                    break
+                if opcode == 0x8:
+                    return received, gaps, time.perf_counter() - (t0 or time.perf_counter())
+                if opcode == 0x1:
+                    gaps += b'"gap"' in buf[pos + hdr : pos + hdr + length]
+                elif opcode in (0x0, 0x2):
+                    if t0 is None:
+                        t0 = time.perf_counter()
+                    received += length - 4
+                pos += hdr + length
+            if pos:
+                del buf[:pos]
+                pos = 0
+            data = await stream.receive_some(1 << 20)
+            if not data:
+                raise RuntimeError("connection ended without a close frame")
+            buf += data
