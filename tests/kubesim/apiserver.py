@@ -215,7 +215,7 @@ class ApiServer:
             labels = parse_label_selector(req.param("labelSelector") or "")
         except SelectorError as exc:
             raise status.bad_request(str(exc)) from exc
-        q = Query(kind, route.namespace, fields, labels)
+        q = Query(kind, route.namespace, fields, labels, pinned)
         if route.verb == "watch":
             opts = parse_watch_options(req.param, req.flag)
             await serve_watch(

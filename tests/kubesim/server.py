@@ -217,12 +217,14 @@ async def open_kubesim(
     token: str | None = None,
     port: int = 0,
     history_limit: int = 5000,
-    bookmark_interval_s: float = 1.0,
+    bookmark_interval_s: float = 60.0,
     kubelet: bool = True,
 ) -> AsyncIterator[KubeSim]:
     """Start the cluster on 127.0.0.1:`port` over HTTPS; yields once it accepts connections.
 
-    `namespace` (and `default`, `kube-system`) exist from the start; the token authenticates
+    Bookmarks go to each watcher that asked every `bookmark_interval_s` (the watch cache's
+    default is about a minute; tests shorten it). `history_limit` events are kept for
+    watch resumes. `namespace` (and `default`, `kube-system`) exist from the start; the token authenticates
     as `system:serviceaccount:<namespace>:<service_account>`. With `kubelet` and K2's
     kubelet module present, pods are scheduled and run (work files under `tmp_path`).
     """

@@ -39,6 +39,7 @@ from typing import Any
 import trio
 
 Obj = dict[str, Any]
+SubKey = tuple[str | None, str | None, str | None]
 
 CLUSTER_SCOPED = frozenset({"namespaces"})
 GC_DEPENDENTS = ("services", "ingresses")
@@ -91,7 +92,9 @@ class Store:
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
         self._rv = 1
         self._history: deque[Event] = deque(maxlen=history_limit)
-        self._subs: set[trio.MemorySendChannel[Event]] = set()
+        # Subscribers by what they watch, so a watch pinned to one pod costs nothing
+        # when other pods change: (resource, namespace, name), None = any.
+        self._subs: dict[SubKey, set[trio.MemorySendChannel[Event]]] = {}
         self._kubelets = 0
         self._policies: dict[tuple[str, str, str], str] = {}  # pending pod deletes
         self.history_limit = history_limit
@@ -247,21 +250,30 @@ class Store:
             finally:
                 nursery.cancel_scope.cancel()
 
-    def open_watch(self, from_rv: int | None) -> tuple[list[Event], Subscription]:
+    def open_watch(
+        self,
+        from_rv: int | None,
+        *,
+        resource: str | None = None,
+        namespace: str | None = None,
+        name: str | None = None,
+    ) -> tuple[list[Event], Subscription]:
         """Events after `from_rv` from the history (None: none) plus a live channel.
 
+        Only events for `resource`/`namespace`/`name` (None: any) are delivered.
         Synchronous on purpose: the snapshot and the subscription happen with no
         checkpoint in between, so nothing is missed or seen twice. Raises TooOld.
         """
+        key: SubKey = (resource, namespace or None, name)
         replay: list[Event] = []
         if from_rv is not None and from_rv < self._rv:
             floor = self.history_floor
             if from_rv < floor:
                 raise TooOld(from_rv, floor)
-            replay = [ev for ev in self._history if ev.rv > from_rv]
+            replay = [ev for ev in self._history if ev.rv > from_rv and key in _keys(ev)]
         send, recv = trio.open_memory_channel[Event](SUBSCRIBER_BUFFER)
-        self._subs.add(send)
-        return replay, Subscription(recv, lambda: self._drop(send))
+        self._subs.setdefault(key, set()).add(send)
+        return replay, Subscription(recv, lambda: self._drop(key, send))
 
     @property
     def history_floor(self) -> int:
@@ -270,14 +282,15 @@ class Store:
 
     def close_all_watches(self) -> int:
         """Fault: end every live subscription now (their channels close); returns how many."""
-        subs, self._subs = self._subs, set()
-        for send in subs:
-            send.close()
-        return len(subs)
+        subs, self._subs = self._subs, {}
+        for bucket in subs.values():
+            for send in bucket:
+                send.close()
+        return sum(len(bucket) for bucket in subs.values())
 
     @property
     def subscriber_count(self) -> int:
-        return len(self._subs)
+        return sum(len(bucket) for bucket in self._subs.values())
 
     # ---- internals ---------------------------------------------------------
 
@@ -291,15 +304,19 @@ class Store:
 
     def _emit(self, ev: Event) -> None:
         self._history.append(ev)
-        for send in list(self._subs):
-            try:
-                send.send_nowait(ev)
-            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                self._drop(send)
+        for key in _keys(ev):
+            for send in list(self._subs.get(key, ())):
+                try:
+                    send.send_nowait(ev)
+                except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                    self._drop(key, send)
 
-    def _drop(self, send: trio.MemorySendChannel[Event]) -> None:
-        if send in self._subs:
-            self._subs.discard(send)
+    def _drop(self, key: SubKey, send: trio.MemorySendChannel[Event]) -> None:
+        bucket = self._subs.get(key)
+        if bucket is not None:
+            bucket.discard(send)
+            if not bucket:
+                del self._subs[key]
         send.close()
 
     def _collect_dependents(self, ns: str, owner_uid: str, policy: str) -> None:
@@ -330,6 +347,18 @@ class Subscription(trio.abc.ReceiveChannel[Event]):
     async def aclose(self) -> None:
         self._on_close()
         await self._inner.aclose()
+
+
+def _keys(ev: Event) -> tuple[SubKey, ...]:
+    """Every subscription key that wants `ev`."""
+    res, ns, name = ev.resource, ev.namespace or None, ev.obj["metadata"]["name"]
+    return (
+        (None, None, None),
+        (res, None, None),
+        (res, ns, None),
+        (res, ns, name),
+        (res, None, name),
+    )
 
 
 def _ns(resource: str, ns: str | None) -> str:

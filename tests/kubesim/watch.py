@@ -38,6 +38,11 @@ class Query:
     namespace: str | None
     fields: Matcher
     labels: Matcher
+    name: str | None = None  # pinned by fieldSelector metadata.name=X
+
+    @property
+    def subscription(self) -> dict[str, str | None]:
+        return {"resource": self.kind.resource, "namespace": self.namespace, "name": self.name}
 
     def matches(self, obj: Obj | None) -> bool:
         if obj is None:
@@ -169,11 +174,11 @@ async def serve_watch(
         if opts.rv in (None, "0") or opts.send_initial:
             objs = [o for o in store.list(q.kind.resource, q.namespace) if q.matches(o)]
             initial = [_line("ADDED", o) for o in objs]
-            replay, events = store.open_watch(None)
+            replay, events = store.open_watch(None, **q.subscription)
         elif faults.take_watch_expiry():
             raise TooOld(int(opts.rv), store.history_floor)
         else:
-            replay, events = store.open_watch(int(opts.rv))
+            replay, events = store.open_watch(int(opts.rv), **q.subscription)
     except TooOld as exc:
         async with ex.open_stream() as write:
             await write(_line("ERROR", status.expired(str(exc))))
