@@ -79,8 +79,10 @@ async def bench(pods: int, watches: int, concurrency: int) -> dict[str, Any]:
     results: dict[str, Any] = {"pods": pods, "watches": watches, "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="kubesim-bench-") as tmp:
         kubeconfig = Path(tmp) / "kubeconfig"
+        profile = os.environ.get("KUBESIM_PROFILE_OUT")  # profile the server process
         cmd = [
             sys.executable,
+            *(["-m", "cProfile", "-o", profile] if profile else []),
             "-m",
             "tests.kubesim",
             "--listen",
