@@ -506,6 +506,11 @@ def _read_toml(path: Path) -> dict[str, object]:
         raise ConfigError("", f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("", f"{str(path)!r} is not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        # TOML is UTF-8; tomllib lets the decode error through as is.
+        raise ConfigError(
+            "", f"{str(path)!r} is not valid UTF-8 (byte {exc.start}: {exc.reason})"
+        ) from exc
 
 
 def _merge_drop_ins(data: dict[str, object], path: Path) -> dict[str, Path]:

@@ -255,6 +255,14 @@ async def reload_config(state: AppState) -> None:
             extra={"path": str(source), "error": str(exc)},
         )
         return
+    except Exception:
+        # A reload must never take the daemon (and its live sessions) down:
+        # whatever went wrong, the old config keeps serving.
+        log.exception(
+            "reload failed unexpectedly, keeping the previous config",
+            extra={"path": str(source)},
+        )
+        return
     state.config = reloaded
     set_log_level(new.server.log_level)
     # Capacity, exit TTL and replay size apply from now on; a smaller

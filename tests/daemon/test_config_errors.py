@@ -71,3 +71,21 @@ async def test_check_config_exits_2_naming_the_key(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stdout == b""
     assert "server.socket_mode" in result.stderr.decode()
+
+
+@pytest.mark.parametrize("command", ["serve", "check-config"])
+@pytest.mark.parametrize("where", ["main", "drop-in"])
+async def test_a_non_utf8_config_file_exits_2_naming_the_file(
+    tmp_path: Path, command: str, where: str
+) -> None:
+    config = tmp_path / "runnerd.toml"
+    config.write_text(dump_toml(build_config(tmp_path, tmp_path / "runnerd.sock", None)))
+    bad = config if where == "main" else tmp_path / "apps.d" / "bad.toml"
+    bad.parent.mkdir(exist_ok=True)
+    bad.write_bytes(bad.read_bytes() if bad.exists() else b"")
+    with bad.open("ab") as f:
+        f.write(b'\n# caf\xe9\n')
+    result = await run_runnerd(command, "--config", str(config))
+    assert result.returncode == 2
+    assert bad.name in result.stderr.decode(errors="replace")
+    assert "runnerd.sock" not in listing(tmp_path)

@@ -95,11 +95,15 @@ async def test_sighup_applies_a_new_capacity_to_new_sessions(tmp_path: Path) -> 
 
 async def test_sighup_applies_a_new_log_level(tmp_path: Path) -> None:
     async with start_daemon(tmp_path, {"server": {"log_level": "warning"}}) as daemon:
-        # The startup line is INFO and READY=1 comes after it.
-        assert "serving" not in daemon.stderr_text()
         daemon.write_config({"server": {"log_level": "info"}})
         daemon.send_signal(signal.SIGHUP)
-        await daemon.wait_for_stderr("INFO runnerd.daemon config reloaded")
+        reloaded = "INFO runnerd.daemon config reloaded"
+        await daemon.wait_for_stderr(reloaded)
+        # stderr is ordered: everything logged before the reload line has
+        # been read by now, so the INFO startup line was really filtered.
+        before = daemon.stderr_text().split(reloaded)[0]
+        assert "serving" not in before
+        assert not [line for line in before.splitlines() if line.startswith("INFO ")]
         assert "need a restart" not in daemon.stderr_text()
 
 
@@ -115,3 +119,24 @@ async def test_sighup_refuses_an_app_on_a_runtime_added_since_start(tmp_path: Pa
         await daemon.wait_for_stderr("reload failed")
         assert "apps.greeter.image" in daemon.stderr_text()
         assert not (await client.get("/v1/capabilities")).json().get("apps")
+
+
+async def test_sighup_with_a_non_utf8_drop_in_keeps_serving_and_sessions(
+    tmp_path: Path,
+) -> None:
+    async with start_daemon(tmp_path, BEFORE) as daemon, daemon.client() as client:
+        started = await client.post("/v1/sessions", json=session_body("exec sleep 1000"))
+        assert started.status_code == 201, started.text
+        session_id = started.json()["sessionId"]
+        drop_in = tmp_path / "apps.d" / "bad.toml"
+        drop_in.parent.mkdir()
+        drop_in.write_bytes(b'[apps.x]\nimage = "greet"\ntitle = "caf\xe9"\n')
+        daemon.send_signal(signal.SIGHUP)
+        await daemon.wait_for_stderr("reload failed")
+
+        line = next(x for x in daemon.stderr_text().splitlines() if "reload failed" in x)
+        assert line.startswith("ERROR ") and "bad.toml" in line
+        assert (await client.get("/v1/health")).status_code == 200
+        status = (await client.get(f"/v1/sessions/{session_id}")).json()["status"]
+        assert status["kind"] in ("starting", "running")
+        assert image_schema((await client.get("/v1/capabilities")).json())["enum"] == ["sh"]
