@@ -2,6 +2,8 @@
 
 `/v1/health` never touches the backend. `/v1/capabilities` is re-resolved
 from the live config on every request (a reload changes it at once).
+`/v1/probe` applies the same image gate as a session start before asking the
+backend, so it never reports an image a client cannot run.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from runnerd.backend import ImageSpec
-from runnerd.capabilities import build_capabilities
-from runnerd.contract import ProbeRequest, parse_body
+from runnerd.capabilities import build_capabilities, check_image
+from runnerd.contract import ProbeRequest, parse_body, unavailable
 from runnerd.http.errors import json_response, read_body
 from runnerd.http.openapi import build_openapi
 
@@ -30,6 +32,12 @@ def register_meta_routes(app: QuartTrio, state: AppState) -> None:
 
     async def probe() -> Response:
         body = parse_body(ProbeRequest, await read_body())
+        # The start gate first: a probe answers what a start would do, and an
+        # image a session may not pick (a catalog app's, say) is never probed,
+        # so its existence does not leak.
+        problem = check_image(state.config, body.config.image)
+        if problem is not None:
+            return json_response(unavailable(problem))
         image = ImageSpec(image=body.config.image, pull_policy=body.config.pullPolicy)
         return json_response(await state.backend.probe(image))
 

@@ -55,10 +55,12 @@ def resolve_runtime(
     """The runtime named `image` and its executable's absolute path."""
     runtime = runtimes.get(image)
     if runtime is None:
-        offered = ", ".join(sorted(runtimes)) or "none"
+        # The configured runtimes are not listed: catalog apps' runtimes are
+        # among them, and those never reach a client (capabilities lists the
+        # images a client may pick).
         return Unresolved(
-            f"no local runtime named '{image}' (configured: {offered})",
-            f"pick one of the configured runtimes, or add [local.runtimes.{image}]"
+            f"no local runtime named '{image}'",
+            f"pick an image listed in /v1/capabilities, or add [local.runtimes.{image}]"
             " to the runnerd config",
         )
     if not runtime.command:

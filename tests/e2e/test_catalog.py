@@ -58,6 +58,20 @@ async def test_app_env_wins_reaches_workload_and_stays_secret(tmp_path: Path) ->
             response = await client.post(path, json=body)
             assert response.status_code >= 400
             client_visible.append(response.text)
+        # A probe agrees with a start: an app's image is not a bundle image
+        # (starting it is 400 invalid_config), and no probe answer lists it.
+        for image in ("envdump", "no-such-runtime"):
+            config = {"image": image, "pullPolicy": "missing"}
+            probed = await client.post("/v1/probe", json={"config": config})
+            assert probed.status_code == 200 and probed.json()["status"] == "unavailable"
+            if image != "envdump":  # the one a client asked about is echoed back
+                assert "envdump" not in probed.text
+        body = bundle_body("exit 0")
+        body["config"]["image"] = "envdump"
+        started = await client.post("/v1/sessions", json=body)
+        assert started.status_code == 400 and started.json()["error"] == "invalid_config"
+        assert "envdump" not in (await client.get("/v1/capabilities")).text
+        session_ids = [created.json()["sessionId"] for created in (by_body, by_path)]
         log = daemon.stderr_text()
     for output in outputs:
         # Operator values win; client keys the catalog does not define pass.
@@ -66,7 +80,8 @@ async def test_app_env_wins_reaches_workload_and_stays_secret(tmp_path: Path) ->
     for text in client_visible:
         assert SECRET not in text
     assert SECRET not in log
-    assert "demo" in log or "session" in log  # the log did record the sessions
+    for session_id in session_ids:
+        assert session_id in log  # the log did record the sessions
 
 
 async def test_registry_url_precedence_for_bundle_sessions(tmp_path: Path) -> None:

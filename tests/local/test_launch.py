@@ -86,7 +86,9 @@ def test_resolve_runtime_explains_what_is_missing() -> None:
     runtimes = {"node": NODE, "empty": RuntimeConfig(name="empty", command=())}
     unknown = resolve_runtime(runtimes, "ruby", MINIMAL_PATH)
     assert isinstance(unknown, Unresolved)
-    assert unknown.message == "no local runtime named 'ruby' (configured: empty, node)"
+    assert unknown.message == "no local runtime named 'ruby'"
+    # Other runtimes (a catalog app's among them) are never listed to a client.
+    assert "node" not in unknown.message + unknown.remediation
     empty = resolve_runtime(runtimes, "empty", MINIMAL_PATH)
     assert isinstance(empty, Unresolved) and "empty command" in empty.message
     missing = resolve_runtime(runtimes, "node", "/nonexistent")
