@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import islice
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from runnerd.contract import RunEvent, RunStatus, is_terminal, starting, status_event
 
@@ -182,8 +182,7 @@ class SessionRecord:
 
     Starts `starting`, with that status already emitted as event 1. Terminal
     stickiness lives here: once the status is `exited`, `failed` or `stopped`,
-    every later status, event and output is dropped. `version` grows by one on
-    every accepted change, so a caller can tell whether anything happened.
+    every later status, event and output is dropped.
     """
 
     def __init__(self, session_id: str, now: float, replay_buffer_bytes: int) -> None:
@@ -194,9 +193,13 @@ class SessionRecord:
         self.user_stopped = False
         self.events = EventRing(replay_buffer_bytes)
         self.pty = ByteRing(replay_buffer_bytes)
-        self.version = 0
         self.status: RunStatus = starting()
         self.events.append(status_event(self.status))
+
+    @property
+    def record(self) -> SessionRecord:
+        """A record is its own registry entry (see `RegistryEntry`)."""
+        return self
 
     @property
     def is_terminal(self) -> bool:
@@ -215,7 +218,6 @@ class SessionRecord:
         if is_terminal(status):
             self.exited_at = now
         self.events.append(status_event(status))
-        self.version += 1
         return True
 
     def emit(self, event: RunEvent) -> int | None:
@@ -229,14 +231,12 @@ class SessionRecord:
             raise ValueError("status events go through set_status")
         if self.is_terminal:
             return None
-        self.version += 1
         return self.events.append(event)
 
     def output(self, data: bytes) -> int | None:
         """Append PTY bytes; return the last seq, or None once terminal or empty."""
         if self.is_terminal or not data:
             return None
-        self.version += 1
         return self.pty.append(data)
 
 
@@ -251,16 +251,32 @@ class RegistryFull(Exception):
         self.max_sessions = max_sessions
 
 
-class SessionRegistry:
+class RegistryEntry(Protocol):
+    """What the registry holds: anything that carries a `SessionRecord`.
+
+    The session manager stores its `Session` objects here directly, so this
+    registry is the one map of sessions and eviction or expiry cannot leave a
+    second copy behind; a bare `SessionRecord` is an entry too.
+    """
+
+    @property
+    def record(self) -> SessionRecord: ...
+
+
+E = TypeVar("E", bound=RegistryEntry)
+
+
+class SessionRegistry(Generic[E]):
     """Every known session by id: live ones, and terminal ones kept for replay.
 
-    Capacity counts both. Terminal sessions stay until `exit_ttl_s` after
-    their exit (`expire`), or until a new session needs the slot (`add`
-    evicts the oldest exit first). Only live sessions make `add` fail.
+    Entries are kept in registration order. Capacity counts both. Terminal
+    sessions stay until `exit_ttl_s` after their exit (`expire`), or until a
+    new session needs the slot (`add` evicts the oldest exit first). Only
+    live sessions make `add` fail.
     """
 
     def __init__(self, max_sessions: int, exit_ttl_s: float) -> None:
-        self._records: dict[str, SessionRecord] = {}
+        self._entries: dict[str, E] = {}
         self.max_sessions = max_sessions
         self.exit_ttl_s = exit_ttl_s
         self.reconfigure(max_sessions=max_sessions, exit_ttl_s=exit_ttl_s)
@@ -279,62 +295,63 @@ class SessionRegistry:
             self.exit_ttl_s = exit_ttl_s
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self._entries)
 
-    def __iter__(self) -> Iterator[SessionRecord]:
-        return iter(list(self._records.values()))
+    def __iter__(self) -> Iterator[E]:
+        return iter(list(self._entries.values()))
 
     def __contains__(self, session_id: object) -> bool:
-        return session_id in self._records
+        return session_id in self._entries
 
     @property
     def live_count(self) -> int:
-        return sum(1 for r in self._records.values() if not r.is_terminal)
+        return sum(1 for e in self._entries.values() if not e.record.is_terminal)
 
-    def get(self, session_id: str) -> SessionRecord | None:
-        return self._records.get(session_id)
+    def get(self, session_id: str) -> E | None:
+        return self._entries.get(session_id)
 
-    def add(self, record: SessionRecord, now: float) -> list[str]:
-        """Register `record`, evicting the oldest-exited terminal sessions if
+    def add(self, entry: E, now: float) -> list[str]:
+        """Register `entry`, evicting the oldest-exited terminal sessions if
         the registry is full; return the evicted ids (oldest exit first).
 
         Raises:
             RegistryFull: too many live sessions; nothing was evicted.
             ValueError: the id is already registered.
         """
-        if record.id in self._records:
+        record = entry.record
+        if record.id in self._entries:
             raise ValueError(f"session {record.id} is already registered")
-        need = len(self._records) + 1 - self.max_sessions
+        need = len(self._entries) + 1 - self.max_sessions
         evicted: list[str] = []
         if need > 0:
             terminal = sorted(
-                (r for r in self._records.values() if r.is_terminal),
+                (e.record for e in self._entries.values() if e.record.is_terminal),
                 key=lambda r: (r.exited_at or 0.0),
             )
             if len(terminal) < need:
                 raise RegistryFull(self.max_sessions)
             for victim in terminal[:need]:
-                del self._records[victim.id]
+                del self._entries[victim.id]
                 evicted.append(victim.id)
-        self._records[record.id] = record
+        self._entries[record.id] = entry
         return evicted
 
-    def remove(self, session_id: str) -> SessionRecord | None:
-        return self._records.pop(session_id, None)
+    def remove(self, session_id: str) -> E | None:
+        return self._entries.pop(session_id, None)
 
     def expire(self, now: float) -> list[str]:
         """Drop terminal sessions that exited `exit_ttl_s` or more ago; return their ids."""
         expired = [
             r.id
-            for r in self._records.values()
+            for r in (e.record for e in self._entries.values())
             # The same sum as `next_expiry`, so a timer set from it always finds work.
             if r.exited_at is not None and r.exited_at + self.exit_ttl_s <= now
         ]
         for session_id in expired:
-            del self._records[session_id]
+            del self._entries[session_id]
         return expired
 
     def next_expiry(self) -> float | None:
         """When the next terminal session is due to expire (epoch s), or None."""
-        exits = [r.exited_at for r in self._records.values() if r.exited_at is not None]
+        exits = [at for e in self._entries.values() if (at := e.record.exited_at) is not None]
         return min(exits) + self.exit_ttl_s if exits else None

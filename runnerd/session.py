@@ -39,8 +39,6 @@ log = logging.getLogger("runnerd.sessions")
 
 # At most one resize per this interval reaches the workload; the latest wins.
 RESIZE_INTERVAL_S = 0.05
-# Resize values are capped here whatever the caller sends (contract: ≤ 10000).
-MAX_TERMINAL_SIZE = 10_000
 # Stdin held between a backend's `running` and its handle reaching the session.
 EARLY_STDIN_BYTES = 64 * 1024
 
@@ -70,6 +68,11 @@ class Session:
         self._early_stdin_bytes = 0
 
     # -- state -------------------------------------------------------------
+
+    @property
+    def record(self) -> SessionRecord:
+        """The pure state; this is what `SessionRegistry` keys and evicts by."""
+        return self._record
 
     @property
     def id(self) -> str:
@@ -159,10 +162,13 @@ class Session:
 
     def resize(self, cols: int, rows: int) -> None:
         """Resize the workload's terminal, coalesced: at most one resize per
-        `RESIZE_INTERVAL_S` reaches it, and the latest size wins."""
-        if cols < 1 or rows < 1 or self.is_terminal:
+        `RESIZE_INTERVAL_S` reaches it, and the latest size wins.
+
+        The values are the caller's to validate (the WebSocket route clamps
+        them per the contract in `runnerd.http.io.parse_resize`)."""
+        if self.is_terminal:
             return
-        self._pending_size = (min(cols, MAX_TERMINAL_SIZE), min(rows, MAX_TERMINAL_SIZE))
+        self._pending_size = (cols, rows)
         if self._handle is None or self._nursery is None or self._flush_scheduled:
             return  # applied on attach, or by the flush already scheduled
         due = self._last_resize_at + RESIZE_INTERVAL_S
@@ -185,7 +191,7 @@ class Session:
         try:
             self._handle.resize(*size)
         except Exception:  # the handle promises not to raise; a bug must not kill a route
-            log.exception("%s resize failed", self.id, extra={"session_id": self.id})
+            log.exception("resize failed", extra={"session_id": self.id})
 
     # -- the manager's side ------------------------------------------------
 
@@ -239,8 +245,7 @@ class SessionSink:
         if is_terminal(status):
             # Terminal statuses are the manager's to decide (from the outcome).
             log.warning(
-                "%s backend reported terminal status %s; ignored",
-                self._session.id,
+                "backend reported terminal status %s; ignored",
                 status["kind"],
                 extra={"session_id": self._session.id},
             )

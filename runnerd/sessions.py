@@ -40,6 +40,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -78,6 +79,16 @@ def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
     return leaves
 
 
+@dataclass
+class _WorkloadRun:
+    """How one session's workload run ended, gathered for `_classify`."""
+
+    outcome: list[Outcome] = field(default_factory=list)
+    start_error: StartError | None = None
+    internal: BaseExceptionGroup[Exception] | None = None
+    ttl_expired: bool = False
+
+
 class SessionManager:
     """Starts, tracks, stops and expires sessions. See the module docstring.
 
@@ -87,8 +98,11 @@ class SessionManager:
     first for an orderly shutdown that records `stopped` for each.
 
     Error handling: nothing a backend does escapes its session's task;
-    `start()` raises only `RegistryFull` (and `ManagerClosed`), `stop()` only
-    `StopFailed`.
+    `start()` raises only `RegistryFull`, `ManagerClosed` and (for a caller
+    that reuses an id) `ValueError`; `stop()` only `StopFailed`.
+
+    The registry holds the `Session` objects themselves: it is the one map of
+    sessions, so eviction and expiry cannot leave a stale copy anywhere.
     """
 
     def __init__(
@@ -105,11 +119,10 @@ class SessionManager:
         (the backend's own stop grace plus headroom). `wall_clock` gives epoch
         seconds for timestamps and exit-TTL expiry (injectable for tests)."""
         self._backend = backend
-        self._registry = SessionRegistry(max_sessions, exit_ttl_s)
+        self._registry: SessionRegistry[Session] = SessionRegistry(max_sessions, exit_ttl_s)
         self._replay_buffer_bytes = replay_buffer_bytes
         self._stop_timeout_s = stop_timeout_s
         self._wall_clock = wall_clock
-        self._sessions: dict[str, Session] = {}
         self._nursery: trio.Nursery | None = None
         self._closing = False
         self._expiry_wakeup = trio.Event()
@@ -120,7 +133,7 @@ class SessionManager:
 
     def sessions(self) -> list[Session]:
         """Every registered session (live and retained), oldest first."""
-        return list(self._sessions.values())
+        return list(self._registry)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the sessions nursery and the exit-TTL expiry loop until cancelled."""
@@ -144,19 +157,18 @@ class SessionManager:
         Raises:
             RegistryFull: every slot is held by a live session (nothing changed).
             ManagerClosed: `run()` is not running, or shutdown has begun.
+            ValueError: `spec.session_id` is already registered (nothing
+                changed; ids are the caller's to pick, see `get`).
         """
         if self._nursery is None or self._closing:
             raise ManagerClosed("the session manager is not accepting sessions")
         now = self._wall_clock()
         record = SessionRecord(spec.session_id, now, self._replay_buffer_bytes)
-        for evicted in self._registry.add(record, now):
-            self._sessions.pop(evicted, None)
-            log.info("%s evicted to make room", evicted, extra={"session_id": evicted})
         session = Session(record, spec, self._wall_clock)
-        self._sessions[session.id] = session
+        for evicted in self._registry.add(session, now):
+            log.info("evicted to make room", extra={"session_id": evicted})
         log.info(
-            "%s starting image=%s app=%s",
-            session.id,
+            "starting image=%s app=%s",
             spec.image.image,
             spec.app,
             extra={"session_id": session.id},
@@ -165,7 +177,7 @@ class SessionManager:
         return session
 
     def get(self, session_id: str) -> Session | None:
-        return self._sessions.get(session_id)
+        return self._registry.get(session_id)
 
     async def stop(self, session_id: str) -> None:
         """User stop: mark the session user-stopped, cancel it, and return once
@@ -177,11 +189,11 @@ class SessionManager:
         Raises:
             StopFailed: the session was not terminal within `stop_timeout_s`.
         """
-        session = self._sessions.get(session_id)
+        session = self._registry.get(session_id)
         if session is None:
             return
         if not session.is_terminal:
-            log.info("%s stop requested", session_id, extra={"session_id": session_id})
+            log.info("stop requested", extra={"session_id": session_id})
             session.request_stop()
         with trio.move_on_after(self._stop_timeout_s):
             await session.wait_terminal()
@@ -201,11 +213,12 @@ class SessionManager:
             try:
                 await self.stop(session_id)
             except StopFailed as exc:
-                log.error("%s %s", session_id, exc, extra={"session_id": session_id})
+                extra = {"session_id": session_id}
+                log.error("did not stop within %g s", exc.timeout_s, extra=extra)
                 stuck.append(session_id)
 
         async with trio.open_nursery() as nursery:
-            for session in list(self._sessions.values()):
+            for session in self._registry:
                 if not session.is_terminal:
                     nursery.start_soon(stop_one, session.id)
         return stuck
@@ -236,8 +249,7 @@ class SessionManager:
             session.close(status)
             self._expiry_wakeup.set()
         log.info(
-            "%s ended %s",
-            session.id,
+            "ended %s",
             status["kind"],
             extra={"session_id": session.id, "status": status},
         )
@@ -245,43 +257,37 @@ class SessionManager:
     async def _drive(self, session: Session) -> RunStatus:
         """Run the workload under the stop scope and TTL; return the terminal status."""
         spec = session.spec
-        outcome: list[Outcome] = []
-        start_error: StartError | None = None
-        internal: BaseExceptionGroup[Exception] | None = None
+        run = _WorkloadRun()
         with trio.CancelScope() as stop_scope:
             session.set_stop_scope(stop_scope)  # cancels at once if already stopped
             with trio.move_on_after(spec.limits.ttl_s) as ttl_scope:
                 try:
-                    await self._run_workload(session, SessionSink(session), outcome)
+                    await self._run_workload(session, SessionSink(session), run.outcome)
                 except* StartError as group:
                     first = _leaves(group)[0]
                     assert isinstance(first, StartError)
-                    start_error = first
+                    run.start_error = first
                 except* Exception as group:
-                    internal = group
+                    run.internal = group
         session.set_stop_scope(None)
-        if internal is not None:
-            log.error(
-                "%s session runner failed",
-                session.id,
-                exc_info=internal,
-                extra={"session_id": session.id},
-            )
-        if outcome:
-            return self._outcome_status(session, outcome[0])
+        run.ttl_expired = ttl_scope.cancelled_caught
+        return self._classify(session, run)
+
+    def _classify(self, session: Session, run: _WorkloadRun) -> RunStatus:
+        """The one terminal status for how the run ended (module docstring table)."""
+        extra = {"session_id": session.id}
+        if run.internal is not None:
+            log.error("session runner failed", exc_info=run.internal, extra=extra)
+        if run.outcome:
+            return self._outcome_status(session, run.outcome[0])
         if session.user_stopped:
             return stopped()
-        if ttl_scope.cancelled_caught:
-            return failed(format_ttl_failure(spec.limits.ttl_s))
-        if start_error is not None:
-            log.info(
-                "%s start failed: %s",
-                session.id,
-                start_error,
-                exc_info=start_error.__cause__,
-                extra={"session_id": session.id},
-            )
-            return failed(f"{start_error.stage}: {start_error.message}")
+        if run.ttl_expired:
+            return failed(format_ttl_failure(session.spec.limits.ttl_s))
+        if run.start_error is not None:
+            error = run.start_error
+            log.info("start failed: %s", error, exc_info=error.__cause__, extra=extra)
+            return failed(f"{error.stage}: {error.message}")
         return failed("internal: the session runner failed unexpectedly")
 
     def _outcome_status(self, session: Session, outcome: Outcome) -> RunStatus:
@@ -290,8 +296,7 @@ class SessionManager:
         if isinstance(outcome, Failed):
             return failed(outcome.message)
         log.error(
-            "%s backend returned %r, not an Outcome",
-            session.id,
+            "backend returned %r, not an Outcome",
             type(outcome).__name__,
             extra={"session_id": session.id},
         )
@@ -321,8 +326,7 @@ class SessionManager:
         while True:
             now = self._wall_clock()
             for session_id in self._registry.expire(now):
-                self._sessions.pop(session_id, None)
-                log.info("%s expired", session_id, extra={"session_id": session_id})
+                log.info("expired", extra={"session_id": session_id})
             due = self._registry.next_expiry()
             self._expiry_wakeup = trio.Event()
             with trio.move_on_after(math.inf if due is None else max(due - now, 0.0)):

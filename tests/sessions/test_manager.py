@@ -267,7 +267,9 @@ async def test_crashing_backend_fails_internal_and_spares_other_sessions(
         assert status["kind"] == "failed"
         assert status["message"].startswith("internal: ")  # type: ignore[typeddict-item]
         assert "containerStatuses" not in status["message"]  # type: ignore[typeddict-item]
-        logged = [r for r in caplog.records if r.exc_info and crashed.id in r.getMessage()]
+        logged = [
+            r for r in caplog.records if r.exc_info and getattr(r, "session_id", None) == crashed.id
+        ]
         assert logged, "the crash is logged with its traceback"
         assert "KeyError: 'pod.status.containerStatuses'" in caplog.text
 
@@ -300,6 +302,17 @@ async def test_capacity_evicts_oldest_exit_and_live_sessions_block(local: LocalB
         replacement = manager.start(build_spec("exit 0"))  # evicts the stopped one
         assert manager.get(live.id) is None
         assert await wait_terminal(replacement) == exited(0)
+
+
+async def test_start_with_a_registered_id_raises_and_changes_nothing(local: LocalBackend) -> None:
+    async with open_manager(local) as manager:
+        spec = build_spec("exec sleep 1000")
+        first = manager.start(spec)
+        with pytest.raises(ValueError, match="already registered"):
+            manager.start(spec)
+        assert manager.get(spec.session_id) is first
+        assert [s.id for s in manager.sessions()] == [first.id]
+        assert manager.live_count == 1
 
 
 async def test_terminal_sessions_expire_after_exit_ttl(mock_clock: trio.testing.MockClock) -> None:
@@ -355,9 +368,8 @@ async def test_resizes_are_coalesced_latest_wins(mock_clock: trio.testing.MockCl
         assert resizes[1] == (pytest.approx(t0 + 0.05), 100, 40)
 
         await trio.sleep(1)  # long after: the next one goes straight through
-        session.resize(20_000, 7)
-        session.resize(5, 0)  # rows < 1: ignored
-        assert resizes[2][1:] == (10_000, 7)
+        session.resize(200, 7)
+        assert resizes[2][1:] == (200, 7)
         await trio.sleep(1)
         assert len(resizes) == 3
 

@@ -207,28 +207,17 @@ def test_record_terminal_status_is_sticky() -> None:
     record = SessionRecord("s", 100.0, 10_000)
     assert record.set_status(running(), 101.0)
     assert record.set_status(exited(3), 102.0)
-    version = record.version
+    last_id = record.events.last_id
     assert not record.set_status(failed("late"), 103.0)
     assert not record.set_status(stopped(), 104.0)
     assert record.emit(reachability_event(80, "reachable")) is None
     assert record.output(b"late bytes") is None
     assert record.status == {"kind": "exited", "code": 3}
     assert record.exited_at == 102.0
-    assert record.version == version
+    assert record.events.last_id == last_id
     kinds = [e["status"]["kind"] for _, e in record.events.since(0).items if e["type"] == "status"]
     assert kinds == ["starting", "running", "exited"]
     assert record.pty.last_seq == 0
-
-
-def test_record_every_change_bumps_version() -> None:
-    record = SessionRecord("s", 0.0, 10_000)
-    assert record.version == 0
-    record.emit(_progress(1))
-    record.output(b"hi")
-    record.set_status(running(), 1.0)
-    assert record.version == 3
-    record.output(b"")
-    assert record.version == 3
 
 
 def test_record_rejects_status_events_through_emit() -> None:
