@@ -8,7 +8,8 @@ session ends.
 
 Every decoded object frame is passed on; choosing event frames over log
 frames is the sink's job (`contract.is_event_frame`), so this module has no
-opinion on frame kinds. Data that is not a JSON object is skipped.
+opinion on frame kinds. Data that is not a JSON object (or nests too deep to
+decode) is skipped.
 
 `SseDecoder` is the pure part (lines in, data payloads out); the relay is the
 IO around it.
@@ -59,7 +60,10 @@ def parse_frame(data: str) -> dict[str, Any] | None:
     """The JSON object carried by one frame's data, or None if it is not one."""
     try:
         frame = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # RecursionError: nesting deeper than the interpreter's limit. The
+        # workload writes this stream, so it must not be able to raise out of
+        # the relay and fail its own session as an internal error.
         return None
     return frame if isinstance(frame, dict) else None
 
