@@ -35,6 +35,7 @@ from runnerd.contract import (
     StartSessionRequest,
     error_body,
 )
+from runnerd.envnames import is_env_name
 from runnerd.limits import clamp_limits
 from runnerd.paths import BundlePathError, normalise_bundle_path
 
@@ -65,10 +66,12 @@ def new_session_id() -> str:
 
 
 def _check_env(env: Mapping[str, str]) -> None:
-    """A name or value execve cannot carry is a schema error, caught up front
-    (before terms, like every schema error) rather than as a start failure."""
+    """A name outside the one env-name rule (`runnerd.envnames`, the rule the
+    config and the backends apply too) or a value execve cannot carry is a
+    schema error, caught up front (before terms, like every schema error)
+    rather than as a start failure."""
     for key, value in env.items():
-        if not key or "=" in key or "\0" in key:
+        if not is_env_name(key):
             raise AdmissionError(
                 400, "invalid_request", f"body.env key {key!r} is not a valid variable name"
             )

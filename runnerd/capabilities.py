@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runnerd.config import ENTRY, Config
+from runnerd.config_model import ENTRY, Config
 
 PULL_POLICIES = ["missing", "always", "never"]
 

@@ -35,7 +35,14 @@ from hypercorn.trio import serve
 from runnerd import __version__
 from runnerd.app import AppState, create_app
 from runnerd.backend import Backend
-from runnerd.config import AppEntry, Config, ConfigError, ServerConfig, load_config
+from runnerd.config import (
+    AppEntry,
+    Config,
+    ConfigError,
+    ServerConfig,
+    check_local_images,
+    load_config,
+)
 from runnerd.listeners import Listener, bind_listeners, close_listeners
 from runnerd.logs import set_log_level
 from runnerd.sessions import SessionManager
@@ -57,6 +64,8 @@ SHUTDOWN_BUDGET_S = 8.0
 # graceful timeout (measured: one idle httpx client = +2 s at 2.0), so keep
 # it short: it is paid on every shutdown a client is connected at.
 GRACEFUL_TIMEOUT_S = 0.5
+# A user stop waits the workload's stop grace plus this for the kill and cleanup.
+STOP_HEADROOM_S = 3.0
 
 
 def build_backend(config: Config, apps: Callable[[], Mapping[str, AppEntry]]) -> Backend:
@@ -82,22 +91,19 @@ def build_reloaded(old: Config, new: Config) -> Config:
 
 
 def check_reloaded(config: Config) -> None:
-    """Refuse a reload whose images name a local runtime the running backend
-    lacks: `[local]` is kept from the start, so the new file's own runtimes
-    do not count. Raises ConfigError naming the key."""
+    """Refuse a reload the running backend cannot run: `[local]` is kept from
+    the start, so the new catalog and image list are checked (by the config's
+    own local-image rule) against the runtimes loaded then, not the file's.
+    Raises ConfigError naming the key."""
     if config.runner.backend != "local":
         return
-    keys = [("runner.default_image", config.runner.default_image)]
-    keys += [
-        (f"runner.allowed_images[{i}]", image)
-        for i, image in enumerate(config.runner.allowed_images or ())
-    ]
-    keys += [(f"apps.{name}.image", app.image) for name, app in config.apps.items()]
-    for key, image in keys:
-        if image not in config.local.runtimes:
-            raise ConfigError(
-                key, f"runtime {image!r} is not loaded; [local.runtimes] changes need a restart"
-            )
+    try:
+        check_local_images(config.runner, config.local, config.apps)
+    except ConfigError as exc:
+        raise ConfigError(
+            exc.key,
+            f"{exc.problem} in the running [local]; [local.runtimes] changes need a restart",
+        ) from exc
 
 
 def _reloadable_server(old: Config, new: Config) -> ServerConfig:
@@ -159,6 +165,8 @@ async def run_daemon(config: Config) -> None:
                 max_sessions=config.runner.max_sessions,
                 exit_ttl_s=config.runner.exit_ttl_s,
                 replay_buffer_bytes=config.runner.replay_buffer_bytes,
+                # The backend's SIGTERM grace, then SIGKILL and the cleanup.
+                stop_timeout_s=config.local.stop_grace_s + STOP_HEADROOM_S,
             )
             state = AppState(
                 config=config,

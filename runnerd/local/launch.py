@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runnerd.config import RuntimeConfig
+from runnerd.envnames import is_env_name
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 ENTRY = "{entry}"
@@ -113,11 +114,11 @@ def build_env(session_env: Mapping[str, str], *, home: Path) -> dict[str, str]:
     operator's, for catalog apps), and the executable is already resolved.
 
     Raises:
-        ValueError: a key or value that no process environment can hold (a NUL
-            byte, a key that is empty or has "="); names the key, never a value.
+        ValueError: a key outside the one env-name rule (`runnerd.envnames`)
+            or a value with a NUL byte; names the key, never a value.
     """
     for key, value in session_env.items():
-        if not key or "=" in key or "\0" in key:
+        if not is_env_name(key):
             raise ValueError(f"env key {key!r} is not a valid environment variable name")
         if "\0" in value:
             raise ValueError(f"env {key} contains a NUL character")

@@ -140,3 +140,20 @@ async def test_sighup_with_a_non_utf8_drop_in_keeps_serving_and_sessions(
         status = (await client.get(f"/v1/sessions/{session_id}")).json()["status"]
         assert status["kind"] in ("starting", "running")
         assert image_schema((await client.get("/v1/capabilities")).json())["enum"] == ["sh"]
+
+
+async def test_sighup_refuses_images_the_running_runtimes_cannot_run(tmp_path: Path) -> None:
+    # The new file alone is valid (its `greet` runs bundles), but the running
+    # backend kept the `greet` it started with, which cannot run a bundle.
+    async with start_daemon(tmp_path, BEFORE) as daemon, daemon.client() as client:
+        daemon.write_config(
+            {
+                "runner": {"allowed_images": ["sh", "greet"]},
+                "local": {"runtimes": {"greet": {"command": ["/bin/sh", "{entry}"]}}},
+            }
+        )
+        daemon.send_signal(signal.SIGHUP)
+        await daemon.wait_for_stderr("reload failed")
+        line = next(x for x in daemon.stderr_text().splitlines() if "reload failed" in x)
+        assert "runner.allowed_images[1]" in line and "need a restart" in line
+        assert image_schema((await client.get("/v1/capabilities")).json())["enum"] == ["sh"]

@@ -392,3 +392,38 @@ def test_admission_session_ids_are_12_base32_chars_and_distinct() -> None:
     assert all(re.fullmatch(r"[a-z2-7]{12}", i) for i in ids)
     # Every alphabet letter shows up: the ids really span a-z2-7.
     assert set("".join(ids)) == set("abcdefghijklmnopqrstuvwxyz234567")
+
+
+ENV_NAMES = ["A", "_x1", "PATH", "1X", "MY-VAR", "a.b", "A B", "É", "A=B", ""]
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_admission_accepts_exactly_the_env_names_config_and_backend_accept(name: str) -> None:
+    """One env-name rule: admission never admits a name the local backend
+    would refuse at start, nor one an operator could not write in the catalog."""
+    from runnerd.config import ConfigError
+    from runnerd.local.launch import build_env
+
+    try:
+        admit(bundle_body(env={name: "v"}), CONFIG, accepted_terms=None, session_id=SID)
+        admitted = True
+    except AdmissionError as err:
+        assert err.code == "invalid_request" and repr(name) in err.message
+        admitted = False
+    try:
+        build_env({name: "v"}, home=Path("/tmp"))
+        runnable = True
+    except ValueError:
+        runnable = False
+    data: dict[str, Any] = {
+        "runner": {"default_image": "sh"},
+        "local": {"runtimes": {"sh": {"command": ["/bin/sh", "{entry}"]}, "h": {"command": ["x"]}}},
+        "apps": {"a": {"image": "h", "env": {name: "v"}}},
+    }
+    try:
+        parse_config(data, base_dir=Path("/etc"), read_text=lambda p: "")
+        configurable = True
+    except ConfigError:
+        configurable = False
+    assert admitted == runnable == configurable
+    assert admitted == (name in ("A", "_x1", "PATH"))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import runnerd.config as config_module
+import runnerd.config_parse as config_parse
 from runnerd.config import (
     DEFAULT_APP_LIMITS,
     DEFAULT_SESSION_LIMITS,
@@ -105,7 +105,7 @@ def test_config_kubernetes_backend_is_refused_until_built() -> None:
 
 
 def test_config_kubernetes_backend_needs_no_runtimes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config_module, "BUILT_BACKENDS", ("local", "kubernetes"))
+    monkeypatch.setattr(config_parse, "BUILT_BACKENDS", ("local", "kubernetes"))
     config = parse({"runner": {"backend": "kubernetes"}})
     assert config.runner.default_image == "telorun/node:latest-slim"
 
@@ -499,6 +499,14 @@ def test_config_quantities_accept_numbers_and_keep_the_operator_spelling() -> No
 
 def test_config_stop_grace_zero_is_allowed() -> None:
     assert parse(minimal(local={"stop_grace_seconds": 0})).local.stop_grace_s == 0
+
+
+def test_config_stop_grace_is_capped_so_sigterm_ends_within_10_s() -> None:
+    assert parse(minimal(local={"stop_grace_seconds": 5})).local.stop_grace_s == 5
+    assert error_of(minimal(local={"stop_grace_seconds": 5.5})) == (
+        "local.stop_grace_seconds: must be at most 5 seconds (SIGTERM must stop runnerd"
+        " within 10 s), got 5.5"
+    )
 
 
 def test_config_runtime_inspect_args_and_names_that_need_quoting() -> None:
