@@ -16,11 +16,12 @@ from typing import Any
 from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
+from werkzeug.routing import WebsocketMismatch
 
 from runnerd.admission import AdmissionError
 from runnerd.contract import RequestError, error_body
 from runnerd.registry import RegistryFull
-from runnerd.sessions import StopFailed
+from runnerd.sessions import ManagerClosed, StopFailed
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +56,16 @@ async def read_body() -> bytes:
     return await request.get_data(cache=True, as_text=False, parse_form_data=False)
 
 
+# Seconds a client should wait before retrying a start refused during shutdown
+# (a restarting daemon is back within a few seconds under systemd).
+SHUTDOWN_RETRY_AFTER_S = 5
+
+
 def register_error_handlers(app: QuartTrio, *, max_body_bytes: int) -> None:
-    """Turn framework errors into JSON bodies (HTTP routes only)."""
+    """Turn framework errors and runnerd's own exceptions into JSON bodies."""
 
     async def on_http_exception(exc: HTTPException) -> Response:
-        response = build_http_error(exc)
+        response = build_http_error(exc, max_body_bytes)
         if request.content_length or "transfer-encoding" in request.headers:
             # Answered without reading the body: on a reused connection the
             # next request then hangs (observed with hypercorn 0.18 + quart
@@ -67,47 +73,73 @@ def register_error_handlers(app: QuartTrio, *, max_body_bytes: int) -> None:
             response.headers["connection"] = "close"
         return response
 
-    def build_http_error(exc: HTTPException) -> Response:
-        status = exc.code or 500
-        code, message = _CODES.get(status, ("http_error", exc.description or "error"))
-        if status == 404:
-            message = f"no route for {request.method} {request.path}"
-        elif status == 413:
-            message = f"the request body exceeds the limit of {max_body_bytes} bytes"
-        elif isinstance(exc, MethodNotAllowed):
-            allowed = sorted(exc.valid_methods or ())
-            message = f"method not allowed; allowed: {', '.join(allowed)}"
-            response = error_response(status, code, message)
-            response.headers["allow"] = ", ".join(allowed)
-            return response
-        return error_response(status, code, message)
-
-    async def on_request_error(exc: RequestError) -> Response:
-        return error_response(400, "invalid_request", exc.message)
-
-    async def on_admission_error(exc: AdmissionError) -> Response:
-        return error_response(exc.status, exc.code, exc.message, **exc.extra)
-
-    async def on_registry_full(exc: RegistryFull) -> Response:
-        return error_response(409, "too_many_sessions", str(exc))
-
-    async def on_stop_failed(exc: StopFailed) -> Response:
-        log.error("%s stop failed: %s", exc.session_id, exc, extra={"session_id": exc.session_id})
-        return error_response(
-            500,
-            "stop_failed",
-            f"session '{exc.session_id}' did not stop within {exc.timeout_s:g} s",
-        )
-
-    async def on_exception(exc: Exception) -> Response:
-        # A bug, not a client error: log it with its traceback, answer without
-        # details (an exception text could carry a secret).
-        log.error("unhandled error in request", exc_info=exc)
-        return error_response(500, "internal_error", "internal error; see the runnerd log")
-
     app.register_error_handler(HTTPException, on_http_exception)
     app.register_error_handler(RequestError, on_request_error)
     app.register_error_handler(AdmissionError, on_admission_error)
     app.register_error_handler(RegistryFull, on_registry_full)
+    app.register_error_handler(ManagerClosed, on_manager_closed)
     app.register_error_handler(StopFailed, on_stop_failed)
     app.register_error_handler(Exception, on_exception)
+
+
+def build_http_error(exc: HTTPException, max_body_bytes: int) -> Response:
+    """The JSON answer for an error the framework raised (routing, limits)."""
+    status = exc.code or 500
+    code, message = _CODES.get(status, ("http_error", exc.description or "error"))
+    if isinstance(exc, WebsocketMismatch):
+        # A plain GET on the WebSocket route: say what is missing, not "bad request".
+        response = error_response(
+            426,
+            "upgrade_required",
+            f"{request.path} is a WebSocket endpoint; send the request with 'Upgrade: websocket'",
+        )
+        response.headers["upgrade"] = "websocket"
+        return response
+    if status == 404:
+        message = f"no route for {request.method} {request.path}"
+    elif status == 413:
+        message = f"the request body exceeds the limit of {max_body_bytes} bytes"
+    elif isinstance(exc, MethodNotAllowed):
+        allowed = sorted(exc.valid_methods or ())
+        message = f"method not allowed; allowed: {', '.join(allowed)}"
+        response = error_response(status, code, message)
+        response.headers["allow"] = ", ".join(allowed)
+        return response
+    return error_response(status, code, message)
+
+
+async def on_request_error(exc: RequestError) -> Response:
+    return error_response(400, "invalid_request", exc.message)
+
+
+async def on_admission_error(exc: AdmissionError) -> Response:
+    return error_response(exc.status, exc.code, exc.message, **exc.extra)
+
+
+async def on_registry_full(exc: RegistryFull) -> Response:
+    return error_response(409, "too_many_sessions", str(exc))
+
+
+async def on_manager_closed(exc: ManagerClosed) -> Response:
+    # Expected during shutdown: no traceback, and a hint to come back.
+    response = error_response(
+        503, "shutting_down", "runnerd is shutting down and accepts no new sessions; retry later"
+    )
+    response.headers["retry-after"] = str(SHUTDOWN_RETRY_AFTER_S)
+    return response
+
+
+async def on_stop_failed(exc: StopFailed) -> Response:
+    log.error("stop failed: answering 500 stop_failed", extra={"session_id": exc.session_id})
+    return error_response(
+        500,
+        "stop_failed",
+        f"session '{exc.session_id}' did not stop within {exc.timeout_s:g} s",
+    )
+
+
+async def on_exception(exc: Exception) -> Response:
+    # A bug, not a client error: log it with its traceback, answer without
+    # details (an exception text could carry a secret).
+    log.error("unhandled error in request", exc_info=exc)
+    return error_response(500, "internal_error", "internal error; see the runnerd log")

@@ -3,7 +3,7 @@ inspect (`GET /v1/sessions/{id}`) and stop (`DELETE /v1/sessions/{id}`).
 
 Owns the order of the start checks at the HTTP edge: schema (`parse_body`),
 then terms, app, bundle/config, paths, image (`runnerd.admission`), then
-capacity (`SessionManager.start`). Each check raises before anything is
+capacity (`SessionManager.start`), and a shutdown in progress. Each check raises before anything is
 registered, so a rejected request changes no state; `runnerd.http.errors`
 turns the exception into the answer. The 201 goes out as soon as the session
 is registered, before the backend starts the workload.
@@ -46,38 +46,42 @@ def session_summary(session: Session) -> dict[str, Any]:
     return body
 
 
-def register_session_routes(app: QuartTrio, state: AppState) -> None:
-    def launch(spec: RunSpec) -> Response:
-        session = state.sessions.start(spec)  # RegistryFull → 409
-        return json_response(
-            {
-                "sessionId": session.id,
-                "streamUrl": f"/v1/sessions/{session.id}/events",
-                "createdAt": session.created_at,
-            },
-            201,
-        )
+def fresh_session_id(state: AppState) -> str:
+    """A new id no registered session holds. A collision of 60 random bits is
+    all but impossible, but `SessionManager.start` refuses a duplicate, so
+    picking again here keeps that from ever surfacing as a 500."""
+    while True:
+        session_id = new_session_id()
+        if state.sessions.get(session_id) is None:
+            return session_id
 
+
+def launch(state: AppState, spec: RunSpec) -> Response:
+    """Register and start `spec`; the 201 (RegistryFull → 409, shutdown → 503)."""
+    session = state.sessions.start(spec)
+    body = {
+        "sessionId": session.id,
+        "streamUrl": f"/v1/sessions/{session.id}/events",
+        "createdAt": session.created_at,
+    }
+    return json_response(body, 201)
+
+
+def register_session_routes(app: QuartTrio, state: AppState) -> None:
+    # No await between `fresh_session_id` and `launch`: no other request can
+    # take the id in between.
     async def start_session() -> Response:
         body = parse_body(StartSessionRequest, await read_body())
-        spec = admit(
-            body,
-            state.config,
-            accepted_terms=request.headers.get(ACCEPTED_TERMS_HEADER),
-            session_id=new_session_id(),
-        )
-        return launch(spec)
+        terms = request.headers.get(ACCEPTED_TERMS_HEADER)
+        spec = admit(body, state.config, accepted_terms=terms, session_id=fresh_session_id(state))
+        return launch(state, spec)
 
     async def start_app_session(name: str) -> Response:
         body = parse_body(StartAppSessionRequest, await read_body())
-        spec = admit_app(
-            name,
-            body,
-            state.config,
-            accepted_terms=request.headers.get(ACCEPTED_TERMS_HEADER),
-            session_id=new_session_id(),
-        )
-        return launch(spec)
+        terms = request.headers.get(ACCEPTED_TERMS_HEADER)
+        session_id = fresh_session_id(state)
+        spec = admit_app(name, body, state.config, accepted_terms=terms, session_id=session_id)
+        return launch(state, spec)
 
     async def get_session(session_id: str) -> Response:
         session = state.sessions.get(session_id)

@@ -1,84 +1,32 @@
-"""Stream behaviour that depends on time or on shutdown: the SSE heartbeat
-and `AppState.closing`.
+"""Behaviour that depends on time or on shutdown: the SSE heartbeat,
+`AppState.closing`, and a start that lands while sessions are being stopped.
 
 These serve `create_app` in-process (hypercorn on a UNIX socket in
 `tmp_path`, the real `LocalBackend` and `SessionManager`) because they need
-what a daemon subprocess does not expose: a short heartbeat interval, and
-setting `closing` while sessions stay live.
+what a daemon subprocess does not expose: a short heartbeat interval,
+setting `closing` while sessions stay live, and the window between the
+manager refusing sessions and the server closing its listeners.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
-from functools import partial
+import logging
 from pathlib import Path
 
-import httpx
+import pytest
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
 
-from runnerd.app import AppState, create_app
-from runnerd.config import parse_config
-from runnerd.local import LocalBackend
-from runnerd.sessions import SessionManager
-from tests.e2e.contract_client import SSE_TIMEOUT, read_pty, start_session
+from tests.e2e.contract_client import SSE_TIMEOUT, bundle_body, read_pty, start_session
+from tests.e2e.in_process import open_app, open_client
 from tests.harness import iter_sse, open_ws
 
 HEARTBEAT_S = 0.1
 
 
-@contextlib.asynccontextmanager
-async def open_app(tmp_path: Path) -> AsyncIterator[tuple[AppState, Path]]:
-    config = parse_config(
-        {
-            "server": {"listen": [f"unix:{tmp_path}/s.sock"]},
-            "runner": {"default_image": "sh"},
-            "local": {
-                "workdir": str(tmp_path / "sessions"),
-                "stop_grace_seconds": 1,
-                "runtimes": {"sh": {"command": ["/bin/sh", "{entry}"]}},
-            },
-        },
-        base_dir=tmp_path,
-        read_text=Path.read_text,
-    )
-    backend = LocalBackend(config.local, apps=lambda: config.apps)
-    sessions = SessionManager(
-        backend,
-        max_sessions=config.runner.max_sessions,
-        exit_ttl_s=config.runner.exit_ttl_s,
-        replay_buffer_bytes=config.runner.replay_buffer_bytes,
-    )
-    state = AppState(config, backend, sessions, "test", trio.Event())
-    socket_path = tmp_path / "s.sock"
-    hypercorn = HypercornConfig()
-    hypercorn.bind = [f"unix:{socket_path}"]
-    hypercorn.accesslog = None
-    hypercorn.graceful_timeout = 1.0
-    stop = trio.Event()
-    app = create_app(state, sse_heartbeat_s=HEARTBEAT_S)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(sessions.run)
-        await nursery.start(partial(serve, app, hypercorn, shutdown_trigger=stop.wait))
-        try:
-            yield state, socket_path
-        finally:
-            state.closing.set()
-            stop.set()
-            nursery.cancel_scope.cancel()
-    socket_path.unlink(missing_ok=True)  # hypercorn leaves it behind
-
-
-def _client(socket_path: Path) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        transport=httpx.AsyncHTTPTransport(uds=str(socket_path)), base_url="http://runnerd"
-    )
-
-
 async def test_idle_sse_stream_sends_heartbeat_comments(tmp_path: Path) -> None:
-    async with open_app(tmp_path) as (_, socket_path), _client(socket_path) as client:
+    app = open_app(tmp_path, sse_heartbeat_s=HEARTBEAT_S)
+    async with app as (_, socket_path), open_client(socket_path) as client:
         session_id = await start_session(client, "exec sleep 30")
         heartbeats = 0
         with trio.fail_after(5):
@@ -97,7 +45,8 @@ async def test_idle_sse_stream_sends_heartbeat_comments(tmp_path: Path) -> None:
 
 
 async def test_closing_ends_sse_and_websocket_of_live_sessions(tmp_path: Path) -> None:
-    async with open_app(tmp_path) as (state, socket_path), _client(socket_path) as client:
+    app = open_app(tmp_path, sse_heartbeat_s=HEARTBEAT_S)
+    async with app as (state, socket_path), open_client(socket_path) as client:
         session_id = await start_session(client, "echo ready; exec sleep 30")
         kinds: list[str] = []
         async with open_ws(socket_path, f"/v1/sessions/{session_id}/io") as ws:
@@ -118,3 +67,23 @@ async def test_closing_ends_sse_and_websocket_of_live_sessions(tmp_path: Path) -
     assert kinds == ["starting", "running"]
     assert transcript.close is not None and transcript.close.code == 1001
 
+
+
+async def test_start_during_shutdown_is_503_shutting_down_without_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = open_app(tmp_path, sse_heartbeat_s=HEARTBEAT_S)
+    async with app as (state, socket_path), open_client(socket_path) as client:
+        live_id = await start_session(client, "exec sleep 30")
+        # What the daemon does first on SIGTERM: refuse new sessions, stop live ones.
+        assert await state.sessions.stop_all() == []
+        with caplog.at_level(logging.WARNING):
+            response = await client.post("/v1/sessions", json=bundle_body("exit 0"))
+        listed = [s.id for s in state.sessions.sessions()]
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "5"
+    body = response.json()
+    assert body["error"] == "shutting_down"
+    assert "shutting down" in body["message"]
+    assert listed == [live_id]  # the refused start registered nothing
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
