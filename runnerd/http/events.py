@@ -44,18 +44,17 @@ def format_event(event_id: int, event: RunEvent) -> bytes:
     return f"id: {event_id}\nevent: {event['type']}\ndata: {data}\n\n".encode()
 
 
-def parse_resume_point(last_event_id: str | None, query: str | None) -> int:
-    """The `Last-Event-ID` header, else the `lastEventId` query, else 0.
+def parse_cursor(raw: str | None) -> int:
+    """A client's resume point (SSE `Last-Event-ID`/`lastEventId`, WebSocket
+    `lastSeq`); absent or not a non-negative integer → 0.
 
-    A value that is not a non-negative integer counts as 0 (replay everything):
-    a client with a garbled cursor is better served by a full replay.
+    A garbled cursor counts as 0 (replay everything): such a client is better
+    served by a full replay than by an error.
     """
-    raw = last_event_id if last_event_id is not None else query
     try:
-        value = int((raw or "0").strip())
+        return max(int((raw or "0").strip()), 0)
     except ValueError:
         return 0
-    return max(value, 0)
 
 
 def _is_terminal_event(event: RunEvent) -> bool:
@@ -97,9 +96,9 @@ def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float
         session = state.sessions.get(session_id)
         if session is None:
             return error_response(404, "not_found", f"no session with id '{session_id}'")
-        cursor = parse_resume_point(
-            request.headers.get("last-event-id"), request.args.get("lastEventId")
-        )
+        # The header wins over the query (a reconnecting EventSource sends it).
+        raw = request.headers.get("last-event-id")
+        cursor = parse_cursor(raw if raw is not None else request.args.get("lastEventId"))
         body = stream_events(session, cursor, state.closing, heartbeat_s)
         response = Response(body, 200, SSE_HEADERS)
         # The default RESPONSE_TIMEOUT (60 s) would cut a live stream.

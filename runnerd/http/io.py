@@ -22,12 +22,14 @@ from quart_trio import QuartTrio
 
 from runnerd.contract import is_terminal
 from runnerd.http.cors import origin_permitted
+from runnerd.http.events import parse_cursor
 from runnerd.http.waiting import Wake, wait_for_change
 
 if TYPE_CHECKING:
     from runnerd.app import AppState
     from runnerd.sessions import Session
 
+# The contract's terminal size bounds; this is the one place they are applied.
 MAX_TERMINAL_DIMENSION = 10_000
 CLOSE_DRAIN_S = 2.0
 GAP_MESSAGE = json.dumps({"type": "gap", "reason": "buffer_evicted"}, separators=(",", ":"))
@@ -36,14 +38,6 @@ GAP_MESSAGE = json.dumps({"type": "gap", "reason": "buffer_evicted"}, separators
 def frame_chunk(seq: int, payload: bytes) -> bytes:
     """Server → client output frame: 4-byte big-endian unsigned seq, then bytes."""
     return struct.pack(">I", seq) + payload
-
-
-def parse_last_seq(raw: str | None) -> int:
-    """The client's resume point; absent or not a non-negative integer → 0."""
-    try:
-        return max(int((raw or "0").strip()), 0)
-    except ValueError:
-        return 0
 
 
 def _dimension(value: Any) -> int | None:
@@ -125,7 +119,7 @@ def register_io_route(app: QuartTrio, state: AppState) -> None:
             await websocket.accept()
             await _close(4404, f"no session with id '{session_id}'")
             return
-        last_seq = parse_last_seq(websocket.args.get("lastSeq"))
+        last_seq = parse_cursor(websocket.args.get("lastSeq"))
         if is_terminal(session.status) and not session.pty.since(last_seq).items:
             await websocket.accept()
             await _close(4410, "session terminal and nothing buffered after lastSeq")
