@@ -20,13 +20,30 @@ from tests.e2e.contract_client import (
 )
 from tests.harness import open_ws, start_daemon
 
-# Twenty lines, paced so that each reaches the PTY reader as its own chunk.
-PACED_LINES = 'i=0; while [ $i -lt 20 ]; do echo "line $i"; sleep 0.01; i=$((i+1)); done'
+# Twenty lines, one per burst: the workload blocks on `read` after each, and
+# `_run_paced` sends the next stdin line only once the burst has arrived, so
+# each line reaches the PTY reader as its own chunk however loaded the machine.
+PACED_LINES = (
+    'stty -echo; i=0; while [ $i -lt 20 ]; do echo "line $i"; read go; i=$((i+1)); done'
+)
+PACED_COUNT = 20
 
 
 def _io(session_id: str, last_seq: int | None = None) -> str:
     query = "" if last_seq is None else f"?lastSeq={last_seq}"
     return f"/v1/sessions/{session_id}/io{query}"
+
+
+async def _run_paced(socket_path: Path, client) -> str:
+    """Start `PACED_LINES` and drive it to its end, one burst at a time."""
+    session_id = await start_session(client, PACED_LINES)
+    async with open_ws(socket_path, _io(session_id)) as ws:
+        transcript = PtyTranscript()
+        for i in range(PACED_COUNT):
+            await read_pty(ws, transcript, until=f"line {i}\r\n".encode())
+            await ws.send_message(b"\n")
+    await wait_terminal(client, session_id)
+    return session_id
 
 
 async def _expect_close(ws, timeout_s: float = 10.0):
@@ -74,11 +91,10 @@ async def test_stdin_and_resize_reach_the_pty(runnerd) -> None:
 
 async def test_last_seq_resumes_exactly_after_the_given_chunk(runnerd) -> None:
     async with runnerd.client() as client:
-        session_id = await start_session(client, PACED_LINES)
-        await wait_terminal(client, session_id)
+        session_id = await _run_paced(runnerd.socket_path, client)
         async with open_ws(runnerd.socket_path, _io(session_id)) as ws:
             full = await read_pty(ws)
-        assert len(full.chunks) >= 3, "the paced workload should produce several chunks"
+        assert len(full.chunks) >= PACED_COUNT, "each burst is at least one chunk"
         middle = full.seqs[len(full.seqs) // 2]
         async with open_ws(runnerd.socket_path, _io(session_id, middle)) as ws:
             resumed = await read_pty(ws)
@@ -91,8 +107,7 @@ async def test_last_seq_resumes_exactly_after_the_given_chunk(runnerd) -> None:
 async def test_gap_message_when_bytes_after_last_seq_were_evicted(tmp_path: Path) -> None:
     overrides = {"runner": {"replay_buffer_bytes": 60}}
     async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
-        session_id = await start_session(client, PACED_LINES)
-        await wait_terminal(client, session_id)
+        session_id = await _run_paced(daemon.socket_path, client)
         async with open_ws(daemon.socket_path, _io(session_id)) as ws:
             transcript = await read_pty(ws)
     assert transcript.controls == [
@@ -191,3 +206,15 @@ async def test_streams_end_promptly_when_the_daemon_shuts_down(runnerd) -> None:
                 await read_pty(ws, transcript)
     assert transcript.close is not None
     assert codes == [0]
+
+
+async def test_plain_get_without_upgrade_is_426_upgrade_required(runnerd) -> None:
+    async with runnerd.client() as client:
+        session_id = await start_session(client, "exec sleep 30")
+        response = await client.get(_io(session_id))
+        await client.delete(f"/v1/sessions/{session_id}")
+    assert response.status_code == 426
+    assert response.headers["upgrade"] == "websocket"
+    body = response.json()
+    assert body["error"] == "upgrade_required"
+    assert "WebSocket" in body["message"] and "Upgrade: websocket" in body["message"]
