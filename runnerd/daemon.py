@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
@@ -136,6 +137,9 @@ def build_hypercorn_config(listeners: list[Listener]) -> HypercornConfig:
     return cfg
 
 
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 async def run_daemon(config: Config) -> None:
     """Serve until SIGTERM/SIGINT, then shut down cleanly and return.
 
@@ -143,42 +147,66 @@ async def run_daemon(config: Config) -> None:
         ConfigError: the backend cannot be built (nothing was bound).
         ListenError: a listener could not be set up (nothing stays bound).
     """
+    # Ignored first, so that is what the receiver restores when it closes: a
+    # second SIGTERM in the last moments of shutdown must not turn a clean
+    # exit into death by signal. (Workloads start while the receiver is
+    # installed, so they never inherit the ignore.)
+    for signum in HANDLED_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     # Signals first: a SIGTERM during start-up must take the clean path.
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+    with trio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
+        raise_open_files_limit()
         state: AppState | None = None
 
         def apps() -> Mapping[str, AppEntry]:
             return (state.config if state is not None else config).apps
 
         backend = build_backend(config, apps)
-        inherited = parse_listen_fds(os.environ, os.getpid())
-        for key in LISTEN_ENV_KEYS:
-            os.environ.pop(key, None)  # never handed on (sd_listen_fds convention)
-        listeners = bind_listeners(
-            config.server.listen,
-            socket_mode=config.server.socket_mode,
-            inherited_fds=inherited,
-        )
+        listeners = _bind_listeners(config)
         try:
-            sessions = SessionManager(
-                backend,
-                max_sessions=config.runner.max_sessions,
-                exit_ttl_s=config.runner.exit_ttl_s,
-                replay_buffer_bytes=config.runner.replay_buffer_bytes,
-                # The backend's SIGTERM grace, then SIGKILL and the cleanup.
-                stop_timeout_s=config.local.stop_grace_s + STOP_HEADROOM_S,
-            )
-            state = AppState(
-                config=config,
-                backend=backend,
-                sessions=sessions,
-                version=__version__,
-                closing=trio.Event(),
-            )
+            state = build_state(config, backend)
             await _serve(state, listeners, signals)
         finally:
             close_listeners(listeners)
     log.info("runnerd stopped")
+
+
+def raise_open_files_limit() -> None:
+    """Raise the soft open-files limit to the hard one: every session holds
+    a PTY and a pidfd, and the default soft 1024 caps runnerd far below any
+    sensible `max_sessions` (systemd sets the hard limit, `LimitNOFILE=`)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft >= hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("cannot raise the open files limit", extra={"soft": soft, "error": str(exc)})
+        return
+    log.info("raised the open files limit", extra={"from": soft, "to": hard})
+
+
+def _bind_listeners(config: Config) -> list[Listener]:
+    inherited = parse_listen_fds(os.environ, os.getpid())
+    for key in LISTEN_ENV_KEYS:
+        os.environ.pop(key, None)  # never handed on (sd_listen_fds convention)
+    return bind_listeners(
+        config.server.listen, socket_mode=config.server.socket_mode, inherited_fds=inherited
+    )
+
+
+def build_state(config: Config, backend: Backend) -> AppState:
+    sessions = SessionManager(
+        backend,
+        max_sessions=config.runner.max_sessions,
+        exit_ttl_s=config.runner.exit_ttl_s,
+        replay_buffer_bytes=config.runner.replay_buffer_bytes,
+        # The backend's SIGTERM grace, then SIGKILL and the cleanup.
+        stop_timeout_s=config.local.stop_grace_s + STOP_HEADROOM_S,
+    )
+    return AppState(
+        config=config, backend=backend, sessions=sessions, version=__version__, closing=trio.Event()
+    )
 
 
 async def _serve(state: AppState, listeners: list[Listener], signals: AsyncIterator[int]) -> None:
@@ -202,39 +230,49 @@ async def _serve(state: AppState, listeners: list[Listener], signals: AsyncItera
     async with trio.open_nursery() as nursery:
         await nursery.start(state.sessions.run)
         await nursery.start(run_http)
-        addresses = " ".join(listener.address for listener in listeners)
-        log.info(
-            "runnerd %s serving",
-            __version__,
-            extra={"listen": addresses, "backend": state.backend.name, "pid": os.getpid()},
-        )
-        await sd_notify("READY=1", f"STATUS=serving on {addresses}", f"MAINPID={os.getpid()}")
-        interval_s = parse_watchdog_interval(os.environ, os.getpid())
-        if interval_s is not None:
-            nursery.start_soon(run_watchdog, interval_s)
-
+        await _announce_ready(state, listeners, nursery)
         signum = await _handle_signals_until_stop(state, signals)
         log.info("shutting down", extra={"signal": signal.Signals(signum).name})
         await sd_notify("STOPPING=1", "STATUS=stopping sessions")
         state.closing.set()
         stop_http.set()
-
-        async def stop_listening() -> None:
-            await http_done.wait()
-            # Closed and unlinked now, not after the sessions: a client gets
-            # "connection refused" at once instead of hanging in the backlog.
-            close_listeners(listeners)
-
-        with trio.move_on_after(SHUTDOWN_BUDGET_S) as budget:
-            async with trio.open_nursery() as shutdown:
-                shutdown.start_soon(stop_listening)
-                await state.sessions.stop_all()
-        if budget.cancelled_caught:
-            log.error(
-                "shutdown budget exceeded; cancelling what is left",
-                extra={"budget_s": SHUTDOWN_BUDGET_S},
-            )
+        await _shut_down(state, listeners, http_done)
         nursery.cancel_scope.cancel()
+
+
+async def _announce_ready(
+    state: AppState, listeners: list[Listener], nursery: trio.Nursery
+) -> None:
+    addresses = " ".join(listener.address for listener in listeners)
+    log.info(
+        "runnerd %s serving",
+        __version__,
+        extra={"listen": addresses, "backend": state.backend.name, "pid": os.getpid()},
+    )
+    await sd_notify("READY=1", f"STATUS=serving on {addresses}", f"MAINPID={os.getpid()}")
+    interval_s = parse_watchdog_interval(os.environ, os.getpid())
+    if interval_s is not None:
+        nursery.start_soon(run_watchdog, interval_s)
+
+
+async def _shut_down(state: AppState, listeners: list[Listener], http_done: trio.Event) -> None:
+    """Stop listening and stop every session, within `SHUTDOWN_BUDGET_S`."""
+
+    async def stop_listening() -> None:
+        await http_done.wait()
+        # Closed and unlinked now, not after the sessions: a client gets
+        # "connection refused" at once instead of hanging in the backlog.
+        close_listeners(listeners)
+
+    with trio.move_on_after(SHUTDOWN_BUDGET_S) as budget:
+        async with trio.open_nursery() as shutdown:
+            shutdown.start_soon(stop_listening)
+            await state.sessions.stop_all()
+    if budget.cancelled_caught:
+        log.error(
+            "shutdown budget exceeded; cancelling what is left",
+            extra={"budget_s": SHUTDOWN_BUDGET_S},
+        )
 
 
 async def _handle_signals_until_stop(state: AppState, signals: AsyncIterator[int]) -> int:

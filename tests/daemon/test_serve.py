@@ -6,6 +6,7 @@ import os
 import re
 import socket
 import stat
+import sys
 from pathlib import Path
 
 import httpx
@@ -133,3 +134,31 @@ async def test_serve_never_takes_over_a_socket_another_process_serves(tmp_path: 
         assert f"another process is serving on {path}" in exited.value.stderr
         assert os.stat(path).st_ino == inode
         assert "runnerd.sock.lock" not in listing(tmp_path)
+
+
+LOW_NOFILE = """
+import os, resource, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
+os.execv(sys.executable, [sys.executable, "-m", "runnerd", "serve", "--config", sys.argv[1]])
+"""
+
+
+def open_files_limit(pid: int) -> tuple[str, str]:
+    with open(f"/proc/{pid}/limits") as f:
+        line = next(x for x in f if x.startswith("Max open files"))
+    soft, hard = line.split()[3:5]
+    return soft, hard
+
+
+async def test_serve_raises_the_open_files_soft_limit_to_the_hard_one(tmp_path: Path) -> None:
+    # Each session holds a PTY and a pidfd: a soft limit of 256 (or the usual
+    # 1024) would cap the runner long before max_sessions.
+    _, hard = open_files_limit(os.getpid())
+    if hard == "unlimited" or int(hard) <= 256:
+        pytest.skip(f"the hard open files limit here ({hard}) leaves nothing to raise")
+    command = [sys.executable, "-c", LOW_NOFILE]
+    async with start_daemon(tmp_path, command=command) as daemon:
+        assert open_files_limit(daemon.proc.pid) == (hard, hard)
+        await daemon.wait_for_stderr("raised the open files limit")
+        assert f"from=256 to={hard}" in daemon.stderr_text()

@@ -98,3 +98,18 @@ async def test_sigterm_ends_open_sse_and_websocket_streams_promptly(tmp_path: Pa
             # sessions and the daemon well inside the 10 s budget.
             assert await daemon.stop(timeout_s=5) == 0
         assert sorted(ended) == ["sse", "ws"]
+
+
+async def test_repeated_sigterm_during_and_after_shutdown_still_exits_0(tmp_path: Path) -> None:
+    async with start_daemon(tmp_path) as daemon:
+        pids = await start_sleepers(daemon, 2)
+        daemon.send_signal(signal.SIGTERM)
+        daemon.send_signal(signal.SIGTERM)
+        # Again once the shutdown is done: the window between the signal
+        # receiver closing and the process exiting must not be a kill either.
+        await daemon.wait_for_stderr("runnerd stopped")
+        if daemon.proc.returncode is None:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.send_signal(signal.SIGINT)
+        assert await daemon.stop() == 0
+    assert all(process_gone(pid) for pid in pids)
