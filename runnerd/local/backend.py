@@ -108,10 +108,11 @@ class LocalBackend:
                 raise StartError(
                     "boot", f"could not execute '{runtime.command[0]}': {exc.strerror}"
                 ) from exc
-            log.info("%s: started pid %s (runtime %s)", spec.session_id, proc.pid, runtime.name)
+            ids = {"session_id": spec.session_id}
+            log.info("started pid %s (runtime %s)", proc.pid, runtime.name, extra=ids)
             async with proc:
                 code = await self._supervise(spec, sink, proc, inspect_port, task_status)
-            log.info("%s: exited with code %s", spec.session_id, code)
+            log.info("exited with code %s", code, extra=ids)
             return Exited(code)
         finally:
             with trio.CancelScope(shield=True):

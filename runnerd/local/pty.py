@@ -94,10 +94,24 @@ def _spawn(
     finally:
         # Our copy of the slave must go, or the master never reports EOF.
         os.close(slave)
-    # Taken before anyone can reap the child, so it names this process.
-    pidfd = os.pidfd_open(popen.pid)
+    try:
+        # Taken before anyone can reap the child, so it names this process.
+        pidfd = os.pidfd_open(popen.pid)
+    except BaseException:
+        # No handle will own the child (EMFILE, say): do not leave it running
+        # on a terminal nobody reads, or as a zombie.
+        _abandon(popen, master)
+        raise
     os.set_blocking(master, False)
     return popen, master, pidfd
+
+
+def _abandon(popen: subprocess.Popen[bytes], master: int) -> None:
+    """Kill and reap a child that never got its `PtyProcess`; close `master`."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(popen.pid, signal.SIGKILL)  # a session leader: its pid is the group
+    popen.wait()
+    os.close(master)
 
 
 async def spawn_pty_process(
@@ -109,11 +123,12 @@ async def spawn_pty_process(
     label: str = "",
 ) -> PtyProcess:
     """Start `argv` (argv[0] an absolute path) on a fresh PTY with exactly `env`.
-    `label` (the session id) leads every log line about it.
+    `label` (the session id) is the `session_id` of every log line about it.
 
     Raises:
         OSError: the program could not be executed (missing, not executable,
-            bad cwd); nothing is left running.
+            bad cwd), or no pidfd could be had for it; nothing is left running
+            and no fd stays open.
     """
     # Not abandoned on cancel: the thread always finishes, so a spawned child
     # always reaches the caller's `async with`.
@@ -138,7 +153,10 @@ class PtyProcess:
         stop_grace_s: float,
         label: str = "",
     ) -> None:
-        self._label = label or f"pid {popen.pid}"
+        # Log lines carry the session id as a field (`[id]` in the log line).
+        self._log_extra: dict[str, object] = (
+            {"session_id": label} if label else {"pid": popen.pid}
+        )
         self._popen = popen
         self._master = master
         self._pidfd = pidfd
@@ -163,7 +181,7 @@ class PtyProcess:
         if self._exit_code is not None or self._closed or not data:
             return
         if len(self._pending) + len(data) > MAX_PENDING_STDIN_BYTES:
-            log.warning("%s: stdin backlog full, dropped %d bytes", self._label, len(data))
+            log.warning("stdin backlog full, dropped %d bytes", len(data), extra=self._log_extra)
             return
         self._pending += data
         self._pending_lot.unpark_all()
@@ -281,7 +299,9 @@ class PtyProcess:
             with trio.move_on_after(self._stop_grace_s) as grace:
                 await trio.lowlevel.wait_readable(self._pidfd)
             if grace.cancelled_caught:
-                log.info("%s: alive %ss after SIGTERM; SIGKILL", self._label, self._stop_grace_s)
+                log.info(
+                    "alive %ss after SIGTERM; SIGKILL", self._stop_grace_s, extra=self._log_extra
+                )
                 # Still alive: it may have started new jobs during the grace.
                 strays.collect()
             self._kill_all(signal.SIGKILL, strays)
@@ -314,4 +334,6 @@ class PtyProcess:
         if self._exit_code is None:
             # Only if a SIGKILLed child did not die within the bound (stuck in
             # the kernel): do not leave it to the GC's "still running" warning.
-            log.error("%s: pid %s did not exit after SIGKILL; leaving it", self._label, self.pid)
+            log.error(
+                "pid %s did not exit after SIGKILL; leaving it", self.pid, extra=self._log_extra
+            )

@@ -120,4 +120,9 @@ def remove_session_dir(root: Path) -> None:
         elif root.exists():
             shutil.rmtree(root, onerror=make_writable_and_retry)
     except OSError as exc:
-        log.error("could not delete session directory %s: %s", root, exc)
+        log.error(
+            "could not delete session directory %s: %s",
+            root,
+            exc,
+            extra={"session_id": root.name},  # the directory is named after it
+        )

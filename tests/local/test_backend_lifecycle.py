@@ -69,7 +69,9 @@ async def test_stop_sends_sigterm_then_sigkill_after_grace(
             await session.result()
             elapsed = trio.current_time() - started
     assert marker.read_text() == "TERM"
-    assert 0.5 <= elapsed < 1.5  # stop_grace_s is 0.5: TERM ignored, then KILL
+    # stop_grace_s is 0.5: TERM ignored, then KILL. The upper bound is loose
+    # (grace + 5 s): a loaded 2-core CI box may schedule us late.
+    assert 0.5 <= elapsed < 0.5 + 5
     await wait_gone(pid)
 
 

@@ -30,13 +30,14 @@ async def start_failure(backend: LocalBackend, spec: object) -> StartError:
     return caught.value
 
 
-async def test_unknown_runtime_is_a_start_error_naming_the_configured_ones(
+async def test_unknown_runtime_is_a_start_error_listing_no_runtimes(
     backend: LocalBackend, workdir: Path
 ) -> None:
     error = await start_failure(backend, bundle_spec("ruby", "puts 1"))
     assert error.stage == "provision"
     assert "no local runtime named 'ruby'" in error.message
-    assert "python" in error.message and "sh" in error.message
+    # The configured runtimes include catalog apps' images: never listed.
+    assert "hello-app" not in error.message and "python" not in error.message
     assert entries(workdir) == []
 
 
