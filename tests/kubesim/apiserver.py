@@ -89,6 +89,8 @@ class ApiServer:
         if route.kind is None:
             raise status.path_not_found()
         self._authorize(user, route)
+        if req.param("dryRun"):  # better a clear refusal than a dry run that writes
+            raise status.bad_request("kubesim does not implement dryRun")
         await self._dispatch(ex, route, user)
 
     # ---- routing ---------------------------------------------------------------

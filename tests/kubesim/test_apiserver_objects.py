@@ -300,3 +300,9 @@ async def test_pagination(kube: httpx.AsyncClient) -> None:
         names += [p["metadata"]["name"] for p in page["items"]]
         cont = page["metadata"].get("continue")
     assert names == [f"p{i}" for i in range(5)]
+
+
+async def test_dry_run_is_refused_not_performed(kube: httpx.AsyncClient) -> None:
+    r = await kube.post(PODS, json=build_pod("a"), params={"dryRun": "All"})
+    assert r.status_code == 400 and r.json()["message"] == "kubesim does not implement dryRun"
+    assert (await kube.get(f"{PODS}/a")).status_code == 404
