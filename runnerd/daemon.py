@@ -285,7 +285,10 @@ async def _handle_signals_until_stop(state: AppState, signals: AsyncIterator[int
 
 
 async def reload_config(state: AppState) -> None:
-    """Swap in the re-read config file; keep the old one if it is bad."""
+    """Swap in the re-read config file; keep the old one if it is bad.
+
+    Never raises: a reload must not take the daemon (and its live sessions)
+    down, so even an unexpected error is logged and the old config kept."""
     old = state.config
     if old.source is None:
         log.warning("SIGHUP ignored: the config was not loaded from a file")
@@ -302,13 +305,15 @@ async def reload_config(state: AppState) -> None:
         )
         return
     except Exception:
-        # A reload must never take the daemon (and its live sessions) down:
-        # whatever went wrong, the old config keeps serving.
         log.exception(
-            "reload failed unexpectedly, keeping the previous config",
-            extra={"path": str(source)},
+            "reload failed unexpectedly, keeping the previous config", extra={"path": str(source)}
         )
         return
+    _apply_reloaded(state, old, new, reloaded)
+    await sd_notify("STATUS=config reloaded")
+
+
+def _apply_reloaded(state: AppState, old: Config, new: Config, reloaded: Config) -> None:
     state.config = reloaded
     set_log_level(new.server.log_level)
     # Capacity, exit TTL and replay size apply from now on; a smaller
@@ -323,10 +328,5 @@ async def reload_config(state: AppState) -> None:
         log.warning("reload: some changes need a restart", extra={"keys": ",".join(ignored)})
     log.info(
         "config reloaded",
-        extra={
-            "path": str(source),
-            "apps": len(new.apps),
-            "terms": new.terms is not None,
-        },
+        extra={"path": str(old.source), "apps": len(new.apps), "terms": new.terms is not None},
     )
-    await sd_notify("STATUS=config reloaded")

@@ -753,3 +753,16 @@ def test_render_config_parses_back_to_the_same_config() -> None:
     assert again.runner == config.runner
     assert again.local == config.local
     assert (again.session_limits, again.app_limits) == (config.session_limits, config.app_limits)
+
+
+def test_load_config_non_utf8_drop_in_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    main = tmp_path / "runnerd.toml"
+    main.write_text(
+        '[runner]\ndefault_image = "sh"\n[local.runtimes.sh]\ncommand = ["sh", "{entry}"]\n'
+    )
+    (tmp_path / "apps.d").mkdir()
+    bad = tmp_path / "apps.d" / "bad.toml"
+    bad.write_bytes(b'[apps.x]\nimage = "sh"\ntitle = "caf\xe9"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(main)
+    assert str(bad) in str(info.value) and "UTF-8" in str(info.value)
