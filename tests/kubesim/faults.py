@@ -81,7 +81,7 @@ class Faults:
         self._silent.set()  # set = answering; cleared while silent
         self.watch_cuts: set[Callable[[bool], None]] = set()
         self.attaches: set[Any] = set()  # open WebSocketConn objects
-        self.restart_hook: Callable[[float], Awaitable[None]] | None = None
+        self.restart_hook: Callable[..., Awaitable[None]] | None = None
 
     # ---- watches -------------------------------------------------------------
 
@@ -172,11 +172,14 @@ class Faults:
     async def wait_answering(self) -> None:
         await self._silent.wait()
 
-    async def restart(self, down_s: float = 0.0) -> None:
-        """Stop listening (closing every connection), wait `down_s`, listen on the same port."""
+    async def restart(self, down_s: float = 0.0, *, graceful: bool = False) -> None:
+        """Stop listening (closing every connection), wait `down_s`, listen on the same port.
+
+        `graceful` ends watches cleanly first (an apiserver shutdown), else they are cut.
+        """
         if self.restart_hook is None:
             raise RuntimeError("restart: the server is not running")
-        await self.restart_hook(down_s)
+        await self.restart_hook(down_s, graceful=graceful)
 
     async def drop_attaches(self) -> int:
         """Cut every open attach/exec WebSocket without a close frame."""

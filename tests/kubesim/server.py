@@ -122,9 +122,17 @@ class KubeSim:
         path.chmod(0o600)
         return path
 
-    async def stop(self) -> None:
-        """Close the listener and every connection (the store survives, as etcd would)."""
+    async def stop(self, *, graceful: bool = False) -> None:
+        """Close the listener and every connection (the store survives, as etcd would).
+
+        `graceful` ends open watches with their final chunk first, as an apiserver
+        shutting down does (§2.6); otherwise they are cut mid-body, as in a crash.
+        """
         assert self._serve_scope is not None
+        if graceful:
+            self.faults.cut_watches()
+            with trio.move_on_after(5):
+                await self.stats.wait_until(lambda s: s.watches_open == 0)
         self._serve_scope.cancel()
         await self._serving_done.wait()  # the listener is closed only once the task unwinds
 
@@ -135,9 +143,9 @@ class KubeSim:
             raise RuntimeError("kubesim is already serving")
         await self._nursery.start(self._serve)
 
-    async def restart(self, down_s: float = 0.0) -> None:
+    async def restart(self, down_s: float = 0.0, *, graceful: bool = False) -> None:
         """`stop`, wait `down_s`, `start` on the same port."""
-        await self.stop()
+        await self.stop(graceful=graceful)
         await trio.sleep(down_s)
         await self.start()
 
@@ -224,9 +232,10 @@ async def open_kubesim(
 
     Bookmarks go to each watcher that asked every `bookmark_interval_s` (the watch cache's
     default is about a minute; tests shorten it). `history_limit` events are kept for
-    watch resumes. `namespace` (and `default`, `kube-system`) exist from the start; the token authenticates
-    as `system:serviceaccount:<namespace>:<service_account>`. With `kubelet` and K2's
-    kubelet module present, pods are scheduled and run (work files under `tmp_path`).
+    watch resumes. `namespace` (and `default`, `kube-system`) exist from the start; the
+    token authenticates as `system:serviceaccount:<namespace>:<service_account>`. With
+    `kubelet` and K2's kubelet module present, pods are scheduled and run (work files
+    under `tmp_path`).
     """
     store = Store(history_limit=history_limit)
     for ns in dict.fromkeys(("default", "kube-system", namespace)):

@@ -144,7 +144,8 @@ async def test_stats_count_requests_and_connections(
     await kube.post(PODS, json=build_pod("a"))
     await kube.get(f"{PODS}/a")
     await kube.get(f"{PODS}/b")
-    await kube.get(PODS, params={"watch": "1", "timeoutSeconds": "0"})
+    apiserver.faults.expire_next_watch()  # a watch that ends at once
+    await kube.get(PODS, params={"watch": "1", "resourceVersion": "1"})
     snap = (await kube.get("/_kubesim/stats")).json()
     pattern = "/api/v1/namespaces/{namespace}/pods"
     assert {"verb": "get", "path": pattern + "/{name}", "count": 2} in snap["requests"]
@@ -153,3 +154,12 @@ async def test_stats_count_requests_and_connections(
     assert snap["watches"] == {"open": 0, "total": 1}
     assert snap["connections"] == {"accepted": 1, "tls": 1}  # keep-alive reuses one
     assert apiserver.stats.count("watch", pattern) == 1
+
+
+async def test_graceful_restart_ends_watches_cleanly(
+    apiserver: KubeSim, kube: httpx.AsyncClient
+) -> None:
+    async with open_watch(kube, allowWatchBookmarks="1") as events:
+        await next_events(events, 1)
+        await apiserver.faults.restart(graceful=True)
+        assert await rest_of(events) == []  # final chunk, then EOF: no error

@@ -138,9 +138,11 @@ def parse_watch_options(
         )
     raw_timeout = param("timeoutSeconds")
     try:
-        timeout_s = float(raw_timeout) if raw_timeout else random.uniform(1800, 3600)
+        timeout_s = float(raw_timeout or 0)
     except ValueError as exc:
         raise status.bad_request(f"invalid timeoutSeconds: {raw_timeout!r}") from exc
+    if timeout_s <= 0:  # unset or 0: minRequestTimeout (1800 s) * (1 + rand), as handlers/get.go
+        timeout_s = random.uniform(1800, 3600)
     send_initial = flag("sendInitialEvents")
     if send_initial and param("resourceVersionMatch") != "NotOlderThan":
         raise status.invalid(
@@ -180,6 +182,7 @@ async def serve_watch(
         else:
             replay, events = store.open_watch(int(opts.rv), **q.subscription)
     except TooOld as exc:
+        stats.watches_total += 1
         async with ex.open_stream() as write:
             await write(_line("ERROR", status.expired(str(exc))))
         return
