@@ -13,7 +13,6 @@ import trio
 
 from tests.e2e.contract_client import (
     SSE_TIMEOUT,
-    TERMINAL,
     bundle_body,
     read_events,
     read_pty,
@@ -85,12 +84,12 @@ async def test_delete_stops_a_running_workload_as_stopped(runnerd) -> None:
     assert _process_gone(pid)
 
 
-async def test_delete_during_start_still_stops_the_workload(runnerd, tmp_path: Path) -> None:
-    pidfile = tmp_path / "pid"
+async def test_delete_right_after_start_is_stopped_not_failed(runnerd) -> None:
+    # The DELETE races the workload's creation. That a stop landing mid-creation
+    # kills what was spawned is shown deterministically in tests/sessions
+    # (HeldStartBackend); here: the client sees `stopped`, never `failed`.
     async with runnerd.client() as client:
-        response = await client.post(
-            "/v1/sessions", json=bundle_body(f"echo $$ > {pidfile}; exec sleep 30")
-        )
+        response = await client.post("/v1/sessions", json=bundle_body("exec sleep 30"))
         session_id = response.json()["sessionId"]
         deleted = await client.delete(f"/v1/sessions/{session_id}")
         summary = (await client.get(f"/v1/sessions/{session_id}")).json()
@@ -98,9 +97,21 @@ async def test_delete_during_start_still_stops_the_workload(runnerd, tmp_path: P
     assert deleted.status_code == 204
     assert summary["status"] == {"kind": "stopped"}
     assert kinds[-1] == "stopped" and "failed" not in kinds
-    # Whether or not the process got as far as writing its pid, none is left.
-    if pidfile.exists() and pidfile.read_text().strip():
-        assert _process_gone(int(pidfile.read_text()))
+
+
+async def test_delete_kills_a_workload_blocked_on_stdin(runnerd) -> None:
+    async with runnerd.client() as client:
+        # The pid reaches the test before the DELETE is sent, every time.
+        session_id = await start_session(client, "echo pid=$$.; read x")
+        async with open_ws(runnerd.socket_path, f"/v1/sessions/{session_id}/io") as ws:
+            output = (await read_pty(ws, until=b".")).output
+        pid = int(output.split(b"pid=")[1].split(b".")[0])
+        assert not _process_gone(pid)
+        deleted = await client.delete(f"/v1/sessions/{session_id}")
+        final = await wait_terminal(client, session_id)
+    assert deleted.status_code == 204
+    assert final == {"kind": "stopped"}
+    assert _process_gone(pid)
 
 
 async def test_delete_is_idempotent_and_unknown_ids_are_204(runnerd) -> None:
@@ -121,9 +132,7 @@ async def test_ttl_limit_kills_the_session_as_failed_naming_the_limit(tmp_path: 
     async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
         session_id = await start_session(client, "exec sleep 30")
         final = await wait_terminal(client, session_id, timeout_s=10)
-    assert final["kind"] == "failed"
-    assert "ttl" in final["message"].lower() or "time limit" in final["message"].lower()
-    assert "1" in final["message"]
+    assert final == {"kind": "failed", "message": "ttl: session exceeded its time limit of 1 s"}
 
 
 async def test_start_failure_is_a_failed_status_with_its_stage(tmp_path: Path) -> None:
@@ -138,9 +147,10 @@ async def test_start_failure_is_a_failed_status_with_its_stage(tmp_path: Path) -
         assert response.status_code == 201  # the failure arrives on the stream
         final = await wait_terminal(client, response.json()["sessionId"])
     assert final["kind"] == "failed"
-    stage, _, message = final["message"].partition(": ")
-    assert stage and message
-    assert final["kind"] in TERMINAL
+    # The runtime's executable is missing: the `provision` stage, naming the
+    # runtime and the executable.
+    assert final["message"].startswith("provision: "), final
+    assert "'broken'" in final["message"] and "'/nonexistent/runtime'" in final["message"]
 
 
 async def test_declared_ports_appear_as_endpoints_and_reachability(runnerd) -> None:

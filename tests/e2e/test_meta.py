@@ -62,13 +62,24 @@ async def test_capabilities_describe_config_schema_and_apps_without_secrets(
     assert "envdump" not in response.text
 
 
-async def test_capabilities_lock_image_when_only_the_default_is_allowed(tmp_path: Path) -> None:
+async def test_capabilities_image_is_a_choice_of_exactly_the_allowed_images(
+    runnerd, tmp_path: Path
+) -> None:
+    # No allowlist, local backend: every bundle runtime, the default first.
+    async with runnerd.client() as client:
+        runtimes = (await client.get("/v1/capabilities")).json()
+    # An allowlist of just the default: that one image to choose from.
     overrides = {"runner": {"allowed_images": ["sh"]}}
-    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
-        caps = (await client.get("/v1/capabilities")).json()
-    image = caps["config"]["schema"]["properties"]["image"]
-    assert image["default"] == "sh"
-    assert image.get("readOnly") is True or image.get("enum") == ["sh"]
+    other = tmp_path / "allowlist"  # the fixture's daemon holds tmp_path's socket
+    other.mkdir()
+    async with start_daemon(other, overrides) as daemon, daemon.client() as client:
+        listed = (await client.get("/v1/capabilities")).json()
+    image = {"type": "string", "title": "Image", "default": "sh"}
+    assert runtimes["config"]["schema"]["properties"]["image"] == {
+        **image,
+        "enum": ["sh", "python"],
+    }
+    assert listed["config"]["schema"]["properties"]["image"] == {**image, "enum": ["sh"]}
 
 
 async def test_probe_reports_ready_for_a_runtime_and_unavailable_otherwise(runnerd) -> None:
