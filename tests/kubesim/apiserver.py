@@ -10,6 +10,7 @@ attach/exec pre-upgrade checks in `streams.py`.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 import secrets
@@ -19,7 +20,7 @@ from typing import Any
 
 import trio
 
-from tests.kubesim import discovery, quota, status, streams
+from tests.kubesim import discovery, quota, status, streams, table
 from tests.kubesim.discovery import KINDS, Kind
 from tests.kubesim.faults import Faults, Stats
 from tests.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -28,7 +29,7 @@ from tests.kubesim.watch import Query, build_list, parse_watch_options, serve_wa
 from tests.kubesim.wire import Exchange, Request
 
 Obj = dict[str, Any]
-DISCOVERY_PATHS = ("/version", "/api", "/api/v1", "/apis")
+TABLE_CONTENT_TYPE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # k/k SimpleNameGenerator's alphabet
 
 
@@ -206,6 +207,10 @@ class ApiServer:
             raise status.not_found(kind.resource, route.name, kind.group)
         if kind.resource == "resourcequotas":
             obj["status"] = quota.build_quota_status(obj, self.store.list("pods", route.namespace))
+        if table.wants_table(ex.request.headers.get("accept", "")) and route.sub is None:
+            meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+            await _respond_table(ex, kind, {"metadata": meta, "items": [obj]})
+            return
         await ex.respond(200, status.encode(obj))
 
     async def _list(self, ex: Exchange, route: Route) -> None:
@@ -219,6 +224,8 @@ class ApiServer:
             raise status.bad_request(str(exc)) from exc
         q = Query(kind, route.namespace, fields, labels, pinned)
         if route.verb == "watch":
+            if table.wants_table(req.headers.get("accept", "")):
+                q.table = table.build_row_table(kind.kind)
             opts = parse_watch_options(req.param, req.flag)
             await serve_watch(
                 ex,
@@ -232,6 +239,9 @@ class ApiServer:
             return
         limit = _int_param(req, "limit")
         body = build_list(self.store, q, limit=limit, cont=req.param("continue"))
+        if table.wants_table(req.headers.get("accept", "")):
+            await _respond_table(ex, kind, body)
+            return
         await ex.respond(200, status.encode(body))
 
     async def _create(self, ex: Exchange, route: Route) -> None:
@@ -294,6 +304,11 @@ class ApiServer:
             await ex.respond(200, b"ok", content_type="text/plain; charset=utf-8")
         else:
             raise status.path_not_found()
+
+
+async def _respond_table(ex: Exchange, kind: Kind, list_obj: Obj) -> None:
+    doc = table.build_table(kind.kind, list_obj, dt.datetime.now(dt.UTC))
+    await ex.respond(200, status.encode(doc), content_type=TABLE_CONTENT_TYPE)
 
 
 def _verb_of(req: Request, named: bool, sub: str | None) -> str:

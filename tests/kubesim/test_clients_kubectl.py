@@ -43,6 +43,7 @@ async def test_get_pods_json_and_errors(apiserver: KubeSim, tmp_path: Path) -> N
         nursery.start_soon(cert, "cert", "get", "pods", "-l", "app=web", "-o", "name")
         nursery.start_soon(run, "missing", "get", "pod", "nope")
         nursery.start_soon(run, "short", "get", "po/web", "-o", "jsonpath={.status.phase}")
+        nursery.start_soon(run, "table", "get", "pods")
     listing = json.loads(results["json"].stdout)
     assert results["json"].returncode == 0, results["json"].stderr
     assert [p["metadata"]["name"] for p in listing["items"]] == ["web"]
@@ -51,6 +52,9 @@ async def test_get_pods_json_and_errors(apiserver: KubeSim, tmp_path: Path) -> N
     assert results["missing"].returncode == 1
     assert results["missing"].stderr == b'Error from server (NotFound): pods "nope" not found\n'
     assert results["short"].stdout == b"Pending"
+    header, row = results["table"].stdout.decode().splitlines()
+    assert header.split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert row.split()[:4] == ["web", "0/1", "Pending", "0"]
 
 
 async def test_get_raw_watch_with_timeout(apiserver: KubeSim, tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ class Query:
     fields: Matcher
     labels: Matcher
     name: str | None = None  # pinned by fieldSelector metadata.name=X
+    table: Callable[[Obj], Obj] | None = None  # kubectl asked for Table rows
 
     @property
     def subscription(self) -> dict[str, str | None]:
@@ -88,25 +89,31 @@ def _event_line(ev: Event, q: Query) -> bytes | None:
     """The line this watcher sees for `ev`, or None (selector decides per old/new object)."""
     if ev.resource != q.kind.resource:
         return None
-    now = q.matches(ev.obj) if ev.type != "DELETED" else False
-    before = q.matches(ev.prev) if ev.type != "ADDED" else False
+    seen = _decide(ev, q)
+    if seen is None:
+        return None
+    kind, obj = seen
+    if q.table is not None:
+        return _line(kind, q.table(obj))
+    if kind == ev.type and obj is ev.obj:  # the common case: shared by every such watcher
+        if ev.line is None:
+            ev.line = _line(ev.type, ev.obj)
+        return ev.line
+    return _line(kind, obj)
+
+
+def _decide(ev: Event, q: Query) -> tuple[str, Obj] | None:
     if ev.type == "DELETED":
-        before = q.matches(ev.obj)
-        return (ev.line or _cache(ev)) if before else None
-    if now and before:
-        return ev.line or _cache(ev)
+        return ("DELETED", ev.obj) if q.matches(ev.obj) else None
+    now = q.matches(ev.obj)
+    before = ev.type != "ADDED" and q.matches(ev.prev)
     if now:
-        return _line("ADDED", ev.obj) if ev.type != "ADDED" else (ev.line or _cache(ev))
+        return ("MODIFIED" if before else "ADDED", ev.obj)
     if before:
         assert ev.prev is not None
         gone = {**ev.prev, "metadata": {**ev.prev["metadata"], "resourceVersion": str(ev.rv)}}
-        return _line("DELETED", gone)
+        return ("DELETED", gone)
     return None
-
-
-def _cache(ev: Event) -> bytes:
-    ev.line = _line(ev.type, ev.obj)
-    return ev.line
 
 
 def _bookmark(kind: Kind, rv: int, *, initial_end: bool = False) -> bytes:
@@ -175,7 +182,7 @@ async def serve_watch(
     try:
         if opts.rv in (None, "0") or opts.send_initial:
             objs = [o for o in store.list(q.kind.resource, q.namespace) if q.matches(o)]
-            initial = [_line("ADDED", o) for o in objs]
+            initial = [_line("ADDED", q.table(o) if q.table else o) for o in objs]
             replay, events = store.open_watch(None, **q.subscription)
         elif faults.take_watch_expiry():
             raise TooOld(int(opts.rv), store.history_floor)
