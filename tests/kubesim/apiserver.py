@@ -29,6 +29,7 @@ from tests.kubesim.watch import Query, build_list, parse_watch_options, serve_wa
 from tests.kubesim.wire import Exchange, Request
 
 Obj = dict[str, Any]
+HEALTHY: Obj = {}  # sentinel document: /healthz, /livez, /readyz answer plain "ok"
 TABLE_CONTENT_TYPE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # k/k SimpleNameGenerator's alphabet
 
@@ -85,6 +86,9 @@ class ApiServer:
             doc = route.doc()
             if doc is None:
                 raise status.path_not_found()
+            if doc is HEALTHY:
+                await ex.respond(200, b"ok", content_type="text/plain; charset=utf-8")
+                return
             await ex.respond(200, status.encode(doc))
             return
         if route.kind is None:
@@ -131,6 +135,8 @@ class ApiServer:
         }
         if path in table:
             return table[path]
+        if path in ("/healthz", "/livez", "/readyz"):
+            return lambda: HEALTHY
         if len(parts) == 2 and parts[0] == "apis":
             return lambda: discovery.build_group(parts[1])
         if len(parts) == 3 and parts[0] == "apis" and parts[1] == discovery.NETWORKING:

@@ -177,6 +177,8 @@ class KubeSim:
             await serve_connection(tls, self._handle, peer_cn=_common_name(tls))
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
             pass
+        except Exception:  # one broken connection must not take the cluster down
+            traceback.print_exc(file=sys.stderr)
         finally:
             await trio.aclose_forcefully(tls)
 

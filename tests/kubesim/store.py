@@ -203,7 +203,8 @@ class Store:
             self.remove_nowait(resource, ns, name, propagation_policy=propagation_policy)
             return shown
         grace = _pod_grace(current, grace_period_s)
-        if current["metadata"].get("deletionTimestamp") is None:
+        marked = current["metadata"].get("deletionGracePeriodSeconds")
+        if marked is None or grace < marked:  # a second delete may only shorten the grace
 
             def mark(pod: Obj) -> None:
                 pod["metadata"]["deletionTimestamp"] = build_timestamp(
@@ -211,7 +212,7 @@ class Store:
                 )
                 pod["metadata"]["deletionGracePeriodSeconds"] = grace
 
-            self._policies[(resource, *key)] = propagation_policy
+            self._policies.setdefault((resource, *key), propagation_policy)
             shown = self.update_nowait(resource, ns, name, mark)
         else:
             shown = copy.deepcopy(current)

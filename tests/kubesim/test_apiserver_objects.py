@@ -161,6 +161,9 @@ async def test_discovery(kube: httpx.AsyncClient) -> None:
     net = (await kube.get("/apis/networking.k8s.io/v1")).json()
     assert [r["name"] for r in net["resources"]] == ["ingresses"]
     assert (await kube.get("/api")).json()["versions"] == ["v1"]
+    for probe in ("/healthz", "/livez", "/readyz"):
+        r = await kube.get(probe)
+        assert (r.status_code, r.text) == (200, "ok")
 
 
 async def test_namespaces(kube: httpx.AsyncClient) -> None:
@@ -284,6 +287,10 @@ async def test_graceful_delete_waits_for_a_kubelet(apiserver: KubeSim) -> None:
         shown = await store.delete("pods", "runnerd", "p", grace_period_s=5)
         assert shown["metadata"]["deletionGracePeriodSeconds"] == 5
         assert store.get("pods", "runnerd", "p") is not None  # kubelet's job to remove
+        again = await store.delete("pods", "runnerd", "p", grace_period_s=10)
+        assert again["metadata"]["deletionGracePeriodSeconds"] == 5  # never lengthened
+        shorter = await store.delete("pods", "runnerd", "p", grace_period_s=2)
+        assert shorter["metadata"]["deletionGracePeriodSeconds"] == 2
         await store.remove("pods", "runnerd", "p")
     assert store.get("pods", "runnerd", "p") is None
 

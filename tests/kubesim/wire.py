@@ -325,6 +325,8 @@ async def serve_connection(
         request = parse_request(event)
         request.peer_cn = peer_cn
         try:
+            if request.headers.get("expect", "").lower() == "100-continue":
+                await t.send(h11.InformationalResponse(status_code=100, headers=[]))
             request.body = await _read_body(t)
         except (h11.RemoteProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
             return
