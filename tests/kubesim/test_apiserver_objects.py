@@ -313,3 +313,11 @@ async def test_dry_run_is_refused_not_performed(kube: httpx.AsyncClient) -> None
     r = await kube.post(PODS, json=build_pod("a"), params={"dryRun": "All"})
     assert r.status_code == 400 and r.json()["message"] == "kubesim does not implement dryRun"
     assert (await kube.get(f"{PODS}/a")).status_code == 404
+
+
+async def test_unsupported_verbs_are_405(kube: httpx.AsyncClient) -> None:
+    await kube.post(PODS, json=build_pod("a"))
+    for method in ("PUT", "PATCH"):
+        r = await kube.request(method, f"{PODS}/a", json=build_pod("a"))
+        assert r.status_code == 405 and r.json()["reason"] == "MethodNotAllowed"
+    assert (await kube.delete(PODS)).status_code == 405  # deletecollection

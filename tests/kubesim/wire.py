@@ -237,11 +237,13 @@ class WebSocketConn:
                 pass
 
     async def drop(self) -> None:
-        """Fault: vanish without a close frame (as a network cut would)."""
+        """Fault: vanish without a close frame (as a network cut would).
+
+        The kubelet is not cancelled: like a real server it finds out from its next
+        `receive()` (None) or `send()` (BrokenResourceError/ClosedResourceError).
+        """
         self.closed = True
         await trio.aclose_forcefully(self._t.stream)
-        if self.cancel_scope is not None:
-            self.cancel_scope.cancel()
 
     async def _send_ws(self, event: ws.Event) -> None:
         data = self._ws.send(event)
