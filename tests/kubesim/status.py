@@ -38,9 +38,19 @@ class ApiError(Exception):
         return encode(self.body) if isinstance(self.body, dict) else self.body
 
 
+_GO_ESCAPES = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
 def encode(obj: Any) -> bytes:
-    """Go encoding/json style: compact, with the Encoder's trailing newline."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    """Go encoding/json style: compact, HTML-escaped, with the Encoder's trailing newline.
+
+    The characters escaped only ever occur inside JSON strings, so translating the
+    whole text is safe.
+    """
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return text.translate(_GO_ESCAPES).encode() + b"\n"
 
 
 def build_status(
@@ -162,10 +172,8 @@ def service_unavailable(message: str, *, retry_after_s: int | None = None) -> Ap
 
 
 def method_not_allowed() -> ApiError:
-    body = build_status(
-        405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-    )
-    return ApiError(405, body)
+    msg = "the server does not allow this method on the requested resource"
+    return ApiError(405, _with_empty_details(build_status(405, "MethodNotAllowed", msg)))
 
 
 def _retry_header(retry_after_s: int | None) -> list[tuple[str, str]]:
@@ -175,7 +183,10 @@ def _retry_header(retry_after_s: int | None) -> list[tuple[str, str]]:
 def path_not_found() -> ApiError:
     """Unknown path or resource: the generic NotFound, whose details is `{}` (not omitted)."""
     body = build_status(404, "NotFound", "the server could not find the requested resource")
-    body.pop("code")
-    body["details"] = {}
-    body["code"] = 404
-    return ApiError(404, body)
+    return ApiError(404, _with_empty_details(body))
+
+
+def _with_empty_details(body: Obj) -> Obj:
+    """Generic server responses carry `details: {}` (a non-nil empty pointer in Go)."""
+    code = body.pop("code")
+    return body | {"details": {}, "code": code}

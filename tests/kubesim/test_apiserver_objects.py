@@ -321,3 +321,11 @@ async def test_unsupported_verbs_are_405(kube: httpx.AsyncClient) -> None:
         r = await kube.request(method, f"{PODS}/a", json=build_pod("a"))
         assert r.status_code == 405 and r.json()["reason"] == "MethodNotAllowed"
     assert (await kube.delete(PODS)).status_code == 405  # deletecollection
+
+
+async def test_json_is_html_escaped_as_go_writes_it(kube: httpx.AsyncClient) -> None:
+    pod = build_pod("a")
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", "a && b <x>"]
+    r = await kube.post(PODS, json=pod)
+    assert '"sh","-c","a \\u0026\\u0026 b \\u003cx\\u003e"' in r.text
+    assert r.json()["spec"]["containers"][0]["command"][2] == "a && b <x>"
