@@ -329,3 +329,15 @@ async def test_json_is_html_escaped_as_go_writes_it(kube: httpx.AsyncClient) -> 
     r = await kube.post(PODS, json=pod)
     assert '"sh","-c","a \\u0026\\u0026 b \\u003cx\\u003e"' in r.text
     assert r.json()["spec"]["containers"][0]["command"][2] == "a && b <x>"
+
+
+async def test_rbac_on_a_cluster_scoped_resource(
+    apiserver: KubeSim, kube: httpx.AsyncClient
+) -> None:
+    apiserver.faults.deny("list", "namespaces")
+    r = await kube.get("/api/v1/namespaces")
+    assert r.status_code == 403
+    assert r.json()["message"] == (
+        'namespaces is forbidden: User "system:serviceaccount:runnerd:runnerd" cannot list '
+        'resource "namespaces" in API group "" at the cluster scope'
+    )

@@ -154,6 +154,11 @@ async def test_send_initial_events_ends_with_annotated_bookmark(kube: httpx.Asyn
     assert mark["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
     r = await kube.get(PODS, params={"watch": "1", "sendInitialEvents": "true"})
     assert r.status_code == 422
+    assert [c["message"] for c in r.json()["details"]["causes"]] == [
+        "Forbidden: sendInitialEvents is forbidden for watch unless resourceVersionMatch is set "
+        "to NotOlderThan",
+        "Forbidden: sendInitialEvents requires setting allowWatchBookmarks=true",
+    ]
 
 
 async def test_field_selectors(kube: httpx.AsyncClient) -> None:

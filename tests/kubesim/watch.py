@@ -151,21 +151,19 @@ def parse_watch_options(
     if timeout_s <= 0:  # unset or 0: minRequestTimeout (1800 s) * (1 + rand), as handlers/get.go
         timeout_s = random.uniform(1800, 3600)
     send_initial = flag("sendInitialEvents")
+    bookmarks = flag("allowWatchBookmarks")
+    problems = []  # k/k ValidateListOptions, for a watch with sendInitialEvents
     if send_initial and param("resourceVersionMatch") != "NotOlderThan":
-        raise status.invalid(
-            "ListOptions",
-            "",
-            [
-                (
-                    "FieldValueForbidden",
-                    "sendInitialEvents",
-                    "Forbidden: sendInitialEvents is forbidden for watch unless "
-                    "resourceVersionMatch is set to NotOlderThan",
-                )
-            ],
-            group="meta.k8s.io",
+        problems.append(
+            "sendInitialEvents is forbidden for watch unless resourceVersionMatch is set to "
+            "NotOlderThan"
         )
-    return WatchOptions(rv, timeout_s, flag("allowWatchBookmarks"), send_initial)
+    if send_initial and not bookmarks:
+        problems.append("sendInitialEvents requires setting allowWatchBookmarks=true")
+    if problems:
+        errors = [("FieldValueForbidden", "sendInitialEvents", f"Forbidden: {p}") for p in problems]
+        raise status.invalid("ListOptions", "", errors, group="meta.k8s.io")
+    return WatchOptions(rv, timeout_s, bookmarks, send_initial)
 
 
 async def serve_watch(
