@@ -79,6 +79,7 @@ class Faults:
         self._denied: set[tuple[str, str, str | None]] = set()
         self._silent = trio.Event()
         self._silent.set()  # set = answering; cleared while silent
+        self._silent_handshakes = False
         self.watch_cuts: set[Callable[[bool], None]] = set()
         self.attaches: set[Any] = set()  # open WebSocketConn objects
         self.restart_hook: Callable[..., Awaitable[None]] | None = None
@@ -157,17 +158,28 @@ class Faults:
 
     # ---- silence, restart, attaches ---------------------------------------------
 
-    def go_silent(self) -> None:
-        """Accept connections and requests, never answer (until `resume`)."""
+    def go_silent(self, *, handshakes: bool = False) -> None:
+        """Accept connections and requests, never answer (until `resume`).
+
+        With `handshakes`, new connections also stall before the TLS handshake (a
+        frozen process: the kernel accepts, nothing more), so clients see a connect
+        timeout rather than a read timeout.
+        """
         if self._silent.is_set():
             self._silent = trio.Event()
+        self._silent_handshakes = handshakes
 
     def resume(self) -> None:
         self._silent.set()
+        self._silent_handshakes = False
 
     @property
     def silent(self) -> bool:
         return not self._silent.is_set()
+
+    async def wait_handshake_allowed(self) -> None:
+        if self._silent_handshakes:
+            await self._silent.wait()
 
     async def wait_answering(self) -> None:
         await self._silent.wait()

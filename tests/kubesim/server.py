@@ -171,6 +171,7 @@ class KubeSim:
         assert self._server_ctx is not None and self._api is not None
         tls = trio.SSLStream(tcp, self._server_ctx, server_side=True)
         try:
+            await self.faults.wait_handshake_allowed()
             with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
                 await tls.do_handshake()
             self.stats.tls_handshakes += 1

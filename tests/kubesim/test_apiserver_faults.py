@@ -97,6 +97,16 @@ async def test_go_silent_then_resume(apiserver: KubeSim, kube: httpx.AsyncClient
     assert (await kube.get(PODS)).status_code == 200
 
 
+async def test_go_silent_before_the_handshake(apiserver: KubeSim) -> None:
+    apiserver.faults.go_silent(handshakes=True)
+    async with build_client(apiserver) as fresh:
+        with pytest.raises(httpx.ConnectTimeout):
+            await fresh.get(PODS, timeout=0.5)
+        apiserver.faults.resume()
+        assert (await fresh.get(PODS)).status_code == 200
+    assert apiserver.stats.tls_handshakes == 1  # the stalled one never completed
+
+
 async def test_silent_server_holds_back_watch_events(
     apiserver: KubeSim, kube: httpx.AsyncClient
 ) -> None:
