@@ -13,7 +13,7 @@ from tests.kubesim.server import KubeSim, open_kubesim
 
 async def test_starts_in_under_a_second(tmp_path: Path) -> None:
     started = time.monotonic()
-    async with open_kubesim(tmp_path, kubelet=False) as sim:
+    async with open_kubesim(tmp_path) as sim:  # the whole cluster, kubelet included
         elapsed = time.monotonic() - started
         async with build_client(sim) as kube:
             assert (await kube.get("/version")).json()["gitVersion"].startswith("v1.37")
