@@ -273,8 +273,8 @@ class ApiServer:
             raise status.not_found("namespaces", ns)
         if kind.resource == "pods":
             self._admit_quota(obj, ns)
-        try:
-            created = await self.store.create(kind.resource, ns, obj)
+        try:  # no checkpoint since the quota check: concurrent creates cannot both fit
+            created = self.store.create_nowait(kind.resource, ns, obj)
         except AlreadyExists as exc:
             raise status.already_exists(kind.resource, meta["name"], kind.group) from exc
         await ex.respond(201, status.encode(created))

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import httpx
+import trio
 
 from tests.kubesim.conftest import PODS, build_client, build_pod
 from tests.kubesim.server import KubeSim, open_kubesim
@@ -341,3 +342,18 @@ async def test_rbac_on_a_cluster_scoped_resource(
         'namespaces is forbidden: User "system:serviceaccount:runnerd:runnerd" cannot list '
         'resource "namespaces" in API group "" at the cluster scope'
     )
+
+
+async def test_concurrent_creates_cannot_overrun_a_quota(
+    apiserver: KubeSim, kube: httpx.AsyncClient
+) -> None:
+    await apiserver.faults.set_quota("runnerd", "count", {"pods": "3"})
+    codes: list[int] = []
+
+    async def create(i: int) -> None:
+        codes.append((await kube.post(PODS, json=build_pod(f"p{i}"))).status_code)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(10):
+            nursery.start_soon(create, i)
+    assert sorted(codes) == [201] * 3 + [403] * 7
