@@ -76,6 +76,8 @@ async def serve_upgrade(
         raise status.bad_request(f"pod {name} does not have a host assigned")
     if not req.is_websocket:
         raise status.bad_request("Upgrade request required")
+    if req.headers.get("sec-websocket-version") != "13" or not req.headers.get("sec-websocket-key"):
+        raise status.bad_request("websocket: Sec-WebSocket-Version 13 and a key are required")
     protocol = choose_subprotocol(req.subprotocols)
     if protocol is None:
         raise status.ApiError(403, b"", content_type="text/plain; charset=utf-8")

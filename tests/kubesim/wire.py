@@ -179,7 +179,6 @@ class Exchange:
         conn = WebSocketConn(self._t, subprotocol)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(conn.run_reader, bytes(trailing))
-            conn.cancel_scope = nursery.cancel_scope
             try:
                 yield conn
             finally:
@@ -216,7 +215,6 @@ class WebSocketConn:
         self._ws = WsProtocol(wsproto.ConnectionType.SERVER)
         self.subprotocol = subprotocol
         self._send_in, self._recv_out = trio.open_memory_channel[bytes](256)
-        self.cancel_scope: trio.CancelScope | None = None
         self.closed = False
 
     async def send(self, data: bytes) -> None:
