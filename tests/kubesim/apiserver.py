@@ -119,6 +119,8 @@ class ApiServer:
             return Route(_verb_of(req, False, None), req.path)
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
+        if kind.namespaced and ns is None and name is not None:
+            return Route(_verb_of(req, True, sub), req.path)  # /api/v1/pods/x: no such path
         pattern = prefix + ("/namespaces/{namespace}" if ns else "") + f"/{kind.resource}"
         pattern += "/{name}" if name else ""
         pattern += f"/{sub}" if sub else ""
@@ -196,6 +198,8 @@ class ApiServer:
                 self.kubelet(),
             )
             return
+        if kind.namespaced and route.namespace is None and route.verb not in ("list", "watch"):
+            raise status.method_not_allowed()  # the all-namespaces path only lists
         if route.sub not in (None, "status") or route.verb not in handlers:
             if route.verb in ("update", "patch", "deletecollection") and route.sub in (
                 None,

@@ -322,6 +322,9 @@ async def test_unsupported_verbs_are_405(kube: httpx.AsyncClient) -> None:
         r = await kube.request(method, f"{PODS}/a", json=build_pod("a"))
         assert r.status_code == 405 and r.json()["reason"] == "MethodNotAllowed"
     assert (await kube.delete(PODS)).status_code == 405  # deletecollection
+    assert (await kube.post("/api/v1/pods", json=build_pod("b"))).status_code == 405
+    assert (await kube.get("/api/v1/pods/a")).json()["details"] == {}  # generic 404
+    assert len((await kube.get("/api/v1/pods")).json()["items"]) == 1
 
 
 async def test_json_is_html_escaped_as_go_writes_it(kube: httpx.AsyncClient) -> None:
