@@ -200,13 +200,10 @@ class ApiServer:
             return
         if kind.namespaced and route.namespace is None and route.verb not in ("list", "watch"):
             raise status.method_not_allowed()  # the all-namespaces path only lists
-        if route.sub not in (None, "status") or route.verb not in handlers:
-            if route.verb in ("update", "patch", "deletecollection") and route.sub in (
-                None,
-                "status",
-            ):
-                raise status.method_not_allowed()
+        if route.sub not in (None, "status"):
             raise status.path_not_found()
+        if route.verb not in handlers or (route.sub == "status" and route.verb != "get"):
+            raise status.method_not_allowed()  # only reads of pods/status are implemented
         await handlers[route.verb](ex, route)
 
     async def _get(self, ex: Exchange, route: Route) -> None:

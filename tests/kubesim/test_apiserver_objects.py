@@ -323,6 +323,7 @@ async def test_unsupported_verbs_are_405(kube: httpx.AsyncClient) -> None:
         assert r.status_code == 405 and r.json()["reason"] == "MethodNotAllowed"
     assert (await kube.delete(PODS)).status_code == 405  # deletecollection
     assert (await kube.post("/api/v1/pods", json=build_pod("b"))).status_code == 405
+    assert (await kube.delete(f"{PODS}/a/status")).status_code == 405
     assert (await kube.get("/api/v1/pods/a")).json()["details"] == {}  # generic 404
     assert len((await kube.get("/api/v1/pods")).json()["items"]) == 1
 
