@@ -133,7 +133,9 @@ def _holds(req: Requirement, labels: dict[str, str]) -> bool:
 
 def _split_terms(text: str) -> list[str]:
     """Split on commas outside parentheses; empty text selects everything."""
-    terms, depth, cur = [], 0, []
+    terms: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1

@@ -27,6 +27,7 @@ reference instead).
 
 from __future__ import annotations
 
+import builtins
 import copy
 import datetime as dt
 import uuid
@@ -258,7 +259,7 @@ class Store:
         resource: str | None = None,
         namespace: str | None = None,
         name: str | None = None,
-    ) -> tuple[list[Event], Subscription]:
+    ) -> tuple[builtins.list[Event], Subscription]:
         """Events after `from_rv` from the history (None: none) plus a live channel.
 
         Only events for `resource`/`namespace`/`name` (None: any) are delivered.
@@ -266,7 +267,7 @@ class Store:
         checkpoint in between, so nothing is missed or seen twice. Raises TooOld.
         """
         key: SubKey = (resource, namespace or None, name)
-        replay: list[Event] = []
+        replay: builtins.list[Event] = []
         if from_rv is not None and from_rv < self._rv:
             floor = self.history_floor
             if from_rv < floor:

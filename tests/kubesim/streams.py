@@ -46,7 +46,7 @@ def pick_container(pod: Obj, requested: str | None) -> str:
     containers = [c["name"] for c in pod["spec"].get("containers", [])]
     if not requested:
         if len(containers) == 1:
-            return containers[0]
+            return str(containers[0])
         raise status.bad_request(
             f"a container name must be specified for pod {name}, "
             f"choose one of: [{' '.join(containers)}]"

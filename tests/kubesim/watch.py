@@ -25,7 +25,7 @@ from tests.kubesim import status
 from tests.kubesim.discovery import Kind
 from tests.kubesim.faults import Faults, Stats
 from tests.kubesim.selectors import Matcher
-from tests.kubesim.store import Event, Store, TooOld
+from tests.kubesim.store import Event, Store, Subscription, TooOld
 from tests.kubesim.wire import Exchange
 
 Obj = dict[str, Any]
@@ -223,7 +223,7 @@ class _Cut:
 
 async def _pump(
     write: Callable[[bytes], Awaitable[None]],
-    events: trio.abc.ReceiveChannel[Event],
+    events: Subscription,
     q: Query,
     initial: list[bytes],
     faults: Faults,

@@ -84,7 +84,7 @@ class _Transport:
             if event is not h11.NEED_DATA:
                 return event
             data = await self.stream.receive_some(READ_BYTES)
-            self.h11.receive_data(data)
+            self.h11.receive_data(bytes(data))
             if not data:
                 return self.h11.next_event()
 
@@ -146,7 +146,7 @@ class Exchange:
             async def read_until_eof() -> None:
                 try:
                     while data := await self._t.stream.receive_some(READ_BYTES):
-                        self._t.h11.receive_data(data)  # pipelined bytes wait for next cycle
+                        self._t.h11.receive_data(bytes(data))  # pipelined bytes wait for next cycle
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     pass
                 gone.set()
@@ -259,7 +259,7 @@ class WebSocketConn:
                         if await self._on_event(event, parts):
                             return
                 try:
-                    data = await self._t.stream.receive_some(READ_BYTES)
+                    data = bytes(await self._t.stream.receive_some(READ_BYTES))
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     return
                 if not data:
