@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from tests.kubesim import discovery, quota, status, streams, table
+from tests.kubesim import discovery, params, quota, status, streams, table, updates
 from tests.kubesim.discovery import KINDS, Kind
 from tests.kubesim.faults import Faults, Stats
 from tests.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -110,21 +110,21 @@ class ApiServer:
         elif parts[:1] == ["apis"] and len(parts) >= 3 and parts[2] == "v1":
             group, rest, prefix = parts[1], parts[3:], f"/apis/{parts[1]}/v1"
         else:
-            return Route(_verb_of(req, False, None), req.path)
+            return Route(params.verb_of(req, False, None), req.path)
         ns: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             ns, rest = rest[1], rest[2:]
         kind = KINDS.get(rest[0]) if rest else None
         if kind is None or kind.group != group or len(rest) > 3 or (ns and not kind.namespaced):
-            return Route(_verb_of(req, False, None), req.path)
+            return Route(params.verb_of(req, False, None), req.path)
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
         if kind.namespaced and ns is None and name is not None:
-            return Route(_verb_of(req, True, sub), req.path)  # /api/v1/pods/x: no such path
+            return Route(params.verb_of(req, True, sub), req.path)  # /api/v1/pods/x: no such path
         pattern = prefix + ("/namespaces/{namespace}" if ns else "") + f"/{kind.resource}"
         pattern += "/{name}" if name else ""
         pattern += f"/{sub}" if sub else ""
-        verb = _verb_of(req, name is not None, sub)
+        verb = params.verb_of(req, name is not None, sub)
         return Route(verb, pattern, kind, ns, name, sub)
 
     def _discovery(self, parts: list[str]) -> Callable[[], Obj | None] | None:
@@ -185,6 +185,8 @@ class ApiServer:
             "create": self._create,
             "get": self._get,
             "delete": self._delete,
+            "update": self._update,
+            "patch": self._update,
         }
         if route.sub in ("attach", "exec") and kind.resource == "pods":
             await streams.serve_upgrade(
@@ -244,7 +246,7 @@ class ApiServer:
                 bookmark_interval_s=self.bookmark_interval_s,
             )
             return
-        limit = _int_param(req, "limit")
+        limit = params.int_param(req, "limit")
         body = build_list(self.store, q, limit=limit, cont=req.param("continue"))
         if table.wants_table(req.headers.get("accept", "")):
             await _respond_table(ex, kind, body)
@@ -254,7 +256,7 @@ class ApiServer:
     async def _create(self, ex: Exchange, route: Route) -> None:
         kind = route.kind
         assert kind is not None and kind.validate is not None and kind.default is not None
-        obj = _parse_object(ex.request.body, kind)
+        obj = params.parse_object(ex.request.body, kind)
         meta = obj.setdefault("metadata", {})
         for key in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"):
             meta.pop(key, None)
@@ -288,10 +290,58 @@ class ApiServer:
             name = pod["metadata"].get("name") or pod["metadata"].get("generateName", "")
             raise status.forbidden("pods", name, problem)
 
+    async def _update(self, ex: Exchange, route: Route) -> None:
+        """PUT (replace, with an RV precondition) and PATCH (see updates.py)."""
+        kind = route.kind
+        assert kind is not None and kind.validate is not None and route.name is not None
+        ns, name = route.namespace or "", route.name
+        current = self.store.get(kind.resource, ns, name)
+        if current is None:
+            raise status.not_found(kind.resource, name, kind.group)
+        proposed = self._proposed(ex.request, kind, current)
+        updated = updates.build_updated(current, proposed)
+        errors = kind.validate(updated)
+        if kind.resource == "pods" and not updates.pod_spec_change_allowed(
+            current["spec"], updated.get("spec") or {}
+        ):
+            errors.append(("FieldValueForbidden", "spec", updates.POD_UPDATE_FORBIDDEN))
+        if errors:
+            raise status.invalid(kind.kind, name, errors, kind.group)
+
+        def replace(obj: Obj) -> None:
+            obj.clear()
+            obj.update(updated)
+
+        await ex.respond(
+            200, status.encode(self.store.update_nowait(kind.resource, ns, name, replace))
+        )
+
+    def _proposed(self, req: Request, kind: Kind, current: Obj) -> Obj:
+        if req.method == "PUT":
+            proposed = params.parse_object(req.body, kind)
+            meta = proposed.get("metadata") or {}
+            if meta.get("name") not in (None, current["metadata"]["name"]):
+                raise status.bad_request(
+                    f"the name of the object ({meta.get('name')}) does not match the name on "
+                    f"the URL ({current['metadata']['name']})"
+                )
+            rv = meta.get("resourceVersion")
+            if rv and rv != current["metadata"]["resourceVersion"]:
+                raise status.conflict(kind.resource, current["metadata"]["name"], kind.group)
+            return proposed
+        content_type = req.headers.get("content-type", "").split(";")[0].strip()
+        if content_type not in updates.PATCH_TYPES:
+            raise status.unsupported_media_type()
+        try:
+            return updates.apply_patch(current, json.loads(req.body or b"null"), content_type)
+        except ValueError as exc:  # PatchError or bad JSON
+            body = status.build_status(422, "Invalid", str(exc))
+            raise status.ApiError(422, body) from exc
+
     async def _delete(self, ex: Exchange, route: Route) -> None:
         kind = route.kind
         assert kind is not None and route.name is not None
-        grace, policy = _delete_options(ex.request)
+        grace, policy = params.delete_options(ex.request)
         try:
             shown = await self.store.delete(
                 kind.resource,
@@ -316,86 +366,6 @@ class ApiServer:
 async def _respond_table(ex: Exchange, kind: Kind, list_obj: Obj) -> None:
     doc = table.build_table(kind.kind, list_obj, dt.datetime.now(dt.UTC))
     await ex.respond(200, status.encode(doc), content_type=TABLE_CONTENT_TYPE)
-
-
-def _verb_of(req: Request, named: bool, sub: str | None) -> str:
-    """The authorization verb, as the apiserver's RequestInfo derives it."""
-    method = req.method
-    if sub in ("attach", "exec"):
-        return "create" if method == "POST" else "get"
-    if method == "GET":
-        if req.flag("watch"):
-            return "watch"
-        return "get" if named else "list"
-    return {
-        "POST": "create",
-        "PUT": "update",
-        "PATCH": "patch",
-        "DELETE": "delete" if named else "deletecollection",
-    }.get(method, method.lower())
-
-
-def _int_param(req: Request, name: str) -> int | None:
-    raw = req.param(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise status.bad_request(f"invalid value for {name}: {raw!r}: not an integer") from exc
-
-
-def _parse_object(body: bytes, kind: Kind) -> Obj:
-    try:
-        obj = json.loads(body or b"null")
-    except ValueError as exc:
-        raise status.bad_request(f"couldn't get version/kind; json parse error: {exc}") from exc
-    if not isinstance(obj, dict):
-        raise status.bad_request("the body of the request was in an unknown format")
-    if obj.get("kind") not in (None, kind.kind) or obj.get("apiVersion") not in (
-        None,
-        kind.api_version,
-    ):
-        raise status.bad_request(
-            f"the API version in the data ({obj.get('apiVersion')}) does not match the expected "
-            f"API version ({kind.api_version})"
-            if obj.get("apiVersion") not in (None, kind.api_version)
-            else f"the kind in the data ({obj.get('kind')}) does not match the expected kind "
-            f"({kind.kind})"
-        )
-    return obj
-
-
-PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
-
-
-def _delete_options(req: Request) -> tuple[int | None, str]:
-    """gracePeriodSeconds/propagationPolicy from a DeleteOptions body, else the query."""
-    if req.body.strip():
-        try:
-            opts = json.loads(req.body)
-        except ValueError as exc:
-            raise status.bad_request(f"couldn't get version/kind; json parse error: {exc}") from exc
-        grace, policy = opts.get("gracePeriodSeconds"), opts.get("propagationPolicy")
-    else:
-        grace, policy = _int_param(req, "gracePeriodSeconds"), req.param("propagationPolicy")
-    if policy is not None and policy not in PROPAGATION_POLICIES:
-        supported = ", ".join(f'"{p}"' for p in PROPAGATION_POLICIES) + ', "nil"'
-        raise status.invalid(
-            "DeleteOptions",
-            "",
-            [
-                (
-                    "FieldValueNotSupported",
-                    "propagationPolicy",
-                    f'Unsupported value: "{policy}": supported values: {supported}',
-                )
-            ],
-            group="meta.k8s.io",
-        )
-    if grace is not None and not isinstance(grace, int):
-        raise status.bad_request(f"invalid gracePeriodSeconds: {grace!r}")
-    return grace, policy or "Background"
 
 
 def new_token() -> str:

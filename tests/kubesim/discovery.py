@@ -37,7 +37,7 @@ class Kind:
         return self.kind.lower()
 
 
-_RW = ("create", "delete", "get", "list", "watch")
+_RW = ("create", "delete", "get", "list", "patch", "update", "watch")
 KINDS = {
     "namespaces": Kind(
         "namespaces",

@@ -133,6 +133,24 @@ def rbac_inner(user: str, verb: str, resource: str, group: str, ns: str | None) 
     )
 
 
+def conflict(resource: str, name: str, group: str = "") -> ApiError:
+    msg = (
+        f"Operation cannot be fulfilled on {_qualified(resource, group)} {json.dumps(name)}: "
+        "the object has been modified; please apply your changes to the latest version and "
+        "try again"
+    )
+    return ApiError(409, build_status(409, "Conflict", msg, name=name, group=group, kind=resource))
+
+
+def unsupported_media_type() -> ApiError:
+    msg = (
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json, "
+        "application/strategic-merge-patch+json"
+    )
+    return ApiError(415, build_status(415, "UnsupportedMediaType", msg))
+
+
 def bad_request(message: str) -> ApiError:
     return ApiError(400, build_status(400, "BadRequest", message))
 

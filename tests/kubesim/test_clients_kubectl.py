@@ -110,3 +110,22 @@ async def test_create_from_a_manifest_and_a_bad_one(apiserver: KubeSim, tmp_path
     assert results["bad"].stderr.startswith(
         b'The Pod "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": '
     )
+
+
+async def test_label_and_annotate_patch_the_pod(apiserver: KubeSim, tmp_path: Path) -> None:
+    await seed_pod(apiserver, "a")
+    await seed_pod(apiserver, "b")
+    results: dict[str, subprocess.CompletedProcess[bytes]] = {}
+
+    async def run(key: str, *args: str) -> None:
+        results[key] = await kubectl(apiserver, tmp_path, *args)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, "label", "label", "pod", "a", "tier=web")
+        nursery.start_soon(run, "annotate", "annotate", "pod", "b", "note=hi")
+    assert results["label"].stdout == b"pod/a labeled\n", results["label"].stderr
+    assert results["annotate"].stdout == b"pod/b annotated\n", results["annotate"].stderr
+    a = apiserver.store.get("pods", "runnerd", "a")
+    b = apiserver.store.get("pods", "runnerd", "b")
+    assert a is not None and a["metadata"]["labels"] == {"tier": "web"}
+    assert b is not None and b["metadata"]["annotations"] == {"note": "hi"}

@@ -1,0 +1,156 @@
+"""PUT and PATCH: patch application and the update rules the apiserver enforces. Pure.
+
+Supported patch types: `application/merge-patch+json` (RFC 7386),
+`application/strategic-merge-patch+json` (applied as a merge patch, except that
+`containers`/`initContainers` lists merge by `name`, as their patch strategy says)
+and `application/json-patch+json` (RFC 6902: add, remove, replace, test). Server-side
+apply is not implemented (415).
+
+What an update may change follows the real strategies: `status` is ignored on the
+main resource; `metadata.name`/`namespace`/`uid`/`creationTimestamp` are kept; a
+pod's spec may change only in the fields pod updates allow (422 Forbidden otherwise);
+a PUT whose `metadata.resourceVersion` is stale is a 409 Conflict.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+Obj = dict[str, Any]
+
+MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+PATCH_TYPES = (MERGE, STRATEGIC, JSON_PATCH)
+_MERGE_BY_NAME = ("containers", "initContainers")
+POD_UPDATE_FORBIDDEN = (
+    "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
+    "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be "
+    "set to 1 if it was previously negative)"
+)
+
+
+class PatchError(ValueError):
+    """A patch that cannot be applied; str() is the apiserver-style message."""
+
+
+def apply_patch(current: Obj, patch: Any, content_type: str) -> Obj:
+    if content_type == JSON_PATCH:
+        if not isinstance(patch, list):
+            raise PatchError("json patch must be a list of operations")
+        return _json_patch(copy.deepcopy(current), patch)
+    if not isinstance(patch, dict):
+        raise PatchError("merge patch must be a JSON object")
+    return _merge(current, patch, strategic=content_type == STRATEGIC)
+
+
+def _merge(target: Any, patch: Any, *, strategic: bool, key: str = "") -> Any:
+    if not isinstance(patch, dict):
+        if strategic and key in _MERGE_BY_NAME and isinstance(patch, list):
+            return _merge_named(target if isinstance(target, list) else [], patch)
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = _merge(out.get(k), v, strategic=strategic, key=k)
+    return out
+
+
+def _merge_named(target: list[Any], patch: list[Any]) -> list[Any]:
+    out = [copy.deepcopy(item) for item in target]
+    for item in patch:
+        idx = next((i for i, t in enumerate(out) if t.get("name") == item.get("name")), None)
+        if idx is None:
+            out.append(copy.deepcopy(item))
+        else:
+            out[idx] = _merge(out[idx], item, strategic=True)
+    return out
+
+
+def _json_patch(doc: Any, ops: list[Any]) -> Any:
+    for op in ops:
+        if not isinstance(op, dict) or "path" not in op or "op" not in op:
+            raise PatchError(f"invalid json patch operation: {op!r}")
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        parent, last = _walk(doc, parts[:-1]), parts[-1] if parts else ""
+        kind = op["op"]
+        if kind == "test":
+            if _get(parent, last) != op.get("value"):
+                raise PatchError(f"testing value {op['path']} failed")
+        elif kind == "remove":
+            _get(parent, last)
+            del parent[int(last) if isinstance(parent, list) else last]
+        elif kind in ("add", "replace"):
+            if isinstance(parent, list):
+                index = len(parent) if last == "-" else int(last)
+                if kind == "add":
+                    parent.insert(index, copy.deepcopy(op.get("value")))
+                else:
+                    _get(parent, last)
+                    parent[index] = copy.deepcopy(op.get("value"))
+            else:
+                if kind == "replace":
+                    _get(parent, last)
+                parent[last] = copy.deepcopy(op.get("value"))
+        else:
+            raise PatchError(f"Unexpected kind: {kind}")
+    return doc
+
+
+def _walk(doc: Any, parts: list[str]) -> Any:
+    for part in parts:
+        doc = _get(doc, part)
+    return doc
+
+
+def _get(doc: Any, part: str) -> Any:
+    try:
+        return doc[int(part)] if isinstance(doc, list) else doc[part]
+    except (KeyError, IndexError, ValueError, TypeError) as exc:
+        raise PatchError(f"doc is missing path: {part}") from exc
+
+
+def build_updated(current: Obj, proposed: Obj) -> Obj:
+    """What the strategy keeps of `proposed`: server-owned metadata and status come from
+    `current` (status is its own subresource)."""
+    out = copy.deepcopy(proposed)
+    meta = out.setdefault("metadata", {})
+    for key in (
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generateName",
+    ):
+        if key in current["metadata"]:
+            meta[key] = current["metadata"][key]
+        else:
+            meta.pop(key, None)
+    out["kind"], out["apiVersion"] = current["kind"], current["apiVersion"]
+    if "status" in current:
+        out["status"] = copy.deepcopy(current["status"])
+    return out
+
+
+def pod_spec_change_allowed(old: Obj, new: Obj) -> bool:
+    """True when only the mutable pod spec fields differ."""
+
+    def frozen(spec: Obj) -> Obj:
+        spec = copy.deepcopy(spec)
+        for field in ("containers", "initContainers"):
+            for ctr in spec.get(field) or []:
+                ctr.pop("image", None)
+        spec.pop("activeDeadlineSeconds", None)
+        spec.pop("tolerations", None)
+        return spec
+
+    old_tolerations = old.get("tolerations") or []
+    if any(t not in (new.get("tolerations") or []) for t in old_tolerations):
+        return False
+    return frozen(old) == frozen(new)
