@@ -40,10 +40,14 @@ def apply_patch(current: Obj, patch: Any, content_type: str) -> Obj:
     if content_type == JSON_PATCH:
         if not isinstance(patch, list):
             raise PatchError("json patch must be a list of operations")
-        return _json_patch(copy.deepcopy(current), patch)
-    if not isinstance(patch, dict):
+        patched = _json_patch(copy.deepcopy(current), patch)
+    elif isinstance(patch, dict):
+        patched = _merge(current, patch, strategic=content_type == STRATEGIC)
+    else:
         raise PatchError("merge patch must be a JSON object")
-    return _merge(current, patch, strategic=content_type == STRATEGIC)
+    if not isinstance(patched, dict):
+        raise PatchError("the patched document is not an object")
+    return patched
 
 
 def _merge(target: Any, patch: Any, *, strategic: bool, key: str = "") -> Any:
