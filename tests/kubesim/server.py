@@ -2,7 +2,7 @@
 
 Owns the throwaway CA (trustme), the HTTPS listener on 127.0.0.1 (connection
 accounting, stop and rebind on the same port), the seeded namespaces, the
-kubeconfig writer, and the kubelet task when K2's kubelet module is present.
+kubeconfig writer, and the kubelet task (K2's `kubelet.Kubelet`).
 
 Resource handling: everything runs in the nursery `open_kubesim` opens; leaving
 the `async with` cancels it, which closes the listener and every connection.
@@ -11,7 +11,6 @@ the `async with` cancels it, which closes the listener and every connection.
 from __future__ import annotations
 
 import base64
-import importlib.util
 import ssl
 import sys
 import traceback
@@ -28,6 +27,8 @@ import yaml
 from tests.kubesim import status
 from tests.kubesim.apiserver import ApiServer, new_token
 from tests.kubesim.faults import Faults, Stats
+from tests.kubesim.images import ImageMap, build_default_images
+from tests.kubesim.kubelet import Kubelet
 from tests.kubesim.store import Store
 from tests.kubesim.validation import default_namespace
 from tests.kubesim.wire import Exchange, serve_connection
@@ -48,7 +49,7 @@ class KubeSim:
     ca: trustme.CA
     host: str = "127.0.0.1"
     port: int = 0
-    kubelet: Any = None
+    kubelet: Kubelet | None = None
     _server_ctx: ssl.SSLContext | None = None
     _api: ApiServer | None = None
     _nursery: trio.Nursery | None = None
@@ -222,7 +223,7 @@ def _server_context(ca: trustme.CA) -> ssl.SSLContext:
 async def open_kubesim(
     tmp_path: Path,
     *,
-    images: Any = None,
+    images: ImageMap | None = None,
     namespace: str = "runnerd",
     service_account: str = "runnerd",
     token: str | None = None,
@@ -237,8 +238,9 @@ async def open_kubesim(
     default is about a minute; tests shorten it). `history_limit` events are kept for
     watch resumes. `namespace` (and `default`, `kube-system`) exist from the start; the
     token authenticates as `system:serviceaccount:<namespace>:<service_account>`. With
-    `kubelet` and K2's kubelet module present, pods are scheduled and run (work files
-    under `tmp_path`).
+    `kubelet`, K2's simulated node schedules and runs pods (`images`: which images exist,
+    default `images.build_default_images()`; work files under `tmp_path`); without it
+    pods stay unscheduled and deletes are immediate.
     """
     store = Store(history_limit=history_limit)
     for ns in dict.fromkeys(("default", "kube-system", namespace)):
@@ -277,17 +279,11 @@ async def open_kubesim(
             nursery.cancel_scope.cancel()
 
 
-async def _start_kubelet(nursery: trio.Nursery, store: Store, images: Any, tmp_path: Path) -> Any:
-    if importlib.util.find_spec("tests.kubesim.kubelet") is None:
-        return None  # K2's kubelet not here: pods stay Pending
-    from tests.kubesim import kubelet as kubelet_module
-
-    if images is None:
-        from tests.kubesim.images import build_default_images
-
-        images = build_default_images()
+async def _start_kubelet(
+    nursery: trio.Nursery, store: Store, images: ImageMap | None, tmp_path: Path
+) -> Kubelet:
     workdir = tmp_path / "kubelet"
     workdir.mkdir(parents=True, exist_ok=True)
-    node = kubelet_module.Kubelet(store, images, workdir)
+    node = Kubelet(store, images or build_default_images(), workdir)
     await nursery.start(node.run)
     return node
