@@ -16,6 +16,7 @@ import trio
 
 from tests.kubesim.conftest import build_pod, seed_pod
 from tests.kubesim.server import KubeSim
+from tests.kubesim.validation import default_pod
 
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
 
@@ -129,3 +130,19 @@ async def test_label_and_annotate_patch_the_pod(apiserver: KubeSim, tmp_path: Pa
     b = apiserver.store.get("pods", "runnerd", "b")
     assert a is not None and a["metadata"]["labels"] == {"tier": "web"}
     assert b is not None and b["metadata"]["annotations"] == {"note": "hi"}
+
+
+async def test_delete_a_running_pod_waits_for_the_kubelet(kubesim: KubeSim, tmp_path: Path) -> None:
+    pod = build_pod("sleeper", terminationGracePeriodSeconds=5)
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", "trap 'exit 0' TERM; sleep 60 & wait"]
+    await kubesim.store.create("pods", "runnerd", default_pod(pod))
+    with trio.fail_after(10):
+        async with kubesim.store.subscribe() as changes:
+            while (kubesim.store.get("pods", "runnerd", "sleeper") or {}).get("status", {}).get(
+                "phase"
+            ) != "Running":
+                await changes.receive()
+    done = await kubectl(kubesim, tmp_path, "delete", "pod", "sleeper")
+    assert done.returncode == 0, done.stderr
+    assert b'pod "sleeper" deleted' in done.stdout
+    assert kubesim.store.get("pods", "runnerd", "sleeper") is None  # gone before kubectl returned
