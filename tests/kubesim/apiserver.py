@@ -79,6 +79,8 @@ class ApiServer:
                 await trio.sleep_forever()  # a silent server never answers this request
         route = self._route(req)
         self.stats.requests[(route.verb, route.pattern)] += 1
+        if delay_s := self.faults.take_delay(route.verb):
+            await trio.sleep(delay_s)
         if failure := self.faults.take_failure(route.verb):
             raise failure
         user = self._authenticate(req)

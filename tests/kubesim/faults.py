@@ -28,6 +28,13 @@ class _Failure:
 
 
 @dataclass
+class _Delay:
+    remaining: int
+    delay_s: float
+    verb: str | None
+
+
+@dataclass
 class Stats:
     """Counters since start (a restart keeps them)."""
 
@@ -75,6 +82,7 @@ class Faults:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._failures: list[_Failure] = []
+        self._delays: list[_Delay] = []
         self._expire_watches = 0
         self._denied: set[tuple[str, str, str | None]] = set()
         self._silent = trio.Event()
@@ -116,6 +124,18 @@ class Faults:
         if code not in (429, 500, 503):
             raise ValueError(f"fail_next: code must be 429, 500 or 503, not {code}")
         self._failures.append(_Failure(count, code, retry_after_s, verb))
+
+    def slow_next(self, count: int, delay_s: float, *, verb: str | None = None) -> None:
+        """Delay the next `count` requests (optionally only of `verb`) by `delay_s`."""
+        self._delays.append(_Delay(count, delay_s, verb))
+
+    def take_delay(self, verb: str) -> float:
+        for delay in self._delays:
+            if delay.remaining and delay.verb in (None, verb):
+                delay.remaining -= 1
+                self._delays = [d for d in self._delays if d.remaining]
+                return delay.delay_s
+        return 0.0
 
     def take_failure(self, verb: str) -> status.ApiError | None:
         for failure in self._failures:

@@ -81,6 +81,13 @@ async def test_fail_next_only_for_a_verb(apiserver: KubeSim, kube: httpx.AsyncCl
     assert (await kube.post(PODS, json=build_pod("a"))).status_code == 201
 
 
+async def test_slow_next(apiserver: KubeSim, kube: httpx.AsyncClient) -> None:
+    apiserver.faults.slow_next(1, 5.0, verb="list")
+    with pytest.raises(httpx.ReadTimeout):
+        await kube.get(PODS, timeout=0.3)
+    assert (await kube.get(PODS, timeout=2)).status_code == 200  # only the next one
+
+
 async def test_fail_next_rejects_other_codes(apiserver: KubeSim) -> None:
     with pytest.raises(ValueError, match="must be 429, 500 or 503"):
         apiserver.faults.fail_next(1, 404)
