@@ -91,6 +91,12 @@ class ApiServer:
             if doc is HEALTHY:
                 await ex.respond(200, b"ok", content_type="text/plain; charset=utf-8")
                 return
+            accept = req.headers.get("accept", "")
+            if req.path in ("/api", "/apis") and discovery.wants_aggregated(accept):
+                aggregated = discovery.build_aggregated(req.path)
+                ctype = discovery.AGGREGATED_CONTENT_TYPE
+                await ex.respond(200, status.encode(aggregated), content_type=ctype)
+                return
             await ex.respond(200, status.encode(doc))
             return
         if route.kind is None:

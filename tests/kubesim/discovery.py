@@ -196,3 +196,65 @@ def build_openapi_v3(gv: str) -> Obj | None:
         "info": {"title": "Kubernetes", "version": KUBE_VERSION["gitVersion"]},
         "paths": paths,
     }
+
+
+AGGREGATED_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
+
+def wants_aggregated(accept: str) -> bool:
+    """kubectl ≥1.30 asks `/api` and `/apis` for the aggregated (v2) document first."""
+    return any(
+        "as=APIGroupDiscoveryList" in part and "v=v2" in part and "g=apidiscovery.k8s.io" in part
+        for part in accept.split(",")
+    )
+
+
+def _aggregated_resource(k: Kind) -> Obj:
+    response_kind = {"group": k.group, "version": "v1", "kind": k.kind}
+    entry: Obj = {
+        "resource": k.resource,
+        "responseKind": response_kind,
+        "scope": "Namespaced" if k.namespaced else "Cluster",
+        "singularResource": k.singular,
+        "verbs": list(k.verbs),
+    }
+    if k.short_names:
+        entry["shortNames"] = list(k.short_names)
+    if k.resource in ("pods", "services"):
+        entry["categories"] = ["all"]
+    subs = [
+        {
+            "subresource": name.split("/", 1)[1],
+            "responseKind": {"group": "", "version": "v1", "kind": kind},
+            "verbs": list(verbs),
+        }
+        for name, (kind, verbs) in SUBRESOURCES.items()
+        if name.startswith(f"{k.resource}/")
+    ]
+    if subs:
+        entry["subresources"] = subs
+    return entry
+
+
+def build_aggregated(group_path: str) -> Obj:
+    """The APIGroupDiscoveryList for `/api` (core) or `/apis` (named groups)."""
+    groups = [""] if group_path == "/api" else [NETWORKING]
+    items = [
+        {
+            "metadata": {"name": g} if g else {},
+            "versions": [
+                {
+                    "version": "v1",
+                    "resources": [_aggregated_resource(k) for k in KINDS.values() if k.group == g],
+                    "freshness": "Current",
+                }
+            ],
+        }
+        for g in groups
+    ]
+    return {
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": items,
+    }

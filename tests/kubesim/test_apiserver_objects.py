@@ -162,6 +162,19 @@ async def test_discovery(kube: httpx.AsyncClient) -> None:
     net = (await kube.get("/apis/networking.k8s.io/v1")).json()
     assert [r["name"] for r in net["resources"]] == ["ingresses"]
     assert (await kube.get("/api")).json()["versions"] == ["v1"]
+    aggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    r = await kube.get("/api", headers={"Accept": f"{aggregated},application/json"})
+    assert r.headers["content-type"] == aggregated
+    [core_group] = r.json()["items"]
+    resources = {res["resource"]: res for res in core_group["versions"][0]["resources"]}
+    assert resources["pods"]["scope"] == "Namespaced"
+    assert {s["subresource"] for s in resources["pods"]["subresources"]} == {
+        "attach",
+        "exec",
+        "status",
+    }
+    r = await kube.get("/apis", headers={"Accept": aggregated})
+    assert r.json()["items"][0]["metadata"] == {"name": "networking.k8s.io"}
     for probe in ("/healthz", "/livez", "/readyz"):
         r = await kube.get(probe)
         assert (r.status_code, r.text) == (200, "ok")

@@ -45,6 +45,7 @@ async def test_get_pods_json_and_errors(apiserver: KubeSim, tmp_path: Path) -> N
         nursery.start_soon(run, "missing", "get", "pod", "nope")
         nursery.start_soon(run, "short", "get", "po/web", "-o", "jsonpath={.status.phase}")
         nursery.start_soon(run, "table", "get", "pods")
+        nursery.start_soon(run, "resources", "api-resources", "-o", "name")
     listing = json.loads(results["json"].stdout)
     assert results["json"].returncode == 0, results["json"].stderr
     assert [p["metadata"]["name"] for p in listing["items"]] == ["web"]
@@ -53,6 +54,13 @@ async def test_get_pods_json_and_errors(apiserver: KubeSim, tmp_path: Path) -> N
     assert results["missing"].returncode == 1
     assert results["missing"].stderr == b'Error from server (NotFound): pods "nope" not found\n'
     assert results["short"].stdout == b"Pending"
+    assert results["resources"].stdout.decode().split() == [
+        "namespaces",
+        "pods",
+        "resourcequotas",
+        "services",
+        "ingresses.networking.k8s.io",
+    ]
     header, row = results["table"].stdout.decode().splitlines()
     assert header.split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
     assert row.split()[:4] == ["web", "0/1", "Pending", "0"]
