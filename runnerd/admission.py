@@ -1,7 +1,7 @@
 """Session admission: from a validated request body to a `RunSpec`. Pure.
 
 Owns the checks of `POST /v1/sessions` and `POST /v1/apps/{name}/sessions`
-that come after the schema (pydantic's, in `contract.parse_body`) and before
+that come after the schema (msgspec's, in `contract.parse_body`) and before
 capacity (the registry's), in the contract's order, each with its own answer:
 
   2. terms: `x-telo-accepted-terms` must equal the terms version → 428

@@ -1,7 +1,7 @@
 """The `/v1` wire contract: request bodies, run events, statuses. Pure.
 
 Owns the shapes that cross the HTTP boundary and nothing else. Request bodies
-are validated by pydantic (strict: no coercion, no unknown fields), and a
+are validated by msgspec (strict: no coercion, no unknown fields), and a
 validation failure is turned into one client-readable line naming the field
 (`body.env.FOO must be a string`). Events and statuses are plain JSON-ready
 dicts typed with `TypedDict`, so the registry can size them by their JSON
@@ -13,18 +13,20 @@ No IO here, and nothing that imports trio, httpx or quart.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal, NotRequired, TypedDict, TypeVar
+import re
+from typing import Annotated, Any, Literal, NotRequired, TypedDict, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import msgspec
+from msgspec import Meta, Struct
 
 ACCEPTED_TERMS_HEADER = "x-telo-accepted-terms"
-
-M = TypeVar("M", bound="BaseModel")
 
 PullPolicy = Literal["missing", "always", "never"]
 Protocol = Literal["tcp", "udp"]
 RunPhase = Literal["build", "provision", "boot"]
 Reachability = Literal["checking", "reachable", "unreachable"]
+
+NonEmptyStr = Annotated[str, Meta(min_length=1)]
 
 
 # --------------------------------------------------------------------------
@@ -32,47 +34,51 @@ Reachability = Literal["checking", "reachable", "unreachable"]
 # --------------------------------------------------------------------------
 
 
-class _Body(BaseModel):
-    # strict: a number is not a string, "1" is not an int. forbid: a typo'd
-    # field is an error, never silently ignored.
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+class Body(Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """A request body. Decoded strictly (a number is not a string, "1" is not
+    an int) and a typo'd field is an error, never silently ignored.
+
+    msgspec rather than pydantic: the same strict validation and JSON Schema,
+    for a fraction of the start-up time and resident memory of a daemon that
+    validates three small bodies.
+    """
 
 
-class SessionConfig(_Body):
-    image: Annotated[str, Field(min_length=1)]
+class SessionConfig(Body, frozen=True):
+    image: NonEmptyStr
     pullPolicy: PullPolicy
     # Absent and blank both mean unset (see admission); null is not a string.
     registryUrl: str = ""
 
 
-class BundleFile(_Body):
-    relativePath: Annotated[str, Field(min_length=1)]
+class BundleFile(Body, frozen=True):
+    relativePath: NonEmptyStr
     contents: str
 
 
-class RunBundle(_Body):
-    entryRelativePath: Annotated[str, Field(min_length=1)]
+class RunBundle(Body, frozen=True):
+    entryRelativePath: NonEmptyStr
     files: list[BundleFile]
 
 
-class PortMapping(_Body):
-    port: Annotated[int, Field(ge=1, le=65535)]
+class PortMapping(Body, frozen=True):
+    port: Annotated[int, Meta(ge=1, le=65535)]
     protocol: Protocol
 
 
-class StartSessionRequest(_Body):
+class StartSessionRequest(Body, frozen=True):
     """`POST /v1/sessions`. `bundle`/`config` are schema-optional because an
     app session needs neither; the route enforces them for bundle sessions."""
 
     env: dict[str, str]
     bundle: RunBundle | None = None
     config: SessionConfig | None = None
-    app: Annotated[str, Field(min_length=1)] | None = None
+    app: NonEmptyStr | None = None
     ports: list[PortMapping] | None = None
     inspect: bool | None = None
 
 
-class StartAppSessionRequest(_Body):
+class StartAppSessionRequest(Body, frozen=True):
     """`POST /v1/apps/{name}/sessions`: the app comes from the path."""
 
     env: dict[str, str] | None = None
@@ -80,13 +86,16 @@ class StartAppSessionRequest(_Body):
     inspect: bool | None = None
 
 
-class ProbeConfig(_Body):
-    image: Annotated[str, Field(min_length=1)]
+class ProbeConfig(Body, frozen=True):
+    image: NonEmptyStr
     pullPolicy: PullPolicy
 
 
-class ProbeRequest(_Body):
+class ProbeRequest(Body, frozen=True):
     config: ProbeConfig
+
+
+M = TypeVar("M", bound=Body)
 
 
 class RequestError(ValueError):
@@ -97,39 +106,63 @@ class RequestError(ValueError):
         self.message = message
 
 
-_TYPE_WORDS = {
-    "string_type": "must be a string",
-    "int_type": "must be an integer",
-    "bool_type": "must be a boolean",
-    "dict_type": "must be an object",
-    "list_type": "must be an array",
-    "model_type": "must be an object",
-    "missing": "is required",
-    "extra_forbidden": "is not an allowed field",
-    "string_too_short": "must not be empty",
-    "literal_error": "must be one of",
-    "greater_than_equal": "must be at least",
-    "less_than_equal": "must be at most",
-}
+# msgspec's error text is "<problem> - at `$<path>`"; each problem it can
+# report for these bodies is rephrased for the person who sent the request.
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+_FIELD = re.compile(r"^Object (?P<kind>missing required|contains unknown) field `(?P<name>[^`]+)`$")
+_EXPECTED = re.compile(r"^Expected `(?P<type>[a-z]+)[^`]*`(?P<rest>.*)$")
+_TYPE_WORDS = {"str": "a string", "int": "an integer", "bool": "a boolean",
+               "object": "an object", "array": "an array"}
+# The literal-typed fields, by name: msgspec reports the bad value, not the choices.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "pullPolicy": get_args(PullPolicy), "protocol": get_args(Protocol)}
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """The first error of `exc` as one line: `body.<path> <problem>`."""
-    err = exc.errors(include_url=False)[0]
-    path = "body" + "".join(
-        f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]
-    )
-    kind = err["type"]
-    words = _TYPE_WORDS.get(kind)
-    if words is None:
-        return f"{path}: {err['msg']}"
-    ctx = err.get("ctx") or {}
-    if kind == "literal_error":
-        return f"{path} {words} {ctx.get('expected', '')}".rstrip()
-    if kind in ("greater_than_equal", "less_than_equal"):
-        bound = ctx.get("ge", ctx.get("le", ""))
-        return f"{path} {words} {bound}"
-    return f"{path} {words}"
+def _name_dict_keys(path: str, data: Any) -> str:
+    """msgspec writes a dict value's position as `[...]`; name the key instead
+    (the first whose value is not a string: every dict in these bodies is
+    `{str: str}`)."""
+    out, node = "", data
+    for token in re.findall(r"\.[^.\[]+|\[[^\]]*\]", path):
+        if token == "[...]" and isinstance(node, dict):
+            key = next((k for k, v in node.items() if not isinstance(v, str)), None)
+            if key is None:
+                return out + path[len(out):]
+            out, node = f"{out}.{key}", node[key]
+        elif token.startswith("[") and isinstance(node, list):
+            out, node = out + token, node[int(token[1:-1])]
+        elif token.startswith(".") and isinstance(node, dict):
+            out, node = out + token, node.get(token[1:])
+        else:
+            out += token
+    return out
+
+
+def describe_validation_error(message: str, data: Any) -> str:
+    """msgspec's validation message for `data` as one line: `body.<path> <problem>`."""
+    m = _AT.match(message)
+    what, path = (m["what"], m["path"] or "") if m else (message, "")
+    where = "body" + _name_dict_keys(path, data)
+    if field := _FIELD.match(what):
+        missing = field["kind"] == "missing required"
+        problem = "is required" if missing else "is not an allowed field"
+        return f"{where}.{field['name']} {problem}"
+    if what.startswith("Invalid enum value"):
+        choices = _CHOICES.get(where.rsplit(".", 1)[-1])
+        if choices:
+            quoted = [f"'{c}'" for c in choices]
+            return f"{where} must be one of {', '.join(quoted[:-1])} or {quoted[-1]}"
+    if expected := _EXPECTED.match(what):
+        rest = expected["rest"].strip()
+        if rest.startswith(">= ") and expected["type"] == "int":
+            return f"{where} must be at least {rest[3:]}"
+        if rest.startswith("<= ") and expected["type"] == "int":
+            return f"{where} must be at most {rest[3:]}"
+        if rest == "of length >= 1":
+            return f"{where} must not be empty"
+        if rest.startswith(", got") and expected["type"] in _TYPE_WORDS:
+            return f"{where} must be {_TYPE_WORDS[expected['type']]}"
+    return f"{where}: {what}"
 
 
 def parse_body(model: type[M], raw: bytes) -> M:
@@ -146,9 +179,9 @@ def parse_body(model: type[M], raw: bytes) -> M:
     if not isinstance(data, dict):
         raise RequestError("body must be a JSON object")
     try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise RequestError(describe_validation_error(exc)) from exc
+        return msgspec.convert(data, type=model, strict=True)
+    except msgspec.ValidationError as exc:
+        raise RequestError(describe_validation_error(str(exc), data)) from exc
 
 
 # --------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 document served at `GET /v1/openapi.json`. Pure.
 
 Owns the machine-readable description of every `/v1` route. Request body
-schemas are generated from the pydantic models in `runnerd.contract` (the
+schemas are generated from the msgspec structs in `runnerd.contract` (the
 same models that validate the bodies, so the two cannot drift); response
 shapes are written out here from the contract's types.
 """
@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic.json_schema import models_json_schema
+import msgspec
 
 from runnerd.contract import ProbeRequest, StartAppSessionRequest, StartSessionRequest
 
-_REF = "#/components/schemas/{model}"
+_REF = "#/components/schemas/{name}"
 
 
 def _ref(name: str) -> dict[str, str]:
-    return {"$ref": _REF.format(model=name)}
+    return {"$ref": _REF.format(name=name)}
 
 
 def _str() -> dict[str, str]:
@@ -228,14 +228,13 @@ def _session_paths() -> dict[str, Any]:
 
 def build_openapi(version: str) -> dict[str, Any]:
     """The whole OpenAPI 3.1 document for runnerd `version`."""
-    _, request_schemas = models_json_schema(
-        [(m, "validation") for m in (StartSessionRequest, StartAppSessionRequest, ProbeRequest)],
-        ref_template=_REF,
+    _, request_schemas = msgspec.json.schema_components(
+        (StartSessionRequest, StartAppSessionRequest, ProbeRequest), ref_template=_REF
     )
     return {
         "openapi": "3.1.0",
         "info": {"title": "runnerd /v1", "version": version,
                  "description": "The Telo runner /v1 contract served by runnerd."},
         "paths": {**_runner_paths(), **_start_paths(), **_session_paths()},
-        "components": {"schemas": {**request_schemas["$defs"], **_RESPONSE_SCHEMAS}},
+        "components": {"schemas": {**request_schemas, **_RESPONSE_SCHEMAS}},
     }

@@ -211,13 +211,14 @@ def test_admission_bundle_and_config_required_without_app(missing: str) -> None:
 def test_admission_invalid_bundle_names_the_path(
     entry: str, files: list[str], message: str
 ) -> None:
-    # An empty relativePath is a schema error: build these bodies past the schema,
+    # An empty relativePath is a schema error: construct these bodies directly
+    # (a Struct's constructor does not validate), past the schema,
     # as admission must hold even for paths the schema would let through.
-    bundle = RunBundle.model_construct(
+    bundle = RunBundle(
         entryRelativePath=entry,
-        files=[BundleFile.model_construct(relativePath=f, contents="") for f in files],
+        files=[BundleFile(relativePath=f, contents="") for f in files],
     )
-    body = StartSessionRequest.model_construct(env={}, bundle=bundle, config=bundle_body().config)
+    body = StartSessionRequest(env={}, bundle=bundle, config=bundle_body().config)
     err = refused(body)
     assert (err.status, err.code) == (400, "invalid_bundle")
     assert err.message.startswith(message)

@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from runnerd.contract import (
+    Body,
     ProbeRequest,
     RequestError,
     StartAppSessionRequest,
@@ -42,7 +42,7 @@ def port(**over: Any) -> dict[str, Any]:
     return with_(ports=[{"port": 80, "protocol": "tcp", **over}])
 
 
-BAD: list[tuple[str, type[BaseModel], bytes | dict[str, Any], str]] = [
+BAD: list[tuple[str, type[Body], bytes | dict[str, Any], str]] = [
     ("empty body", StartSessionRequest, b"", "body must be a JSON object"),
     ("array", StartSessionRequest, b"[1]", "body must be a JSON object"),
     ("string", StartSessionRequest, b'"x"', "body must be a JSON object"),
@@ -169,7 +169,7 @@ BAD: list[tuple[str, type[BaseModel], bytes | dict[str, Any], str]] = [
 
 @pytest.mark.parametrize(("model", "raw", "message"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
 def test_contract_parse_body_names_the_offending_field(
-    model: type[BaseModel], raw: bytes | dict[str, Any], message: str
+    model: type[Body], raw: bytes | dict[str, Any], message: str
 ) -> None:
     data = raw if isinstance(raw, bytes) else json.dumps(raw).encode()
     with pytest.raises(RequestError) as info:
