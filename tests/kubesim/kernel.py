@@ -48,6 +48,7 @@ from typing import Any
 
 USAGE = "usage: telo run ENTRY [--inspect HOST:PORT] [--no-open] [--no-cache-write]"
 VERSION = "telo 0.0.0-kubesim"
+TEXT_DIRECTIVES = {"print", "stderr", "echo"}
 DIRECTIVES = {
     "print",
     "stderr",
@@ -167,14 +168,16 @@ def parse_script(path: Path) -> list[tuple[int, str, str]]:
         raise SystemExit(f"telo: cannot read {path}: {exc.strerror}") from None
     steps = []
     for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
+        line = raw.lstrip()
+        if not line.strip() or line.startswith("#"):
             continue
         verb, _, rest = line.partition(" ")
+        verb = verb.strip()
         if verb not in DIRECTIVES:
             print(f"telo: {path}:{number}: unknown directive {verb!r}", file=sys.stderr)
             raise SystemExit(2)
-        steps.append((number, verb, rest.strip()))
+        # Text keeps its trailing spaces (`echo > ` prefixes with "> "); the rest is trimmed.
+        steps.append((number, verb, rest if verb in TEXT_DIRECTIVES else rest.strip()))
     return steps
 
 

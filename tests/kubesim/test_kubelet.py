@@ -12,7 +12,7 @@ import json
 import re
 import socket
 import tarfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,13 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+async def kube(kubesim: KubeSim) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the cluster WITH a kubelet (conftest's `kube` has none)."""
+    async with build_client(kubesim) as client:
+        yield client
 
 
 # ---- lifecycle --------------------------------------------------------------------------
