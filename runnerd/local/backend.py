@@ -30,7 +30,6 @@ import trio
 from runnerd.backend import Exited, ImageSpec, Outcome, RunSpec, Sink, StartError, WorkloadHandle
 from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, running, unavailable
-from runnerd.debug_relay import relay_debug_stream
 from runnerd.local.launch import (
     Unresolved,
     build_argv,
@@ -155,6 +154,10 @@ class LocalBackend:
             if tcp_ports:
                 nursery.start_soon(watch_reachability, LOOPBACK, tcp_ports, sink.reachability)
             if inspect_url is not None:
+                # Imported here: the relay pulls in httpx, which only inspect
+                # sessions need, and the daemon's start-up time is a target.
+                from runnerd.debug_relay import relay_debug_stream
+
                 nursery.start_soon(relay_debug_stream, f"{inspect_url}/events", sink.debug)
             code = await proc.wait()
             with trio.move_on_after(DRAIN_TIMEOUT_S):
