@@ -78,7 +78,8 @@ class PodWorker:
     stdin_once_used: set[str] = field(default_factory=set)
 
     def container(self, name: str) -> Obj | None:
-        return next((c for c in self.spec["containers"] if c["name"] == name), None)
+        every = (self.spec.get("initContainers") or []) + self.spec["containers"]
+        return next((c for c in every if c["name"] == name), None)
 
 
 class Kubelet:
@@ -91,7 +92,7 @@ class Kubelet:
         workdir: Path,
         *,
         node_name: str = "kubesim-node",
-        pod_network: str = "127.0.0.0/24",
+        pod_network: str = "127.0.0.0/16",  # 127.0.0.2, .3, ...: all of 127/8 is loopback
         host_ip: str = "127.0.0.1",
         image_pull_backoff_s: float = 1.0,
     ) -> None:
@@ -100,7 +101,7 @@ class Kubelet:
         self.workdir = Path(workdir)
         self.node_name = node_name
         self.host_ip = host_ip
-        self._pool = [str(ip) for ip in list(ipaddress.ip_network(pod_network).hosts())[1:]]
+        self._network = ipaddress.ip_network(pod_network)
         self._ips: dict[str, str] = {}  # ip → pod uid
         self.image_pull_backoff_s = image_pull_backoff_s  # tests may shorten it after start
         self._workers: dict[str, PodWorker] = {}
@@ -146,6 +147,10 @@ class Kubelet:
         elif worker is None:
             if self._wants(pod):
                 self._start(pod)
+            elif self._orphaned(pod):
+                # Marked for deletion with nothing running here: confirm it at once.
+                assert self._nursery is not None
+                self._nursery.start_soon(self._confirm_deletion, pod)
         elif meta.get("deletionTimestamp") and not worker.deleting.is_set():
             worker.delete_grace_s = float(meta.get("deletionGracePeriodSeconds") or 0)
             worker.deleting.set()
@@ -158,6 +163,20 @@ class Kubelet:
             and not pod["metadata"].get("deletionTimestamp")
             and pod.get("status", {}).get("phase") not in st.TERMINAL
         )
+
+    def _orphaned(self, pod: Obj) -> bool:
+        node = pod.get("spec", {}).get("nodeName")
+        return node == self.node_name and bool(pod["metadata"].get("deletionTimestamp"))
+
+    async def _confirm_deletion(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        ns, name = meta.get("namespace", ""), meta["name"]
+        current = self._store.get("pods", ns, name)
+        if current is not None and current["metadata"]["uid"] == meta["uid"]:
+            try:
+                await self._store.remove("pods", ns, name)
+            except NotFound:
+                pass
 
     def _start(self, pod: Obj) -> None:
         meta = pod["metadata"]
@@ -182,26 +201,32 @@ class Kubelet:
 
     async def _run_pod(self, worker: PodWorker) -> None:
         try:
-            with worker.scope:
-                await self._schedule(worker)
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._enforce_deadline, worker)
-                    nursery.start_soon(self._carry_out_deletion, worker)
-                    await self._run_containers(worker)
-                    nursery.cancel_scope.cancel()
-                self._release_ip(worker)
-                if worker.deleting.is_set():
-                    await self._remove(worker)
-                await worker.removed.wait()
+            await self._run_pod_inner(worker)
+        except Exception:
+            # A simulator bug in one pod must not take the node (and the cluster) down.
+            log.exception(
+                "kubesim kubelet: pod %s/%s crashed the simulator", worker.ns, worker.name
+            )
         finally:
             self._workers.pop(worker.uid, None)
             self._release_ip(worker)
             shutil.rmtree(worker.dir, ignore_errors=True)
 
+    async def _run_pod_inner(self, worker: PodWorker) -> None:
+        with worker.scope:
+            await self._schedule(worker)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._enforce_deadline, worker)
+                nursery.start_soon(self._carry_out_deletion, worker)
+                await self._run_containers(worker)
+                nursery.cancel_scope.cancel()
+            self._release_ip(worker)
+            if worker.deleting.is_set():
+                await self._remove(worker)
+            await worker.removed.wait()
+
     async def _schedule(self, worker: PodWorker) -> None:
-        ip = next((ip for ip in self._pool if ip not in self._ips), None)
-        if ip is None:
-            raise RuntimeError(f"kubesim: pod network exhausted ({len(self._pool)} addresses)")
+        ip = self._allocate_ip()
         self._ips[ip] = worker.uid
         images = {}
         for c in (worker.spec.get("initContainers") or []) + worker.spec["containers"]:
@@ -243,6 +268,15 @@ class Kubelet:
         except NotFound:
             pass
         worker.removed.set()
+
+    def _allocate_ip(self) -> str:
+        """The lowest free address from .2 up (.1 is the host's)."""
+        first, last = int(self._network.network_address) + 2, int(self._network.broadcast_address)
+        for n in range(first, last):
+            ip = str(ipaddress.ip_address(n))
+            if ip not in self._ips:
+                return ip
+        raise RuntimeError(f"kubesim: pod network {self._network} is exhausted")
 
     def _release_ip(self, worker: PodWorker) -> None:
         # A finished pod keeps podIP in its status but no longer holds the address.
@@ -441,8 +475,9 @@ class Kubelet:
             await trio.lowlevel.checkpoint()
             return build_success_status()
 
+        endpoint = _AttachEndpoint(proc, stdin_once=bool(spec.get("stdinOnce")))
         with proc.output.subscribe() as output:
-            await serve_channels(conn, streams, proc, output, finish)
+            await serve_channels(conn, streams, endpoint, output, finish)
         if streams.stdin and spec.get("stdinOnce") and spec["name"] not in worker.stdin_once_used:
             # stdinOnce: the first attached client to leave closes the container's stdin.
             worker.stdin_once_used.add(spec["name"])
@@ -482,3 +517,25 @@ class Kubelet:
                         scope.cancel()
         except StartError as exc:
             await send_failure(conn, streams, exc.exec_cause(secrets.token_hex(32)))
+
+
+class _AttachEndpoint:
+    """An attach's view of the container: its CLOSE of stdin only counts with stdinOnce.
+
+    Without stdinOnce the container's stdin outlives any one client (as containerd
+    keeps it open); with it, the close reaches the process as EOF.
+    """
+
+    def __init__(self, proc: HostProcess, *, stdin_once: bool) -> None:
+        self._proc = proc
+        self._stdin_once = stdin_once
+
+    async def write_stdin(self, data: bytes) -> None:
+        await self._proc.write_stdin(data)
+
+    async def close_stdin(self) -> None:
+        if self._stdin_once:
+            await self._proc.close_stdin()
+
+    def resize(self, width: int, height: int) -> None:
+        self._proc.resize(width, height)
