@@ -176,6 +176,38 @@ async def test_pod_exit_code_becomes_terminated_status(
     assert (term["exitCode"], term["reason"]) == (0, "Completed")
 
 
+async def test_kernel_serves_its_inspect_stream_on_the_pod_ip(
+    kubesim: KubeSim, kube: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    port = free_port()
+    entry = tmp_path / "inspect.telo"
+    entry.write_text('print hello\nevent session.ready {"ok": true}\nwait\n')
+    pod = build_kernel_pod("insp", str(entry), stdin=True, tty=True)
+    pod["spec"]["containers"][0]["command"] += ["--inspect", f"0.0.0.0:{port}", "--no-open"]
+    await create_pod(kube, pod)
+    ip = (await wait_pod(kube, "insp", phase_is("Running")))["status"]["podIP"]
+    await wait_listening(ip, port)
+
+    frames: list[Obj] = []
+    async with (
+        httpx.AsyncClient(timeout=httpx.Timeout(5, read=None)) as http,
+        http.stream("GET", f"http://{ip}:{port}/events") as resp,
+    ):
+        assert resp.headers["content-type"] == "text/event-stream"
+        with trio.fail_after(10):
+            async for line in resp.aiter_lines():
+                if line.startswith("data: "):
+                    frames.append(json.loads(line[6:]))
+                if frames and frames[-1].get("event") == "session.ready":
+                    break
+    assert frames[0]["kind"] == "event" and frames[0]["event"] == "kernel.started"
+    assert {"kind": "log", "stream": "stdout", "text": "hello"} in frames
+    assert frames[-1] == {"kind": "event", "event": "session.ready", "data": {"ok": True}}
+    # 0.0.0.0 means the pod's own address, not every address of the host.
+    with pytest.raises(OSError):
+        await trio.open_tcp_stream("127.0.0.1", port)
+
+
 def build_bundle(files: dict[str, str]) -> bytes:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:

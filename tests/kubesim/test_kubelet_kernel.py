@@ -1,0 +1,40 @@
+"""The stand-in `telo` kernel as a program: bad scripts and options fail clearly, text is kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trio import run_process
+
+from tests.kubesim.images import KERNEL_PROGRAM
+
+
+async def telo(*args: str, stdin: bytes = b"") -> tuple[int, str, str]:
+    result = await run_process(
+        [*KERNEL_PROGRAM, *args], stdin=stdin, capture_stdout=True, capture_stderr=True, check=False
+    )
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+async def test_unknown_directive_exits_2_naming_file_and_line(tmp_path: Path) -> None:
+    entry = tmp_path / "telo.yaml"
+    entry.write_text("# a comment\nprint fine\nkind: Telo.Application\n")
+    code, out, err = await telo("run", str(entry))
+    assert code == 2 and out == ""  # checked before anything runs
+    assert err.strip() == f"telo: {entry}:3: unknown directive 'kind:'"
+
+
+async def test_bad_invocations_say_what_was_wrong(tmp_path: Path) -> None:
+    code, _, err = await telo("run", str(tmp_path / "missing.yaml"))
+    assert code == 1 and "cannot read" in err and "missing.yaml" in err
+    code, _, err = await telo("run", str(tmp_path / "x"), "--bogus")
+    assert code == 2 and "unknown option '--bogus'" in err
+    code, out, _ = await telo("--help")
+    assert code == 0 and out.startswith("usage: telo run ENTRY")
+
+
+async def test_script_runs_in_order_keeping_text(tmp_path: Path) -> None:
+    entry = tmp_path / "e.telo"
+    entry.write_text("print  two spaces\necho > \nstderr oops\nexit 4\nprint never\n")
+    code, out, err = await telo("run", str(entry), "--no-open", stdin=b"a\nquit\nb\n")
+    assert (code, out, err) == (4, " two spaces\n> a\n", "oops\n")
