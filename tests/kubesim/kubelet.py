@@ -28,20 +28,14 @@ from typing import Any
 import trio
 
 from . import kubelet_status as st
+from . import kubelet_streams as ks
 from .attach import Conn as Conn
-from .attach import (
-    Streams,
-    build_exit_status,
-    build_success_status,
-    send_failure,
-    serve_channels,
-)
+from .attach import send_failure
 from .images import Image, ImageMap, InvalidReference, parse_image_ref
 from .kubelet_runtime import (
     HostProcess,
     ProcessPlan,
     StartError,
-    build_path_mapper,
     build_plan,
     install_programs,
     open_host_process,
@@ -333,23 +327,7 @@ class Kubelet:
         image = await self._pull(worker, spec, model)
         if worker.stopping.is_set():
             raise PodStopped
-        bin_dir = install_programs(image, self.workdir / "bin")
-        mounts = {
-            m["mountPath"]: self._volume_dir(worker, m) for m in spec.get("volumeMounts") or []
-        }
-        pod = {
-            "metadata": {"name": worker.name, "namespace": worker.ns, "uid": worker.uid},
-            "spec": {**worker.spec, "nodeName": self.node_name},
-            "status": {
-                "podIP": worker.model.pod_ip if worker.model else "",
-                "hostIP": self.host_ip,
-            },
-        }
-        plan = build_plan(
-            spec, image, pod=pod, mounts=mounts, root_dir=worker.dir / "root", bin_dir=bin_dir
-        )
-        worker.plans[spec["name"]] = plan
-        worker.mounts[spec["name"]] = mounts
+        plan = self._plan(worker, spec, image)
         model.container_id = "containerd://" + secrets.token_hex(32)
         started_at = build_timestamp()
         try:
@@ -357,11 +335,13 @@ class Kubelet:
                 plan, tty=bool(spec.get("tty")), stdin=bool(spec.get("stdin"))
             ) as proc:
                 worker.processes[spec["name"]] = proc
-                model.state = {"running": {"startedAt": started_at}}
-                model.ready = model.started = not init
-                await self._write(worker)
-                code = await proc.wait()
-                worker.processes.pop(spec["name"], None)
+                try:
+                    model.state = {"running": {"startedAt": started_at}}
+                    model.ready = model.started = not init
+                    await self._write(worker)
+                    code = await proc.wait()
+                finally:
+                    del worker.processes[spec["name"]]  # exec/attach find only running ones
         except StartError as exc:
             code = 128
             model.state = st.terminated(
@@ -378,6 +358,29 @@ class Kubelet:
         model.started = False
         await self._write(worker)
         return code
+
+    def _plan(self, worker: PodWorker, spec: Obj, image: Image) -> ProcessPlan:
+        """The host process for `spec`; remembered (with its mounts) for exec."""
+        assert worker.model is not None
+        mounts = {
+            m["mountPath"]: self._volume_dir(worker, m) for m in spec.get("volumeMounts") or []
+        }
+        pod = {
+            "metadata": {"name": worker.name, "namespace": worker.ns, "uid": worker.uid},
+            "spec": {**worker.spec, "nodeName": self.node_name},
+            "status": {"podIP": worker.model.pod_ip, "hostIP": self.host_ip},
+        }
+        plan = build_plan(
+            spec,
+            image,
+            pod=pod,
+            mounts=mounts,
+            root_dir=worker.dir / "root",
+            bin_dir=install_programs(image, self.workdir / "bin"),
+        )
+        worker.plans[spec["name"]] = plan
+        worker.mounts[spec["name"]] = mounts
+        return plan
 
     def _volume_dir(self, worker: PodWorker, mount: Obj) -> Path:
         # Every volume is an empty directory on the host (configMap/secret contents are
@@ -444,98 +447,22 @@ class Kubelet:
     ) -> None:
         """Run the channel protocol for an attach or exec the apiserver has upgraded.
 
-        Never raises for a client that goes away; cancellation propagates.
+        Only running containers are reachable (as the kubelet looks among running
+        ones); anything else is a channel-3 InternalError. Never raises for a
+        client that goes away; cancellation propagates.
         """
         worker = self._workers.get(pod["metadata"]["uid"])
-        proc = worker.processes.get(container) if worker else None
         spec = worker.container(container) if worker else None
-        name = f"{pod['metadata']['name']}_{pod['metadata'].get('namespace', '')}"
-        if kind == "attach":
-            if spec is not None:  # the container spec's tty wins for attach
-                tty = bool(spec.get("tty"))
-                stdin = stdin and bool(spec.get("stdin"))
-            streams = Streams(stdin, stdout, stderr and not tty, tty, protocol)
-            if worker is None or proc is None or spec is None:
-                cause = f"container {container} not found in pod {name}"
-                await send_failure(conn, streams, f"unable to upgrade connection: {cause}")
-                return
-            await self._serve_attach(conn, streams, worker, spec, proc)
-            return
-        streams = Streams(stdin, stdout, stderr and not tty, tty, protocol)
-        if worker is None or proc is None or spec is None:
-            cause = f'container not found ("{container}")'
-            await send_failure(conn, streams, f"unable to upgrade connection: {cause}")
-            return
-        await self._serve_exec(conn, streams, worker, spec, command)
-
-    async def _serve_attach(
-        self, conn: Conn, streams: Streams, worker: PodWorker, spec: Obj, proc: HostProcess
-    ) -> None:
-        async def finish() -> bytes:
-            await trio.lowlevel.checkpoint()
-            return build_success_status()
-
-        endpoint = _AttachEndpoint(proc, stdin_once=bool(spec.get("stdinOnce")))
-        with proc.output.subscribe() as output:
-            await serve_channels(conn, streams, endpoint, output, finish)
-        if streams.stdin and spec.get("stdinOnce") and spec["name"] not in worker.stdin_once_used:
-            # stdinOnce: the first attached client to leave closes the container's stdin.
-            worker.stdin_once_used.add(spec["name"])
-            await proc.close_stdin()
-
-    async def _serve_exec(
-        self, conn: Conn, streams: Streams, worker: PodWorker, spec: Obj, command: list[str]
-    ) -> None:
-        # The command runs in the container's context: its env, cwd and mapped paths.
-        base, to_host = worker.plans[spec["name"]], build_path_mapper(worker.mounts[spec["name"]])
-        env = {**base.env, "TERM": "xterm"} if streams.tty else dict(base.env)
-        plan = ProcessPlan(tuple(to_host(arg) for arg in command), env, base.cwd)
-        exit_code: list[int] = []
-        exited = trio.Event()
-
-        async def collect_exit(proc: HostProcess) -> None:
-            exit_code.append(await proc.wait())
-            exited.set()
-
-        async def finish() -> bytes:
-            await exited.wait()
-            return build_exit_status(exit_code[0])
-
-        try:
-            async with open_host_process(
-                plan,
-                tty=streams.tty,
-                stdin=streams.stdin,
-                stdout=streams.stdout,
-                stderr=streams.stderr,
-            ) as proc:
-                # Subscribe before the first checkpoint: the output pump has not run yet.
-                with proc.output.subscribe() as output, trio.CancelScope() as scope:
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(collect_exit, proc)
-                        await serve_channels(conn, streams, proc, output, finish)
-                        scope.cancel()
-        except StartError as exc:
-            await send_failure(conn, streams, exc.exec_cause(secrets.token_hex(32)))
-
-
-class _AttachEndpoint:
-    """An attach's view of the container: its CLOSE of stdin only counts with stdinOnce.
-
-    Without stdinOnce the container's stdin outlives any one client (as containerd
-    keeps it open); with it, the close reaches the process as EOF.
-    """
-
-    def __init__(self, proc: HostProcess, *, stdin_once: bool) -> None:
-        self._proc = proc
-        self._stdin_once = stdin_once
-
-    async def write_stdin(self, data: bytes) -> None:
-        await self._proc.write_stdin(data)
-
-    async def close_stdin(self) -> None:
-        if self._stdin_once:
-            await self._proc.close_stdin()
-
-    def resize(self, width: int, height: int) -> None:
-        self._proc.resize(width, height)
+        proc = worker.processes.get(container) if worker else None
+        streams = ks.build_streams(
+            kind, spec, stdin=stdin, stdout=stdout, stderr=stderr, tty=tty, protocol=protocol
+        )
+        if worker is None or spec is None or proc is None:
+            meta = pod["metadata"]
+            cause = ks.not_running_cause(kind, container, meta["name"], meta.get("namespace", ""))
+            await send_failure(conn, streams, cause)
+        elif kind == "attach":
+            await ks.serve_attach(conn, streams, proc, spec, worker.stdin_once_used)
+        else:
+            plan = ks.build_exec_plan(worker.plans[container], worker.mounts[container], command)
+            await ks.serve_exec(conn, streams, plan)
