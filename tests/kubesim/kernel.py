@@ -247,10 +247,14 @@ def main(argv: list[str]) -> int:
     if inspect is not None:
         serve(inspect[0], inspect[1], EventsHandler)
     DEBUG.publish({"kind": "event", "event": "kernel.started", "data": {"entry": str(entry)}})
-    for _number, verb, rest in steps:
-        run_step(verb, rest)
-    DEBUG.publish({"kind": "event", "event": "kernel.exited", "data": {"code": 0}})
-    return 0
+    code = 0
+    try:
+        for _number, verb, rest in steps:
+            run_step(verb, rest)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    DEBUG.publish({"kind": "event", "event": "kernel.exited", "data": {"code": code}})
+    return code
 
 
 if __name__ == "__main__":
