@@ -242,13 +242,15 @@ class Kubelet:
 
     async def _write(self, worker: PodWorker, also: Callable[[Obj], None] | None = None) -> None:
         """Publish the model as the pod's status (a MODIFIED event); a vanished pod is ignored."""
-        assert worker.model is not None
-        status = st.render_status(worker.model, build_timestamp())
+        model = worker.model
+        assert model is not None
 
         def mutate(pod: Obj) -> None:
             if also is not None:
                 also(pod)
-            pod["status"] = status
+            # Rendered at commit time, not before the store's checkpoint: trio may wake
+            # concurrent writers in any order, and the last commit must be the newest.
+            pod["status"] = st.render_status(model, build_timestamp())
 
         try:
             await self._store.update("pods", worker.ns, worker.name, mutate)
