@@ -69,6 +69,7 @@ class PodWorker:
     processes: dict[str, HostProcess] = field(default_factory=dict)
     plans: dict[str, ProcessPlan] = field(default_factory=dict)
     mounts: dict[str, dict[str, Path]] = field(default_factory=dict)
+    execs: dict[str, set[HostProcess]] = field(default_factory=dict)  # container → running execs
     stdin_once_used: set[str] = field(default_factory=set)
 
     def container(self, name: str) -> Obj | None:
@@ -344,6 +345,8 @@ class Kubelet:
                     code = await proc.wait()
                 finally:
                     del worker.processes[spec["name"]]  # exec/attach find only running ones
+                    for exec_proc in worker.execs.pop(spec["name"], set()):
+                        exec_proc.signal_group(signal.SIGKILL)  # the container's namespace is gone
         except StartError as exc:
             code = 128
             model.state = st.terminated(
@@ -467,4 +470,4 @@ class Kubelet:
             await ks.serve_attach(conn, streams, proc, spec, worker.stdin_once_used)
         else:
             plan = ks.build_exec_plan(worker.plans[container], worker.mounts[container], command)
-            await ks.serve_exec(conn, streams, plan)
+            await ks.serve_exec(conn, streams, plan, worker.execs.setdefault(container, set()))

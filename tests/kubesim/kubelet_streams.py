@@ -87,10 +87,14 @@ async def serve_attach(
         await proc.close_stdin()
 
 
-async def serve_exec(conn: Conn, streams: Streams, plan: ProcessPlan) -> None:
+async def serve_exec(
+    conn: Conn, streams: Streams, plan: ProcessPlan, execs: set[HostProcess]
+) -> None:
     """Run `plan` for one connection; its exit code becomes the channel-3 status.
 
-    A client that leaves first takes the process (and its group) down with it.
+    The process is in `execs` while it runs (the container's exit kills it, as
+    its PID namespace would). A client that leaves first takes the process
+    (and its group) down with it.
     """
     if streams.tty:
         plan = ProcessPlan(plan.argv, {**plan.env, "TERM": "xterm"}, plan.cwd)
@@ -111,10 +115,14 @@ async def serve_exec(conn: Conn, streams: Streams, plan: ProcessPlan) -> None:
         ) as proc:
             # Subscribe before the first checkpoint: the output pump has not run yet.
             with proc.output.subscribe() as output:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(collect_exit, proc)
-                    await serve_channels(conn, streams, proc, output, finish)
-                    nursery.cancel_scope.cancel()
+                execs.add(proc)
+                try:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(collect_exit, proc)
+                        await serve_channels(conn, streams, proc, output, finish)
+                        nursery.cancel_scope.cancel()
+                finally:
+                    execs.discard(proc)
     except StartError as exc:
         await send_failure(conn, streams, exc.exec_cause(secrets.token_hex(32)))
 

@@ -242,6 +242,21 @@ async def test_exec_stdin_close_and_tty(
     assert frames.status()["details"]["causes"][0]["message"] == "4"
 
 
+async def test_container_exit_kills_its_execs(
+    kubesim: KubeSim, kube: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    await start_kernel_pod(kube, tmp_path, "ending", "echo \n", stdin=True)
+    script = "echo started; exec sleep 30"
+    async with open_stream(kubesim, "ending", "exec", "stdout=1", "sh", "-c", script) as ex:
+        running = Frames(ex)
+        await running.until(lambda f: "started" in f.text())
+        async with open_stream(kubesim, "ending", "attach", "stdin=1&stdout=1") as at:
+            await at.send_message(b"\x00quit\n")  # the container's main process exits
+            await Frames(at).until_closed()
+        await running.until_closed()
+    assert running.status()["details"]["causes"][0]["message"] == "137"  # SIGKILL
+
+
 async def test_streams_to_a_container_that_is_not_running_fail_on_channel_3(
     kubesim: KubeSim, kube: httpx.AsyncClient, tmp_path: Path
 ) -> None:
