@@ -149,7 +149,7 @@ def parse_image_ref(image: str) -> ImageRef:
         domain = "docker.io"
         if "/" not in path:
             path = f"library/{path}"
-    return ImageRef(domain, path, match["tag"] or "latest", match["digest"] or "")
+    return ImageRef(str(domain), path, match["tag"] or "latest", match["digest"] or "")
 
 
 # ---- the wget stand-in ---------------------------------------------------------------

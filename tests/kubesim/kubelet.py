@@ -390,9 +390,9 @@ class Kubelet:
     def _volume_dir(self, worker: PodWorker, mount: Obj) -> Path:
         # Every volume is an empty directory on the host (configMap/secret contents are
         # not projected: the sim serves no such resources).
-        path = worker.dir / "volumes" / mount["name"]
+        path: Path = worker.dir / "volumes" / str(mount["name"])
         if mount.get("subPath"):
-            path = path / mount["subPath"]
+            path = path / str(mount["subPath"])
         path.mkdir(parents=True, exist_ok=True)
         return path
 

@@ -301,7 +301,7 @@ class HostProcess:
     async def _pump_pipe(self, channel: int, stream: trio.abc.ReceiveStream) -> None:
         try:
             while chunk := await stream.receive_some(65536):
-                self.output.publish(channel, chunk)
+                self.output.publish(channel, bytes(chunk))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 

@@ -64,7 +64,7 @@ def build_models(pod: Obj, images: dict[str, str]) -> tuple[list[ContainerModel]
 
 
 def _model(container: Obj, images: dict[str, str], reason: str) -> ContainerModel:
-    image = images.get(container["name"], container.get("image", ""))
+    image = images.get(container["name"]) or str(container.get("image", ""))
     return ContainerModel(container["name"], image, state={"waiting": {"reason": reason}})
 
 
