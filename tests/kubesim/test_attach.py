@@ -316,6 +316,16 @@ async def test_kubectl_attach_and_exec(
     pod = await wait_pod(kube, "kc", phase_is("Failed", "Succeeded"))
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 2
 
+    # A tty container: kubectl follows the spec, output comes through the PTY (\r\n).
+    script = "echo you said: \n"
+    await start_kernel_pod(kube, tmp_path, "kt", script, stdin=True, stdinOnce=True, tty=True)
+    with trio.fail_after(30):
+        result = await trio.run_process(
+            [*kubectl, "attach", "-i", "kt"], stdin=b"typed\n", capture_stdout=True, check=False
+        )
+    assert result.returncode == 0
+    assert b"you said: typed\r\n" in result.stdout
+
     await start_kernel_pod(kube, tmp_path, "kx", "wait\n")
     with trio.fail_after(30):
         result = await trio.run_process(
