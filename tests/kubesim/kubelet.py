@@ -462,7 +462,12 @@ class Kubelet:
         streams = ks.build_streams(
             kind, spec, stdin=stdin, stdout=stdout, stderr=stderr, tty=tty, protocol=protocol
         )
-        if worker is None or spec is None or proc is None:
+        if not (stdin or stdout or stderr):  # the kubelet's NewOptions check, after the upgrade
+            cause = (
+                "unable to upgrade connection: you must specify at least 1 of stdin, stdout, stderr"
+            )
+            await send_failure(conn, streams, cause)
+        elif worker is None or spec is None or proc is None:
             meta = pod["metadata"]
             cause = ks.not_running_cause(kind, container, meta["name"], meta.get("namespace", ""))
             await send_failure(conn, streams, cause)

@@ -277,6 +277,14 @@ async def test_streams_to_a_container_that_is_not_running_fail_on_channel_3(
         await frames.until_closed()
     assert 'exec: "no-such-tool": executable file not found in $PATH' in frames.status()["message"]
 
+    async with open_stream(kubesim, "alive", "exec", "tty=1", "true") as ws:
+        frames = Frames(ws)
+        await frames.until_closed()
+    assert frames.log[0] == (3, b"")  # no stdout/stderr: the empty frame goes to channel 3
+    assert frames.status()["message"].endswith(
+        "you must specify at least 1 of stdin, stdout, stderr"
+    )
+
 
 async def test_malformed_close_frame_ends_the_connection(
     kubesim: KubeSim, kube: httpx.AsyncClient, tmp_path: Path
