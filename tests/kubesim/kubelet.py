@@ -20,6 +20,7 @@ import logging
 import secrets
 import shutil
 import signal
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +99,7 @@ class Kubelet:
         self.host_ip = host_ip
         self._network = ipaddress.ip_network(pod_network)
         self._ips: dict[str, str] = {}  # ip → pod uid
+        self._ip_claims: dict[str, socket.socket] = {}  # ip → its machine-wide claim
         self.image_pull_backoff_s = image_pull_backoff_s  # tests may shorten it after start
         self._workers: dict[str, PodWorker] = {}
         self._nursery: trio.Nursery | None = None
@@ -267,17 +269,33 @@ class Kubelet:
         worker.removed.set()
 
     def _allocate_ip(self) -> str:
-        """The lowest free address from .2 up (.1 is the host's)."""
+        """The lowest free address from .2 up (.1 is the host's), claimed machine-wide.
+
+        Several simulators (parallel test runs) share one loopback: two pods on
+        127.0.0.2 would fight over the same ports (every session kernel binds
+        :9230). An abstract UNIX socket named after the address is the claim:
+        bind fails while another process holds it, and it vanishes with its holder.
+        """
         first, last = int(self._network.network_address) + 2, int(self._network.broadcast_address)
         for n in range(first, last):
             ip = str(ipaddress.ip_address(n))
-            if ip not in self._ips:
-                return ip
+            if ip in self._ips:
+                continue
+            claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                claim.bind(f"\0kubesim-pod-ip-{ip}")
+            except OSError:
+                claim.close()
+                continue
+            self._ip_claims[ip] = claim
+            return ip
         raise RuntimeError(f"kubesim: pod network {self._network} is exhausted")
 
     def _release_ip(self, worker: PodWorker) -> None:
         # A finished pod keeps podIP in its status but no longer holds the address.
-        self._ips = {ip: uid for ip, uid in self._ips.items() if uid != worker.uid}
+        for ip in [ip for ip, uid in self._ips.items() if uid == worker.uid]:
+            del self._ips[ip]
+            self._ip_claims.pop(ip).close()
 
     async def _enforce_deadline(self, worker: PodWorker) -> None:
         deadline_s = worker.spec.get("activeDeadlineSeconds")

@@ -465,3 +465,20 @@ async def test_app_image_runs_its_own_entrypoint(tmp_path: Path) -> None:
         workdir = sim.kubelet.workdir / "pods" / done["metadata"]["uid"] / "root"
         assert (workdir / "ran.txt").read_text() == "app\n"
     assert done["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 5
+
+
+async def test_simulators_running_at_once_never_share_a_pod_ip(tmp_path: Path) -> None:
+    entry = tmp_path / "idle.telo"
+    entry.write_text("wait\n")
+    ips = []
+    async with (
+        open_kubesim(tmp_path / "one") as one,
+        open_kubesim(tmp_path / "two") as two,
+        build_client(one) as kube_one,
+        build_client(two) as kube_two,
+    ):
+        for kube in (kube_one, kube_two):
+            await create_pod(kube, build_kernel_pod("same-name", str(entry)))
+            pod = await wait_pod(kube, "same-name", phase_is("Running"))
+            ips.append(pod["status"]["podIP"])
+    assert ips[0] != ips[1]  # both would bind :9230 on it in a session pod
