@@ -5,7 +5,9 @@ Usage, as the session pod runs it:
 
 ENTRY is a script of directives, one per line (`#` starts a comment line,
 blank lines are skipped); the whole file is checked before anything runs, and
-an unknown directive exits 2 naming the file and line:
+an unknown directive exits 2 naming the file and line. A file with any line
+`# kubesim: DIRECTIVE` runs those lines only and ignores the rest, so a real
+Telo manifest can carry its simulated behaviour in YAML comments:
 
     print TEXT        write TEXT and a newline to stdout
     stderr TEXT       write TEXT and a newline to stderr
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -48,6 +51,7 @@ from typing import Any
 
 USAGE = "usage: telo run ENTRY [--inspect HOST:PORT] [--no-open] [--no-cache-write]"
 VERSION = "telo 0.0.0-kubesim"
+EMBEDDED = re.compile(r"^\s*#\s*kubesim:\s?(.*)$")  # directives inside a YAML manifest
 TEXT_DIRECTIVES = {"print", "stderr", "echo"}
 DIRECTIVES = {
     "print",
@@ -166,8 +170,10 @@ def parse_script(path: Path) -> list[tuple[int, str, str]]:
         text = path.read_text()
     except OSError as exc:
         raise SystemExit(f"telo: cannot read {path}: {exc.strerror}") from None
+    lines = list(enumerate(text.splitlines(), 1))
+    embedded = [(n, m.group(1)) for n, raw in lines if (m := EMBEDDED.match(raw))]
     steps = []
-    for number, raw in enumerate(text.splitlines(), 1):
+    for number, raw in embedded or lines:
         line = raw.lstrip()
         if not line.strip() or line.startswith("#"):
             continue

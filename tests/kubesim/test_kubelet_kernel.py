@@ -38,3 +38,12 @@ async def test_script_runs_in_order_keeping_text(tmp_path: Path) -> None:
     entry.write_text("print  two spaces\necho > \nstderr oops\nexit 4\nprint never\n")
     code, out, err = await telo("run", str(entry), "--no-open", stdin=b"a\nquit\nb\n")
     assert (code, out, err) == (4, " two spaces\n> a\n", "oops\n")
+
+
+async def test_directives_embedded_in_a_manifest_run_alone(tmp_path: Path) -> None:
+    entry = tmp_path / "telo.yaml"
+    entry.write_text(
+        "kind: Telo.Application\nmetadata:\n  name: demo\n"
+        "# kubesim: print from the manifest\n# kubesim: exit 3\n"
+    )
+    assert await telo("run", str(entry)) == (3, "from the manifest\n", "")
