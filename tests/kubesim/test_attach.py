@@ -82,7 +82,7 @@ def test_close_frames_and_first_channel() -> None:
 
 @asynccontextmanager
 async def open_stream(
-    sim: KubeSim, pod: str, kind: str, query: str, *command: str
+    sim: KubeSim, pod: str, kind: str, query: str, *command: str, protocol: str = V5
 ) -> AsyncIterator[WebSocketConnection]:
     """A v5 stream; `command` elements become repeated `command=` parameters."""
     if command:
@@ -98,10 +98,10 @@ async def open_stream(
             stream,
             "127.0.0.1",
             resource,
-            subprotocols=[V5],
+            subprotocols=[protocol],
             extra_headers=[(b"Authorization", f"Bearer {sim.token}".encode())],
         )
-        assert ws.subprotocol == V5
+        assert ws.subprotocol == protocol
         try:
             yield ws
         finally:
@@ -202,6 +202,22 @@ async def test_two_attaches_share_the_output_and_v5_close_ends_stdin(
         await two.until_closed()
     assert "stdin closed" in one.text() and "stdin closed" in two.text()
     assert one.status() == two.status() == {"metadata": {}, "status": "Success"}
+
+
+async def test_v4_has_no_close_frame(
+    kubesim: KubeSim, kube: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    script = "echo got \nprint stdin closed\n"
+    await start_kernel_pod(kube, tmp_path, "old", script, stdin=True, stdinOnce=True)
+    v4 = "v4.channel.k8s.io"
+    async with open_stream(kubesim, "old", "attach", "stdin=1&stdout=1", protocol=v4) as ws:
+        frames = Frames(ws)
+        await ws.send_message(b"\xff\x00")  # not a channel on v4: dropped
+        await ws.send_message(b"\x00still open\n")
+        await frames.until(lambda f: "got still open" in f.text())
+    # Leaving is v4's only way to end stdin; with stdinOnce that closes it for good.
+    pod = await wait_pod(kube, "old", phase_is("Succeeded", "Failed"))
+    assert pod["status"]["phase"] == "Succeeded"
 
 
 async def test_exec_reports_exit_code_and_splits_stdout_from_stderr(
