@@ -42,6 +42,7 @@ _CTTY_LAUNCHER = (
 )
 _HOST_PATH = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
 DRAIN_S = 2.0  # how long output may trail the process exit (an escaped grandchild)
+REAP_S = 5.0  # how long teardown waits for a SIGKILLed process to be reaped
 
 
 class StartError(Exception):
@@ -351,7 +352,8 @@ async def open_host_process(
     finally:
         with trio.CancelScope(shield=True):
             host.signal_group(signal.SIGKILL)
-            await proc.wait()
+            with trio.move_on_after(REAP_S):  # SIGKILL is prompt unless the kernel is stuck
+                await proc.wait()
             host.output.close()
             for stream in (master, proc.stdin, proc.stdout, proc.stderr):
                 if stream is not None:
