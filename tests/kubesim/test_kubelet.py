@@ -21,7 +21,7 @@ import pytest
 import trio
 
 from tests.kubesim.conftest import build_client
-from tests.kubesim.images import ImageMap, build_app_image, build_default_images
+from tests.kubesim.images import ImageMap, build_app_image
 from tests.kubesim.server import KubeSim, open_kubesim
 
 Obj = dict[str, Any]
@@ -442,14 +442,15 @@ async def test_shutdown_kills_every_container_and_removes_its_files(tmp_path: Pa
     port = free_port()
     entry = tmp_path / "serve.telo"
     entry.write_text(f"listen {port}\nwait\n")
-    images = build_default_images()
-    async with open_kubesim(tmp_path, images=images) as sim, build_client(sim) as kube:
-        await create_pod(kube, build_kernel_pod("left", str(entry)))
+    async with open_kubesim(tmp_path) as sim, build_client(sim) as kube:
+        created = await create_pod(kube, build_kernel_pod("left", str(entry)))
         ip = (await wait_pod(kube, "left", phase_is("Running")))["status"]["podIP"]
         await wait_listening(ip, port)
+        pod_dir = pod_volumes(sim, created).parent
+        assert pod_dir.is_dir()
     with pytest.raises(OSError):
         await trio.open_tcp_stream(ip, port)
-    assert not (tmp_path / "kubelet" / "pods").exists()
+    assert not pod_dir.exists()
 
 
 async def test_app_image_runs_its_own_entrypoint(tmp_path: Path) -> None:
