@@ -15,12 +15,10 @@ killed and removed).
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import secrets
 import shutil
 import signal
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +33,7 @@ from .attach import send_failure
 from .images import Image, ImageMap, InvalidReference, parse_image_ref
 from .kubelet_runtime import (
     HostProcess,
+    PodNetwork,
     ProcessPlan,
     StartError,
     build_plan,
@@ -97,9 +96,7 @@ class Kubelet:
         self.workdir = Path(workdir)
         self.node_name = node_name
         self.host_ip = host_ip
-        self._network = ipaddress.ip_network(pod_network)
-        self._ips: dict[str, str] = {}  # ip → pod uid
-        self._ip_claims: dict[str, socket.socket] = {}  # ip → its machine-wide claim
+        self._network = PodNetwork(pod_network)
         self.image_pull_backoff_s = image_pull_backoff_s  # tests may shorten it after start
         self._workers: dict[str, PodWorker] = {}
         self._nursery: trio.Nursery | None = None
@@ -206,7 +203,7 @@ class Kubelet:
             )
         finally:
             self._workers.pop(worker.uid, None)
-            self._release_ip(worker)
+            self._network.release(worker.uid)
             shutil.rmtree(worker.dir, ignore_errors=True)
 
     async def _run_pod_inner(self, worker: PodWorker) -> None:
@@ -217,14 +214,13 @@ class Kubelet:
                 nursery.start_soon(self._carry_out_deletion, worker)
                 await self._run_containers(worker)
                 nursery.cancel_scope.cancel()
-            self._release_ip(worker)
+            self._network.release(worker.uid)
             if worker.deleting.is_set():
                 await self._remove(worker)
             await worker.removed.wait()
 
     async def _schedule(self, worker: PodWorker) -> None:
-        ip = self._allocate_ip()
-        self._ips[ip] = worker.uid
+        ip = self._network.claim(worker.uid)
         images = {}
         for c in (worker.spec.get("initContainers") or []) + worker.spec["containers"]:
             try:
@@ -267,35 +263,6 @@ class Kubelet:
         except NotFound:
             pass
         worker.removed.set()
-
-    def _allocate_ip(self) -> str:
-        """The lowest free address from .2 up (.1 is the host's), claimed machine-wide.
-
-        Several simulators (parallel test runs) share one loopback: two pods on
-        127.0.0.2 would fight over the same ports (every session kernel binds
-        :9230). An abstract UNIX socket named after the address is the claim:
-        bind fails while another process holds it, and it vanishes with its holder.
-        """
-        first, last = int(self._network.network_address) + 2, int(self._network.broadcast_address)
-        for n in range(first, last):
-            ip = str(ipaddress.ip_address(n))
-            if ip in self._ips:
-                continue
-            claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                claim.bind(f"\0kubesim-pod-ip-{ip}")
-            except OSError:
-                claim.close()
-                continue
-            self._ip_claims[ip] = claim
-            return ip
-        raise RuntimeError(f"kubesim: pod network {self._network} is exhausted")
-
-    def _release_ip(self, worker: PodWorker) -> None:
-        # A finished pod keeps podIP in its status but no longer holds the address.
-        for ip in [ip for ip, uid in self._ips.items() if uid == worker.uid]:
-            del self._ips[ip]
-            self._ip_claims.pop(ip).close()
 
     async def _enforce_deadline(self, worker: PodWorker) -> None:
         deadline_s = worker.spec.get("activeDeadlineSeconds")

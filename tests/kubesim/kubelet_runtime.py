@@ -1,6 +1,7 @@
 """The simulated container runtime: a container (or an exec) is a real host process.
 
-Owns two things. `build_plan` (pure): a pod's container spec + its image →
+Owns three things. `PodNetwork`: each pod's loopback address, claimed
+machine-wide. `build_plan` (pure): a pod's container spec + its image →
 argv, env and working directory on the host, with every emptyDir mountPath
 mapped onto the pod's host directory. `open_host_process`: starts a plan in
 its own session and process group, under a PTY (whose master carries stdin,
@@ -14,11 +15,13 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import ipaddress
 import math
 import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import struct
 import sys
@@ -184,6 +187,46 @@ def install_programs(image: Image, root: Path) -> Path:
             path.write_text(build_wrapper_script(program))
             path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return bin_dir
+
+
+# ---- IO: addresses ------------------------------------------------------------------------
+
+
+class PodNetwork:
+    """Pod addresses: the lowest free one from .2 up (.1 is the host's), claimed machine-wide.
+
+    Several simulators (parallel test runs) share one loopback: two pods on
+    127.0.0.2 would fight over the same ports (every session kernel binds
+    :9230). An abstract UNIX socket named after the address is the claim: bind
+    fails while another process holds it, and it vanishes with its holder.
+    """
+
+    def __init__(self, cidr: str) -> None:
+        self._network = ipaddress.ip_network(cidr)
+        self._owners: dict[str, str] = {}  # ip → pod uid
+        self._claims: dict[str, socket.socket] = {}
+
+    def claim(self, uid: str) -> str:
+        first = int(self._network.network_address) + 2
+        for n in range(first, int(self._network.broadcast_address)):
+            ip = str(ipaddress.ip_address(n))
+            if ip in self._owners:
+                continue
+            claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                claim.bind(f"\0kubesim-pod-ip-{ip}")
+            except OSError:
+                claim.close()
+                continue
+            self._owners[ip], self._claims[ip] = uid, claim
+            return ip
+        raise RuntimeError(f"kubesim: pod network {self._network} is exhausted")
+
+    def release(self, uid: str) -> None:
+        """Idempotent: a finished pod keeps podIP in its status but not the address."""
+        for ip in [ip for ip, owner in self._owners.items() if owner == uid]:
+            del self._owners[ip]
+            self._claims.pop(ip).close()
 
 
 # ---- IO: the process --------------------------------------------------------------------
