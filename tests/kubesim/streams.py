@@ -14,7 +14,7 @@ import base64
 import binascii
 from typing import Any
 
-from tests.kubesim import status
+from tests.kubesim import attach, status
 from tests.kubesim.faults import Faults, Stats
 from tests.kubesim.store import Store
 from tests.kubesim.wire import Exchange, WebSocketConn
@@ -85,6 +85,7 @@ async def serve_upgrade(
         faults.attaches.add(conn)
         stats.attaches_open += 1
         stats.attaches_total += 1
+        stats.attaches_by_protocol[protocol] += 1
         stats.note()
         try:
             await _hand_over(conn, pod, container, kind, req, kubelet, protocol)
@@ -109,21 +110,17 @@ async def _hand_over(
     if kubelet is not None:
         await kubelet.serve_stream(conn, pod, container, **options)
         return
-    await _serve_without_kubelet(conn)
+    await _serve_without_kubelet(conn, options)
 
 
-async def _serve_without_kubelet(conn: WebSocketConn) -> None:
-    """No kubelet in this sim: answer as the translator does when it cannot reach one."""
+async def _serve_without_kubelet(conn: WebSocketConn, options: dict[str, Any]) -> None:
+    """No kubelet in this sim: answer as the v5 translator does when it cannot reach one.
+
+    The translator upgrades and sends its one empty frame (§1.4) before dialling the
+    kubelet, so the failure arrives after that frame, as a channel-3 Status (§1.8).
+    """
     cause = "unable to upgrade connection: no kubelet is running in this kubesim"
-    body = status.encode(
-        {
-            "metadata": {},
-            "status": "Failure",
-            "message": f"Internal error occurred: {cause}",
-            "reason": "InternalError",
-            "details": {"causes": [{"message": cause}]},
-            "code": 500,
-        }
-    ).rstrip(b"\n")
-    await conn.send(b"\x03" + body)
-    await conn.close(1000)
+    wanted = attach.Streams(
+        options["stdin"], options["stdout"], options["stderr"], options["tty"], options["protocol"]
+    )
+    await attach.send_failure(conn, wanted, cause)

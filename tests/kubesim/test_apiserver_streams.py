@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 import pytest
 import trio
 from trio_websocket import (
@@ -219,12 +220,33 @@ async def test_drop_attaches_cuts_without_a_close_frame(
     assert apiserver.stats.attaches_total == 1
 
 
+async def test_attaches_are_counted_on_the_stats_endpoint(
+    apiserver: KubeSim, kubelet: RecordingKubelet, kube: httpx.AsyncClient
+) -> None:
+    resource = ATTACH + "?container=app&stdout=1"
+    async with (
+        open_ws(apiserver, resource, subprotocols=(V5,)),
+        open_ws(apiserver, resource, subprotocols=(V4,)),
+    ):
+        with trio.fail_after(5):  # the server counts just after its 101 went out
+            await apiserver.stats.wait_until(lambda s: s.attaches_open == 2)
+        attaches = (await kube.get("/_kubesim/stats")).json()["attaches"]
+        assert attaches == {"open": 2, "total": 2, "byProtocol": {V4: 1, V5: 1}}
+    with trio.fail_after(5):
+        await apiserver.stats.wait_until(lambda s: s.attaches_open == 0)
+    attaches = (await kube.get("/_kubesim/stats")).json()["attaches"]
+    assert (attaches["open"], attaches["total"]) == (0, 2)
+
+
 async def test_without_a_kubelet_the_stream_reports_an_internal_error(apiserver: KubeSim) -> None:
     await apiserver.store.create("pods", "runnerd", build_pod("p"))
     await apiserver.store.update("pods", "runnerd", "p", lambda p: p["spec"].update(nodeName="n"))
     async with open_ws(apiserver, ATTACH + "?stdout=1") as ws:
-        message = await ws.get_message()
-        assert message[:1] == b"\x03" and b'"reason":"InternalError"' in message
-        with pytest.raises(ConnectionClosed) as info:
-            await ws.get_message()
+        with trio.fail_after(5):
+            assert await ws.get_message() == b"\x01"  # upgraded first: the empty frame (§1.4)
+            message = await ws.get_message()
+            assert message[:1] == b"\x03" and b'"reason":"InternalError"' in message
+            assert b'"kind"' not in message  # Go's encoding/json of metav1.Status (§1.7)
+            with pytest.raises(ConnectionClosed) as info:
+                await ws.get_message()
         assert info.value.reason.code == 1000
