@@ -45,6 +45,8 @@ class Stats:
     tls_handshakes: int = 0
     attaches_open: int = 0
     attaches_total: int = 0
+    # Which subprotocol each attach/exec WebSocket agreed on: proves a client spoke v5.
+    attaches_by_protocol: collections.Counter[str] = field(default_factory=collections.Counter)
     responses: collections.Counter[int] = field(default_factory=collections.Counter)
     _changed: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
 
@@ -72,7 +74,11 @@ class Stats:
             "responses": {str(k): v for k, v in sorted(self.responses.items())},
             "watches": {"open": self.watches_open, "total": self.watches_total},
             "connections": {"accepted": self.connections_accepted, "tls": self.tls_handshakes},
-            "attaches": {"open": self.attaches_open, "total": self.attaches_total},
+            "attaches": {
+                "open": self.attaches_open,
+                "total": self.attaches_total,
+                "byProtocol": dict(sorted(self.attaches_by_protocol.items())),
+            },
         }
 
 
