@@ -178,7 +178,7 @@ async def test_attach_tty_echoes_stdin_resizes_and_reports_success(
     assert all(c == 1 for c, _ in frames.log[:-1])  # a tty has no separate stderr
     pod = await wait_pod(kube, "tty", phase_is("Failed", "Succeeded"))
     term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
-    assert (term["exitCode"], term["reason"]) == (3, "Error")
+    assert (pod["status"]["phase"], term["exitCode"], term["reason"]) == ("Failed", 3, "Error")
 
 
 async def test_two_attaches_share_the_output_and_v5_close_ends_stdin(
@@ -337,6 +337,7 @@ async def test_kubectl_attach_and_exec(
         )
     assert result.returncode == 0, result.stderr
     assert result.stdout == b"you said: first\nyou said: second\ndone\n"
+    assert dict(kubesim.stats.attaches_by_protocol) == {V5: 1}  # WebSocket v5, no SPDY fallback
     pod = await wait_pod(kube, "kc", phase_is("Failed", "Succeeded"))
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 2
 
@@ -387,9 +388,11 @@ def _python_client_exec_and_attach(kubeconfig: Path) -> tuple[int | None, str, s
             tty=False,
             _preload_content=False,
         )
-        resp.run_forever(timeout=10)
-        code, out = resp.returncode, resp.read_stdout()
-        _close_ws(resp)
+        try:
+            resp.run_forever(timeout=10)
+            code, out = resp.returncode, resp.read_stdout()
+        finally:  # even when an assertion fails: a leaked socket fails a later test
+            _close_ws(resp)
         resp = stream(
             core.connect_get_namespaced_pod_attach,
             "py",
@@ -401,14 +404,18 @@ def _python_client_exec_and_attach(kubeconfig: Path) -> tuple[int | None, str, s
             tty=False,
             _preload_content=False,
         )
-        echoed = ""
-        resp.write_stdin("from python\n")
-        # A thread cannot be cancelled: bound the loop itself.
-        deadline = time.monotonic() + 10
-        while "py: from python" not in echoed and resp.is_open() and time.monotonic() < deadline:
-            resp.update(timeout=1)
-            echoed += resp.read_stdout() if resp.peek_stdout() else ""
-        _close_ws(resp)
+        try:
+            echoed = ""
+            resp.write_stdin("from python\n")
+            # A thread cannot be cancelled: bound the loop itself.
+            deadline = time.monotonic() + 10
+            while (
+                "py: from python" not in echoed and resp.is_open() and time.monotonic() < deadline
+            ):
+                resp.update(timeout=1)
+                echoed += resp.read_stdout() if resp.peek_stdout() else ""
+        finally:
+            _close_ws(resp)
         return code, out, echoed
     finally:
         api.close()
@@ -425,3 +432,4 @@ async def test_official_python_client_exec_and_attach(
         )
     assert (code, out) == (9, "exec out\n")
     assert "py: from python" in echoed
+    assert dict(kubesim.stats.attaches_by_protocol) == {V5: 2}  # it offers v5 first
