@@ -391,7 +391,9 @@ async def test_active_deadline_fails_the_pod(
     pod = build_kernel_pod("slow", str(entry))
     pod["spec"]["activeDeadlineSeconds"] = 1
     await create_pod(kube, pod)
-    await wait_pod(kube, "slow", phase_is("Running"))
+    # On a loaded machine the 1 s deadline may pass before this watch opens: Running is
+    # not required to be seen; exit 143 below proves the container ran and was killed.
+    await wait_pod(kube, "slow", phase_is("Running", "Failed"))
 
     failed = await wait_pod(kube, "slow", phase_is("Failed"))
     assert failed["status"]["reason"] == "DeadlineExceeded"

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trio import run_process
+from trio import fail_after, run_process
 
 from tests.kubesim.images import KERNEL_PROGRAM
 
 
 async def telo(*args: str, stdin: bytes = b"") -> tuple[int, str, str]:
-    result = await run_process(
-        [*KERNEL_PROGRAM, *args], stdin=stdin, capture_stdout=True, capture_stderr=True, check=False
-    )
+    with fail_after(30):  # a kernel that hangs fails the test instead of the whole run
+        result = await run_process(
+            [*KERNEL_PROGRAM, *args],
+            stdin=stdin,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
