@@ -89,6 +89,15 @@ async def test_unset_or_zero_rv_starts_with_added(kube: httpx.AsyncClient) -> No
             assert summary(await next_events(events, 2)) == [("ADDED", "a"), ("ADDED", "b")]
 
 
+async def test_headers_are_flushed_before_any_event(kube: httpx.AsyncClient) -> None:
+    # Nothing exists, nothing changes, no bookmarks: only the flushed headers can arrive.
+    with trio.fail_after(5):
+        async with kube.stream("GET", PODS, params={"watch": "1"}) as resp:
+            assert resp.status_code == 200
+            assert resp.headers["content-type"] == "application/json"
+            assert resp.headers["transfer-encoding"] == "chunked"
+
+
 async def test_timeout_seconds_ends_the_stream_cleanly(kube: httpx.AsyncClient) -> None:
     await kube.post(PODS, json=build_pod("a"))
     with trio.fail_after(5):
