@@ -114,8 +114,11 @@ async def test_checks_run_in_order(apiserver: KubeSim, kubelet: RecordingKubelet
     code, body = await rejection(apiserver, ATTACH + "?container=nope")
     assert code == 400 and b"container nope is not valid for pod p" in body
     await apiserver.store.create("pods", "runnerd", build_pod("pending"))
-    code, body = await rejection(apiserver, "/api/v1/namespaces/runnerd/pods/pending/exec")
-    assert code == 400 and b"pod pending does not have a host assigned" in body
+    pending = "/api/v1/namespaces/runnerd/pods/pending/exec"
+    code, body = await rejection(apiserver, pending + "?container=nope")
+    assert code == 400 and b"container nope is not valid for pod pending" in body  # before host
+    code, body = await rejection(apiserver, pending, subprotocols=("channel.k8s.io",))
+    assert code == 400 and b"pod pending does not have a host assigned" in body  # before 403
     code, body = await rejection(
         apiserver, ATTACH + "?container=app", subprotocols=("channel.k8s.io",)
     )
