@@ -323,7 +323,8 @@ async def test_kubectl_attach_and_exec(
     kubesim: KubeSim, kube: httpx.AsyncClient, tmp_path: Path
 ) -> None:
     kubeconfig = kubesim.write_kubeconfig(tmp_path / "kubeconfig")
-    kubectl = [KUBECTL, "--kubeconfig", str(kubeconfig)]
+    # --cache-dir: kubectl would otherwise write its discovery cache to ~/.kube.
+    kubectl = [KUBECTL, "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "cache")]
     await start_kernel_pod(
         kube, tmp_path, "kc", "echo you said: \nprint done\nexit 2\n", stdin=True, stdinOnce=True
     )
