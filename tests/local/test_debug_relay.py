@@ -129,3 +129,35 @@ async def test_relay_ignores_proxy_settings_of_the_daemon(monkeypatch: Any) -> N
                 )
             nursery.cancel_scope.cancel()
     assert frames == [{"kind": "event"}]
+
+
+# A workload's debug stream must not crash the relay with pathological JSON: the
+# relay runs inside the session's task, so an escaping RecursionError would fail
+# the session as `internal`.
+DEPTH = 100_000
+
+
+def test_parse_frame_skips_json_nested_past_the_recursion_limit() -> None:
+    assert parse_frame("[" * DEPTH) is None
+    assert parse_frame('{"a":' * DEPTH + "1" + "}" * DEPTH) is None
+
+
+async def test_relay_skips_a_deeply_nested_frame_and_keeps_relaying() -> None:
+    frames: list[dict[str, Any]] = []
+    arrived = trio.Event()
+
+    def on_frame(frame: dict[str, Any]) -> None:
+        frames.append(frame)
+        arrived.set()
+
+    deep = b"data: " + b"[" * DEPTH + b"\n\n"
+    server = ScriptedSseServer([OK_HEAD + deep + sse({"kind": "event", "name": "after"})])
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    with trio.fail_after(10):
+        async with listeners[0], trio.open_nursery() as nursery:
+            nursery.start_soon(trio.serve_listeners, server.handle, listeners)
+            nursery.start_soon(relay_debug_stream, f"http://127.0.0.1:{port}/events", on_frame)
+            await arrived.wait()
+            nursery.cancel_scope.cancel()
+    assert frames == [{"kind": "event", "name": "after"}]
