@@ -1,8 +1,10 @@
 """The apiserver's request pipeline: route, count, fault, authenticate, authorize, serve.
 
 Order for every request (outside `/_kubesim/`): silence (hang) → route and count →
-injected failure (429/500/503) → authentication (401) → unknown path (404) →
-RBAC (403) → handler. Errors are `status.ApiError`, rendered once, here.
+authentication (401) → injected failure (429/500/503) → unknown path (404) →
+RBAC (403) → handler. Authentication comes first as in kube-apiserver's filter
+chain, where max-in-flight and priority-and-fairness (the 429s) sit inside it.
+Errors are `status.ApiError`, rendered once, here.
 
 Resources are served from `store.Store`; list/watch live in `watch.py`,
 attach/exec pre-upgrade checks in `streams.py`.
@@ -81,9 +83,9 @@ class ApiServer:
         self.stats.requests[(route.verb, route.pattern)] += 1
         if delay_s := self.faults.take_delay(route.verb):
             await trio.sleep(delay_s)
+        user = self._authenticate(req)
         if failure := self.faults.take_failure(route.verb):
             raise failure
-        user = self._authenticate(req)
         if route.doc is not None:
             doc = route.doc()
             if doc is None:

@@ -51,6 +51,17 @@ async def test_fail_next_with_429(apiserver: KubeSim, kube: httpx.AsyncClient) -
     assert (await kube.get(PODS)).status_code == 200
 
 
+async def test_fail_next_answers_only_authenticated_requests(apiserver: KubeSim) -> None:
+    # kube-apiserver authenticates before its in-flight limits: a bad token is a
+    # 401 even while the server sheds load, and it does not use up the 429.
+    apiserver.faults.fail_next(1, 429)
+    async with build_client(apiserver, token="wrong") as stranger:
+        assert (await stranger.get(PODS)).status_code == 401
+    async with build_client(apiserver) as client:
+        assert (await client.get(PODS)).status_code == 429
+        assert (await client.get(PODS)).status_code == 200
+
+
 async def test_fail_next_with_500_and_503(apiserver: KubeSim, kube: httpx.AsyncClient) -> None:
     apiserver.faults.fail_next(1, 500, retry_after_s=None)
     apiserver.faults.fail_next(1, 503, retry_after_s=2)
