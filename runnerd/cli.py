@@ -77,11 +77,18 @@ def read_config(path: Path) -> Config:
     return config if config.source is not None else replace(config, source=path)
 
 
-def check_config(path: Path) -> int:
+def read_config_or_report(path: Path) -> Config | None:
+    """`read_config`, with a config error printed to stderr (None then)."""
     try:
-        config = read_config(path)
+        return read_config(path)
     except ConfigError as exc:
         print(f"runnerd: {path}: {exc}", file=sys.stderr)
+        return None
+
+
+def check_config(path: Path) -> int:
+    config = read_config_or_report(path)
+    if config is None:
         return EXIT_CONFIG
     print(render_config(config))
     return EXIT_OK
@@ -93,10 +100,8 @@ def serve(path: Path) -> int:
     from runnerd.listeners import ListenError
     from runnerd.logs import setup_logging
 
-    try:
-        config = read_config(path)
-    except ConfigError as exc:
-        print(f"runnerd: {path}: {exc}", file=sys.stderr)
+    config = read_config_or_report(path)
+    if config is None:
         return EXIT_CONFIG
     setup_logging(config.server.log_level)
     try:
