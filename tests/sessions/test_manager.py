@@ -29,7 +29,7 @@ from runnerd.backend import (
 from runnerd.config import LocalConfig, RuntimeConfig
 from runnerd.contract import RunStatus, exited, failed, running
 from runnerd.local import LocalBackend
-from runnerd.registry import RegistryFull
+from runnerd.registry import ByteRing, EventRing, RegistryFull
 from runnerd.sessions import ManagerClosed, Session, SessionManager, StopFailed
 
 from .backends import (
@@ -401,30 +401,28 @@ async def test_sink_relays_event_debug_frames_and_ignores_backend_terminal_statu
 # --------------------------------------------------------------------------
 
 
-async def _read_pty(session: Session, out: list[tuple[int, bytes]]) -> None:
+async def _read_ring(
+    session: Session, ring: EventRing | ByteRing, out: list[tuple[int, Any]]
+) -> None:
     cursor = 0
     while True:
-        replay = session.pty.since(cursor)
+        replay = ring.since(cursor)
         assert not replay.gap
         out.extend(replay.items)
         if replay.items:
             cursor = replay.items[-1][0]
-        if session.is_terminal and session.pty.last_seq == cursor:
+        last = ring.last_id if isinstance(ring, EventRing) else ring.last_seq
+        if session.is_terminal and last == cursor:
             return
         await session.wait_change()  # no checkpoint since the read: load-bearing
 
 
+async def _read_pty(session: Session, out: list[tuple[int, bytes]]) -> None:
+    await _read_ring(session, session.pty, out)
+
+
 async def _read_events(session: Session, out: list[tuple[int, Any]]) -> None:
-    cursor = 0
-    while True:
-        replay = session.events.since(cursor)
-        assert not replay.gap
-        out.extend(replay.items)
-        if replay.items:
-            cursor = replay.items[-1][0]
-        if session.is_terminal and session.events.last_id == cursor:
-            return
-        await session.wait_change()
+    await _read_ring(session, session.events, out)
 
 
 async def test_readers_see_every_chunk_and_event_exactly_once_under_output(
