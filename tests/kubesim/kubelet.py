@@ -304,10 +304,24 @@ class Kubelet:
                     return
             async with trio.open_nursery() as nursery:
                 for spec, model in zip(worker.spec["containers"], worker.model.main, strict=True):
-                    nursery.start_soon(self._run_container, worker, spec, model)
-        except PodStopped:
+                    nursery.start_soon(self._run_main_container, worker, spec, model)
+        except PodStopped:  # an init container's: raised here directly, never in a group
             pass
         await self._write(worker)
+
+    async def _run_main_container(
+        self, worker: PodWorker, spec: Obj, model: st.ContainerModel
+    ) -> None:
+        """One main container; PodStopped ends only this one.
+
+        Caught here, inside the nursery's child, not around the nursery: there it would
+        arrive wrapped in an ExceptionGroup (trio's strict groups) and, worse, cancel the
+        siblings, which must get their SIGTERM and grace period like any deletion.
+        """
+        try:
+            await self._run_container(worker, spec, model)
+        except PodStopped:
+            pass
 
     async def _run_container(
         self, worker: PodWorker, spec: Obj, model: st.ContainerModel, *, init: bool = False

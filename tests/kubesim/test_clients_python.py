@@ -166,3 +166,30 @@ async def test_services_and_namespaces(apiserver: KubeSim, tmp_path: Path) -> No
 
     namespaces, cluster_ip = await with_core(apiserver, tmp_path, scenario)
     assert "runnerd" in namespaces and cluster_ip.startswith("10.96.")
+
+
+async def test_delete_a_pod_stuck_pulling_its_image(kubesim: KubeSim, tmp_path: Path) -> None:
+    def scenario(core: client.CoreV1Api) -> list[str]:
+        body = client.V1Pod(
+            metadata=client.V1ObjectMeta(name="stuck"),
+            spec=client.V1PodSpec(
+                containers=[client.V1Container(name="app", image="acme/missing:1")]
+            ),
+        )
+        core.create_namespaced_pod(NS, body)
+        w = watch.Watch()
+        seen: list[str] = []
+        selector = "metadata.name=stuck"
+        stream = w.stream(core.list_namespaced_pod, NS, field_selector=selector, timeout_seconds=10)
+        for event in stream:
+            pod = event["object"]
+            statuses = pod.status.container_statuses or []
+            if statuses and statuses[0].state.waiting and not pod.metadata.deletion_timestamp:
+                seen.append(statuses[0].state.waiting.reason)
+                core.delete_namespaced_pod("stuck", NS)  # default grace: 30 s
+            if event["type"] == "DELETED":
+                seen.append("DELETED")
+                w.stop()
+        return seen
+
+    assert await with_core(kubesim, tmp_path, scenario) == ["ErrImagePull", "DELETED"]

@@ -18,8 +18,8 @@ from __future__ import annotations
 import email.utils
 import http
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
 import h11
@@ -143,22 +143,24 @@ class Exchange:
     async def watch_disconnect(self) -> AsyncIterator[trio.Event]:
         """Cancel the body when the peer closes; yields an Event set if it did."""
         gone = trio.Event()
-        async with trio.open_nursery() as nursery:
+        with _body_error_unwrapped():
+            async with trio.open_nursery() as nursery:
 
-            async def read_until_eof() -> None:
+                async def read_until_eof() -> None:
+                    try:
+                        # Pipelined bytes wait in h11 for the next cycle.
+                        while data := await self._t.stream.receive_some(READ_BYTES):
+                            self._t.h11.receive_data(bytes(data))
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
+                    gone.set()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(read_until_eof)
                 try:
-                    while data := await self._t.stream.receive_some(READ_BYTES):
-                        self._t.h11.receive_data(bytes(data))  # pipelined bytes wait for next cycle
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
-                gone.set()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(read_until_eof)
-            try:
-                yield gone
-            finally:
-                nursery.cancel_scope.cancel()
+                    yield gone
+                finally:
+                    nursery.cancel_scope.cancel()
 
     @asynccontextmanager
     async def open_websocket(self, subprotocol: str) -> AsyncIterator[WebSocketConn]:
@@ -179,12 +181,13 @@ class Exchange:
         )
         trailing, _ = self._t.h11.trailing_data
         conn = WebSocketConn(self._t, subprotocol)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(conn.run_reader, bytes(trailing))
-            try:
-                yield conn
-            finally:
-                nursery.cancel_scope.cancel()
+        with _body_error_unwrapped():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(conn.run_reader, bytes(trailing))
+                try:
+                    yield conn
+                finally:
+                    nursery.cancel_scope.cancel()
 
     def _mark(self, status: int) -> None:
         if self.responded:
@@ -310,6 +313,23 @@ def parse_request(event: h11.Request) -> Request:
         headers=headers,
         raw_target=target,
     )
+
+
+@contextmanager
+def _body_error_unwrapped() -> Iterator[None]:
+    """Re-raise the body's own exception bare out of a helper nursery around a `yield`.
+
+    The helper tasks (the EOF reader, the WebSocket reader) catch their own errors, so
+    a group that is not cancellation holds exactly one exception: the body's. Under
+    trio's strict groups it would otherwise reach `serve_connection` wrapped, where
+    `except trio.BrokenResourceError` (the client left mid-stream) no longer matches.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], trio.Cancelled):
+            raise group.exceptions[0] from None
+        raise
 
 
 async def serve_connection(
