@@ -266,7 +266,7 @@ class ApiServer:
     async def _create(self, ex: Exchange, route: Route) -> None:
         kind = route.kind
         assert kind is not None and kind.validate is not None and kind.default is not None
-        obj = params.parse_object(ex.request.body, kind)
+        obj = params.parse_object(ex.request, kind)
         meta = obj.setdefault("metadata", {})
         for key in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"):
             meta.pop(key, None)
@@ -328,7 +328,7 @@ class ApiServer:
 
     def _proposed(self, req: Request, kind: Kind, current: Obj) -> Obj:
         if req.method == "PUT":
-            proposed = params.parse_object(req.body, kind)
+            proposed = params.parse_object(req, kind)
             meta = proposed.get("metadata") or {}
             if meta.get("name") not in (None, current["metadata"]["name"]):
                 raise status.bad_request(
@@ -341,7 +341,7 @@ class ApiServer:
             return proposed
         content_type = req.headers.get("content-type", "").split(";")[0].strip()
         if content_type not in updates.PATCH_TYPES:
-            raise status.unsupported_media_type()
+            raise status.unsupported_media_type(updates.PATCH_TYPES)
         try:
             return updates.apply_patch(current, json.loads(req.body or b"null"), content_type)
         except ValueError as exc:  # PatchError or bad JSON

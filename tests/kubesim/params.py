@@ -8,8 +8,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.kubesim import status
+import yaml
+
+from tests.kubesim import protobuf, status
 from tests.kubesim.discovery import Kind
+from tests.kubesim.protobuf import ProtobufError
 from tests.kubesim.wire import Request
 
 Obj = dict[str, Any]
@@ -42,11 +45,41 @@ def int_param(req: Request, name: str) -> int | None:
         raise status.bad_request(f"invalid value for {name}: {raw!r}: not an integer") from exc
 
 
-def parse_object(body: bytes, kind: Kind) -> Obj:
+BODY_TYPES = ("application/json", "application/yaml")
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+
+
+def _media_type(req: Request) -> str:
+    return req.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def parse_body(req: Request) -> Any:
+    """A JSON or YAML body by its Content-Type (none = JSON, as NegotiateInputSerializer does).
+
+    Any other type → 415 naming the accepted ones (the real Status).
+    """
+    media = _media_type(req)
+    if media not in ("", *BODY_TYPES):
+        raise status.unsupported_media_type(BODY_TYPES)
     try:
-        obj = json.loads(body or b"null")
-    except ValueError as exc:
+        if media == "application/yaml":
+            return yaml.safe_load(req.body or b"null")
+        return json.loads(req.body or b"null")
+    except (ValueError, yaml.YAMLError) as exc:
         raise status.bad_request(f"couldn't get version/kind; json parse error: {exc}") from exc
+
+
+def parse_object(req: Request, kind: Kind) -> Obj:
+    """The object of a create or PUT: JSON, YAML, or protobuf for the kinds protobuf.py knows."""
+    if _media_type(req) == PROTOBUF and kind.kind in protobuf.KINDS:
+        try:
+            obj: Any = protobuf.decode_object(req.body)[2]
+        except ProtobufError as exc:
+            raise status.bad_request(str(exc)) from exc
+    elif _media_type(req) == PROTOBUF:
+        raise status.unsupported_media_type(BODY_TYPES)
+    else:
+        obj = parse_body(req)
     if not isinstance(obj, dict):
         raise status.bad_request("the body of the request was in an unknown format")
     if obj.get("kind") not in (None, kind.kind) or obj.get("apiVersion") not in (
@@ -69,10 +102,9 @@ PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
 def delete_options(req: Request) -> tuple[int | None, str]:
     """gracePeriodSeconds/propagationPolicy from a DeleteOptions body, else the query."""
     if req.body.strip():
-        try:
-            opts = json.loads(req.body)
-        except ValueError as exc:
-            raise status.bad_request(f"couldn't get version/kind; json parse error: {exc}") from exc
+        opts = parse_body(req)
+        if not isinstance(opts, dict):
+            raise status.bad_request("the body of the request was in an unknown format")
         grace, policy = opts.get("gracePeriodSeconds"), opts.get("propagationPolicy")
     else:
         grace, policy = int_param(req, "gracePeriodSeconds"), req.param("propagationPolicy")

@@ -142,11 +142,11 @@ def conflict(resource: str, name: str, group: str = "") -> ApiError:
     return ApiError(409, build_status(409, "Conflict", msg, name=name, group=group, kind=resource))
 
 
-def unsupported_media_type() -> ApiError:
+def unsupported_media_type(accepted: tuple[str, ...]) -> ApiError:
+    """A body in a format this endpoint does not decode (`negotiation.errUnsupportedMediaType`)."""
     msg = (
         "the body of the request was in an unknown format - accepted media types include: "
-        "application/json-patch+json, application/merge-patch+json, "
-        "application/strategic-merge-patch+json"
+        + ", ".join(accepted)
     )
     return ApiError(415, build_status(415, "UnsupportedMediaType", msg))
 

@@ -22,7 +22,7 @@ Obj = dict[str, Any]
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-PATCH_TYPES = (MERGE, STRATEGIC, JSON_PATCH)
+PATCH_TYPES = (JSON_PATCH, MERGE, STRATEGIC)  # the order of the 415 message
 _MERGE_BY_NAME = ("containers", "initContainers")
 POD_UPDATE_FORBIDDEN = (
     "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
