@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from tests.kubesim import discovery, params, quota, status, streams, table, updates
+from tests.kubesim import discovery, logs, params, quota, status, streams, table, updates
 from tests.kubesim.discovery import KINDS, Kind
 from tests.kubesim.faults import Faults, Stats
 from tests.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -208,6 +208,11 @@ class ApiServer:
                 route.namespace or "",
                 route.name or "",
                 self.kubelet(),
+            )
+            return
+        if route.sub == "log" and kind.resource == "pods" and route.verb == "get":
+            await logs.serve_log(
+                ex, self.store, route.namespace or "", route.name or "", self.kubelet()
             )
             return
         if kind.namespaced and route.namespace is None and route.verb not in ("list", "watch"):

@@ -77,6 +77,7 @@ KINDS = {
 SUBRESOURCES = {
     "pods/attach": ("PodAttachOptions", ("create", "get")),
     "pods/exec": ("PodExecOptions", ("create", "get")),
+    "pods/log": ("Pod", ("get",)),
     "pods/status": ("Pod", ("get",)),
 }
 

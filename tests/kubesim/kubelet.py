@@ -31,6 +31,7 @@ from . import kubelet_streams as ks
 from .attach import Conn as Conn
 from .attach import send_failure
 from .images import Image, ImageMap, InvalidReference, parse_image_ref
+from .kubelet_logs import ContainerLog
 from .kubelet_runtime import (
     HostProcess,
     PodNetwork,
@@ -71,6 +72,7 @@ class PodWorker:
     mounts: dict[str, dict[str, Path]] = field(default_factory=dict)
     execs: dict[str, set[HostProcess]] = field(default_factory=dict)  # container → running execs
     stdin_once_used: set[str] = field(default_factory=set)
+    logs: dict[str, ContainerLog] = field(default_factory=dict)  # container → its run's output
 
     def container(self, name: str) -> Obj | None:
         every = (self.spec.get("initContainers") or []) + self.spec["containers"]
@@ -332,9 +334,10 @@ class Kubelet:
         plan = self._plan(worker, spec, image)
         model.container_id = "containerd://" + secrets.token_hex(32)
         started_at = build_timestamp()
+        log = worker.logs[spec["name"]] = ContainerLog()
         try:
             async with open_host_process(
-                plan, tty=bool(spec.get("tty")), stdin=bool(spec.get("stdin"))
+                plan, tty=bool(spec.get("tty")), stdin=bool(spec.get("stdin")), record=log.write
             ) as proc:
                 worker.processes[spec["name"]] = proc
                 try:
@@ -358,6 +361,8 @@ class Kubelet:
             )
         else:
             model.state = st.terminated(code, started_at, build_timestamp(), model.container_id)
+        finally:
+            log.end()
         model.ready = init and code == 0
         model.started = False
         await self._write(worker)
@@ -432,6 +437,11 @@ class Kubelet:
         model.state = state
         await self._write(worker)
         await worker.stopping.wait()
+
+    def container_log(self, uid: str, container: str) -> ContainerLog | None:
+        """The output of the container's run in the pod with `uid` (None: it never started)."""
+        worker = self._workers.get(uid)
+        return worker.logs.get(container) if worker else None
 
     # ---- attach and exec ------------------------------------------------------------------
 

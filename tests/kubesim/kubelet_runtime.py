@@ -235,11 +235,14 @@ class PodNetwork:
 class Fanout:
     """Copies output to every subscriber from the moment it subscribes; close() ends them all."""
 
-    def __init__(self) -> None:
+    def __init__(self, record: Callable[[int, bytes], None] | None = None) -> None:
         self._subs: set[trio.MemorySendChannel[tuple[int, bytes]]] = set()
+        self._record = record  # the container's log: sees everything, subscribed or not
         self.closed = False
 
     def publish(self, channel: int, data: bytes) -> None:
+        if self._record is not None:
+            self._record(channel, data)
         for send in list(self._subs):
             send.send_nowait((channel, data))  # unbounded: a slow reader never stalls the process
 
@@ -270,9 +273,15 @@ class HostProcess:
     `write_stdin`/`close_stdin`/`resize` are no-ops once the process is gone.
     """
 
-    def __init__(self, proc: trio.Process, *, tty: trio.lowlevel.FdStream | None) -> None:
+    def __init__(
+        self,
+        proc: trio.Process,
+        *,
+        tty: trio.lowlevel.FdStream | None,
+        record: Callable[[int, bytes], None] | None = None,
+    ) -> None:
         self.proc = proc
-        self.output = Fanout()
+        self.output = Fanout(record)
         self._tty = tty
         self._stdin_lock = trio.Lock()
         self._stdin_closed = False
@@ -352,9 +361,17 @@ class HostProcess:
 
 @asynccontextmanager
 async def open_host_process(
-    plan: ProcessPlan, *, tty: bool, stdin: bool, stdout: bool = True, stderr: bool = True
+    plan: ProcessPlan,
+    *,
+    tty: bool,
+    stdin: bool,
+    stdout: bool = True,
+    stderr: bool = True,
+    record: Callable[[int, bytes], None] | None = None,
 ) -> AsyncIterator[HostProcess]:
     """Start `plan` (raises StartError); on exit the whole process group is killed.
+
+    `record(channel, data)`, if given, sees every output chunk (the container's log).
 
     Resource handling: the process, its group, the PTY and pipes never outlive
     the block, even when it is cancelled.
@@ -386,7 +403,7 @@ async def open_host_process(
             stderr=pipe if stderr else null,
             **common,
         )
-    host = HostProcess(proc, tty=master)
+    host = HostProcess(proc, tty=master, record=record)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(host.pump_tty if master is not None else host.pump_pipes)

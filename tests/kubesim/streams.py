@@ -47,10 +47,14 @@ def pick_container(pod: Obj, requested: str | None) -> str:
     if not requested:
         if len(containers) == 1:
             return str(containers[0])
-        raise status.bad_request(
+        inits = [c["name"] for c in pod["spec"].get("initContainers") or []]
+        message = (
             f"a container name must be specified for pod {name}, "
             f"choose one of: [{' '.join(containers)}]"
         )
+        if inits:
+            message += f" or one of the init containers: [{' '.join(inits)}]"
+        raise status.bad_request(message)
     every = containers + [c["name"] for c in pod["spec"].get("initContainers") or []]
     if requested not in every:
         raise status.bad_request(f"container {requested} is not valid for pod {name}")

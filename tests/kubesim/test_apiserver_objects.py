@@ -171,6 +171,7 @@ async def test_discovery(kube: httpx.AsyncClient) -> None:
     assert {s["subresource"] for s in resources["pods"]["subresources"]} == {
         "attach",
         "exec",
+        "log",
         "status",
     }
     r = await kube.get("/apis", headers={"Accept": aggregated})

@@ -6,6 +6,9 @@ kubectl binary against the whole simulated cluster (kubelet included).
 
 from __future__ import annotations
 
+import functools
+import re
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +16,7 @@ import trio
 
 from tests.kubesim.conftest import build_pod
 from tests.kubesim.server import KubeSim
-from tests.kubesim.test_clients_kubectl import kubectl
+from tests.kubesim.test_clients_kubectl import KUBECTL, kubectl
 from tests.kubesim.validation import default_pod
 
 Obj = dict[str, Any]
@@ -58,3 +61,80 @@ async def test_delete_pods_stuck_on_image_errors(kubesim: KubeSim, tmp_path: Any
     assert done.returncode == 0, done.stderr
     assert kubesim.store.get("pods", NS, "backoff") is None
     assert kubesim.store.get("pods", NS, "never") is None
+
+
+def terminated(pod: Obj | None) -> bool:
+    statuses = (pod or {}).get("status", {}).get("containerStatuses") or [{}]
+    return "terminated" in statuses[0].get("state", {})
+
+
+async def test_logs_plain_tail_timestamps_and_errors(kubesim: KubeSim, tmp_path: Any) -> None:
+    await create_pod(kubesim, "done", command="echo one; echo two; printf 'three\\nfour'")
+    await create_pod(kubesim, "err", command="echo oops >&2")
+    await create_pod(kubesim, "pending", image="acme/absent:2", imagePullPolicy="Never")
+    await wait_stored(kubesim, "done", terminated)
+    await wait_stored(kubesim, "err", terminated)
+    await wait_stored(kubesim, "pending", lambda p: waiting_reason(p) == "ErrImageNeverPull")
+    results: dict[str, Any] = {}
+
+    async def run(key: str, *args: str) -> None:
+        results[key] = await kubectl(kubesim, tmp_path, "logs", *args)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, "plain", "done")
+        nursery.start_soon(run, "stderr", "err")
+        nursery.start_soon(run, "tail", "done", "--tail=2")
+        nursery.start_soon(run, "limit", "pod/done", "--limit-bytes=6")
+        nursery.start_soon(run, "stamped", "done", "--timestamps", "--tail=1")
+        nursery.start_soon(run, "previous", "done", "--previous")
+        nursery.start_soon(run, "waiting", "pending")
+        nursery.start_soon(run, "missing", "nope")
+    assert results["plain"].stdout == b"one\ntwo\nthree\nfour", results["plain"].stderr
+    assert results["stderr"].stdout == b"oops\n"
+    assert results["tail"].stdout == b"three\nfour"
+    assert results["limit"].stdout == b"one\ntw"
+    stamp, text = results["stamped"].stdout.split(b" ", 1)
+    assert re.fullmatch(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z", stamp) and text == b"four"
+    assert results["previous"].returncode == 1
+    assert results["previous"].stderr == (
+        b'Error from server (BadRequest): previous terminated container "app" in pod "done" '
+        b"not found\n"
+    )
+    assert results["waiting"].stderr == (
+        b'Error from server (BadRequest): container "app" in pod "pending" is waiting to start: '
+        b"ErrImageNeverPull\n"
+    )
+    assert (
+        results["missing"].stderr
+        == b'error: error from server (NotFound): pods "nope" not found in namespace "runnerd"\n'
+    )
+
+
+async def test_logs_follow_streams_until_the_container_ends(
+    kubesim: KubeSim, tmp_path: Any
+) -> None:
+    # The container prints, then waits for a file the test creates once kubectl has
+    # shown the first line: the second line can only arrive through the open stream.
+    gate = tmp_path / "go"
+    await create_pod(
+        kubesim, "chatty", command=f"echo one; until [ -e {gate} ]; do sleep 0.02; done; echo two"
+    )
+    await wait_stored(
+        kubesim, "chatty", lambda p: p is not None and p["status"]["phase"] == "Running"
+    )
+    kubeconfig = kubesim.write_kubeconfig(tmp_path / "kubeconfig")
+    cmd = [KUBECTL, "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "cache")]
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            run = functools.partial(
+                trio.run_process, [*cmd, "logs", "-f", "chatty"], stdout=subprocess.PIPE
+            )
+            proc: trio.Process = await nursery.start(run)
+            assert proc.stdout is not None
+            seen = b""
+            while b"one\n" not in seen:
+                seen += await proc.stdout.receive_some(1024)
+            gate.touch()
+            while chunk := await proc.stdout.receive_some(1024):
+                seen += chunk
+    assert seen == b"one\ntwo\n"
