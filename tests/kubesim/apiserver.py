@@ -124,8 +124,8 @@ class ApiServer:
         ns: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             ns, rest = rest[1], rest[2:]
-        kind = KINDS.get(rest[0]) if rest else None
-        if kind is None or kind.group != group or len(rest) > 3 or (ns and not kind.namespaced):
+        kind = KINDS.get((group, rest[0])) if rest else None
+        if kind is None or len(rest) > 3 or (ns and not kind.namespaced):
             return Route(params.verb_of(req, False, None), req.path)
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
@@ -151,7 +151,7 @@ class ApiServer:
             return lambda: HEALTHY
         if len(parts) == 2 and parts[0] == "apis":
             return lambda: discovery.build_group(parts[1])
-        if len(parts) == 3 and parts[0] == "apis" and parts[1] == discovery.NETWORKING:
+        if len(parts) == 3 and parts[0] == "apis" and parts[1] in discovery.GROUPS:
             return lambda: discovery.build_resource_list(parts[1]) if parts[2] == "v1" else None
         if parts[:2] == ["openapi", "v3"]:
             if len(parts) == 2:
@@ -219,6 +219,8 @@ class ApiServer:
             raise status.method_not_allowed()  # the all-namespaces path only lists
         if route.sub not in (None, "status"):
             raise status.path_not_found()
+        if route.verb not in kind.verbs and route.sub is None:
+            raise status.method_not_allowed()
         if route.verb not in handlers or (route.sub == "status" and route.verb != "get"):
             raise status.method_not_allowed()  # only reads of pods/status are implemented
         await handlers[route.verb](ex, route)
@@ -235,14 +237,15 @@ class ApiServer:
             meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
             await _respond_table(ex, kind, {"metadata": meta, "items": [obj]})
             return
-        await ex.respond(200, status.encode(obj))
+        await ex.respond(200, status.encode(kind.view(obj) if kind.view else obj))
 
     async def _list(self, ex: Exchange, route: Route) -> None:
         kind = route.kind
         assert kind is not None
         req = ex.request
         try:
-            fields, pinned = parse_field_selector(req.param("fieldSelector") or "", kind.resource)
+            selector = req.param("fieldSelector") or ""
+            fields, pinned = parse_field_selector(selector, kind.resource, kind.field_labels)
             labels = parse_label_selector(req.param("labelSelector") or "")
         except SelectorError as exc:
             raise status.bad_request(str(exc)) from exc
@@ -262,8 +265,9 @@ class ApiServer:
             )
             return
         limit = params.int_param(req, "limit")
-        body = build_list(self.store, q, limit=limit, cont=req.param("continue"))
-        if table.wants_table(req.headers.get("accept", "")):
+        as_table = table.wants_table(req.headers.get("accept", ""))
+        body = build_list(self.store, q, limit=limit, cont=req.param("continue"), view=not as_table)
+        if as_table:
             await _respond_table(ex, kind, body)
             return
         await ex.respond(200, status.encode(body))

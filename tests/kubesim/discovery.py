@@ -10,11 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tests.kubesim import events as ev
 from tests.kubesim import validation as v
 
 Obj = dict[str, Any]
 KUBE_VERSION = {"major": "1", "minor": "37", "gitVersion": "v1.37.0-kubesim"}
 NETWORKING = "networking.k8s.io"
+EVENTS = ev.GROUP
+GROUPS = (EVENTS, NETWORKING)  # the named groups served, in kube-apiserver's /apis order
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,8 @@ class Kind:
     short_names: tuple[str, ...] = ()
     validate: Callable[[Obj], list[v.FieldError]] | None = None
     default: Callable[[Obj], Obj] | None = None
+    view: Callable[[Obj], Obj] | None = None  # stored shape → this API's (events.k8s.io)
+    field_labels: dict[str, Callable[[Obj], str]] | None = None  # None: selectors.py decides
 
     @property
     def api_version(self) -> str:
@@ -38,8 +43,9 @@ class Kind:
 
 
 _RW = ("create", "delete", "get", "list", "patch", "update", "watch")
-KINDS = {
-    "namespaces": Kind(
+_READ = ("get", "list", "watch")
+KINDS: dict[tuple[str, str], Kind] = {
+    ("", "namespaces"): Kind(
         "namespaces",
         "Namespace",
         "",
@@ -49,11 +55,11 @@ KINDS = {
         None,
         v.default_namespace,
     ),
-    "pods": Kind("pods", "Pod", "", True, _RW, ("po",), v.validate_pod, v.default_pod),
-    "services": Kind(
+    ("", "pods"): Kind("pods", "Pod", "", True, _RW, ("po",), v.validate_pod, v.default_pod),
+    ("", "services"): Kind(
         "services", "Service", "", True, _RW, ("svc",), v.validate_service, v.default_service
     ),
-    "resourcequotas": Kind(
+    ("", "resourcequotas"): Kind(
         "resourcequotas",
         "ResourceQuota",
         "",
@@ -63,7 +69,7 @@ KINDS = {
         v.validate_quota,
         v.default_quota,
     ),
-    "ingresses": Kind(
+    (NETWORKING, "ingresses"): Kind(
         "ingresses",
         "Ingress",
         NETWORKING,
@@ -73,7 +79,19 @@ KINDS = {
         v.validate_ingress,
         v.default_ingress,
     ),
+    ("", "events"): Kind("events", "Event", "", True, _READ, ("ev",), field_labels=ev.FIELDS),
+    (EVENTS, "events"): Kind(
+        "events",
+        "Event",
+        EVENTS,
+        True,
+        _READ,
+        ("ev",),
+        view=ev.to_events_v1,
+        field_labels=ev.FIELDS_V1,
+    ),
 }
+
 SUBRESOURCES = {
     "pods/attach": ("PodAttachOptions", ("create", "get")),
     "pods/exec": ("PodExecOptions", ("create", "get")),
@@ -129,11 +147,11 @@ def _group(name: str) -> Obj:
 
 
 def build_group_list() -> Obj:
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group(NETWORKING)]}
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group(g) for g in GROUPS]}
 
 
 def build_group(name: str) -> Obj | None:
-    if name != NETWORKING:
+    if name not in GROUPS:
         return None
     return {"kind": "APIGroup", "apiVersion": "v1", **_group(name)}
 
@@ -161,7 +179,7 @@ def build_openapi_v3_index() -> Obj:
     return {
         "paths": {
             gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash=kubesim"}
-            for gv in ("api/v1", f"apis/{NETWORKING}/v1")
+            for gv in ("api/v1", *(f"apis/{g}/v1" for g in GROUPS))
         }
     }
 
@@ -173,7 +191,7 @@ def build_openapi_v3(gv: str) -> Obj | None:
     leave validation to the server (which answers 422 Invalid itself) instead of
     fetching the full schema for client-side validation.
     """
-    group = {"api/v1": "", f"apis/{NETWORKING}/v1": NETWORKING}.get(gv)
+    group = {"api/v1": "", **{f"apis/{g}/v1": g for g in GROUPS}}.get(gv)
     if group is None:
         return None
     paths = {
@@ -239,7 +257,7 @@ def _aggregated_resource(k: Kind) -> Obj:
 
 def build_aggregated(group_path: str) -> Obj:
     """The APIGroupDiscoveryList for `/api` (core) or `/apis` (named groups)."""
-    groups = [""] if group_path == "/api" else [NETWORKING]
+    groups = [""] if group_path == "/api" else list(GROUPS)
     items = [
         {
             "metadata": {"name": g} if g else {},

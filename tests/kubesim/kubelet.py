@@ -31,6 +31,7 @@ from . import kubelet_streams as ks
 from .attach import Conn as Conn
 from .attach import send_failure
 from .images import Image, ImageMap, InvalidReference, parse_image_ref
+from .kubelet_events import NORMAL, WARNING, EventRecorder, PodRef, container_path, pulled_message
 from .kubelet_logs import ContainerLog
 from .kubelet_runtime import (
     HostProcess,
@@ -74,6 +75,10 @@ class PodWorker:
     stdin_once_used: set[str] = field(default_factory=set)
     logs: dict[str, ContainerLog] = field(default_factory=dict)  # container → its run's output
 
+    @property
+    def ref(self) -> PodRef:
+        return PodRef(self.ns, self.name, self.uid)
+
     def container(self, name: str) -> Obj | None:
         every = (self.spec.get("initContainers") or []) + self.spec["containers"]
         return next((c for c in every if c["name"] == name), None)
@@ -101,6 +106,8 @@ class Kubelet:
         self._network = PodNetwork(pod_network)
         self.image_pull_backoff_s = image_pull_backoff_s  # tests may shorten it after start
         self._workers: dict[str, PodWorker] = {}
+        self.events = EventRecorder(store, node_name)
+        self._pulled: set[str] = set()  # images this node has pulled (IfNotPresent skips them)
         self._nursery: trio.Nursery | None = None
 
     # ---- the watch loop -------------------------------------------------------------
@@ -240,6 +247,7 @@ class Kubelet:
             pod["spec"]["nodeName"] = self.node_name
 
         await self._write(worker, bind)
+        await self.events.scheduled(worker.ref)
 
     async def _write(self, worker: PodWorker, also: Callable[[Obj], None] | None = None) -> None:
         """Publish the model as the pod's status (a MODIFIED event); a vanished pod is ignored."""
@@ -278,6 +286,7 @@ class Kubelet:
         worker.model.reason = "DeadlineExceeded"
         worker.model.message = st.DEADLINE_MESSAGE
         await self._write(worker)
+        await self.events.pod_event(worker.ref, NORMAL, "DeadlineExceeded", st.DEADLINE_MESSAGE)
         worker.stopping.set()
         await self._kill_all(worker, float(worker.spec.get("terminationGracePeriodSeconds", 30)))
 
@@ -287,8 +296,14 @@ class Kubelet:
 
     async def _kill_all(self, worker: PodWorker, grace_s: float) -> None:
         """SIGTERM every process group now, SIGKILL whatever is left after `grace_s`."""
-        for proc in list(worker.processes.values()):
+        for name, proc in list(worker.processes.items()):
             proc.signal_group(signal.SIGTERM)
+            path = container_path(
+                name, init=name not in {c["name"] for c in worker.spec["containers"]}
+            )
+            await self.events.pod_event(
+                worker.ref, NORMAL, "Killing", f"Stopping container {name}", field_path=path
+            )
         await trio.sleep(grace_s)
         for proc in list(worker.processes.values()):
             proc.signal_group(signal.SIGKILL)
@@ -328,10 +343,13 @@ class Kubelet:
     async def _run_container(
         self, worker: PodWorker, spec: Obj, model: st.ContainerModel, *, init: bool = False
     ) -> int:
-        image = await self._pull(worker, spec, model)
+        path = container_path(spec["name"], init=init)
+        image = await self._pull(worker, spec, model, path)
         if worker.stopping.is_set():
             raise PodStopped
         plan = self._plan(worker, spec, image)
+        created = f"Created container: {spec['name']}"
+        await self.events.pod_event(worker.ref, NORMAL, "Created", created, field_path=path)
         model.container_id = "containerd://" + secrets.token_hex(32)
         started_at = build_timestamp()
         log = worker.logs[spec["name"]] = ContainerLog()
@@ -344,6 +362,10 @@ class Kubelet:
                     model.state = {"running": {"startedAt": started_at}}
                     model.ready = model.started = not init
                     await self._write(worker)
+                    started = f"Started container {spec['name']}"
+                    await self.events.pod_event(
+                        worker.ref, NORMAL, "Started", started, field_path=path
+                    )
                     code = await proc.wait()
                 finally:
                     del worker.processes[spec["name"]]  # exec/attach find only running ones
@@ -358,6 +380,9 @@ class Kubelet:
                 model.container_id,
                 reason="StartError",
                 message=str(exc),
+            )
+            await self.events.pod_event(
+                worker.ref, WARNING, "Failed", f"Error: {exc}", field_path=path
             )
         else:
             model.state = st.terminated(code, started_at, build_timestamp(), model.container_id)
@@ -400,38 +425,71 @@ class Kubelet:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    async def _pull(self, worker: PodWorker, spec: Obj, model: st.ContainerModel) -> Image:
+    async def _pull(
+        self, worker: PodWorker, spec: Obj, model: st.ContainerModel, path: str
+    ) -> Image:
         """The image to run, or wait in an image error state until the pod is stopped."""
         ref_text = spec.get("image", "")
         try:
             ref = parse_image_ref(ref_text)
         except InvalidReference as exc:
+            await self._event(worker, path, WARNING, "InspectFailed", str(exc))
+            await self._event(worker, path, WARNING, "Failed", "Error: InvalidImageName")
             await self._stuck(worker, model, st.waiting("InvalidImageName", str(exc)))
             raise PodStopped from None
         image = self._images.resolve(ref)
+        policy = spec.get("imagePullPolicy")
         if image is not None:
             model.image_id = ref.image_id
+            if policy == "Always" or (policy != "Never" and ref.normalized not in self._pulled):
+                pull_started = trio.current_time()
+                await self._event(worker, path, NORMAL, "Pulling", f'Pulling image "{ref_text}"')
+                took = trio.current_time() - pull_started
+                await self._event(worker, path, NORMAL, "Pulled", pulled_message(ref_text, took))
+                self._pulled.add(ref.normalized)
+            else:
+                present = f'Container image "{ref_text}" already present on machine'
+                await self._event(worker, path, NORMAL, "Pulled", present)
             return image
-        if spec.get("imagePullPolicy") == "Never":
-            await self._stuck(
-                worker, model, st.waiting("ErrImageNeverPull", st.never_pull_message(ref_text))
-            )
+        if policy == "Never":
+            message = st.never_pull_message(ref_text)
+            await self._event(worker, path, WARNING, "ErrImageNeverPull", message)
+            await self._event(worker, path, WARNING, "Failed", "Error: ErrImageNeverPull")
+            await self._stuck(worker, model, st.waiting("ErrImageNeverPull", message))
             raise PodStopped
-        pull_message = st.pull_error_message(ref_text, ref.normalized)
+        await self._pull_forever(worker, model, path, ref_text, ref.normalized)
+        raise PodStopped
+
+    async def _pull_forever(
+        self, worker: PodWorker, model: st.ContainerModel, path: str, ref_text: str, norm: str
+    ) -> None:
+        """ErrImagePull and ImagePullBackOff in turn, the back-off doubling, until stopped."""
+        pull_message = st.pull_error_message(ref_text, norm)
         backoff_s = self.image_pull_backoff_s
         while not worker.stopping.is_set():
+            await self._event(worker, path, NORMAL, "Pulling", f'Pulling image "{ref_text}"')
+            failed = f'Failed to pull image "{ref_text}": {pull_message}'
+            await self._event(worker, path, WARNING, "Failed", failed)
+            await self._event(worker, path, WARNING, "Failed", "Error: ErrImagePull")
             model.state = st.waiting("ErrImagePull", pull_message)
             await self._write(worker)
             with trio.move_on_after(min(self.image_pull_backoff_s, backoff_s)):
                 await worker.stopping.wait()
             if worker.stopping.is_set():
                 break
+            backoff = f'Back-off pulling image "{ref_text}"'
+            await self._event(worker, path, NORMAL, "BackOff", backoff)
+            await self._event(worker, path, WARNING, "Failed", "Error: ImagePullBackOff")
             model.state = st.waiting("ImagePullBackOff", st.backoff_message(ref_text, pull_message))
             await self._write(worker)
             with trio.move_on_after(backoff_s):
                 await worker.stopping.wait()
             backoff_s = min(backoff_s * 2, BACKOFF_CAP_S)
-        raise PodStopped
+
+    async def _event(
+        self, worker: PodWorker, path: str, type_: str, reason: str, message: str
+    ) -> None:
+        await self.events.pod_event(worker.ref, type_, reason, message, field_path=path)
 
     async def _stuck(self, worker: PodWorker, model: st.ContainerModel, state: Obj) -> None:
         model.state = state

@@ -41,9 +41,14 @@ class Requirement:
 Matcher = Callable[[Obj], bool]
 
 
-def parse_field_selector(text: str, resource: str) -> tuple[Matcher, str | None]:
-    """(matcher, the metadata.name it pins or None). Raises SelectorError."""
-    fields = POD_FIELDS if resource == "pods" else GENERIC_FIELDS
+def parse_field_selector(
+    text: str, resource: str, labels: dict[str, Callable[[Obj], str]] | None = None
+) -> tuple[Matcher, str | None]:
+    """(matcher, the metadata.name it pins or None). Raises SelectorError.
+
+    `labels`: the kind's own field labels (events); else pods' or name+namespace.
+    """
+    fields = labels or (POD_FIELDS if resource == "pods" else GENERIC_FIELDS)
     checks: list[tuple[Callable[[Obj], str], bool, str]] = []
     pinned: str | None = None
     for term in _split_terms(text):

@@ -2,8 +2,8 @@
 
 kubectl asks for `application/json;as=Table;v=v1;g=meta.k8s.io` when it prints
 columns. Pods get the real pod printer's columns and STATUS logic (k/k
-`pkg/printers/internalversion/printers.go` `printPod`, simplified); other kinds
-get the default convertor's Name / Created At.
+`pkg/printers/internalversion/printers.go` `printPod`, simplified), events the
+event printer's; other kinds get the default convertor's Name / Created At.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from typing import Any
+
+from tests.kubesim.events import event_cells
 
 Obj = dict[str, Any]
 
@@ -24,6 +26,18 @@ _POD_COLUMNS = [
     ("Node", "", 1),
 ]
 _DEFAULT_COLUMNS = [("Name", "name", 0), ("Created At", "date", 0)]
+_EVENT_COLUMNS = [
+    ("Last Seen", "", 0),
+    ("Type", "", 0),
+    ("Reason", "", 0),
+    ("Object", "", 0),
+    ("Subobject", "", 1),
+    ("Source", "", 1),
+    ("Message", "", 0),
+    ("First Seen", "", 1),
+    ("Count", "", 1),
+    ("Name", "name", 1),
+]
 
 
 def wants_table(accept: str) -> bool:
@@ -31,10 +45,10 @@ def wants_table(accept: str) -> bool:
 
 
 def build_table(kind: str, list_obj: Obj, now: dt.datetime) -> Obj:
-    columns = _POD_COLUMNS if kind == "Pod" else _DEFAULT_COLUMNS
+    columns = {"Pod": _POD_COLUMNS, "Event": _EVENT_COLUMNS}.get(kind, _DEFAULT_COLUMNS)
     rows = [
         {
-            "cells": _pod_cells(item, now) if kind == "Pod" else _default_cells(item),
+            "cells": _cells(kind, item, now),
             "object": {
                 "kind": "PartialObjectMetadata",
                 "apiVersion": "meta.k8s.io/v1",
@@ -53,6 +67,14 @@ def build_table(kind: str, list_obj: Obj, now: dt.datetime) -> Obj:
         ],
         "rows": rows,
     }
+
+
+def _cells(kind: str, obj: Obj, now: dt.datetime) -> list[Any]:
+    if kind == "Pod":
+        return _pod_cells(obj, now)
+    if kind == "Event":
+        return event_cells(obj, lambda ts: human_age(ts, now))
+    return _default_cells(obj)
 
 
 def _default_cells(obj: Obj) -> list[Any]:
@@ -111,7 +133,7 @@ def human_age(timestamp: str | None, now: dt.datetime) -> str:
     """apimachinery duration.HumanDuration, to the precision kubectl shows."""
     if not timestamp:
         return "<unknown>"
-    then = dt.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    then = dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))  # Time or MicroTime
     s = max(0, int((now - then).total_seconds()))
     if s < 120:
         return f"{s}s"

@@ -158,7 +158,7 @@ async def test_discovery(kube: httpx.AsyncClient) -> None:
     names = {r["name"] for r in core["resources"]}
     assert {"pods/attach", "pods/exec", "pods/status", "services", "namespaces"} <= names
     groups = (await kube.get("/apis")).json()
-    assert [g["name"] for g in groups["groups"]] == ["networking.k8s.io"]
+    assert [g["name"] for g in groups["groups"]] == ["events.k8s.io", "networking.k8s.io"]
     net = (await kube.get("/apis/networking.k8s.io/v1")).json()
     assert [r["name"] for r in net["resources"]] == ["ingresses"]
     assert (await kube.get("/api")).json()["versions"] == ["v1"]
@@ -175,7 +175,7 @@ async def test_discovery(kube: httpx.AsyncClient) -> None:
         "status",
     }
     r = await kube.get("/apis", headers={"Accept": aggregated})
-    assert r.json()["items"][0]["metadata"] == {"name": "networking.k8s.io"}
+    assert r.json()["items"][1]["metadata"] == {"name": "networking.k8s.io"}
     for probe in ("/healthz", "/livez", "/readyz"):
         r = await kube.get(probe)
         assert (r.status_code, r.text) == (200, "ok")

@@ -138,3 +138,66 @@ async def test_logs_follow_streams_until_the_container_ends(
             while chunk := await proc.stdout.receive_some(1024):
                 seen += chunk
     assert seen == b"one\ntwo\n"
+
+
+def event_rows(text: bytes) -> list[list[str]]:
+    """`kubectl get events` rows as [type, reason, object, message] (LAST SEEN dropped)."""
+    rows = []
+    for line in text.decode().splitlines()[1:]:
+        _age, type_, reason, obj, message = line.split(None, 4)
+        rows.append([type_, reason, obj, message])
+    return rows
+
+
+async def test_get_events_and_describe_show_what_the_kubelet_did(
+    kubesim: KubeSim, tmp_path: Any
+) -> None:
+    assert kubesim.kubelet is not None
+    kubesim.kubelet.image_pull_backoff_s = 0.05
+    await create_pod(kubesim, "ok", command="echo hi")
+    await create_pod(kubesim, "bad", image="acme/missing:1")
+    await wait_stored(kubesim, "ok", terminated)
+    for reason in ("ImagePullBackOff", "ErrImagePull", "ImagePullBackOff"):  # pulled twice
+        await wait_stored(kubesim, "bad", lambda p, r=reason: waiting_reason(p) == r)
+    results: dict[str, Any] = {}
+
+    async def run(key: str, *args: str) -> None:
+        results[key] = await kubectl(kubesim, tmp_path, *args)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            run, "events", "get", "events", "--field-selector=involvedObject.name=ok"
+        )
+        nursery.start_soon(run, "describe", "describe", "pod", "bad")
+    rows = event_rows(results["events"].stdout)
+    assert [row[:3] for row in rows] == [
+        ["Normal", reason, "pod/ok"]
+        for reason in ("Scheduled", "Pulling", "Pulled", "Created", "Started")
+    ], results["events"].stderr
+    assert [row[3] for row in rows[:2] + rows[3:]] == [
+        "Successfully assigned runnerd/ok to kubesim-node",
+        'Pulling image "busybox:1.36"',
+        "Created container: app",
+        "Started container app",
+    ]
+    assert re.fullmatch(
+        r'Successfully pulled image "busybox:1\.36" in (\S+) \(\1 including waiting\)\. '
+        r"Image size: \d+ bytes\.",
+        rows[2][3],
+    )
+    describe = results["describe"].stdout.decode()
+    events = describe.split("\nEvents:\n", 1)[1].splitlines()
+    assert events[0].split() == ["Type", "Reason", "Age", "From", "Message"]
+    table = [line.split(None, 1)[1] for line in events[2:]]
+    assert (
+        table[0].startswith("Scheduled ") and "default-scheduler  Successfully assigned" in table[0]
+    )
+    pulls = [line for line in table if line.startswith("Pulling ")]
+    assert len(pulls) == 1 and re.search(r"\(x[2-9] over", pulls[0])  # aggregated, counted
+    assert any(
+        line.startswith("Failed ")
+        and "kubelet" in line
+        and line.endswith("Error: ImagePullBackOff")
+        for line in table
+    )
+    assert any(line.startswith("BackOff ") for line in table)

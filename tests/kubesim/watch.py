@@ -54,7 +54,10 @@ class Query:
         return self.fields(obj) and self.labels(obj)
 
 
-def build_list(store: Store, q: Query, *, limit: int | None, cont: str | None) -> Obj:
+def build_list(
+    store: Store, q: Query, *, limit: int | None, cont: str | None, view: bool = True
+) -> Obj:
+    """A list page; `view=False` keeps the stored shape (for the Table printer)."""
     rv = store.resource_version
     items = [o for o in store.list(q.kind.resource, q.namespace) if q.matches(o)]
     start = 0
@@ -73,6 +76,8 @@ def build_list(store: Store, q: Query, *, limit: int | None, cont: str | None) -
     for item in page:  # items of a typed list carry no kind/apiVersion
         item.pop("kind", None)
         item.pop("apiVersion", None)
+    if q.kind.view is not None and view:
+        page = [q.kind.view(item) for item in page]
     return {
         "kind": f"{q.kind.kind}List",
         "apiVersion": q.kind.api_version,
@@ -95,11 +100,19 @@ def _event_line(ev: Event, q: Query) -> bytes | None:
     kind, obj = seen
     if q.table is not None:
         return _line(kind, q.table(obj))
+    if q.kind.view is not None:
+        return _line(kind, q.kind.view(obj))
     if kind == ev.type and obj is ev.obj:  # the common case: shared by every such watcher
         if ev.line is None:
             ev.line = _line(ev.type, ev.obj)
         return ev.line
     return _line(kind, obj)
+
+
+def _shown(q: Query, obj: Obj) -> Obj:
+    if q.table is not None:
+        return q.table(obj)
+    return q.kind.view(obj) if q.kind.view is not None else obj
 
 
 def _decide(ev: Event, q: Query) -> tuple[str, Obj] | None:
@@ -180,7 +193,7 @@ async def serve_watch(
     try:
         if opts.rv in (None, "0") or opts.send_initial:
             objs = [o for o in store.list(q.kind.resource, q.namespace) if q.matches(o)]
-            initial = [_line("ADDED", q.table(o) if q.table else o) for o in objs]
+            initial = [_line("ADDED", _shown(q, o)) for o in objs]
             replay, events = store.open_watch(None, **q.subscription)
         elif faults.take_watch_expiry():
             raise TooOld(int(opts.rv), store.history_floor)
