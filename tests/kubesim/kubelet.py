@@ -31,8 +31,9 @@ from . import kubelet_streams as ks
 from .attach import Conn as Conn
 from .attach import send_failure
 from .images import Image, ImageMap, InvalidReference, parse_image_ref
-from .kubelet_events import NORMAL, WARNING, EventRecorder, PodRef, container_path, pulled_message
+from .kubelet_events import NORMAL, WARNING, EventRecorder, PodRef, container_path
 from .kubelet_logs import ContainerLog
+from .kubelet_pull import ImagePuller
 from .kubelet_runtime import (
     HostProcess,
     PodNetwork,
@@ -46,7 +47,6 @@ from .store import NotFound, Store, build_timestamp
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
-BACKOFF_CAP_S = 300.0
 
 
 class PodStopped(Exception):
@@ -99,16 +99,23 @@ class Kubelet:
         image_pull_backoff_s: float = 1.0,
     ) -> None:
         self._store = store
-        self._images = images
         self.workdir = Path(workdir)
         self.node_name = node_name
         self.host_ip = host_ip
         self._network = PodNetwork(pod_network)
-        self.image_pull_backoff_s = image_pull_backoff_s  # tests may shorten it after start
         self._workers: dict[str, PodWorker] = {}
         self.events = EventRecorder(store, node_name)
-        self._pulled: set[str] = set()  # images this node has pulled (IfNotPresent skips them)
+        self._puller = ImagePuller(images, self.events, image_pull_backoff_s)
         self._nursery: trio.Nursery | None = None
+
+    @property
+    def image_pull_backoff_s(self) -> float:
+        """The first image pull back-off (doubling up to 300 s); tests may shorten it live."""
+        return self._puller.backoff_s
+
+    @image_pull_backoff_s.setter
+    def image_pull_backoff_s(self, value: float) -> None:
+        self._puller.backoff_s = value
 
     # ---- the watch loop -------------------------------------------------------------
 
@@ -428,73 +435,17 @@ class Kubelet:
     async def _pull(
         self, worker: PodWorker, spec: Obj, model: st.ContainerModel, path: str
     ) -> Image:
-        """The image to run, or wait in an image error state until the pod is stopped."""
-        ref_text = spec.get("image", "")
-        try:
-            ref = parse_image_ref(ref_text)
-        except InvalidReference as exc:
-            await self._event(worker, path, WARNING, "InspectFailed", str(exc))
-            await self._event(worker, path, WARNING, "Failed", "Error: InvalidImageName")
-            await self._stuck(worker, model, st.waiting("InvalidImageName", str(exc)))
-            raise PodStopped from None
-        image = self._images.resolve(ref)
-        policy = spec.get("imagePullPolicy")
-        if image is not None:
-            model.image_id = ref.image_id
-            if policy == "Always" or (policy != "Never" and ref.normalized not in self._pulled):
-                pull_started = trio.current_time()
-                await self._event(worker, path, NORMAL, "Pulling", f'Pulling image "{ref_text}"')
-                took = trio.current_time() - pull_started
-                await self._event(worker, path, NORMAL, "Pulled", pulled_message(ref_text, took))
-                self._pulled.add(ref.normalized)
-            else:
-                present = f'Container image "{ref_text}" already present on machine'
-                await self._event(worker, path, NORMAL, "Pulled", present)
-            return image
-        if policy == "Never":
-            message = st.never_pull_message(ref_text)
-            await self._event(worker, path, WARNING, "ErrImageNeverPull", message)
-            await self._event(worker, path, WARNING, "Failed", "Error: ErrImageNeverPull")
-            await self._stuck(worker, model, st.waiting("ErrImageNeverPull", message))
+        """The image to run; raises PodStopped once the pod stops while it is stuck."""
+
+        async def publish() -> None:
+            await self._write(worker)
+
+        image = await self._puller.pull(
+            worker.ref, spec, model, path, stopping=worker.stopping, publish=publish
+        )
+        if image is None:
             raise PodStopped
-        await self._pull_forever(worker, model, path, ref_text, ref.normalized)
-        raise PodStopped
-
-    async def _pull_forever(
-        self, worker: PodWorker, model: st.ContainerModel, path: str, ref_text: str, norm: str
-    ) -> None:
-        """ErrImagePull and ImagePullBackOff in turn, the back-off doubling, until stopped."""
-        pull_message = st.pull_error_message(ref_text, norm)
-        backoff_s = self.image_pull_backoff_s
-        while not worker.stopping.is_set():
-            await self._event(worker, path, NORMAL, "Pulling", f'Pulling image "{ref_text}"')
-            failed = f'Failed to pull image "{ref_text}": {pull_message}'
-            await self._event(worker, path, WARNING, "Failed", failed)
-            await self._event(worker, path, WARNING, "Failed", "Error: ErrImagePull")
-            model.state = st.waiting("ErrImagePull", pull_message)
-            await self._write(worker)
-            with trio.move_on_after(min(self.image_pull_backoff_s, backoff_s)):
-                await worker.stopping.wait()
-            if worker.stopping.is_set():
-                break
-            backoff = f'Back-off pulling image "{ref_text}"'
-            await self._event(worker, path, NORMAL, "BackOff", backoff)
-            await self._event(worker, path, WARNING, "Failed", "Error: ImagePullBackOff")
-            model.state = st.waiting("ImagePullBackOff", st.backoff_message(ref_text, pull_message))
-            await self._write(worker)
-            with trio.move_on_after(backoff_s):
-                await worker.stopping.wait()
-            backoff_s = min(backoff_s * 2, BACKOFF_CAP_S)
-
-    async def _event(
-        self, worker: PodWorker, path: str, type_: str, reason: str, message: str
-    ) -> None:
-        await self.events.pod_event(worker.ref, type_, reason, message, field_path=path)
-
-    async def _stuck(self, worker: PodWorker, model: st.ContainerModel, state: Obj) -> None:
-        model.state = state
-        await self._write(worker)
-        await worker.stopping.wait()
+        return image
 
     def container_log(self, uid: str, container: str) -> ContainerLog | None:
         """The output of the container's run in the pod with `uid` (None: it never started)."""
