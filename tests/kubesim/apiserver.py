@@ -320,6 +320,9 @@ class ApiServer:
         proposed = self._proposed(ex.request, kind, current)
         updated = updates.build_updated(current, proposed)
         errors = kind.validate(updated)
+        if not errors and kind.default is not None:  # decoding defaults, as on create
+            defaulted = kind.default(updates.keep_allocated(current, updated))
+            updated = updates.build_updated(current, defaulted)
         if kind.resource == "pods" and not updates.pod_spec_change_allowed(
             current["spec"], updated.get("spec") or {}
         ):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import httpx
 import trio
 
+from tests.kubesim.conftest import build_pod
 from tests.kubesim.server import KubeSim
 from tests.kubesim.test_clients_kubectl import kubectl
 
@@ -73,3 +76,43 @@ async def test_unknown_body_formats_are_415(kube: httpx.AsyncClient) -> None:
     yaml_pod = b"metadata: {name: y}\nspec:\n  containers: [{name: app, image: busybox}]\n"
     r = await kube.post(pods, content=yaml_pod, headers={"Content-Type": "application/yaml"})
     assert r.status_code == 201, r.text
+
+
+def manifest(path: Path, obj: dict[str, Any]) -> str:
+    path.write_text(json.dumps(obj))
+    return str(path)
+
+
+async def test_apply_changes_a_pod_image_and_a_service_port(
+    apiserver: KubeSim, tmp_path: Path
+) -> None:
+    pod = build_pod("web")
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]},
+    }
+    first = [manifest(tmp_path / "pod1.json", pod), manifest(tmp_path / "svc1.json", svc)]
+    pod["spec"]["containers"][0]["image"] = "busybox:1.37"
+    svc["spec"]["ports"] = [{"name": "http", "port": 81, "targetPort": 8080}]
+    second = [manifest(tmp_path / "pod2.json", pod), manifest(tmp_path / "svc2.json", svc)]
+    for files, verb in ((first, "created"), (second, "configured")):
+        done = await kubectl(apiserver, tmp_path, "apply", "-f", files[0], "-f", files[1])
+        assert done.stdout == f"pod/web {verb}\nservice/web {verb}\n".encode(), done.stderr
+
+    stored_pod = apiserver.store.get("pods", NS, "web")
+    assert stored_pod is not None
+    assert [c["image"] for c in stored_pod["spec"]["containers"]] == ["busybox:1.37"]
+    stored_svc = apiserver.store.get("services", NS, "web")
+    assert stored_svc is not None
+    assert not any(k.startswith("$") for k in stored_svc["spec"])
+    assert stored_svc["spec"]["ports"] == [
+        {"name": "http", "protocol": "TCP", "port": 81, "targetPort": 8080}
+    ]
+
+    pod["spec"]["restartPolicy"] = "Never"  # not a field pod updates may change
+    forbidden = manifest(tmp_path / "pod3.json", pod)
+    done = await kubectl(apiserver, tmp_path, "apply", "-f", forbidden)
+    assert done.returncode == 1
+    assert b"pod updates may not change fields other than" in done.stderr

@@ -1,8 +1,7 @@
 """PUT and PATCH: patch application and the update rules the apiserver enforces. Pure.
 
 Supported patch types: `application/merge-patch+json` (RFC 7386),
-`application/strategic-merge-patch+json` (applied as a merge patch, except that
-`containers`/`initContainers` lists merge by `name`, as their patch strategy says)
+`application/strategic-merge-patch+json` (strategic.py: merge keys and directives)
 and `application/json-patch+json` (RFC 6902: add, remove, replace, test). Server-side
 apply is not implemented (415).
 
@@ -17,13 +16,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from tests.kubesim.strategic import StrategicPatchError, apply_strategic
+
 Obj = dict[str, Any]
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 PATCH_TYPES = (JSON_PATCH, MERGE, STRATEGIC)  # the order of the 415 message
-_MERGE_BY_NAME = ("containers", "initContainers")
 POD_UPDATE_FORBIDDEN = (
     "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
     "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
@@ -41,8 +41,13 @@ def apply_patch(current: Obj, patch: Any, content_type: str) -> Obj:
         if not isinstance(patch, list):
             raise PatchError("json patch must be a list of operations")
         patched = _json_patch(copy.deepcopy(current), patch)
+    elif isinstance(patch, dict) and content_type == STRATEGIC:
+        try:
+            patched = apply_strategic(current, patch)
+        except StrategicPatchError as exc:
+            raise PatchError(str(exc)) from exc
     elif isinstance(patch, dict):
-        patched = _merge(current, patch, strategic=content_type == STRATEGIC)
+        patched = _merge(current, patch)
     else:
         raise PatchError("merge patch must be a JSON object")
     if not isinstance(patched, dict):
@@ -50,28 +55,16 @@ def apply_patch(current: Obj, patch: Any, content_type: str) -> Obj:
     return patched
 
 
-def _merge(target: Any, patch: Any, *, strategic: bool, key: str = "") -> Any:
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge, null deletes, anything else replaces."""
     if not isinstance(patch, dict):
-        if strategic and key in _MERGE_BY_NAME and isinstance(patch, list):
-            return _merge_named(target if isinstance(target, list) else [], patch)
         return copy.deepcopy(patch)
     out = dict(target) if isinstance(target, dict) else {}
     for k, v in patch.items():
         if v is None:
             out.pop(k, None)
         else:
-            out[k] = _merge(out.get(k), v, strategic=strategic, key=k)
-    return out
-
-
-def _merge_named(target: list[Any], patch: list[Any]) -> list[Any]:
-    out = [copy.deepcopy(item) for item in target]
-    for item in patch:
-        idx = next((i for i, t in enumerate(out) if t.get("name") == item.get("name")), None)
-        if idx is None:
-            out.append(copy.deepcopy(item))
-        else:
-            out[idx] = _merge(out[idx], item, strategic=True)
+            out[k] = _merge(out.get(k), v)
     return out
 
 
@@ -140,6 +133,17 @@ def build_updated(current: Obj, proposed: Obj) -> Obj:
     if "status" in current:
         out["status"] = copy.deepcopy(current["status"])
     return out
+
+
+def keep_allocated(current: Obj, proposed: Obj) -> Obj:
+    """A Service update keeps the cluster IPs it was given when it omits them
+    (the registry's `PatchAllocatedValues`), so defaulting allocates nothing new."""
+    if current.get("kind") == "Service":
+        old, new = current.get("spec") or {}, proposed.setdefault("spec", {})
+        for key in ("clusterIP", "clusterIPs"):
+            if key in old and not new.get(key):
+                new[key] = copy.deepcopy(old[key])
+    return proposed
 
 
 def pod_spec_change_allowed(old: Obj, new: Obj) -> bool:
