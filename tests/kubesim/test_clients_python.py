@@ -184,8 +184,9 @@ async def test_delete_a_pod_stuck_pulling_its_image(kubesim: KubeSim, tmp_path: 
         for event in stream:
             pod = event["object"]
             statuses = pod.status.container_statuses or []
-            if statuses and statuses[0].state.waiting and not pod.metadata.deletion_timestamp:
-                seen.append(statuses[0].state.waiting.reason)
+            waiting = statuses[0].state.waiting if statuses else None
+            if waiting and waiting.reason == "ErrImagePull" and "ErrImagePull" not in seen:
+                seen.append(waiting.reason)
                 core.delete_namespaced_pod("stuck", NS)  # default grace: 30 s
             if event["type"] == "DELETED":
                 seen.append("DELETED")
