@@ -23,6 +23,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--namespace", default="runnerd")
     parser.add_argument("--client-cert", action="store_true", help="kubeconfig uses a client cert")
     parser.add_argument("--no-kubelet", action="store_true", help="pods are never scheduled")
+    parser.add_argument(
+        "--compaction-interval",
+        type=float,
+        default=300.0,
+        help="seconds between history compactions (kube-apiserver: 300; 0: never)",
+    )
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     if host != "127.0.0.1" or not port.isdigit():
@@ -34,7 +40,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 async def run_standalone(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="kubesim-") as tmp:
         async with open_kubesim(
-            Path(tmp), namespace=args.namespace, port=args.port, kubelet=not args.no_kubelet
+            Path(tmp),
+            namespace=args.namespace,
+            port=args.port,
+            kubelet=not args.no_kubelet,
+            compaction_interval_s=args.compaction_interval or None,
         ) as sim:
             if args.kubeconfig_out:
                 sim.write_kubeconfig(args.kubeconfig_out, client_cert=args.client_cert)

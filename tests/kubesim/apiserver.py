@@ -266,7 +266,15 @@ class ApiServer:
             return
         limit = params.int_param(req, "limit")
         as_table = table.wants_table(req.headers.get("accept", ""))
-        body = build_list(self.store, q, limit=limit, cont=req.param("continue"), view=not as_table)
+        body = build_list(
+            self.store,
+            q,
+            limit=limit,
+            cont=req.param("continue"),
+            view=not as_table,
+            rv_param=req.param("resourceVersion"),
+            match=req.param("resourceVersionMatch"),
+        )
         if as_table:
             await _respond_table(ex, kind, body)
             return

@@ -23,15 +23,23 @@ PODS = "/api/v1/namespaces/runnerd/pods"
 
 @pytest.fixture
 async def kubesim(tmp_path: Path) -> AsyncIterator[KubeSim]:
-    """A cluster on 127.0.0.1 over HTTPS, bookmarks every 0.2 s, small history."""
-    async with open_kubesim(tmp_path, bookmark_interval_s=0.2, history_limit=200) as sim:
+    """A cluster on 127.0.0.1 over HTTPS, bookmarks every 0.2 s, small history, compacted
+    every 10 s (an RV from the last 10 s always resumes; tests force more with
+    `sim.store.compact()`)."""
+    async with open_kubesim(
+        tmp_path, bookmark_interval_s=0.2, history_limit=200, compaction_interval_s=10
+    ) as sim:
         yield sim
 
 
 @pytest.fixture
 async def apiserver(tmp_path: Path) -> AsyncIterator[KubeSim]:
     async with open_kubesim(
-        tmp_path, bookmark_interval_s=0.2, history_limit=50, kubelet=False
+        tmp_path,
+        bookmark_interval_s=0.2,
+        history_limit=50,
+        compaction_interval_s=10,
+        kubelet=False,
     ) as sim:
         yield sim
 

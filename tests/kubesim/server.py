@@ -29,7 +29,7 @@ from tests.kubesim.apiserver import ApiServer, new_token
 from tests.kubesim.faults import Faults, Stats
 from tests.kubesim.images import ImageMap, build_default_images
 from tests.kubesim.kubelet import Kubelet
-from tests.kubesim.store import Store
+from tests.kubesim.store import Store, run_compactor
 from tests.kubesim.validation import default_namespace
 from tests.kubesim.wire import Exchange, serve_connection
 
@@ -230,17 +230,20 @@ async def open_kubesim(
     port: int = 0,
     history_limit: int = 5000,
     bookmark_interval_s: float = 60.0,
+    compaction_interval_s: float | None = 300.0,
     kubelet: bool = True,
 ) -> AsyncIterator[KubeSim]:
     """Start the cluster on 127.0.0.1:`port` over HTTPS; yields once it accepts connections.
 
     Bookmarks go to each watcher that asked every `bookmark_interval_s` (the watch cache's
     default is about a minute; tests shorten it). `history_limit` events are kept for
-    watch resumes. `namespace` (and `default`, `kube-system`) exist from the start; the
-    token authenticates as `system:serviceaccount:<namespace>:<service_account>`. With
-    `kubelet`, K2's simulated node schedules and runs pods (`images`: which images exist,
-    default `images.build_default_images()`; work files under `tmp_path`); without it
-    pods stay unscheduled and deletes are immediate.
+    watch resumes, and compacted every `compaction_interval_s` (kube-apiserver's default:
+    5 min; None: never) to the RV of the previous tick. `namespace` (and `default`,
+    `kube-system`) exist from the start; the token authenticates as
+    `system:serviceaccount:<namespace>:<service_account>`. With `kubelet`, K2's simulated
+    node schedules and runs pods (`images`: which images exist, default
+    `images.build_default_images()`; work files under `tmp_path`); without it pods stay
+    unscheduled and deletes are immediate.
     """
     store = Store(history_limit=history_limit)
     for ns in dict.fromkeys(("default", "kube-system", namespace)):
@@ -259,6 +262,8 @@ async def open_kubesim(
     sim._server_ctx = _server_context(ca)
     async with trio.open_nursery() as nursery:
         sim._nursery = nursery
+        if compaction_interval_s:
+            nursery.start_soon(run_compactor, store, compaction_interval_s)
         if kubelet:
             sim.kubelet = await _start_kubelet(nursery, store, images, tmp_path)
         sim._api = ApiServer(

@@ -11,7 +11,10 @@ Consistency contract (what watchers rely on):
 - `open_watch(from_rv)` snapshots the history and subscribes in one synchronous
   step, so a watcher sees every event after `from_rv` exactly once;
 - a subscriber whose buffer is full is dropped (its channel closes), as the real
-  watch cache terminates a watcher that cannot keep up; the client re-watches.
+  watch cache terminates a watcher that cannot keep up; the client re-watches;
+- history goes when it exceeds `history_limit` and when compacted (`compact`, one
+  tick of the apiserver's compactor; `run_compactor` ticks on a schedule): a watch or
+  an Exact list from a compacted RV is then too old (410).
 
 Objects handed out by `get`/`list`/`update` are deep copies; objects carried by
 events are shared between subscribers and must not be mutated.
@@ -99,6 +102,8 @@ class Store:
         self._kubelets = 0
         self._policies: dict[tuple[str, str, str], str] = {}  # pending pod deletes
         self.history_limit = history_limit
+        self._compacted = 0  # every RV up to this one is gone (etcd compaction)
+        self._next_compaction: int | None = None  # the RV the compactor saw last time
 
     # ---- reads -------------------------------------------------------------
 
@@ -173,10 +178,11 @@ class Store:
         if obj is None:
             raise NotFound(name)
         policy = self._policies.pop((resource, *key), None) or propagation_policy or "Background"
+        last = obj
         obj = copy.deepcopy(obj)
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
-        self._emit(Event(self._rv, "DELETED", resource, key[0], obj, obj))
+        self._emit(Event(self._rv, "DELETED", resource, key[0], obj, last))
         if resource not in GC_DEPENDENTS:
             self._collect_dependents(key[0], obj["metadata"]["uid"], policy)
 
@@ -282,6 +288,51 @@ class Store:
         """The oldest RV a watch may resume from (`oldest retained event RV - 1`)."""
         return self._history[0].rv - 1 if self._history else self._rv
 
+    @property
+    def compacted(self) -> int:
+        """Every RV up to this one has been compacted away (0: none yet)."""
+        return self._compacted
+
+    def compact(self) -> int | None:
+        """One tick of kube-apiserver's compactor; returns the RV compacted to, if any.
+
+        As `storage/etcd3/compact.go` does: compact at the RV this tick saw the *previous*
+        time, then remember the current RV for the next tick. So history survives at least
+        one interval and at most two; resuming from a compacted RV answers 410.
+        """
+        target, self._next_compaction = self._next_compaction, self._rv
+        if target is None or target <= self._compacted:
+            return None
+        self._compacted = target
+        while self._history and self._history[0].rv <= target:
+            self._history.popleft()
+        return target
+
+    def list_at(self, resource: str, ns: str | None, rv: int) -> builtins.list[Obj]:
+        """`list` as it was at `rv` (resourceVersionMatch=Exact), undoing later history.
+
+        Raises TooOld when `rv` is compacted or older than the retained history.
+        """
+        if rv > self._rv:
+            raise TooOld(rv, self._rv)  # the caller answers "too large" differently
+        if rv < self.history_floor:
+            raise TooOld(rv, self.history_floor)
+        items = {
+            (o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
+            for o in self.list(resource, ns)
+        }
+        for ev in reversed(self._history):
+            if ev.rv <= rv:
+                break
+            if ev.resource != resource or (ns and ev.namespace != _ns(resource, ns)):
+                continue
+            key = (ev.namespace, ev.obj["metadata"]["name"])
+            if ev.type == "ADDED":
+                items.pop(key, None)
+            elif ev.prev is not None:  # MODIFIED and DELETED: the object as it was before
+                items[key] = copy.deepcopy(ev.prev)
+        return [items[k] for k in sorted(items)]
+
     def close_all_watches(self) -> int:
         """Fault: end every live subscription now (their channels close); returns how many."""
         subs, self._subs = self._subs, {}
@@ -331,6 +382,14 @@ class Store:
                     self.update_nowait(resource, dep_ns, name, _without_owner(owner_uid))
                 else:
                     self.remove_nowait(resource, dep_ns, name)
+
+
+async def run_compactor(store: Store, interval_s: float) -> None:
+    """Compact every `interval_s` until cancelled (kube-apiserver's
+    `--etcd-compaction-interval`, default 5 min)."""
+    while True:
+        await trio.sleep(interval_s)
+        store.compact()
 
 
 class Subscription(trio.abc.ReceiveChannel[Event]):

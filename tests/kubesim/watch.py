@@ -55,17 +55,42 @@ class Query:
 
 
 def build_list(
-    store: Store, q: Query, *, limit: int | None, cont: str | None, view: bool = True
+    store: Store,
+    q: Query,
+    *,
+    limit: int | None,
+    cont: str | None,
+    view: bool = True,
+    rv_param: str | None = None,
+    match: str | None = None,
 ) -> Obj:
-    """A list page; `view=False` keeps the stored shape (for the Table printer)."""
+    """A list page; `view=False` keeps the stored shape (for the Table printer).
+
+    `resourceVersionMatch=Exact` reads the state at that RV (410 once compacted); any
+    other RV reads the current state, which is never older than it. A `continue`
+    token from before a compaction is a 410 carrying a token that goes on at the
+    latest RV, as etcd3's `handleCompactedErrorForPaging` answers.
+    """
+    _check_list_options(rv_param, match, cont)
     rv = store.resource_version
-    items = [o for o in store.list(q.kind.resource, q.namespace) if q.matches(o)]
+    if match == "Exact" and rv_param:
+        rv = int(rv_param)
+        try:
+            objs = store.list_at(q.kind.resource, q.namespace, rv)
+        except TooOld as exc:
+            raise _too_old_list(exc, store) from exc
+    else:
+        objs = store.list(q.kind.resource, q.namespace)
+    items = [o for o in objs if q.matches(o)]
     start = 0
     if cont:
         try:
-            start = int(json.loads(base64.urlsafe_b64decode(cont.encode()))["start"])
+            token = json.loads(base64.urlsafe_b64decode(cont.encode()))
+            start = int(token["start"])
         except (ValueError, KeyError, TypeError) as exc:
             raise status.bad_request(f"invalid continue token: {exc}") from exc
+        if int(token.get("rv", -1)) != -1 and int(token["rv"]) <= store.compacted:
+            raise _expired_continue(start)
     meta: Obj = {"resourceVersion": str(rv)}
     page = items[start:]
     if limit and limit > 0 and len(page) > limit:
@@ -84,6 +109,59 @@ def build_list(
         "metadata": meta,
         "items": page,
     }
+
+
+_EXPIRED_LIST = "The resourceVersion for the provided list is too old."
+_EXPIRED_CONTINUE = (
+    "The provided continue parameter is too old to display a consistent list result. You "
+    "can start a new list without the continue parameter, or use the continue token in this "
+    "response to retrieve the remainder of the results. Continuing with the provided token "
+    "results in an inconsistent list - objects that were created, modified, or deleted "
+    "between the time the first chunk was returned and now may show up in the list."
+)
+
+
+def _check_list_options(rv: str | None, match: str | None, cont: str | None) -> None:
+    """k/k `ValidateListOptions` for resourceVersionMatch (422 Invalid ListOptions)."""
+    problems = []
+    if match not in (None, "", "NotOlderThan", "Exact"):
+        problems.append(
+            (
+                "FieldValueNotSupported",
+                f'Unsupported value: "{match}": supported values: "NotOlderThan", "Exact", ""',
+            )
+        )
+    elif match:
+        if not rv:
+            forbidden = "resourceVersionMatch is forbidden unless resourceVersion is provided"
+            problems.append(("FieldValueForbidden", f"Forbidden: {forbidden}"))
+        if cont:
+            forbidden = "resourceVersionMatch is forbidden when continue is provided"
+            problems.append(("FieldValueForbidden", f"Forbidden: {forbidden}"))
+        if match == "Exact" and rv == "0":
+            forbidden = 'resourceVersionMatch "exact" is forbidden for resourceVersion "0"'
+            problems.append(("FieldValueForbidden", f"Forbidden: {forbidden}"))
+    if rv and not rv.isdigit():
+        raise status.bad_request(f"invalid resource version: {rv}")
+    if problems:
+        errors = [(reason, "resourceVersionMatch", msg) for reason, msg in problems]
+        raise status.invalid("ListOptions", "", errors, group="meta.k8s.io")
+
+
+def _too_old_list(exc: TooOld, store: Store) -> status.ApiError:
+    if exc.requested > store.resource_version:  # etcd3's NewTooLargeResourceVersionError
+        message = f"Too large resource version: {exc.requested}, current: {exc.floor}"
+        cause = [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]
+        body = status.build_status(504, "Timeout", message, causes=cause, retry_after_s=1)
+        return status.ApiError(504, body, headers=[("Retry-After", "1")])
+    return status.ApiError(410, status.build_status(410, "Expired", _EXPIRED_LIST))
+
+
+def _expired_continue(start: int) -> status.ApiError:
+    body = status.build_status(410, "Expired", _EXPIRED_CONTINUE)
+    token = {"start": start, "rv": -1}
+    body["metadata"] = {"continue": base64.urlsafe_b64encode(json.dumps(token).encode()).decode()}
+    return status.ApiError(410, body)
 
 
 def _line(kind: str, obj: Obj) -> bytes:
