@@ -59,6 +59,12 @@ class ApiServer:
     kubelet: Callable[[], Any] = field(default=lambda: None)
 
     async def handle(self, ex: Exchange) -> None:
+        """Answer one request. Accounting (README "Accounting"): API requests only, never
+        `/_kubesim/*`; a request counts when it arrives, its response when the status
+        line goes out (a stream or an upgrade as it starts), so the two agree except
+        for requests still unanswered (a silent server, a client that left first)."""
+        if not ex.request.path.startswith("/_kubesim/"):
+            ex.on_status = self.stats.count_response
         try:
             await self._handle(ex)
         except status.ApiError as err:
@@ -67,20 +73,18 @@ class ApiServer:
             await ex.respond(
                 err.code, err.render(), content_type=err.content_type, headers=err.headers
             )
-        finally:
-            self.stats.responses[ex.status] += 1
 
     async def _handle(self, ex: Exchange) -> None:
         req = ex.request
         if req.path.startswith("/_kubesim/"):
             await self._internal(ex)
             return
+        route = self._route(req)
+        self.stats.requests[(route.verb, route.pattern)] += 1
         if self.faults.silent:
             async with ex.watch_disconnect():
                 await self.faults.wait_answering()
                 await trio.sleep_forever()  # a silent server never answers this request
-        route = self._route(req)
-        self.stats.requests[(route.verb, route.pattern)] += 1
         if delay_s := self.faults.take_delay(route.verb):
             await trio.sleep(delay_s)
         user = self._authenticate(req)

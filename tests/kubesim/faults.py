@@ -36,7 +36,13 @@ class _Delay:
 
 @dataclass
 class Stats:
-    """Counters since start (a restart keeps them)."""
+    """Counters since start (a restart keeps them); README "Accounting" defines each.
+
+    `requests` and `responses` cover the Kubernetes API only (never `/_kubesim/*`): a
+    request counts when it arrives (also one a silent server never answers), its
+    response when the status line is sent, so a watch, log stream or upgrade counts
+    as it starts. Streams are also counted on their own (`watches_*`, `attaches_*`).
+    """
 
     requests: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
     watches_open: int = 0
@@ -61,6 +67,9 @@ class Stats:
 
     def count(self, verb: str, pattern: str) -> int:
         return self.requests[(verb, pattern)]
+
+    def count_response(self, code: int) -> None:
+        self.responses[code] += 1
 
     def snapshot(self) -> dict[str, Any]:
         by_verb: collections.Counter[str] = collections.Counter()

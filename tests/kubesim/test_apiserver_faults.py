@@ -183,6 +183,12 @@ async def test_stats_count_requests_and_connections(
     assert snap["watches"] == {"open": 0, "total": 1}
     assert snap["connections"] == {"accepted": 1, "tls": 1}  # keep-alive reuses one
     assert apiserver.stats.count("watch", pattern) == 1
+    # Same scope as requests (no /_kubesim/*): one response per request answered.
+    assert snap["responses"] == {"200": 2, "201": 1, "404": 1}
+    async with open_watch(kube) as events:
+        await next_events(events, 1)  # a stream counts as it starts, not when it ends
+        assert apiserver.stats.responses[200] == 3
+        assert sum(apiserver.stats.requests.values()) == sum(apiserver.stats.responses.values())
 
 
 async def test_graceful_restart_ends_watches_cleanly(

@@ -97,6 +97,7 @@ class Exchange:
     upgraded: bool = False
     status: int = 0
     extra_headers: list[tuple[str, str]] = field(default_factory=list)
+    on_status: Callable[[int], None] | None = None  # called as the status line goes out
 
     async def respond(
         self,
@@ -194,6 +195,8 @@ class Exchange:
             raise RuntimeError("response already started")
         self.responded = True
         self.status = status
+        if self.on_status is not None:
+            self.on_status(status)
 
     def _headers(
         self, content_type: str, headers: list[tuple[str, str]] | None
