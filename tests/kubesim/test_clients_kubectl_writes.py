@@ -64,6 +64,10 @@ async def test_create_commands_that_send_protobuf(apiserver: KubeSim, tmp_path: 
     }
 
 
+def apiserver_empty(listing: httpx.Response) -> bool:
+    return listing.json()["items"] == []
+
+
 async def test_unknown_body_formats_are_415(kube: httpx.AsyncClient) -> None:
     pods = f"/api/v1/namespaces/{NS}/pods"
     r = await kube.post(pods, content=b"\x90\x01", headers={"Content-Type": "application/cbor"})
@@ -73,6 +77,13 @@ async def test_unknown_body_formats_are_415(kube: httpx.AsyncClient) -> None:
         "of the request was in an unknown format - accepted media types include: "
         'application/json, application/yaml","reason":"UnsupportedMediaType","code":415}\n'
     )
+    proto = {"Content-Type": "application/vnd.kubernetes.protobuf"}
+    r = await kube.post(pods, content=b"k8s\x00\x0a\x02\x0a", headers=proto)
+    assert r.status_code == 415  # a kind protobuf.py does not decode: as if JSON-only
+    services = f"/api/v1/namespaces/{NS}/services"
+    r = await kube.post(services, content=b"k8s\x00\x0a\x09", headers=proto)
+    assert (r.status_code, r.json()["message"]) == (400, "truncated protobuf field")
+    assert apiserver_empty(await kube.get(services))
     yaml_pod = b"metadata: {name: y}\nspec:\n  containers: [{name: app, image: busybox}]\n"
     r = await kube.post(pods, content=yaml_pod, headers={"Content-Type": "application/yaml"})
     assert r.status_code == 201, r.text
