@@ -24,6 +24,7 @@ from runnerd.http.cors import register_cors
 from runnerd.http.errors import register_error_handlers
 from runnerd.http.events import DEFAULT_HEARTBEAT_S, register_events_route
 from runnerd.http.io import register_io_route
+from runnerd.http.listing import register_listing_route
 from runnerd.http.meta import register_meta_routes
 from runnerd.http.sessions import register_session_routes
 
@@ -58,6 +59,7 @@ def create_app(state: AppState, *, sse_heartbeat_s: float = DEFAULT_HEARTBEAT_S)
     register_cors(app, lambda: state.config)
     register_meta_routes(app, state)
     register_session_routes(app, state)
+    register_listing_route(app, state)
     register_events_route(app, state, heartbeat_s=sse_heartbeat_s)
     register_io_route(app, state)
     return app
