@@ -92,6 +92,8 @@ async def stream_events(
 
 
 def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float) -> None:
+    from runnerd.http.counting import counted_sse  # it imports GAP_FRAME from here
+
     async def session_events(session_id: str) -> Response:
         session = state.sessions.get(session_id)
         if session is None:
@@ -99,7 +101,8 @@ def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float
         # The header wins over the query (a reconnecting EventSource sends it).
         raw = request.headers.get("last-event-id")
         cursor = parse_cursor(raw if raw is not None else request.args.get("lastEventId"))
-        body = stream_events(session, cursor, state.closing, heartbeat_s)
+        frames = stream_events(session, cursor, state.closing, heartbeat_s)
+        body = counted_sse(frames, state.metrics)
         response = Response(body, 200, SSE_HEADERS)
         # The default RESPONSE_TIMEOUT (60 s) would cut a live stream.
         response.timeout = None
