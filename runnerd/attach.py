@@ -10,8 +10,9 @@ Exit codes, the same as `runnerd run` (runnerd.client.outcome):
 - the session ended: `exited N` → N; `failed` → 125 with the message on
   stderr (also when it failed or was stopped before any output: the
   channel then closes 4410 with nothing to show); `stopped` → 130;
-- detached (Ctrl-], or SIGTERM/SIGHUP to this process) → 0, the session id
-  and how to come back on stderr;
+- detached → the session id and how to come back on stderr, and 0 for
+  Ctrl-]; 128 + the signal for SIGTERM/SIGHUP to this process, or Ctrl-C
+  without a terminal (130);
 - no such session, no daemon, or the connection lost (the daemon killed or
   shutting down) → 1 with the reason on stderr.
 """
@@ -19,6 +20,7 @@ Exit codes, the same as `runnerd run` (runnerd.client.outcome):
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from runnerd.client.outcome import EXIT_ERROR, EXIT_OK, exit_code
@@ -35,7 +37,10 @@ def run_attach(endpoint: Endpoint, session_id: str, last_seq: int = 0) -> int:
     """Attach until the session ends or the user detaches; the exit code."""
     import trio  # only the streaming verbs pay for trio
 
-    end = trio.run(_follow, endpoint, session_id, last_seq)
+    try:
+        end = trio.run(_follow, endpoint, session_id, last_seq)
+    except KeyboardInterrupt:  # Ctrl-C without a raw terminal: we leave, it stays
+        end = ChannelEnd(detached=True, signal=signal.SIGINT)
     return finish(Api(endpoint), session_id, end)
 
 
@@ -56,7 +61,7 @@ def finish(api: Api, session_id: str, end: ChannelEnd) -> int:
             f"detached from {session_id} (it keeps running): `runnerd attach {session_id}` "
             f"resumes, `runnerd stop {session_id}` stops it"
         )
-        return EXIT_OK
+        return EXIT_OK if end.signal is None else 128 + end.signal
     if not end.finished:
         what = "closed" if end.code != 1006 else "lost the connection:"
         say(f"{session_id}: {what} {end.code} {end.reason}".rstrip())

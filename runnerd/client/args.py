@@ -11,8 +11,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from runnerd.client.transport import DEFAULT_SOCKET, SOCKET_ENV
-
+DEFAULT_SOCKET = Path("/run/runnerd/runnerd.sock")
+SOCKET_ENV = "RUNNERD_SOCKET"
 CLIENT_VERBS = ("run", "ls", "logs", "events", "attach", "stop", "apps", "probe", "completion")
 
 

@@ -51,6 +51,7 @@ class ChannelEnd:
     code: int = LOST
     reason: str = ""
     detached: bool = False
+    signal: int | None = None  # the signal that made us leave, if one did
     caught_up: bool = False
     last_seq: int = 0
 
@@ -140,7 +141,7 @@ async def _watch_signals(
                 if mode is StdinMode.RAW:
                     await _send_size(ws)
                 continue
-            end.detached = True  # the session keeps running; we leave
+            end.detached, end.signal = True, signum  # the session keeps running
             scope.cancel()
             return
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,7 @@ def run_session(api: Api, args: argparse.Namespace) -> int:
     import trio
 
     from runnerd.attach import finish, stdin_mode
-    from runnerd.client.pty_channel import follow_channel
+    from runnerd.client.pty_channel import ChannelEnd, follow_channel
     from runnerd.client.wait import wait_started
 
     async def main() -> Any:
@@ -144,7 +145,10 @@ def run_session(api: Api, args: argparse.Namespace) -> int:
             return None
         return await follow_channel(api.endpoint, session_id, mode=stdin_mode())
 
-    end = trio.run(main)
+    try:
+        end = trio.run(main)
+    except KeyboardInterrupt:  # Ctrl-C without a raw terminal: we leave, it stays
+        end = ChannelEnd(detached=True, signal=signal.SIGINT)
     if end is None:
         print(f"runnerd: {session_id}: lost the event stream", file=sys.stderr)
         return EXIT_ERROR

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-DEFAULT_SOCKET = Path("/run/runnerd/runnerd.sock")
-SOCKET_ENV = "RUNNERD_SOCKET"
+from runnerd.client.args import DEFAULT_SOCKET, SOCKET_ENV
+
 # Plain requests are small; a stop waits for the workload's grace period.
 REQUEST_TIMEOUT_S = 30.0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tests.cli.helpers import background_cli, cli, start, wait_status
@@ -131,3 +132,19 @@ async def test_run_app_apps_and_probe(tmp_path) -> None:
         assert (ready.returncode, ready.stdout) == (0, b"sh: ready\n")
         refused = await cli(daemon, "probe", "--image", "greeter")
         assert refused.returncode == 1 and b"greeter: unavailable" in refused.stdout
+
+
+async def test_url_reaches_a_tcp_listener_for_plain_requests_and_the_terminal(
+    tmp_path: Path,
+) -> None:
+    async with start_daemon(tmp_path, {"server": {"listen": ["tcp:127.0.0.1:0"]}}) as daemon:
+        await daemon.wait_for_stderr("serving")
+        match = re.search(r"tcp:127\.0\.0\.1:(\d+)", daemon.stderr_text())
+        assert match is not None
+        url = f"http://127.0.0.1:{match.group(1)}"
+        root = project(tmp_path, {"main.sh": "echo over tcp; exit 4"})
+        ran = await cli(daemon, "run", str(root), "--url", url)
+        assert ran.returncode == 4, ran.stderr
+        assert b"over tcp" in ran.stdout
+        listed = await cli(daemon, "ls", "-aq", "--url", url)
+        assert len(listed.stdout.split()) == 1
