@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapp
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from prometheus_client import Counter, Histogram
     from prometheus_client.registry import Collector
 
 STATUSES = ("starting", "running", "exited", "failed", "stopped")
@@ -90,56 +91,64 @@ class PrometheusMetrics(Metrics):
     enabled = True
 
     def __init__(self) -> None:
-        from prometheus_client import (
-            CollectorRegistry,
-            Counter,
-            Gauge,
-            Histogram,
-            PlatformCollector,
-            ProcessCollector,
-        )
+        from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
-        self.registry = r = CollectorRegistry()
-        ProcessCollector(registry=r)
-        PlatformCollector(registry=r)
-
-        def counter(name: str, text: str, *labels: str) -> Counter:
-            return Counter(name, text, labels, registry=r)
-
-        def histogram(name: str, text: str, buckets: tuple[float, ...], *labels: str) -> Histogram:
-            return Histogram(name, text, labels, buckets=buckets, registry=r)
-
-        self._starts = counter(
-            "runnerd_session_starts",
-            "Session starts by how they ended (running, or the terminal status reached first)",
-            "backend", "outcome",
-        )  # fmt: skip
-        self._latency = histogram(
-            "runnerd_session_start_seconds", "POST to running", START_BUCKETS_S, "backend"
-        )
-        self._failures = counter("runnerd_session_start_failures", "Start failures", "stage")
-        self._subscribers = Gauge(
-            "runnerd_stream_subscribers", "Live stream readers", ["channel"], registry=r
-        )
-        self._gaps = counter("runnerd_replay_gaps", "Replay gaps served", "channel")
-        self._http = counter("runnerd_http_requests", "HTTP answers", "route", "method", "status")
-        self._kube_requests = counter(
-            "runnerd_kube_apiserver_requests", "Apiserver requests", "verb", "code", "class"
-        )
-        self._kube_latency = histogram(
-            "runnerd_kube_apiserver_request_seconds", "Apiserver request latency",
-            APISERVER_BUCKETS_S, "verb",
-        )  # fmt: skip
-        self._watch_restarts = counter(
-            "runnerd_kube_watch_restarts", "Watch restarts", "resource", "reason"
-        )
-        self._relists = counter("runnerd_kube_relists", "Re-lists after a 410", "resource")
-        self._reconnects = counter("runnerd_kube_attach_reconnects", "Attach reconnects")
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self._add_session_metrics()
+        self._add_kube_metrics()
         for channel in ("sse", "websocket"):
             self._subscribers.labels(channel)  # present at 0 from the first scrape
         self._pty: MutableMapping[str, int] = {"output": 0, "input": 0}
         self._statuses: Callable[[], Iterable[str]] = tuple
-        r.register(_ScrapeTimeCollector(self))
+        self.registry.register(_ScrapeTimeCollector(self))
+
+    def _counter(self, name: str, text: str, *labels: str) -> Counter:
+        from prometheus_client import Counter
+
+        return Counter(name, text, labels, registry=self.registry)
+
+    def _histogram(
+        self, name: str, text: str, buckets: tuple[float, ...], *labels: str
+    ) -> Histogram:
+        from prometheus_client import Histogram
+
+        return Histogram(name, text, labels, buckets=buckets, registry=self.registry)
+
+    def _add_session_metrics(self) -> None:
+        from prometheus_client import Gauge
+
+        self._starts = self._counter(
+            "runnerd_session_starts",
+            "Session starts by how they ended (running, or the terminal status reached first)",
+            "backend", "outcome",
+        )  # fmt: skip
+        self._latency = self._histogram(
+            "runnerd_session_start_seconds", "POST to running", START_BUCKETS_S, "backend"
+        )
+        self._failures = self._counter("runnerd_session_start_failures", "Start failures", "stage")
+        self._subscribers = Gauge(
+            "runnerd_stream_subscribers", "Live stream readers", ["channel"], registry=self.registry
+        )
+        self._gaps = self._counter("runnerd_replay_gaps", "Replay gaps served", "channel")
+        self._http = self._counter(
+            "runnerd_http_requests", "HTTP answers", "route", "method", "status"
+        )
+
+    def _add_kube_metrics(self) -> None:
+        self._kube_requests = self._counter(
+            "runnerd_kube_apiserver_requests", "Apiserver requests", "verb", "code", "class"
+        )
+        self._kube_latency = self._histogram(
+            "runnerd_kube_apiserver_request_seconds", "Apiserver request latency",
+            APISERVER_BUCKETS_S, "verb",
+        )  # fmt: skip
+        self._watch_restarts = self._counter(
+            "runnerd_kube_watch_restarts", "Watch restarts", "resource", "reason"
+        )
+        self._relists = self._counter("runnerd_kube_relists", "Re-lists after a 410", "resource")
+        self._reconnects = self._counter("runnerd_kube_attach_reconnects", "Attach reconnects")
 
     def session_started(self, backend: str, outcome: str) -> None:
         self._starts.labels(backend, outcome).inc()

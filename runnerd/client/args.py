@@ -53,6 +53,22 @@ def _add_run(commands: Any) -> None:
     )
     run.add_argument("--entry", metavar="FILE", help="the file to run, relative to PATH")
     run.add_argument("--app", metavar="NAME", help="run a catalog app (see `runnerd apps`)")
+    _add_session_options(run)
+    run.add_argument(
+        "--detach",
+        "-d",
+        action="store_true",
+        help="print the session id and return without attaching",
+    )
+    run.add_argument(
+        "--accept-terms",
+        metavar="VERSION",
+        help="accept the runner's terms of this version without asking",
+    )
+
+
+def _add_session_options(run: argparse.ArgumentParser) -> None:
+    """What the session gets: image, pull policy, env, ports, inspect."""
     run.add_argument(
         "--image",
         metavar="I",
@@ -87,17 +103,6 @@ def _add_run(commands: Any) -> None:
         help="a port the workload listens on (repeatable)",
     )
     run.add_argument("--inspect", action="store_true", help="start with the debug relay")
-    run.add_argument(
-        "--detach",
-        "-d",
-        action="store_true",
-        help="print the session id and return without attaching",
-    )
-    run.add_argument(
-        "--accept-terms",
-        metavar="VERSION",
-        help="accept the runner's terms of this version without asking",
-    )
 
 
 def _add_listing(commands: Any) -> None:

@@ -7,6 +7,7 @@ stepped in a worker thread) while a spinner ticks, until the session is
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,7 +44,8 @@ async def wait_started(api: Api, session_id: str) -> bool:
             nursery.start_soon(spin)
             progress.update("starting")
             while True:
-                item = await trio.to_thread.run_sync(next, events, None)
+                # Abandoned on Ctrl-C: the read may wait a heartbeat (20 s) for data.
+                item = await trio.to_thread.run_sync(next, events, None, abandon_on_cancel=True)
                 if item is None:
                     break
                 _, _, data = item
@@ -59,5 +61,6 @@ async def wait_started(api: Api, session_id: str) -> bool:
         progress.done()
         close = getattr(events, "close", None)
         if close is not None:
-            close()
+            with contextlib.suppress(ValueError):  # still reading in an abandoned thread
+                close()
     return started

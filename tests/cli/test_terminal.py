@@ -48,6 +48,8 @@ async def test_run_in_a_terminal_shows_output_and_exits_with_the_code(
     root = project(tmp_path, "main.sh", "echo hello from the terminal; exit 3")
     term = Terminal.spawn(runnerd, ["runnerd", "run", str(root)])
     try:
+        # stderr is a terminal: the live status line (spinner, id, phase), erased in place.
+        await term.expect(r"\x1b\[2K\S+ [a-z2-7]{12} starting")
         await term.expect("hello from the terminal")
         assert await term.exit_code() == 3
     finally:
@@ -116,5 +118,21 @@ async def test_the_terminal_mode_is_restored_when_the_daemon_is_killed(tmp_path:
             await term.expect(r"\S+")
             after = term.child.match.group(0).decode()
             assert after == before
+        finally:
+            term.close()
+
+
+async def test_run_shows_the_terms_and_asks_on_the_terminal(tmp_path: Path) -> None:
+    terms = {"terms": {"body": "Be nice.", "version": "v7", "title": "House rules"}}
+    async with start_daemon(tmp_path, terms) as daemon:
+        root = project(tmp_path, "main.sh", "echo terms were accepted")
+        term = Terminal.spawn(daemon, ["runnerd", "run", str(root)])
+        try:
+            await term.expect(r"House rules \(version v7\)")
+            await term.expect("Be nice.")
+            await term.expect(r"Accept these terms\? \[y/N\]")
+            term.send("y\r")
+            await term.expect("terms were accepted")
+            assert await term.exit_code() == 0
         finally:
             term.close()
