@@ -33,9 +33,15 @@ def register_request_counting(app: QuartTrio, metrics: Metrics) -> None:
 
 
 async def counted_sse(frames: AsyncIterator[bytes], metrics: Metrics) -> AsyncIterator[bytes]:
-    """`frames`, with the reader counted live until the stream ends or is dropped."""
+    """`frames`, with the reader counted live until the stream ends or is dropped
+    (closing `frames` then too)."""
     with metrics.subscriber("sse"):
-        async for frame in frames:
-            if frame == GAP_FRAME:
-                metrics.replay_gap("sse")
-            yield frame
+        try:
+            async for frame in frames:
+                if frame == GAP_FRAME:
+                    metrics.replay_gap("sse")
+                yield frame
+        finally:
+            aclose = getattr(frames, "aclose", None)
+            if aclose is not None:
+                await aclose()

@@ -102,7 +102,7 @@ def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float
         raw = request.headers.get("last-event-id")
         cursor = parse_cursor(raw if raw is not None else request.args.get("lastEventId"))
         frames = stream_events(session, cursor, state.closing, heartbeat_s)
-        body = counted_sse(frames, state.metrics)
+        body = counted_sse(frames, state.metrics) if state.metrics.enabled else frames
         response = Response(body, 200, SSE_HEADERS)
         # The default RESPONSE_TIMEOUT (60 s) would cut a live stream.
         response.timeout = None

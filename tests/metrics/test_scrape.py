@@ -112,8 +112,17 @@ async def test_live_subscribers_and_replay_gaps_are_counted(tmp_path: Path) -> N
             assert value(samples, "runnerd_replay_gaps_total", channel="websocket") == 1
             await ws.send_message(b"done\n")
         await wait_status(daemon, session_id, ("exited",))
-        samples = await scrape(daemon, tmp_path)
-        assert value(samples, "runnerd_stream_subscribers", channel="websocket") == 0
+        # The server notices each reader's end on its own time: wait for it.
+        with trio.fail_after(10):
+            while True:
+                samples = await scrape(daemon, tmp_path)
+                readers = [
+                    value(samples, "runnerd_stream_subscribers", channel=channel)
+                    for channel in ("websocket", "sse")
+                ]
+                if readers == [0, 0]:
+                    break
+                await trio.sleep(0.05)
 
 
 async def test_metrics_are_off_by_default_and_never_on_the_api(runnerd: Daemon) -> None:
