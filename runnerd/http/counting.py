@@ -2,7 +2,8 @@
 
 Owns the glue between the routes and `runnerd.metrics.Metrics`: an
 `after_request` hook labelling each answer with its route template (never
-the raw path: session ids would make every series unique), and a wrapper
+the raw path: session ids would make every series unique; an unknown route
+is `unmatched`, an unknown method `other`), and a wrapper
 that counts an SSE stream as a live subscriber for as long as it is being
 sent, and each `gap` frame it sends. The WebSocket route counts its own
 (runnerd.http.io).
@@ -18,6 +19,9 @@ from quart_trio import QuartTrio
 from runnerd.http.events import GAP_FRAME
 from runnerd.metrics import Metrics
 
+# Any other method a client sends is counted as "other": labels stay a small set.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
 
 def register_request_counting(app: QuartTrio, metrics: Metrics) -> None:
     if not metrics.enabled:
@@ -26,7 +30,8 @@ def register_request_counting(app: QuartTrio, metrics: Metrics) -> None:
     async def count(response: Response) -> Response:
         rule = request.url_rule
         route = rule.rule if rule is not None else "unmatched"
-        metrics.http_request(route, request.method, response.status_code)
+        method = request.method if request.method in _METHODS else "other"
+        metrics.http_request(route, method, response.status_code)
         return response
 
     app.after_request(count)
