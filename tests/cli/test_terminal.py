@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import shlex
 import signal
+import termios
 from pathlib import Path
+
+import pexpect
+import trio
 
 from tests.cli.helpers import RUNNERD, start, wait_status
 from tests.cli.term import Terminal
@@ -112,6 +116,7 @@ async def test_the_terminal_mode_is_restored_when_the_daemon_is_killed(tmp_path:
         term = Terminal.spawn(daemon, ["/bin/sh", "-c", script])
         try:
             before = (await term.expect("attached-now")).decode().split()[0]
+            assert not cooked(term)  # attached: raw
             await daemon.stop(signal.SIGKILL)
             await term.expect(r"rc=(\d+)")
             assert term.child.match.group(1) == b"1"
@@ -136,3 +141,31 @@ async def test_run_shows_the_terms_and_asks_on_the_terminal(tmp_path: Path) -> N
             assert await term.exit_code() == 0
         finally:
             term.close()
+
+
+async def test_sigterm_to_the_cli_restores_the_terminal_and_leaves_the_session(
+    runnerd: Daemon,
+) -> None:
+    session_id = await start(runnerd, "echo attached-now; exec sleep 30")
+    await wait_status(runnerd, session_id, ("running",))
+    term = Terminal.spawn(runnerd, ["runnerd", "attach", session_id])
+    try:
+        await term.expect("attached-now")
+        assert not cooked(term)  # raw while attached
+        term.child.kill(signal.SIGTERM)
+        await term.expect(r"detached from \w+ \(it keeps running\)")
+        await trio.to_thread.run_sync(lambda: term.child.expect(pexpect.EOF, timeout=10))
+        assert cooked(term)  # the terminal's mode (the pty outlives the CLI) is back
+        term.child.close()
+        assert term.child.exitstatus == 128 + signal.SIGTERM
+    finally:
+        term.close()
+    assert (await wait_status(runnerd, session_id, ("running",)))["kind"] == "running"
+    async with runnerd.client() as client:
+        await client.delete(f"/v1/sessions/{session_id}")
+
+
+def cooked(term: Terminal) -> bool:
+    """Echo and line editing on: the mode a shell leaves a terminal in."""
+    lflag = termios.tcgetattr(term.child.child_fd)[3]
+    return bool(lflag & termios.ECHO) and bool(lflag & termios.ICANON)
