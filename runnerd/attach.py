@@ -24,7 +24,7 @@ import signal
 import sys
 
 from runnerd.client.outcome import EXIT_ERROR, EXIT_OK, exit_code
-from runnerd.client.pty_channel import ChannelEnd, StdinMode, follow_channel
+from runnerd.client.pty_channel import ChannelEnd, Ended, StdinMode, follow_channel
 from runnerd.client.terminal import DETACH_KEY_NAME
 from runnerd.client.transport import Api, ApiError, ClientError, Endpoint
 
@@ -40,7 +40,7 @@ def run_attach(endpoint: Endpoint, session_id: str, last_seq: int = 0) -> int:
     try:
         end = trio.run(_follow, endpoint, session_id, last_seq)
     except KeyboardInterrupt:  # Ctrl-C without a raw terminal: we leave, it stays
-        end = ChannelEnd(detached=True, signal=signal.SIGINT)
+        end = ChannelEnd(Ended.DETACHED, signal=signal.SIGINT)
     return finish(Api(endpoint), session_id, end)
 
 
@@ -56,7 +56,7 @@ def say(message: str) -> None:
 
 def finish(api: Api, session_id: str, end: ChannelEnd) -> int:
     """The exit code for how the channel ended (module docstring), with its message."""
-    if end.detached:
+    if end.how is Ended.DETACHED:
         say(
             f"detached from {session_id} (it keeps running): `runnerd attach {session_id}` "
             f"resumes, `runnerd stop {session_id}` stops it"

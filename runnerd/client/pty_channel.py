@@ -10,18 +10,26 @@ output chunk to stdout as it arrives, and, by `StdinMode`:
   workload, Ctrl-] detaches.
 SIGTERM and SIGHUP end the loop (and so restore the terminal) too.
 
-It returns how the channel ended; what that means for the exit code is the
-caller's (runnerd.attach).
+Three tasks race in one nursery (output, stdin, signals); the first that
+knows how the channel ends returns it as a `ChannelEnd` and the rest are
+cancelled. What that end means for the exit code is the caller's
+(runnerd.attach).
+
+Error handling: a connection that cannot be opened is `ClientError`; one
+that drops later is an end like any other (`Ended.CLOSED`, code 1006).
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import functools
 import json
 import os
 import signal
 import struct
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import trio
@@ -36,6 +44,8 @@ LOST = 1006  # no close frame: the connection dropped (a killed daemon)
 # Close codes that mean "the session is over", not "something went wrong".
 FINISHED = frozenset({1000, 4410})
 
+WebSocket = trio_websocket.WebSocketConnection
+
 
 class StdinMode(enum.Enum):
     NONE = "none"
@@ -43,21 +53,23 @@ class StdinMode(enum.Enum):
     RAW = "raw"
 
 
-@dataclass
-class ChannelEnd:
-    """How the channel ended: a close `code` and `reason`, or a detach
-    (the user's Ctrl-], or SIGTERM/SIGHUP to us), or `stop_at_seq` reached."""
+class Ended(enum.Enum):
+    CLOSED = "closed"  # the server closed the channel (or it dropped): see `code`
+    DETACHED = "detached"  # we left: Ctrl-], or a signal (see `signal`)
+    CAUGHT_UP = "caught_up"  # `stop_at_seq` arrived (logs without -f)
 
+
+@dataclass(frozen=True)
+class ChannelEnd:
+    how: Ended
     code: int = LOST
     reason: str = ""
-    detached: bool = False
     signal: int | None = None  # the signal that made us leave, if one did
-    caught_up: bool = False
-    last_seq: int = 0
 
     @property
     def finished(self) -> bool:
-        return self.code in FINISHED
+        """The session is over (the channel closed 1000 or 4410)."""
+        return self.how is Ended.CLOSED and self.code in FINISHED
 
 
 async def follow_channel(
@@ -68,49 +80,63 @@ async def follow_channel(
     last_seq: int = 0,
     stop_at_seq: int | None = None,
 ) -> ChannelEnd:
-    """Follow the session's PTY until the channel closes (or a detach). Raises ClientError."""
-    end = ChannelEnd(last_seq=last_seq)
+    """Follow the session's PTY until the channel ends (module docstring).
+
+    Raises:
+        ClientError: the channel could not be opened.
+    """
     if stop_at_seq is not None and last_seq >= stop_at_seq:
-        end.caught_up = True
-        return end
+        return ChannelEnd(Ended.CAUGHT_UP)
     resource = f"/v1/sessions/{session_id}/io?lastSeq={last_seq}"
-    with raw_terminal(0) if mode is StdinMode.RAW else _nothing():
-        async with open_channel(endpoint, resource) as ws, trio.open_nursery() as nursery:
-            if mode is StdinMode.RAW:
+    raw = mode is StdinMode.RAW
+    with raw_terminal(0) if raw else contextlib.nullcontext():
+        async with open_channel(endpoint, resource) as ws:
+            if raw:
                 await _send_size(ws)
+            tasks: list[Task] = [
+                functools.partial(_receive_output, ws, stop_at_seq),
+                functools.partial(_watch_signals, ws, raw),
+            ]
             if mode is not StdinMode.NONE:
-                nursery.start_soon(_forward_stdin, ws, mode, end, nursery.cancel_scope)
-            nursery.start_soon(_watch_signals, ws, mode, end, nursery.cancel_scope)
-            await _receive_output(ws, end, stop_at_seq)
+                tasks.append(functools.partial(_forward_stdin, ws, raw))
+            return await _first_end(tasks)
+
+
+Task = Callable[[], Awaitable[ChannelEnd | None]]
+
+
+async def _first_end(tasks: list[Task]) -> ChannelEnd:
+    """Run `tasks` together; the first `ChannelEnd` returned wins and cancels the rest.
+    (The output task always returns one, so there always is a winner.)"""
+    ends: list[ChannelEnd] = []
+
+    async def settle(task: Task) -> None:
+        end = await task()
+        if end is not None:
+            ends.append(end)
             nursery.cancel_scope.cancel()
-    return end
+
+    async with trio.open_nursery() as nursery:
+        for task in tasks:
+            nursery.start_soon(settle, task)
+    return ends[0]
 
 
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-async def _receive_output(
-    ws: trio_websocket.WebSocketConnection, end: ChannelEnd, stop_at_seq: int | None
-) -> None:
+async def _receive_output(ws: WebSocket, stop_at_seq: int | None) -> ChannelEnd:
     try:
         while True:
             message = await ws.get_message()
             if not isinstance(message, bytes) or len(message) < 4:
                 continue  # the `seq` / `gap` text frames: nothing to show
-            (end.last_seq,) = struct.unpack(">I", message[:4])
+            (seq,) = struct.unpack(">I", message[:4])
             await trio.to_thread.run_sync(_write_stdout, message[4:])
-            if stop_at_seq is not None and end.last_seq >= stop_at_seq:
-                end.caught_up = True
-                return
+            if stop_at_seq is not None and seq >= stop_at_seq:
+                return ChannelEnd(Ended.CAUGHT_UP)
     except trio_websocket.ConnectionClosed as closed:
         reason = closed.reason
-        if reason is not None:
-            end.code, end.reason = reason.code, reason.reason or ""
+        if reason is None:
+            return ChannelEnd(Ended.CLOSED)
+        return ChannelEnd(Ended.CLOSED, reason.code, reason.reason or "")
 
 
 def _write_stdout(data: bytes) -> None:
@@ -118,59 +144,46 @@ def _write_stdout(data: bytes) -> None:
     sys.stdout.buffer.flush()
 
 
-async def _send_size(ws: trio_websocket.WebSocketConnection) -> None:
+async def _send_size(ws: WebSocket) -> None:
     size = terminal_size(0) or terminal_size(1)
     if size is not None:
         cols, rows = size
-        message = json.dumps({"type": "resize", "cols": cols, "rows": rows})
-        try:
-            await ws.send_message(message)
-        except trio_websocket.ConnectionClosed:
-            pass
+        with contextlib.suppress(trio_websocket.ConnectionClosed):
+            await ws.send_message(json.dumps({"type": "resize", "cols": cols, "rows": rows}))
 
 
-async def _watch_signals(
-    ws: trio_websocket.WebSocketConnection,
-    mode: StdinMode,
-    end: ChannelEnd,
-    scope: trio.CancelScope,
-) -> None:
+async def _watch_signals(ws: WebSocket, raw: bool) -> ChannelEnd:
     with trio.open_signal_receiver(signal.SIGWINCH, signal.SIGTERM, signal.SIGHUP) as signals:
         async for signum in signals:
-            if signum == signal.SIGWINCH:
-                if mode is StdinMode.RAW:
-                    await _send_size(ws)
-                continue
-            end.detached, end.signal = True, signum  # the session keeps running
-            scope.cancel()
-            return
+            if signum != signal.SIGWINCH:
+                return ChannelEnd(Ended.DETACHED, signal=signum)  # the session keeps running
+            if raw:
+                await _send_size(ws)
+    raise AssertionError("a signal receiver never ends")
 
 
-async def _forward_stdin(
-    ws: trio_websocket.WebSocketConnection,
-    mode: StdinMode,
-    end: ChannelEnd,
-    scope: trio.CancelScope,
-) -> None:
-    # A thread, not a non-blocking fd: O_NONBLOCK on a shared terminal would
-    # leak into the shell that started us.
+async def _forward_stdin(ws: WebSocket, raw: bool) -> ChannelEnd | None:
+    """Stdin to the workload; a `DETACHED` end on Ctrl-] (raw), None when
+    there is nothing more to send (the output decides the end then)."""
+    read = functools.partial(os.read, 0, 65536)
     while True:
-        data = await trio.to_thread.run_sync(os.read, 0, 65536, abandon_on_cancel=True)
+        # A thread, not a non-blocking fd: O_NONBLOCK on a shared terminal
+        # would leak into the shell that started us.
+        data = await trio.to_thread.run_sync(read, abandon_on_cancel=True)
         detach = False
-        if mode is StdinMode.RAW:
+        if raw:
             data, detach = split_at_detach(data)
-            if not data and not detach:
-                return  # the terminal went away: stop reading, keep showing output
         try:
-            # In a pipe, end of our stdin becomes the terminal's EOF character
-            # (^D), as it would be typed: a reader of the PTY sees end of input.
-            if data or mode is StdinMode.PIPE:
-                await ws.send_message(data or EOF_CHAR)
+            if data:
+                await ws.send_message(data)
+            elif not raw and not detach:
+                # End of a piped stdin: the terminal's EOF character (^D), as
+                # it would be typed, so a reader of the PTY sees end of input.
+                await ws.send_message(EOF_CHAR)
+                return None
         except trio_websocket.ConnectionClosed:
-            return
+            return None
         if detach:
-            end.detached = True
-            scope.cancel()
-            return
+            return ChannelEnd(Ended.DETACHED)
         if not data:
-            return
+            return None  # the terminal went away: keep showing output

@@ -137,7 +137,7 @@ def run_session(api: Api, args: argparse.Namespace) -> int:
     import trio
 
     from runnerd.attach import finish, stdin_mode
-    from runnerd.client.pty_channel import ChannelEnd, follow_channel
+    from runnerd.client.pty_channel import ChannelEnd, Ended, follow_channel
     from runnerd.client.wait import wait_started
 
     async def main() -> Any:
@@ -148,7 +148,7 @@ def run_session(api: Api, args: argparse.Namespace) -> int:
     try:
         end = trio.run(main)
     except KeyboardInterrupt:  # Ctrl-C without a raw terminal: we leave, it stays
-        end = ChannelEnd(detached=True, signal=signal.SIGINT)
+        end = ChannelEnd(Ended.DETACHED, signal=signal.SIGINT)
     if end is None:
         print(f"runnerd: {session_id}: lost the event stream", file=sys.stderr)
         return EXIT_ERROR

@@ -71,7 +71,7 @@ def cmd_stop(api: Api, args: argparse.Namespace) -> int:
 def cmd_logs(api: Api, args: argparse.Namespace) -> int:
     import trio
 
-    from runnerd.client.pty_channel import StdinMode, follow_channel
+    from runnerd.client.pty_channel import Ended, StdinMode, follow_channel
 
     entry = find_session(api, args.session_id)
     terminal = entry["status"].get("kind") not in LIVE
@@ -83,7 +83,7 @@ def cmd_logs(api: Api, args: argparse.Namespace) -> int:
             api.endpoint, args.session_id, mode=StdinMode.NONE, stop_at_seq=stop_at
         )
     )
-    if end.caught_up or end.finished:
+    if end.how is Ended.CAUGHT_UP or end.finished:
         return EXIT_OK
     print(f"runnerd: {args.session_id}: closed {end.code} {end.reason}".rstrip(), file=sys.stderr)
     return EXIT_ERROR

@@ -1,22 +1,17 @@
-"""Counting at the HTTP edge: answers by route, live SSE readers and their gaps.
+"""Counting at the HTTP edge: every answer, by route, method and status.
 
-Owns the glue between the routes and `runnerd.metrics.Metrics`: an
-`after_request` hook labelling each answer with its route template (never
-the raw path: session ids would make every series unique; an unknown route
-is `unmatched`, an unknown method `other`), and a wrapper
-that counts an SSE stream as a live subscriber for as long as it is being
-sent, and each `gap` frame it sends. The WebSocket route counts its own
-(runnerd.http.io).
+Owns the `after_request` hook that counts every HTTP answer in
+`runnerd.metrics.Metrics`, labelled with its route template (never the raw
+path: session ids would make every series unique; an unknown route is
+`unmatched`, an unknown method `other`). The streams count their own
+subscribers and gaps (runnerd.http.events, runnerd.http.io).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from runnerd.http.events import GAP_FRAME
 from runnerd.metrics import Metrics
 
 # Any other method a client sends is counted as "other": labels stay a small set.
@@ -35,18 +30,3 @@ def register_request_counting(app: QuartTrio, metrics: Metrics) -> None:
         return response
 
     app.after_request(count)
-
-
-async def counted_sse(frames: AsyncIterator[bytes], metrics: Metrics) -> AsyncIterator[bytes]:
-    """`frames`, with the reader counted live until the stream ends or is dropped
-    (closing `frames` then too)."""
-    with metrics.subscriber("sse"):
-        try:
-            async for frame in frames:
-                if frame == GAP_FRAME:
-                    metrics.replay_gap("sse")
-                yield frame
-        finally:
-            aclose = getattr(frames, "aclose", None)
-            if aclose is not None:
-                await aclose()

@@ -20,6 +20,7 @@ from quart_trio import QuartTrio
 from runnerd.contract import RunEvent, is_terminal
 from runnerd.http.errors import error_response
 from runnerd.http.waiting import Wake, wait_for_change
+from runnerd.metrics import Metrics
 
 if TYPE_CHECKING:
     import trio
@@ -91,9 +92,22 @@ async def stream_events(
             yield HEARTBEAT_FRAME
 
 
-def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float) -> None:
-    from runnerd.http.counting import counted_sse  # it imports GAP_FRAME from here
+async def counted_sse(frames: AsyncIterator[bytes], metrics: Metrics) -> AsyncIterator[bytes]:
+    """`frames`, with the reader counted live (and each `gap` frame counted)
+    until the stream ends or is dropped, closing `frames` then too."""
+    with metrics.subscriber("sse"):
+        try:
+            async for frame in frames:
+                if frame == GAP_FRAME:
+                    metrics.replay_gap("sse")
+                yield frame
+        finally:
+            aclose = getattr(frames, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
+
+def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float) -> None:
     async def session_events(session_id: str) -> Response:
         session = state.sessions.get(session_id)
         if session is None:

@@ -60,6 +60,21 @@ async def test_run_in_a_terminal_shows_output_and_exits_with_the_code(
         term.close()
 
 
+async def test_a_session_that_ends_at_once_still_shows_its_output(
+    runnerd: Daemon, tmp_path: Path
+) -> None:
+    # The server sends the output and closes before our first resize reaches
+    # it; that send must not cost the output (it did, about every other run).
+    root = project(tmp_path, "main.sh", "echo quick-output")
+    for _ in range(5):
+        term = Terminal.spawn(runnerd, ["runnerd", "run", str(root)])
+        try:
+            await term.expect("quick-output")
+            assert await term.exit_code() == 0
+        finally:
+            term.close()
+
+
 async def test_keys_ctrl_c_and_resizes_reach_the_workload(runnerd: Daemon, tmp_path: Path) -> None:
     root = project(tmp_path, "main.py", WATCHER)
     term = Terminal.spawn(
