@@ -1,8 +1,9 @@
 """Shell completion for bash and zsh, written from the argparse parser itself.
 
 Owns `completion_script`: verbs, each verb's options, files where a path is
-expected, and live session ids (from `runnerd ls -aq`, on the socket named by
-`RUNNERD_SOCKET` or the default) where a session id is. zsh gets the same
+expected, and session ids (from `runnerd ls -aq`, asking the daemon the line
+names with `--socket`/`--url`, else `RUNNERD_SOCKET` or the default) where a
+session id is. zsh gets the same
 function through its `bashcompinit` layer, so the two shells never differ.
 Generated, not hand-kept: a new option completes as soon as it exists.
 """
@@ -51,7 +52,15 @@ _runnerd() {{
     fi
     case "$verb" in
         {"|".join(_SESSION_VERBS)})
-            COMPREPLY=( $(compgen -W "$(runnerd ls -aq 2>/dev/null)" -- "$cur") ) ;;
+            local i daemon=()  # the same daemon the line names, if it names one
+            for ((i = 2; i < COMP_CWORD - 1; i++)); do
+                case "${{COMP_WORDS[i]}}" in
+                    --socket|--url) daemon+=("${{COMP_WORDS[i]}}" "${{COMP_WORDS[i+1]}}") ;;
+                esac
+            done
+            local ids
+            ids="$(runnerd ls -aq "${{daemon[@]}}" 2>/dev/null)"
+            COMPREPLY=( $(compgen -W "$ids" -- "$cur") ) ;;
         run) COMPREPLY=( $(compgen -f -- "$cur") ) ;;
         completion) COMPREPLY=( $(compgen -W "bash zsh" -- "$cur") ) ;;
     esac
