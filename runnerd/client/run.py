@@ -21,11 +21,14 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runnerd.client.bundle import BundleError, body_size, collect_bundle
 from runnerd.client.outcome import EXIT_ERROR, EXIT_OK
 from runnerd.client.transport import Api, ApiError, ClientError
+
+if TYPE_CHECKING:
+    from runnerd.client.pty_channel import ChannelEnd
 
 MAX_BODY_HEADER = "x-runnerd-max-body-bytes"
 TERMS_HEADER = "x-telo-accepted-terms"
@@ -140,7 +143,7 @@ def run_session(api: Api, args: argparse.Namespace) -> int:
     from runnerd.client.pty_channel import ChannelEnd, Ended, follow_channel
     from runnerd.client.wait import wait_started
 
-    async def main() -> Any:
+    async def main() -> ChannelEnd | None:
         if not await wait_started(api, session_id):
             return None
         return await follow_channel(api.endpoint, session_id, mode=stdin_mode())
