@@ -169,12 +169,14 @@ async def run_daemon(config: Config) -> None:
         def apps() -> Mapping[str, AppEntry]:
             return (state.config if state is not None else config).apps
 
+        # Before the backend: a backend that counts (apiserver requests) takes it.
+        metrics = build_metrics(config)
         backend = build_backend(config, apps)
         listeners = _bind_listeners(config)
         metrics_listeners: list[Listener] = []
         try:
             metrics_listeners = _bind_metrics_listeners(config)
-            state = build_state(config, backend, build_metrics(config))
+            state = build_state(config, backend, metrics)
             await _serve(state, listeners, signals, metrics_listeners)
         finally:
             close_listeners(metrics_listeners)
