@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
+
+import trio
 
 from tests.cli.helpers import cli, start, wait_status
 from tests.harness import Daemon, start_daemon
@@ -83,3 +86,19 @@ async def test_a_verb_without_a_daemon_says_where_it_looked(tmp_path) -> None:
     assert result.returncode == 1
     assert b"cannot reach runnerd at unix:" in result.stderr
     assert b"nothing-here.sock" in result.stderr
+
+
+async def test_plain_verbs_load_no_server_stack_and_no_trio(runnerd: Daemon) -> None:
+    # Start-up time is what a user feels on every `runnerd ls`: the plain
+    # verbs speak HTTP with the standard library and import nothing heavy.
+    program = (
+        "import sys\n"
+        "from runnerd.cli import main\n"
+        f"code = main(['ls', '-a', '--socket', {str(runnerd.socket_path)!r}])\n"
+        "heavy = ('quart', 'hypercorn', 'trio', 'httpx', 'msgspec', 'runnerd.config')\n"
+        "print('loaded:', [m for m in heavy if m in sys.modules], code)\n"
+    )
+    result = await trio.run_process(
+        [sys.executable, "-c", program], capture_stdout=True, capture_stderr=True, check=False
+    )
+    assert result.stdout.decode().splitlines()[-1] == "loaded: [] 0", result.stderr
