@@ -22,14 +22,10 @@ def show_size(*_):
     cols, rows = os.get_terminal_size(0)
     print(f"size {cols}x{rows}", flush=True)
 signal.signal(signal.SIGWINCH, show_size)
+signal.signal(signal.SIGINT, lambda *_: print("interrupted", flush=True))
 print("ready", flush=True)
-while True:
-    try:
-        line = sys.stdin.readline()
-    except KeyboardInterrupt:
-        print("interrupted", flush=True)
-        continue
-    if not line or line.strip() == "quit":
+for line in sys.stdin:
+    if line.strip() == "quit":
         break
     if line.strip() == "size":
         show_size()
