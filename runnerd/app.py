@@ -12,7 +12,7 @@ every SSE stream and WebSocket at once, so the server can stop promptly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import trio
@@ -21,11 +21,14 @@ from quart_trio import QuartTrio
 from runnerd.backend import Backend
 from runnerd.config import Config
 from runnerd.http.cors import register_cors
+from runnerd.http.counting import register_request_counting
 from runnerd.http.errors import register_error_handlers
 from runnerd.http.events import DEFAULT_HEARTBEAT_S, register_events_route
 from runnerd.http.io import register_io_route
+from runnerd.http.listing import register_listing_route
 from runnerd.http.meta import register_meta_routes
 from runnerd.http.sessions import register_session_routes
+from runnerd.metrics import NULL_METRICS, Metrics
 
 if TYPE_CHECKING:
     from runnerd.sessions import SessionManager
@@ -38,6 +41,7 @@ class AppState:
     sessions: SessionManager
     version: str
     closing: trio.Event
+    metrics: Metrics = field(default=NULL_METRICS)
 
 
 def create_app(state: AppState, *, sse_heartbeat_s: float = DEFAULT_HEARTBEAT_S) -> QuartTrio:
@@ -56,8 +60,10 @@ def create_app(state: AppState, *, sse_heartbeat_s: float = DEFAULT_HEARTBEAT_S)
 
     register_error_handlers(app, max_body_bytes=state.config.server.max_body_bytes)
     register_cors(app, lambda: state.config)
+    register_request_counting(app, state.metrics)
     register_meta_routes(app, state)
     register_session_routes(app, state)
+    register_listing_route(app, state)
     register_events_route(app, state, heartbeat_s=sse_heartbeat_s)
     register_io_route(app, state)
     return app

@@ -1,96 +1,80 @@
-"""`runnerd attach SESSION`: a terminal for a session, over the API socket.
+"""`runnerd attach SESSION`: a session's terminal, and its end as an exit code.
 
-Owns the command-line client of the WebSocket PTY channel
-(`/v1/sessions/{id}/io`): PTY bytes (replayed from `--last-seq`, then live) go
-to stdout as they arrive; stdin bytes go to the workload; when stdout is a
-terminal its size is sent once as a `resize`. It ends when the server closes
-the channel: exit 0 on `1000 session terminal` (or 4410: nothing left to
-replay), 1 on any other close or a connection failure, with the close reason
-on stderr.
+Owns what attaching means for the user: with a terminal on stdin, a raw
+terminal (keys, Ctrl-C included, go to the workload; window size changes
+follow; Ctrl-] detaches and leaves the session running); without one, stdin
+and stdout are piped (end of stdin is sent as ^D). The loop itself is
+`runnerd.client.pty_channel`.
 
-Stdin is forwarded as the terminal delivers it (cooked mode: line by line),
-which is what piping into a session and quick interactive checks need;
-it is not a full raw-mode terminal emulator. End of stdin (Ctrl-D, or the end
-of a pipe) is sent as the terminal's EOF character, so `cat` and friends end;
-Ctrl-C detaches and leaves the session running.
+Exit codes, the same as `runnerd run` (runnerd.client.outcome):
+- the session ended: `exited N` → N; `failed` → 125 with the message on
+  stderr (also when it failed or was stopped before any output: the
+  channel then closes 4410 with nothing to show); `stopped` → 130;
+- detached → the session id and how to come back on stderr, and 0 for
+  Ctrl-]; 128 + the signal for SIGTERM/SIGHUP to this process, or Ctrl-C
+  without a terminal (130);
+- no such session, no daemon, or the connection lost (the daemon killed or
+  shutting down) → 1 with the reason on stderr.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
+import signal
 import sys
-from pathlib import Path
 
-import trio
-import trio_websocket
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EOF_CHAR = b"\x04"
-# Close codes that mean "the session is over", not "something went wrong".
-_FINISHED = {1000, 4410}
+from runnerd.client.outcome import EXIT_ERROR, EXIT_OK, exit_code
+from runnerd.client.pty_channel import ChannelEnd, Ended, StdinMode, follow_channel
+from runnerd.client.terminal import DETACH_KEY_NAME
+from runnerd.client.transport import Api, ApiError, ClientError, Endpoint
 
 
-async def run_attach(socket_path: Path, session_id: str, last_seq: int = 0) -> int:
-    """Attach until the server closes the channel; return the exit code."""
-    resource = f"/v1/sessions/{session_id}/io?lastSeq={last_seq}"
+def stdin_mode() -> StdinMode:
+    return StdinMode.RAW if os.isatty(0) else StdinMode.PIPE
+
+
+def run_attach(endpoint: Endpoint, session_id: str, last_seq: int = 0) -> int:
+    """Attach until the session ends or the user detaches; the exit code."""
+    import trio  # only the streaming verbs pay for trio
+
     try:
-        stream = await trio.open_unix_socket(str(socket_path))
-    except OSError as exc:
-        print(f"runnerd attach: cannot connect to {socket_path}: {exc.strerror}", file=sys.stderr)
-        return EXIT_FAILED
-    async with stream, trio.open_nursery() as nursery:
-        try:
-            ws = await trio_websocket.wrap_client_stream(nursery, stream, "runnerd", resource)
-        except trio_websocket.HandshakeError as exc:
-            print(f"runnerd attach: handshake failed: {exc!r}", file=sys.stderr)
-            return EXIT_FAILED
-        try:
-            code = await _pump(ws)
-        finally:
-            await ws.aclose()
-            nursery.cancel_scope.cancel()
+        end = trio.run(_follow, endpoint, session_id, last_seq)
+    except KeyboardInterrupt:  # Ctrl-C without a raw terminal: we leave, it stays
+        end = ChannelEnd(Ended.DETACHED, signal=signal.SIGINT)
+    return finish(Api(endpoint), session_id, end)
+
+
+async def _follow(endpoint: Endpoint, session_id: str, last_seq: int) -> ChannelEnd:
+    return await follow_channel(endpoint, session_id, mode=stdin_mode(), last_seq=last_seq)
+
+
+def say(message: str) -> None:
+    # "\r\n": after raw mode the cursor may sit mid-line.
+    sys.stderr.write(f"\r\nrunnerd: {message}\r\n" if os.isatty(2) else f"runnerd: {message}\n")
+    sys.stderr.flush()
+
+
+def finish(api: Api, session_id: str, end: ChannelEnd) -> int:
+    """The exit code for how the channel ended (module docstring), with its message."""
+    if end.how is Ended.DETACHED:
+        say(
+            f"detached from {session_id} (it keeps running): `runnerd attach {session_id}` "
+            f"resumes, `runnerd stop {session_id}` stops it"
+        )
+        return EXIT_OK if end.signal is None else 128 + end.signal
+    if not end.finished:
+        what = "closed" if end.code != 1006 else "lost the connection:"
+        say(f"{session_id}: {what} {end.code} {end.reason}".rstrip())
+        return EXIT_ERROR
+    try:
+        status = api.get(f"/v1/sessions/{session_id}")["status"]
+    except (ApiError, ClientError, KeyError, TypeError) as exc:
+        say(f"{session_id}: the terminal ended, but its status is unknown: {exc}")
+        return EXIT_ERROR
+    code, message = exit_code(status)
+    if message is not None and code != EXIT_OK:
+        say(f"{session_id} {message}")
     return code
 
 
-async def _pump(ws: trio_websocket.WebSocketConnection) -> int:
-    size = shutil.get_terminal_size(fallback=(0, 0))
-    if sys.stdout.isatty() and size.columns and size.lines:
-        resize = f'{{"type":"resize","cols":{size.columns},"rows":{size.lines}}}'
-        await ws.send_message(resize)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_forward_stdin, ws)
-        try:
-            while True:
-                message = await ws.get_message()
-                if isinstance(message, bytes):  # 4-byte seq, then PTY bytes
-                    await trio.to_thread.run_sync(_write_stdout, message[4:])
-        except trio_websocket.ConnectionClosed as closed:
-            reason = closed.reason
-        nursery.cancel_scope.cancel()
-    code, text = (reason.code, reason.reason or "") if reason is not None else (1006, "")
-    if code in _FINISHED:
-        return EXIT_OK
-    print(f"runnerd attach: closed {code} {text}".rstrip(), file=sys.stderr)
-    return EXIT_FAILED
-
-
-def _write_stdout(data: bytes) -> None:
-    sys.stdout.buffer.write(data)
-    sys.stdout.buffer.flush()
-
-
-async def _forward_stdin(ws: trio_websocket.WebSocketConnection) -> None:
-    # A thread, not a non-blocking fd: O_NONBLOCK on a shared terminal would
-    # leak into the shell that started us.
-    while True:
-        data = await trio.to_thread.run_sync(os.read, 0, 65536, abandon_on_cancel=True)
-        try:
-            # End of our stdin becomes the terminal's EOF character (^D), as
-            # it would be typed: a reader of the PTY then sees end of input.
-            await ws.send_message(data or EOF_CHAR)
-        except trio_websocket.ConnectionClosed:
-            return
-        if not data:
-            return
+__all__ = ["DETACH_KEY_NAME", "finish", "run_attach", "stdin_mode"]

@@ -1,4 +1,4 @@
-"""The `runnerd` command line: `serve`, `check-config` and `attach`.
+"""The `runnerd` command line: `serve`, `check-config`, and the client verbs.
 
 Owns argument parsing and the exit codes:
 - 0: `serve` shut down cleanly, or `check-config` found the config valid;
@@ -6,7 +6,10 @@ Owns argument parsing and the exit codes:
   path, or a listener that cannot be set up); nothing was left listening;
 - 1: anything unexpected (logged with its traceback).
 
-`attach` has its own: 0 when the session's terminal ended, 1 otherwise.
+The client verbs (`run`, `ls`, `logs`, `events`, `attach`, `stop`, `apps`,
+`probe`, `completion`) live in `runnerd.client`; `run` and `attach` exit with
+the session's code (see `runnerd.attach`). Imports are lazy: a client verb
+never loads the daemon's stack, and `check-config` never loads trio.
 """
 
 from __future__ import annotations
@@ -17,25 +20,26 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-
-import trio
+from typing import TYPE_CHECKING
 
 from runnerd import __version__
-from runnerd.config import Config, ConfigError, load_config, render_config
+from runnerd.client.args import CLIENT_VERBS, add_client_verbs
+
+if TYPE_CHECKING:
+    from runnerd.config import Config
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
-DEFAULT_SOCKET = Path("/run/runnerd/runnerd.sock")
-
 log = logging.getLogger("runnerd")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="runnerd", description="Serve the Telo runner /v1 contract on this host."
+        prog="runnerd",
+        description="Serve the Telo runner /v1 contract on this host, and use it.",
     )
     parser.add_argument("--version", action="version", version=f"runnerd {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -51,24 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="PATH",
             help="the TOML config file (apps.d/ next to it is read too)",
         )
-    text = "follow a session's terminal: PTY output to stdout, stdin to the session"
-    attach = commands.add_parser("attach", help=text, description=text)
-    attach.add_argument("session_id", metavar="SESSION_ID")
-    attach.add_argument(
-        "--socket",
-        type=Path,
-        default=DEFAULT_SOCKET,
-        metavar="PATH",
-        help=f"runnerd's API socket (default {DEFAULT_SOCKET})",
-    )
-    attach.add_argument(
-        "--last-seq", type=int, default=0, metavar="N", help="replay output after seq N (default 0)"
-    )
+    add_client_verbs(commands)
     return parser
 
 
 def read_config(path: Path) -> Config:
     """Load and validate `path`. Raises ConfigError naming the key path."""
+    from runnerd.config import ConfigError, load_config
+
     try:
         config = load_config(path)
     except OSError as exc:
@@ -79,6 +73,8 @@ def read_config(path: Path) -> Config:
 
 def read_config_or_report(path: Path) -> Config | None:
     """`read_config`, with a config error printed to stderr (None then)."""
+    from runnerd.config import ConfigError
+
     try:
         return read_config(path)
     except ConfigError as exc:
@@ -87,6 +83,8 @@ def read_config_or_report(path: Path) -> Config | None:
 
 
 def check_config(path: Path) -> int:
+    from runnerd.config import render_config
+
     config = read_config_or_report(path)
     if config is None:
         return EXIT_CONFIG
@@ -96,6 +94,9 @@ def check_config(path: Path) -> int:
 
 def serve(path: Path) -> int:
     # Imported here: `check-config` must not pay for hypercorn and quart.
+    import trio
+
+    from runnerd.config import ConfigError
     from runnerd.daemon import run_daemon
     from runnerd.listeners import ListenError
     from runnerd.logs import setup_logging
@@ -119,17 +120,14 @@ def serve(path: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.command == "check-config":
         return check_config(args.config)
-    if args.command == "attach":
-        from runnerd.attach import run_attach
+    if args.command in CLIENT_VERBS:
+        from runnerd.client.verbs import dispatch
 
-        try:
-            code: int = trio.run(run_attach, args.socket, args.session_id, args.last_seq)
-        except KeyboardInterrupt:
-            return EXIT_INTERRUPTED  # Ctrl-C detaches; the session keeps running
-        return code
+        return dispatch(args, parser)
     return serve(args.config)
 
 

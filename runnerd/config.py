@@ -51,6 +51,7 @@ from runnerd.config_model import AppEntry as AppEntry
 from runnerd.config_model import Config as Config
 from runnerd.config_model import ConfigError as ConfigError
 from runnerd.config_model import LocalConfig as LocalConfig
+from runnerd.config_model import MetricsConfig as MetricsConfig
 from runnerd.config_model import RunnerConfig as RunnerConfig
 from runnerd.config_model import RuntimeConfig as RuntimeConfig
 from runnerd.config_model import ServerConfig as ServerConfig

@@ -100,6 +100,12 @@ class RunnerConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    # `server.listen` grammar ("unix:/path", "tcp:HOST:PORT", "fd:N"); empty: off.
+    listen: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig
     runner: RunnerConfig
@@ -108,6 +114,7 @@ class Config:
     local: LocalConfig
     terms: TermsConfig | None = None
     apps: Mapping[str, AppEntry] = field(default_factory=dict)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     # The file this was loaded from (SIGHUP re-reads it), None when built in code.
     source: Path | None = None
 

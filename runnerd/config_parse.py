@@ -30,6 +30,7 @@ from runnerd.config_model import (
     Config,
     ConfigError,
     LocalConfig,
+    MetricsConfig,
     RunnerConfig,
     RuntimeConfig,
     ServerConfig,
@@ -124,7 +125,7 @@ class _Table:
         return value
 
 
-_ROOT_KEYS = ("server", "runner", "terms", "limits", "apps", "local")
+_ROOT_KEYS = ("server", "runner", "terms", "limits", "apps", "local", "metrics")
 _SERVER_KEYS = ("listen", "socket_mode", "cors_origins", "max_body_bytes", "log_level")
 _RUNNER_KEYS = (
     "backend", "display_name", "description", "default_image", "allowed_images",
@@ -163,6 +164,29 @@ def _parse_server(t: _Table, base_dir: Path) -> ServerConfig:
         max_body_bytes=t.positive_int("max_body_bytes", 16 * 1024 * 1024),
         log_level=t.choice("log_level", "info", _LOG_LEVELS),
     )
+
+
+def _parse_metrics(t: _Table, base_dir: Path, server: ServerConfig) -> MetricsConfig:
+    """`[metrics] listen`: one entry or a list, the `server.listen` grammar minus
+    `systemd` (passed sockets all serve the API), never an API listener's address."""
+    raw = t.data.get("listen", [])
+    entries = t.string_list("listen") if isinstance(raw, list) else (t.string("listen", ""),)
+    listen: list[str] = []
+    for i, entry in enumerate(entries or ()):
+        key = f"metrics.listen[{i}]" if isinstance(raw, list) else "metrics.listen"
+        try:
+            address = parse_listen(entry, base_dir)
+        except ValueError as exc:
+            raise ConfigError(key, str(exc)) from None
+        if address.kind == "systemd":
+            raise ConfigError(key, "'systemd' sockets serve the API; give metrics an address")
+        canonical = format_listen(address)
+        if canonical in server.listen:
+            raise ConfigError(key, f"{entry!r} is a server.listen entry; metrics get their own")
+        if canonical in listen:
+            raise ConfigError(key, f"{entry!r} is listed twice")
+        listen.append(canonical)
+    return MetricsConfig(listen=tuple(listen))
 
 
 def _parse_cors(t: _Table) -> Literal["*"] | tuple[str, ...]:
@@ -358,6 +382,7 @@ def parse_config(
     apps_table = root.table("apps", None)
     apps = {name: _parse_app(apps_table.table(name, _APP_KEYS), name) for name in apps_table.data}
     local = _parse_local(root.table("local", _LOCAL_KEYS), base_dir)
+    metrics = _parse_metrics(root.table("metrics", ("listen",)), base_dir, server)
     if runner.allowed_images and runner.default_image not in runner.allowed_images:
         raise ConfigError(
             "runner.allowed_images", f"must include default_image {runner.default_image!r}"
@@ -372,4 +397,5 @@ def parse_config(
         local=local,
         terms=terms,
         apps=apps,
+        metrics=metrics,
     )

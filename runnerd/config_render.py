@@ -79,6 +79,7 @@ def render_config(config: Config) -> str:
             "image": app.image, "pull_policy": app.pull_policy, "title": app.title,
             "description": app.description, "env": {k: MASK for k in app.env},
         })  # fmt: skip
+    out += _section("metrics", {"listen": config.metrics.listen})
     loc = config.local
     out += _section("local", {"workdir": loc.workdir, "stop_grace_seconds": loc.stop_grace_s})
     for rt in loc.runtimes.values():

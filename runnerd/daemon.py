@@ -46,6 +46,7 @@ from runnerd.config import (
 )
 from runnerd.listeners import Listener, bind_listeners, close_listeners
 from runnerd.logs import set_log_level
+from runnerd.metrics import NULL_METRICS, Metrics, PrometheusMetrics, metrics_asgi_app
 from runnerd.sessions import SessionManager
 from runnerd.systemd import (
     LISTEN_ENV_KEYS,
@@ -87,7 +88,12 @@ def build_reloaded(old: Config, new: Config) -> Config:
     backend and its `[local]` settings) kept from `old`."""
     runner = replace(new.runner, backend=old.runner.backend)
     return replace(
-        new, server=_reloadable_server(old, new), local=old.local, runner=runner, source=old.source
+        new,
+        server=_reloadable_server(old, new),
+        local=old.local,
+        runner=runner,
+        metrics=old.metrics,  # its listeners are bound at start
+        source=old.source,
     )
 
 
@@ -122,6 +128,8 @@ def restart_only_changes(old: Config, new: Config) -> list[str]:
         changed.append("local")
     if old.runner.backend != new.runner.backend:
         changed.append("runner.backend")
+    if old.metrics != new.metrics:
+        changed.append("metrics")
     return changed
 
 
@@ -161,12 +169,17 @@ async def run_daemon(config: Config) -> None:
         def apps() -> Mapping[str, AppEntry]:
             return (state.config if state is not None else config).apps
 
+        # Before the backend: a backend that counts (apiserver requests) takes it.
+        metrics = build_metrics(config)
         backend = build_backend(config, apps)
         listeners = _bind_listeners(config)
+        metrics_listeners: list[Listener] = []
         try:
-            state = build_state(config, backend)
-            await _serve(state, listeners, signals)
+            metrics_listeners = _bind_metrics_listeners(config)
+            state = build_state(config, backend, metrics)
+            await _serve(state, listeners, signals, metrics_listeners)
         finally:
+            close_listeners(metrics_listeners)
             close_listeners(listeners)
     log.info("runnerd stopped")
 
@@ -195,7 +208,19 @@ def _bind_listeners(config: Config) -> list[Listener]:
     )
 
 
-def build_state(config: Config, backend: Backend) -> AppState:
+def build_metrics(config: Config) -> Metrics:
+    """Prometheus metrics when `[metrics] listen` is set; else nothing is counted."""
+    return PrometheusMetrics() if config.metrics.listen else NULL_METRICS
+
+
+def _bind_metrics_listeners(config: Config) -> list[Listener]:
+    # Never inherited sockets: every socket systemd passes serves the API.
+    return bind_listeners(
+        config.metrics.listen, socket_mode=config.server.socket_mode, inherited_fds=()
+    )
+
+
+def build_state(config: Config, backend: Backend, metrics: Metrics = NULL_METRICS) -> AppState:
     sessions = SessionManager(
         backend,
         max_sessions=config.runner.max_sessions,
@@ -203,13 +228,25 @@ def build_state(config: Config, backend: Backend) -> AppState:
         replay_buffer_bytes=config.runner.replay_buffer_bytes,
         # The backend's SIGTERM grace, then SIGKILL and the cleanup.
         stop_timeout_s=config.local.stop_grace_s + STOP_HEADROOM_S,
+        metrics=metrics,
     )
+    metrics.watch_sessions(lambda: [s.status["kind"] for s in sessions.sessions()])
     return AppState(
-        config=config, backend=backend, sessions=sessions, version=__version__, closing=trio.Event()
+        config=config,
+        backend=backend,
+        sessions=sessions,
+        version=__version__,
+        closing=trio.Event(),
+        metrics=metrics,
     )
 
 
-async def _serve(state: AppState, listeners: list[Listener], signals: AsyncIterator[int]) -> None:
+async def _serve(
+    state: AppState,
+    listeners: list[Listener],
+    signals: AsyncIterator[int],
+    metrics_listeners: list[Listener] | None = None,
+) -> None:
     stop_http = trio.Event()
     http_done = trio.Event()
 
@@ -230,7 +267,9 @@ async def _serve(state: AppState, listeners: list[Listener], signals: AsyncItera
     async with trio.open_nursery() as nursery:
         await nursery.start(state.sessions.run)
         await nursery.start(run_http)
-        await _announce_ready(state, listeners, nursery)
+        if isinstance(state.metrics, PrometheusMetrics) and metrics_listeners:
+            await nursery.start(_serve_metrics, state.metrics, metrics_listeners, stop_http)
+        await _announce_ready(state, listeners, nursery, metrics_listeners or [])
         signum = await _handle_signals_until_stop(state, signals)
         log.info("shutting down", extra={"signal": signal.Signals(signum).name})
         await sd_notify("STOPPING=1", "STATUS=stopping sessions")
@@ -240,15 +279,30 @@ async def _serve(state: AppState, listeners: list[Listener], signals: AsyncItera
         nursery.cancel_scope.cancel()
 
 
+async def _serve_metrics(
+    metrics: PrometheusMetrics,
+    listeners: list[Listener],
+    stop: trio.Event,
+    *,
+    task_status: trio.TaskStatus[list[str]],
+) -> None:
+    """`GET /metrics` on its own listeners until `stop`, as the API is served."""
+    app = metrics_asgi_app(metrics)
+    config = build_hypercorn_config(listeners)
+    await serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)
+
+
 async def _announce_ready(
-    state: AppState, listeners: list[Listener], nursery: trio.Nursery
+    state: AppState,
+    listeners: list[Listener],
+    nursery: trio.Nursery,
+    metrics_listeners: list[Listener],
 ) -> None:
     addresses = " ".join(listener.address for listener in listeners)
-    log.info(
-        "runnerd %s serving",
-        __version__,
-        extra={"listen": addresses, "backend": state.backend.name, "pid": os.getpid()},
-    )
+    extra = {"listen": addresses, "backend": state.backend.name, "pid": os.getpid()}
+    if metrics_listeners:
+        extra["metrics"] = " ".join(listener.address for listener in metrics_listeners)
+    log.info("runnerd %s serving", __version__, extra=extra)
     await sd_notify("READY=1", f"STATUS=serving on {addresses}", f"MAINPID={os.getpid()}")
     interval_s = parse_watchdog_interval(os.environ, os.getpid())
     if interval_s is not None:

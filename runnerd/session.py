@@ -33,6 +33,7 @@ from runnerd.contract import (
     progress_event,
     reachability_event,
 )
+from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.registry import ByteRing, EventRing, SessionRecord
 
 log = logging.getLogger("runnerd.sessions")
@@ -51,8 +52,20 @@ class Session:
     ends; the latest resize before it exists is applied when it does).
     """
 
-    def __init__(self, record: SessionRecord, spec: RunSpec, wall_clock: Callable[[], float]):
+    def __init__(
+        self,
+        record: SessionRecord,
+        spec: RunSpec,
+        wall_clock: Callable[[], float],
+        metrics: Metrics = NULL_METRICS,
+        backend_name: str = "",
+    ):
+        """`metrics` counts the start (POST → running) and PTY bytes, labelled
+        with `backend_name`."""
         self.spec = spec
+        self.metrics = metrics
+        self.backend_name = backend_name
+        self.reached_running = False
         self._record = record
         self._wall_clock = wall_clock
         self._changed = trio.Event()
@@ -133,8 +146,13 @@ class Session:
             self._changed = trio.Event()
 
     def _set_status(self, status: RunStatus) -> bool:
-        changed = self._record.set_status(status, self._wall_clock())
+        now = self._wall_clock()
+        changed = self._record.set_status(status, now)
         if changed:
+            if status["kind"] == "running" and not self.reached_running:
+                self.reached_running = True
+                self.metrics.session_started(self.backend_name, "running")
+                self.metrics.start_latency(self.backend_name, now - self._record.created_at)
             self._notify()
         return changed
 
@@ -150,6 +168,7 @@ class Session:
         """
         if not data or self.is_terminal:
             return
+        self.metrics.pty_bytes("input", len(data))
         if self._handle is not None:
             self._handle.write(data)
         elif (
@@ -258,6 +277,7 @@ class SessionSink:
 
     def output(self, data: bytes) -> None:
         if self._record.output(data) is not None:
+            self._session.metrics.pty_bytes("output", len(data))
             self._session._notify()
 
     def reachability(self, port: int, state: Reachability) -> None:

@@ -47,6 +47,7 @@ import trio
 
 from runnerd.backend import Backend, Exited, Failed, Outcome, RunSpec, StartError, WorkloadHandle
 from runnerd.contract import RunStatus, exited, failed, stopped
+from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.registry import RegistryFull, SessionRecord, SessionRegistry
 from runnerd.session import Session, SessionSink
 
@@ -114,15 +115,18 @@ class SessionManager:
         replay_buffer_bytes: int,
         stop_timeout_s: float = 10.0,
         wall_clock: Callable[[], float] = time.time,
+        metrics: Metrics = NULL_METRICS,
     ) -> None:
         """`stop_timeout_s` bounds how long `stop()` waits for a session to end
         (the backend's own stop grace plus headroom). `wall_clock` gives epoch
-        seconds for timestamps and exit-TTL expiry (injectable for tests)."""
+        seconds for timestamps and exit-TTL expiry (injectable for tests).
+        `metrics` counts starts, start failures and PTY bytes."""
         self._backend = backend
         self._registry: SessionRegistry[Session] = SessionRegistry(max_sessions, exit_ttl_s)
         self._replay_buffer_bytes = replay_buffer_bytes
         self._stop_timeout_s = stop_timeout_s
         self._wall_clock = wall_clock
+        self._metrics = metrics
         self._nursery: trio.Nursery | None = None
         self._closing = False
         self._expiry_wakeup = trio.Event()
@@ -164,7 +168,7 @@ class SessionManager:
             raise ManagerClosed("the session manager is not accepting sessions")
         now = self._wall_clock()
         record = SessionRecord(spec.session_id, now, self._replay_buffer_bytes)
-        session = Session(record, spec, self._wall_clock)
+        session = Session(record, spec, self._wall_clock, self._metrics, self._backend.name)
         for evicted in self._registry.add(session, now):
             log.info("evicted to make room", extra={"session_id": evicted})
         log.info(
@@ -248,11 +252,22 @@ class SessionManager:
         finally:
             session.close(status)
             self._expiry_wakeup.set()
+            self._count_unstarted(session, status)
         log.info(
             "ended %s",
             status["kind"],
             extra={"session_id": session.id, "status": status},
         )
+
+    def _count_unstarted(self, session: Session, status: RunStatus) -> None:
+        """A session that ended without ever running: its start's outcome, and
+        for a failure its stage (the `<stage>:` of the message)."""
+        if session.reached_running:
+            return
+        self._metrics.session_started(self._backend.name, status["kind"])
+        if status["kind"] == "failed":
+            stage, sep, _ = status["message"].partition(":")
+            self._metrics.start_failed(stage if sep and stage.isidentifier() else "unknown")
 
     async def _drive(self, session: Session) -> RunStatus:
         """Run the workload under the stop scope and TTL; return the terminal status."""

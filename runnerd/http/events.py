@@ -20,6 +20,7 @@ from quart_trio import QuartTrio
 from runnerd.contract import RunEvent, is_terminal
 from runnerd.http.errors import error_response
 from runnerd.http.waiting import Wake, wait_for_change
+from runnerd.metrics import Metrics
 
 if TYPE_CHECKING:
     import trio
@@ -91,6 +92,21 @@ async def stream_events(
             yield HEARTBEAT_FRAME
 
 
+async def counted_sse(frames: AsyncIterator[bytes], metrics: Metrics) -> AsyncIterator[bytes]:
+    """`frames`, with the reader counted live (and each `gap` frame counted)
+    until the stream ends or is dropped, closing `frames` then too."""
+    with metrics.subscriber("sse"):
+        try:
+            async for frame in frames:
+                if frame == GAP_FRAME:
+                    metrics.replay_gap("sse")
+                yield frame
+        finally:
+            aclose = getattr(frames, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
 def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float) -> None:
     async def session_events(session_id: str) -> Response:
         session = state.sessions.get(session_id)
@@ -99,7 +115,8 @@ def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float
         # The header wins over the query (a reconnecting EventSource sends it).
         raw = request.headers.get("last-event-id")
         cursor = parse_cursor(raw if raw is not None else request.args.get("lastEventId"))
-        body = stream_events(session, cursor, state.closing, heartbeat_s)
+        frames = stream_events(session, cursor, state.closing, heartbeat_s)
+        body = counted_sse(frames, state.metrics) if state.metrics.enabled else frames
         response = Response(body, 200, SSE_HEADERS)
         # The default RESPONSE_TIMEOUT (60 s) would cut a live stream.
         response.timeout = None

@@ -24,6 +24,7 @@ from runnerd.contract import is_terminal
 from runnerd.http.cors import origin_permitted
 from runnerd.http.events import parse_cursor
 from runnerd.http.waiting import Wake, wait_for_change
+from runnerd.metrics import Metrics
 
 if TYPE_CHECKING:
     from runnerd.app import AppState
@@ -85,12 +86,15 @@ async def _receive_input(session: Session) -> None:
         # None is quart's rendering of an empty binary frame: nothing to write.
 
 
-async def _send_output(session: Session, cursor: int, closing: trio.Event) -> bool:
+async def _send_output(
+    session: Session, cursor: int, closing: trio.Event, metrics: Metrics
+) -> bool:
     """Replay then stream PTY chunks. True when the session is terminal and
     everything was sent; False when the daemon is shutting down."""
     while not closing.is_set():
         replay = session.pty.since(cursor)
         if replay.gap:
+            metrics.replay_gap("websocket")
             await websocket.send(GAP_MESSAGE)
         for seq, chunk in replay.items:
             await websocket.send(frame_chunk(seq, chunk))
@@ -126,10 +130,11 @@ def register_io_route(app: QuartTrio, state: AppState) -> None:
             return
         await websocket.accept()
         await websocket.send(json.dumps({"type": "seq", "seq": last_seq}, separators=(",", ":")))
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_receive_input, session)
-            terminal = await _send_output(session, last_seq, state.closing)
-            nursery.cancel_scope.cancel()
+        with state.metrics.subscriber("websocket"):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_receive_input, session)
+                terminal = await _send_output(session, last_seq, state.closing, state.metrics)
+                nursery.cancel_scope.cancel()
         if terminal:
             await _close(1000, "session terminal")
         else:

@@ -226,6 +226,37 @@ def _session_paths() -> dict[str, Any]:
     }
 
 
+def _with_extensions(paths: dict[str, Any]) -> dict[str, Any]:
+    """Add runnerd's own routes (not in the upstream contract), each marked
+    `x-runnerd-extension: true` so a client of the plain contract can skip them."""
+    session_list = _obj(
+        ["sessions"],
+        sessions={"type": "array", "items": _obj(
+            ["sessionId", "status", "createdAt", "ports", "lastEventId", "lastOutputSeq"],
+            sessionId=_str(),
+            status=_ref("RunStatus"),
+            createdAt={"type": "string", "format": "date-time"},
+            exitedAt={"type": "string", "format": "date-time"},
+            image={**_str(), "description": "bundle sessions only"},
+            app={**_str(), "description": "catalog app sessions only (never their image)"},
+            ports={"type": "array", "items": _obj(
+                ["port", "protocol"], port={"type": "integer"},
+                protocol={"enum": ["tcp", "udp"]})},
+            lastEventId={"type": "integer", "description": "id of the newest event"},
+            lastOutputSeq={"type": "integer", "description": "seq of the newest PTY chunk"},
+        )},
+    )
+    listed = _json(session_list, "every registered session, live and retained, oldest first")
+    listed["headers"] = {"x-runnerd-max-body-bytes": {
+        "description": "the daemon's request body limit (a larger bundle gets 413)",
+        "schema": {"type": "integer"}}}
+    paths["/v1/sessions"]["get"] = {
+        "summary": "List sessions (runnerd extension to the /v1 contract; never env)",
+        "x-runnerd-extension": True,
+        "responses": {"200": listed}}
+    return paths
+
+
 def build_openapi(version: str) -> dict[str, Any]:
     """The whole OpenAPI 3.1 document for runnerd `version`."""
     _, request_schemas = msgspec.json.schema_components(
@@ -235,6 +266,6 @@ def build_openapi(version: str) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "runnerd /v1", "version": version,
                  "description": "The Telo runner /v1 contract served by runnerd."},
-        "paths": {**_runner_paths(), **_start_paths(), **_session_paths()},
+        "paths": _with_extensions({**_runner_paths(), **_start_paths(), **_session_paths()}),
         "components": {"schemas": {**request_schemas, **_RESPONSE_SCHEMAS}},
     }

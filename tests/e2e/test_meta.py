@@ -155,15 +155,16 @@ async def test_unknown_route_and_wrong_method_answer_json_errors(runnerd) -> Non
     async with runnerd.client() as client:
         unknown = await client.get("/v1/nope")
         wrong = await client.put("/v1/health")
-        get_sessions = await client.get("/v1/sessions")
+        # (GET /v1/sessions is runnerd's list extension; PUT is no route's.)
+        put_sessions = await client.put("/v1/sessions", json={})
     assert unknown.status_code == 404
     assert unknown.json()["error"] == "not_found"
     assert "/v1/nope" in unknown.json()["message"]
     assert wrong.status_code == 405
     assert set(wrong.json()) == {"error", "message"}
     assert "GET" in wrong.headers["allow"]
-    assert get_sessions.status_code == 405
-    assert get_sessions.json()["error"]
+    assert put_sessions.status_code == 405
+    assert put_sessions.json()["error"]
 
 
 async def test_oversized_body_is_413_payload_too_large(tmp_path: Path) -> None:

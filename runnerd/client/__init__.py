@@ -1,0 +1,16 @@
+"""The `runnerd` command line's client side: verbs that talk to a running daemon.
+
+One module per concern:
+- `transport`: where the daemon is (`--socket`, `RUNNERD_SOCKET`, `--url`)
+  and plain HTTP to it (stdlib `http.client`: no import cost);
+- `ws`: the WebSocket PTY channel over the same endpoint (trio);
+- `bundle`: a directory or file as a `/v1` bundle, `.gitignore` applied (pure);
+- `terminal`: raw mode, window size, the detach key (restored on every path);
+- `pty_channel`: the attach loop (output out, stdin and resizes in);
+- `progress`: the start-up status line on stderr;
+- `verbs`, `run`: the verbs; `args`: their argparse definitions;
+- `completion`: bash and zsh completion scripts.
+
+Start-up cost matters (a user types these): nothing here imports quart or
+hypercorn, and only the verbs that stream (run, attach, logs) import trio.
+"""

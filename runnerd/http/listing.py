@@ -1,0 +1,61 @@
+"""`GET /v1/sessions`: every registered session, a runnerd extension.
+
+Owns the list `runnerd ls` (and any client that lost a session id) needs.
+Not part of the upstream `/v1` contract: the OpenAPI document marks it with
+`x-runnerd-extension`. Each entry says what a user recognises a session by
+(status, age, image or app, ports) and where its two replay cursors stand,
+so a client can read "everything so far" without waiting on a timer.
+
+Never listed: env (it may hold a catalog secret) and an app session's image
+(the catalog's, which no client may read; the app name stands for it).
+
+The answer carries the daemon's request body limit in the header
+`x-runnerd-max-body-bytes`, so a client can refuse an oversized bundle before
+sending it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from quart import Response
+from quart_trio import QuartTrio
+
+from runnerd.http.errors import json_response
+
+if TYPE_CHECKING:
+    from runnerd.app import AppState
+    from runnerd.sessions import Session
+
+MAX_BODY_HEADER = "x-runnerd-max-body-bytes"
+
+
+def session_entry(session: Session) -> dict[str, Any]:
+    """One list entry: `{sessionId, status, createdAt, exitedAt?, image | app,
+    ports, lastEventId, lastOutputSeq}`."""
+    spec = session.spec
+    entry: dict[str, Any] = {
+        "sessionId": session.id,
+        "status": session.status,
+        "createdAt": session.created_at,
+    }
+    if session.exited_at is not None:
+        entry["exitedAt"] = session.exited_at
+    if spec.app is not None:
+        entry["app"] = spec.app
+    else:
+        entry["image"] = spec.image.image
+    entry["ports"] = [{"port": p.port, "protocol": p.protocol} for p in spec.ports]
+    entry["lastEventId"] = session.events.last_id
+    entry["lastOutputSeq"] = session.pty.last_seq
+    return entry
+
+
+def register_listing_route(app: QuartTrio, state: AppState) -> None:
+    async def list_sessions() -> Response:
+        body = {"sessions": [session_entry(s) for s in state.sessions.sessions()]}
+        response = json_response(body)
+        response.headers[MAX_BODY_HEADER] = str(state.config.server.max_body_bytes)
+        return response
+
+    app.add_url_rule("/v1/sessions", view_func=list_sessions, methods=["GET"])
