@@ -82,6 +82,9 @@ class LocalConfig:
     workdir: Path = Path("/var/lib/runnerd/sessions")
     stop_grace_s: float = 2.0
     runtimes: Mapping[str, RuntimeConfig] = field(default_factory=dict)
+    # "auto": a PID namespace per session where the kernel allows it, else
+    # the process group (announced); "process-group": always the latter.
+    containment: Literal["auto", "process-group"] = "auto"
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,7 @@ _RUNNER_KEYS = (
 )  # fmt: skip
 _TIER_KEYS = ("cpu", "memory", "ephemeral_storage", "ttl_seconds")
 _APP_KEYS = ("image", "pull_policy", "title", "description", "env")
-_LOCAL_KEYS = ("workdir", "stop_grace_seconds", "runtimes")
+_LOCAL_KEYS = ("workdir", "stop_grace_seconds", "runtimes", "containment")
 _RUNTIME_KEYS = ("command", "inspect_args")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _PULL_POLICIES = ("missing", "always", "never")
@@ -300,7 +300,13 @@ def _parse_local(t: _Table, base_dir: Path) -> LocalConfig:
             f"must be at most {MAX_STOP_GRACE_S:g} seconds (SIGTERM must stop runnerd"
             f" within 10 s), got {show(stop_grace_s)}",
         )
-    return LocalConfig(workdir=workdir, stop_grace_s=stop_grace_s, runtimes=runtimes)
+    containment = t.choice("containment", "auto", ("auto", "process-group"))
+    return LocalConfig(
+        workdir=workdir,
+        stop_grace_s=stop_grace_s,
+        runtimes=runtimes,
+        containment=cast(Literal["auto", "process-group"], containment),
+    )
 
 
 def check_local_images(

@@ -80,7 +80,14 @@ def render_config(config: Config) -> str:
             "description": app.description, "env": {k: MASK for k in app.env},
         })  # fmt: skip
     loc = config.local
-    out += _section("local", {"workdir": loc.workdir, "stop_grace_seconds": loc.stop_grace_s})
+    out += _section(
+        "local",
+        {
+            "workdir": loc.workdir,
+            "stop_grace_seconds": loc.stop_grace_s,
+            "containment": loc.containment,
+        },
+    )
     for rt in loc.runtimes.values():
         out += _section(f"local.runtimes.{toml_key(rt.name)}", {
             "command": rt.command, "inspect_args": rt.inspect_args,

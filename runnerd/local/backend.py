@@ -30,6 +30,7 @@ import trio
 from runnerd.backend import Exited, ImageSpec, Outcome, RunSpec, Sink, StartError, WorkloadHandle
 from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, running, unavailable
+from runnerd.local.containment import probe_containment
 from runnerd.local.launch import (
     Unresolved,
     build_argv,
@@ -60,10 +61,16 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(
-        self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]
-    ) -> None:
+    def __init__(self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]) -> None:
         self._local = local
+        # Probed once, here: the daemon builds the backend once at start-up.
+        self._plan = probe_containment(allow_namespaces=local.containment == "auto")
+        notice = self._plan.notice
+        self.notices: tuple[str, ...] = () if notice is None else (notice,)
+        if notice is not None:
+            log.warning("%s", notice)
+        else:
+            log.info("sessions run in PID namespaces")
         # The live catalog (it changes on reload); consulted when an app
         # session starts, so an app withdrawn since admission does not start.
         self._apps = apps
@@ -101,6 +108,7 @@ class LocalBackend:
                     cwd=session_dir.work,
                     env=env,
                     stop_grace_s=self._local.stop_grace_s,
+                    plan=self._plan,
                     label=spec.session_id,
                 )
             except OSError as exc:

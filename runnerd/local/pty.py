@@ -32,11 +32,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import logging
 import os
 import signal
 import struct
 import subprocess
+import sys
 import termios
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -44,9 +46,18 @@ from types import TracebackType
 
 import trio
 
-from runnerd.local.strays import StrayProcesses
+from runnerd.local.containment import (
+    PROCESS_GROUP_PLAN,
+    Containment,
+    ContainmentPlan,
+    preexec_contained,
+)
+from runnerd.local.spawner import run_in_spawner
+from runnerd.local.strays import StrayProcesses, pin_children
 
 log = logging.getLogger(__name__)
+
+NSINIT = Path(__file__).with_name("nsinit.py")
 
 # One read may return far less (a Linux PTY hands over ~4 KiB per read), so the
 # reader keeps reading while bytes are ready and emits up to this much at once:
@@ -59,10 +70,16 @@ DEFAULT_COLS = 80
 DEFAULT_ROWS = 24
 
 
-def _take_controlling_tty() -> None:
-    # Runs in the child after setsid() (start_new_session) and after fd 0 was
-    # made the slave: make the slave this new session's controlling terminal.
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+def _prepare_child(plan: ContainmentPlan, parent: int) -> None:
+    # Runs in the child after setsid() (start_new_session): make the slave
+    # (fd 0 by now) this session's controlling terminal (in a namespace,
+    # the workload takes it itself: see `nsinit`), then arm the
+    # parent-death signal and enter the namespaces (`containment`). Only
+    # ioctl/prctl/unshare and a few small writes: no locks worth speaking
+    # of, so the usual preexec_fn-with-threads hazard does not apply.
+    if plan.containment is Containment.PROCESS_GROUP:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    preexec_contained(plan, parent)
 
 
 def _set_window_size(fd: int, cols: int, rows: int) -> None:
@@ -70,9 +87,15 @@ def _set_window_size(fd: int, cols: int, rows: int) -> None:
 
 
 def _spawn(
-    argv: Sequence[str], cwd: Path, env: Mapping[str, str]
-) -> tuple[subprocess.Popen[bytes], int, int]:
+    argv: Sequence[str], cwd: Path, env: Mapping[str, str], plan: ContainmentPlan
+) -> tuple[subprocess.Popen[bytes], int, int, int | None]:
+    """Fork the session's first process; returns it, the master, its pidfd
+    and (in a PID namespace) the read end of the workload's exec status."""
     master, slave = os.openpty()
+    status_r = status_w = None
+    if plan.containment is Containment.PID_NAMESPACE:
+        status_r, status_w = os.pipe()
+        argv = [sys.executable, "-I", "-S", str(NSINIT), str(status_w), "--", *argv]
     try:
         _set_window_size(master, DEFAULT_COLS, DEFAULT_ROWS)
         popen = subprocess.Popen(
@@ -83,35 +106,61 @@ def _spawn(
             cwd=cwd,
             env=dict(env),
             close_fds=True,
+            pass_fds=() if status_w is None else (status_w,),
             start_new_session=True,
-            # Only an ioctl: no locks, no allocation worth speaking of, so the
-            # usual preexec_fn-with-threads hazard does not apply.
-            preexec_fn=_take_controlling_tty,
+            preexec_fn=functools.partial(_prepare_child, plan, os.getpid()),
         )
-    except BaseException:
+    except BaseException as exc:
         os.close(master)
+        if status_r is not None:
+            os.close(status_r)
+        if isinstance(exc, subprocess.SubprocessError):
+            # preexec_fn failed: the kernel refused what the probe allowed.
+            raise OSError(errno.EPERM, "cannot set up the session's containment") from exc
         raise
     finally:
-        # Our copy of the slave must go, or the master never reports EOF.
+        # Our copies of the slave and the status pipe's write end must go,
+        # or the master never reports EOF and the status never ends.
         os.close(slave)
+        if status_w is not None:
+            os.close(status_w)
     try:
         # Taken before anyone can reap the child, so it names this process.
         pidfd = os.pidfd_open(popen.pid)
     except BaseException:
         # No handle will own the child (EMFILE, say): do not leave it running
         # on a terminal nobody reads, or as a zombie.
-        _abandon(popen, master)
+        _abandon(popen, master, status_r)
         raise
     os.set_blocking(master, False)
-    return popen, master, pidfd
+    return popen, master, pidfd, status_r
 
 
-def _abandon(popen: subprocess.Popen[bytes], master: int) -> None:
-    """Kill and reap a child that never got its `PtyProcess`; close `master`."""
+def _abandon(popen: subprocess.Popen[bytes], master: int, status_r: int | None) -> None:
+    """Kill and reap a child that never got its `PtyProcess`; close its fds."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(popen.pid, signal.SIGKILL)  # a session leader: its pid is the group
+        # A session leader: its pid is the group, which holds the namespace's
+        # init too, and the namespace ends with its init.
+        os.killpg(popen.pid, signal.SIGKILL)
     popen.wait()
     os.close(master)
+    if status_r is not None:
+        os.close(status_r)
+
+
+async def _read_exec_status(fd: int) -> int:
+    """The errno the workload's exec failed with, or 0 once it exec'd (EOF)."""
+    os.set_blocking(fd, False)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 64)
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(fd)
+            continue
+        if not chunk:
+            return int(data or b"0")
+        data += chunk
 
 
 async def spawn_pty_process(
@@ -120,20 +169,41 @@ async def spawn_pty_process(
     cwd: Path,
     env: Mapping[str, str],
     stop_grace_s: float,
+    plan: ContainmentPlan = PROCESS_GROUP_PLAN,
     label: str = "",
 ) -> PtyProcess:
-    """Start `argv` (argv[0] an absolute path) on a fresh PTY with exactly `env`.
-    `label` (the session id) is the `session_id` of every log line about it.
+    """Start `argv` (argv[0] an absolute path) on a fresh PTY with exactly `env`,
+    contained as `plan` says. `label` (the session id) is the `session_id` of
+    every log line about it. Returns once the workload has exec'd.
 
     Raises:
         OSError: the program could not be executed (missing, not executable,
             bad cwd), or no pidfd could be had for it; nothing is left running
             and no fd stays open.
     """
-    # Not abandoned on cancel: the thread always finishes, so a spawned child
-    # always reaches the caller's `async with`.
-    popen, master, pidfd = await trio.to_thread.run_sync(_spawn, argv, cwd, env)
-    return PtyProcess(popen, master, pidfd, stop_grace_s=stop_grace_s, label=label)
+    # Forked on the spawner thread (the parent-death signal's anchor), and
+    # never abandoned on cancel: a spawned child always reaches its owner.
+    popen, master, pidfd, status_r = await run_in_spawner(
+        functools.partial(_spawn, argv, cwd, env, plan)
+    )
+    namespaced = status_r is not None
+    proc = PtyProcess(
+        popen, master, pidfd, stop_grace_s=stop_grace_s, label=label, namespaced=namespaced
+    )
+    if status_r is None:
+        return proc  # Popen itself reported any exec failure
+    try:
+        error = await _read_exec_status(status_r)
+    except BaseException:
+        await proc.aclose()
+        raise
+    finally:
+        trio.lowlevel.notify_closing(status_r)
+        os.close(status_r)
+    if error:
+        await proc.aclose()
+        raise OSError(error, os.strerror(error))
+    return proc
 
 
 def _exit_code(returncode: int) -> int:
@@ -152,15 +222,16 @@ class PtyProcess:
         *,
         stop_grace_s: float,
         label: str = "",
+        namespaced: bool = False,
     ) -> None:
         # Log lines carry the session id as a field (`[id]` in the log line).
-        self._log_extra: dict[str, object] = (
-            {"session_id": label} if label else {"pid": popen.pid}
-        )
+        self._log_extra: dict[str, object] = {"session_id": label} if label else {"pid": popen.pid}
         self._popen = popen
         self._master = master
         self._pidfd = pidfd
         self._stop_grace_s = stop_grace_s
+        # The child is `nsinit` outside a PID namespace (see `containment`).
+        self._namespaced = namespaced
         self._pending = bytearray()
         self._pending_lot = trio.lowlevel.ParkingLot()
         self._exit_code: int | None = None
@@ -292,13 +363,41 @@ class PtyProcess:
     async def _stop(self) -> None:
         if self._exit_code is not None:
             return
+        if self._namespaced:
+            await self._stop_namespace()
+        else:
+            await self._stop_process_group()
+        await trio.lowlevel.wait_readable(self._pidfd)
+        self._reap()
+
+    async def _stop_namespace(self) -> None:
+        # SIGTERM to our child alone: it hands it to the namespace's init,
+        # which sends it to every process in the namespace, once.
+        self._signal_child(signal.SIGTERM)
+        if await self._exited_within(self._stop_grace_s):
+            return
+        log.info("alive %ss after SIGTERM; SIGKILL", self._stop_grace_s, extra=self._log_extra)
+        # The init is pinned first and waited for after: its exit is the
+        # kernel's word that nothing is left in the namespace.
+        inits = pin_children(self.pid)
+        try:
+            for init in inits:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(init, signal.SIGKILL)
+            self._kill_group(signal.SIGKILL)
+            for init in inits:
+                await trio.lowlevel.wait_readable(init)
+        finally:
+            for init in inits:
+                trio.lowlevel.notify_closing(init)
+                os.close(init)
+
+    async def _stop_process_group(self) -> None:
         strays = StrayProcesses(self.pid)
         try:
             strays.collect()
             self._kill_all(signal.SIGTERM, strays)
-            with trio.move_on_after(self._stop_grace_s) as grace:
-                await trio.lowlevel.wait_readable(self._pidfd)
-            if grace.cancelled_caught:
+            if not await self._exited_within(self._stop_grace_s):
                 log.info(
                     "alive %ss after SIGTERM; SIGKILL", self._stop_grace_s, extra=self._log_extra
                 )
@@ -307,8 +406,16 @@ class PtyProcess:
             self._kill_all(signal.SIGKILL, strays)
         finally:
             strays.close()
-        await trio.lowlevel.wait_readable(self._pidfd)
-        self._reap()
+
+    async def _exited_within(self, seconds: float) -> bool:
+        with trio.move_on_after(seconds):
+            await trio.lowlevel.wait_readable(self._pidfd)
+            return True
+        return False
+
+    def _signal_child(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(self._pidfd, sig)
 
     def _kill_all(self, sig: signal.Signals, strays: StrayProcesses) -> None:
         self._kill_group(sig)

@@ -92,7 +92,10 @@ async def test_workloads_inherit_nothing_but_their_terminal(runnerd: Daemon) -> 
     async with runnerd.client() as client:
         # The script's own shell holds the script file open until it execs, so
         # report the pid from a `sh -c` (no script fd) that already replaced it.
-        body = session_body("exec /bin/sh -c 'echo \"pid=$$\"; exec sleep 1000'")
+        # (Its host pid: `$$` would be the PID namespace's number.)
+        body = session_body(
+            "exec /bin/sh -c 'read -r p _ </proc/self/stat; echo \"pid=$p\"; exec sleep 1000'"
+        )
         session_id = (await client.post("/v1/sessions", json=body)).json()["sessionId"]
     output = await read_pty_until(runnerd.socket_path, session_id, rb"pid=\d+\r?\n")
     match = re.search(rb"pid=(\d+)", output)

@@ -12,6 +12,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed
 
+from tests.escapes import HOST_PID
 from tests.harness import (
     Daemon,
     iter_sse,
@@ -47,7 +48,7 @@ async def start_sleepers(daemon: Daemon, count: int) -> list[int]:
         ids = []
         for _ in range(count):
             response = await client.post(
-                "/v1/sessions", json=session_body('echo "pid=$$"; exec sleep 1000')
+                "/v1/sessions", json=session_body(f'{HOST_PID}; echo "pid=$HOST_PID"; exec sleep 1000')
             )
             assert response.status_code == 201, response.text
             ids.append(response.json()["sessionId"])
