@@ -32,9 +32,14 @@ ESCAPES = {
 }
 
 
-def escape_script(then: str = "exec sleep 4344") -> str:
+# The session's own process stays alive and ignores the hangup a dead
+# daemon's PTY sends, so only the parent-death signal can end it.
+STAY = 'trap "" HUP; exec sleep 4344'
+
+
+def escape_script(then: str = STAY) -> str:
     """Start every escapee, wait until all recorded their pids, print
-    `escaped`, then run `then` (default: stay alive)."""
+    `escaped`, then run `then` (default: stay alive, deaf to SIGHUP)."""
     lines = [*ESCAPES.values()]
     lines.append(f'while [ "$(wc -l < "$PIDFILE")" -lt {len(ESCAPES)} ]; do sleep 0.02; done')
     lines += ["echo escaped", then]

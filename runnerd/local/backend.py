@@ -42,8 +42,10 @@ from runnerd.local.pty import PtyProcess, spawn_pty_process
 from runnerd.local.workdir import (
     SessionDir,
     WorkdirError,
+    claim_workdir,
     prepare_session_dir,
     remove_session_dir,
+    sweep_workdir,
 )
 from runnerd.reachability import watch_reachability
 
@@ -63,6 +65,7 @@ class LocalBackend:
 
     def __init__(self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]) -> None:
         self._local = local
+        self._workdir_lock: int | None = None
         # Probed once, here: the daemon builds the backend once at start-up.
         self._plan = probe_containment(allow_namespaces=local.containment == "auto")
         notice = self._plan.notice
@@ -74,6 +77,25 @@ class LocalBackend:
         # The live catalog (it changes on reload); consulted when an app
         # session starts, so an app withdrawn since admission does not start.
         self._apps = apps
+
+    def claim_workdir(self) -> None:
+        """Take `local.workdir` for this process (one runnerd per workdir:
+        the lock is held until the process exits) and remove the session
+        directories a previous run left behind (a SIGKILL, a crash): none
+        is live, since no session has started yet.
+
+        Raises:
+            WorkdirError: the workdir is unusable or another runnerd holds it.
+        """
+        workdir = self._local.workdir
+        self._workdir_lock = claim_workdir(workdir)
+        removed = sweep_workdir(workdir)
+        if removed:
+            log.warning(
+                "removed %d session directories left by a previous run",
+                len(removed),
+                extra={"workdir": str(workdir)},
+            )
 
     def _resolve(self, image: str) -> tuple[RuntimeConfig, str] | Unresolved:
         return resolve_runtime(self._local.runtimes, image, search_path(os.environ.get("PATH")))

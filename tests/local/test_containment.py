@@ -15,7 +15,7 @@ from runnerd.backend import Exited
 from runnerd.config import LocalConfig
 from runnerd.local import LocalBackend
 from runnerd.local.containment import Containment, probe_containment
-from tests.escapes import escape_script, is_running, kill_leftovers, read_pids, wait_all_gone
+from tests.escapes import STAY, escape_script, is_running, kill_leftovers, read_pids, wait_all_gone
 
 from .conftest import runtimes
 from .recording import RecordingSink, start_session
@@ -66,7 +66,7 @@ async def run_escapes(backend: LocalBackend, pidfile: Path, then: str, end: str)
 @pytest.mark.parametrize("end", ["stop", "kill-first-process"])
 async def test_every_escapee_dies_with_the_session(tmp_path: Path, end: str) -> None:
     backend = make_backend(tmp_path / "w")
-    pids = await run_escapes(backend, tmp_path / "pids", "exec sleep 4344", end)
+    pids = await run_escapes(backend, tmp_path / "pids", STAY, end)
     await wait_all_gone(pids)
 
 
@@ -84,7 +84,7 @@ async def test_fallback_leaves_a_setsid_escapee_alive_and_says_so(
     [notice] = backend.notices
     assert "process group only" in notice and "setsid" in notice
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [notice]
-    pids = await run_escapes(backend, tmp_path / "pids", "exec sleep 4344", "stop")
+    pids = await run_escapes(backend, tmp_path / "pids", STAY, "stop")
     try:
         # The documented limit: the group kill cannot reach a setsid'd orphan.
         assert is_running(pids["setsid"])
