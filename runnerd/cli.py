@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -21,7 +22,7 @@ from pathlib import Path
 import trio
 
 from runnerd import __version__
-from runnerd.config import Config, ConfigError, load_config, render_config
+from runnerd.config import Config, ConfigError, load_config, render_config, runtime_warnings
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -91,6 +92,8 @@ def check_config(path: Path) -> int:
     if config is None:
         return EXIT_CONFIG
     print(render_config(config))
+    for warning in runtime_warnings(config, os.environ.get("PATH")):
+        print(f"runnerd: warning: {warning}", file=sys.stderr)
     return EXIT_OK
 
 

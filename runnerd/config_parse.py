@@ -322,6 +322,16 @@ def check_local_images(
 
     def runtime(key: str, image: str, bundle: bool) -> None:
         rt = local.runtimes.get(image)
+        if rt is None and image == RunnerConfig.default_image:
+            # The built-in default is a container image (the Kubernetes
+            # backend's): say what to write instead of only what is wrong.
+            raise ConfigError(
+                key,
+                f"the default {image!r} is a container image, which the local backend cannot"
+                f" run; name a [local.runtimes] entry (defined: {defined}), e.g."
+                f' default_image = "telo" with [local.runtimes.telo]'
+                f' command = ["telo", "run", "{ENTRY}"]',
+            )
         if rt is None:
             raise ConfigError(
                 key, f"{image!r} is not a [local.runtimes] entry (defined: {defined})"

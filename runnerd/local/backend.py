@@ -29,12 +29,14 @@ import trio
 
 from runnerd.backend import Exited, ImageSpec, Outcome, RunSpec, Sink, StartError, WorkloadHandle
 from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
+from runnerd.config_warnings import runtime_problems
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, running, unavailable
 from runnerd.local.containment import probe_containment
 from runnerd.local.launch import (
     Unresolved,
     build_argv,
     build_env,
+    resolve_executable,
     resolve_runtime,
     search_path,
 )
@@ -74,6 +76,12 @@ class LocalBackend:
             log.warning("%s", notice)
         else:
             log.info("sessions run in PID namespaces")
+        # A runtime nothing can start is worth a line before the first session fails.
+        path = search_path(os.environ.get("PATH"))
+        for warning in runtime_problems(
+            local, find=resolve_executable, path=path, service_path=path
+        ):
+            log.warning("%s", warning)
         # The live catalog (it changes on reload); consulted when an app
         # session starts, so an app withdrawn since admission does not start.
         self._apps = apps

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runnerd.config import RuntimeConfig
+from runnerd.config_warnings import MINIMAL_PATH as MINIMAL_PATH
+from runnerd.config_warnings import search_path as search_path
 from runnerd.envnames import is_env_name
 
-MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 ENTRY = "{entry}"
 INSPECT_PORT = "{inspect_port}"
 
@@ -34,11 +35,6 @@ class Unresolved:
 
     message: str
     remediation: str
-
-
-def search_path(daemon_path: str | None) -> str:
-    """The PATH used to find a runtime's executable: the daemon's, then minimal."""
-    return f"{daemon_path}:{MINIMAL_PATH}" if daemon_path else MINIMAL_PATH
 
 
 def resolve_executable(program: str, path: str) -> str | None:

@@ -16,6 +16,8 @@ from runnerd import __version__
 from tests.harness import (
     Daemon,
     DaemonExited,
+    build_config,
+    dump_toml,
     read_pty_until,
     run_runnerd,
     session_body,
@@ -60,6 +62,16 @@ async def test_serve_refuses_a_second_instance_on_the_same_socket(runnerd: Daemo
     second = await run_runnerd("serve", "--config", str(runnerd.config_path))
     stderr = second.stderr.decode()
     assert second.returncode == 2, stderr
+    # Same config, so the same workdir: its lock is checked first, before
+    # anything is bound (a second instance on another workdir meets the
+    # socket's lock instead).
+    assert "another runnerd" in stderr and str(runnerd.workdir) in stderr
+    other = runnerd.base / "other.toml"
+    overrides = {"local": {"workdir": str(runnerd.base / "other-sessions")}}
+    other.write_text(dump_toml(build_config(runnerd.base, runnerd.socket_path, overrides)))
+    third = await run_runnerd("serve", "--config", str(other))
+    stderr = third.stderr.decode()
+    assert third.returncode == 2, stderr
     assert "another runnerd" in stderr and str(runnerd.socket_path) in stderr
     # The first instance keeps its socket and keeps serving.
     assert os.stat(runnerd.socket_path).st_ino == inode
