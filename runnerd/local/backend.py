@@ -40,7 +40,8 @@ from runnerd.local.launch import (
     resolve_runtime,
     search_path,
 )
-from runnerd.local.pty import PtyProcess, spawn_pty_process
+from runnerd.local.pty import PtyProcess
+from runnerd.local.spawn import spawn_pty_process
 from runnerd.local.workdir import (
     SessionDir,
     WorkdirError,

@@ -1,30 +1,34 @@
-"""A child process on its own pseudo-terminal, driven from trio.
+"""A session's first process on its own pseudo-terminal, driven from trio.
 
-Owns the PTY master, the child (a session leader whose controlling terminal is
-the PTY slave, in its own process group) and its teardown. The child's stdin,
-stdout and stderr are all the slave, so the workload sees a real terminal
-(`isatty`, `ttyname`, job control, SIGWINCH on resize) and its output reaches
-us as one ordered byte stream.
+Owns the PTY master, the child (started by `runnerd.local.spawn`) and its
+teardown. The workload is a session leader whose controlling terminal is the
+PTY slave; its stdin, stdout and stderr are all the slave, so it sees a real
+terminal (`isatty`, `ttyname`, job control, SIGWINCH on resize) and its
+output reaches us as one ordered byte stream.
+
+In a PID namespace (`containment`) the child is `nsinit`, outside the
+namespace, and the workload runs under the namespace's init; otherwise the
+child is the workload itself.
 
 Resource handling:
-    `spawn_pty_process` returns a `PtyProcess` that owns an open master fd, a
-    pidfd and an unreaped child. Use it as `async with proc:` immediately (no
-    checkpoint in between): leaving the block stops the whole process group,
+    A `PtyProcess` owns an open master fd, a pidfd and an unreaped child. Use
+    it as `async with proc:` at once (no checkpoint in between). Leaving the
+    block stops the session: in a namespace, SIGTERM to the child (the init
+    hands it to every process in the namespace), then SIGKILL to the init
+    after the grace period, whose exit is the kernel's word that the
+    namespace is empty; otherwise SIGTERM then SIGKILL to the process group,
     plus descendants that job control moved to groups of their own (see
-    `strays`): SIGTERM, then SIGKILL after the grace period. It then reaps
-    the child and closes every fd, shielded, even when cancelled. When the
-    child exits on its own, whatever is left in its group is SIGKILLed.
+    `strays`). It then reaps the child and closes every fd, shielded, even
+    when cancelled. When the child exits on its own, its namespace is gone
+    with it, or whatever is left in its group is SIGKILLed.
 
 Error handling:
-    `spawn_pty_process` raises `OSError` when the command cannot be executed.
     `write` and `resize` never raise and are no-ops once the child has exited.
     The reader treats EIO on the master (every slave fd closed) as end of
     output.
 
-Limits: a descendant that calls `setsid()` and is orphaned (a daemonising
-double fork) is out of reach; containing those needs cgroups. The child is
-exec'd after a `preexec_fn` (for TIOCSCTTY), so spawning forks rather than
-vforks: a few ms per session start.
+Limits: without a namespace, a descendant that calls `setsid()` and is
+orphaned (a daemonising double fork) is out of reach.
 """
 
 from __future__ import annotations
@@ -32,32 +36,21 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import functools
 import logging
 import os
 import signal
 import struct
 import subprocess
-import sys
 import termios
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable
 from types import TracebackType
 
 import trio
 
-from runnerd.local.containment import (
-    PROCESS_GROUP_PLAN,
-    Containment,
-    ContainmentPlan,
-    preexec_contained,
-)
-from runnerd.local.spawner import run_in_spawner
 from runnerd.local.strays import StrayProcesses, pin_children
 
 log = logging.getLogger(__name__)
 
-NSINIT = Path(__file__).with_name("nsinit.py")
 
 # One read may return far less (a Linux PTY hands over ~4 KiB per read), so the
 # reader keeps reading while bytes are ready and emits up to this much at once:
@@ -70,140 +63,8 @@ DEFAULT_COLS = 80
 DEFAULT_ROWS = 24
 
 
-def _prepare_child(plan: ContainmentPlan, parent: int) -> None:
-    # Runs in the child after setsid() (start_new_session): make the slave
-    # (fd 0 by now) this session's controlling terminal (in a namespace,
-    # the workload takes it itself: see `nsinit`), then arm the
-    # parent-death signal and enter the namespaces (`containment`). Only
-    # ioctl/prctl/unshare and a few small writes: no locks worth speaking
-    # of, so the usual preexec_fn-with-threads hazard does not apply.
-    if plan.containment is Containment.PROCESS_GROUP:
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-    preexec_contained(plan, parent)
-
-
-def _set_window_size(fd: int, cols: int, rows: int) -> None:
+def set_window_size(fd: int, cols: int, rows: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-
-
-def _spawn(
-    argv: Sequence[str], cwd: Path, env: Mapping[str, str], plan: ContainmentPlan
-) -> tuple[subprocess.Popen[bytes], int, int, int | None]:
-    """Fork the session's first process; returns it, the master, its pidfd
-    and (in a PID namespace) the read end of the workload's exec status."""
-    master, slave = os.openpty()
-    status_r = status_w = None
-    if plan.containment is Containment.PID_NAMESPACE:
-        status_r, status_w = os.pipe()
-        argv = [sys.executable, "-I", "-S", str(NSINIT), str(status_w), "--", *argv]
-    try:
-        _set_window_size(master, DEFAULT_COLS, DEFAULT_ROWS)
-        popen = subprocess.Popen(
-            list(argv),
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            cwd=cwd,
-            env=dict(env),
-            close_fds=True,
-            pass_fds=() if status_w is None else (status_w,),
-            start_new_session=True,
-            preexec_fn=functools.partial(_prepare_child, plan, os.getpid()),
-        )
-    except BaseException as exc:
-        os.close(master)
-        if status_r is not None:
-            os.close(status_r)
-        if isinstance(exc, subprocess.SubprocessError):
-            # preexec_fn failed: the kernel refused what the probe allowed.
-            raise OSError(errno.EPERM, "cannot set up the session's containment") from exc
-        raise
-    finally:
-        # Our copies of the slave and the status pipe's write end must go,
-        # or the master never reports EOF and the status never ends.
-        os.close(slave)
-        if status_w is not None:
-            os.close(status_w)
-    try:
-        # Taken before anyone can reap the child, so it names this process.
-        pidfd = os.pidfd_open(popen.pid)
-    except BaseException:
-        # No handle will own the child (EMFILE, say): do not leave it running
-        # on a terminal nobody reads, or as a zombie.
-        _abandon(popen, master, status_r)
-        raise
-    os.set_blocking(master, False)
-    return popen, master, pidfd, status_r
-
-
-def _abandon(popen: subprocess.Popen[bytes], master: int, status_r: int | None) -> None:
-    """Kill and reap a child that never got its `PtyProcess`; close its fds."""
-    with contextlib.suppress(ProcessLookupError):
-        # A session leader: its pid is the group, which holds the namespace's
-        # init too, and the namespace ends with its init.
-        os.killpg(popen.pid, signal.SIGKILL)
-    popen.wait()
-    os.close(master)
-    if status_r is not None:
-        os.close(status_r)
-
-
-async def _read_exec_status(fd: int) -> int:
-    """The errno the workload's exec failed with, or 0 once it exec'd (EOF)."""
-    os.set_blocking(fd, False)
-    data = b""
-    while True:
-        try:
-            chunk = os.read(fd, 64)
-        except BlockingIOError:
-            await trio.lowlevel.wait_readable(fd)
-            continue
-        if not chunk:
-            return int(data or b"0")
-        data += chunk
-
-
-async def spawn_pty_process(
-    argv: Sequence[str],
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    stop_grace_s: float,
-    plan: ContainmentPlan = PROCESS_GROUP_PLAN,
-    label: str = "",
-) -> PtyProcess:
-    """Start `argv` (argv[0] an absolute path) on a fresh PTY with exactly `env`,
-    contained as `plan` says. `label` (the session id) is the `session_id` of
-    every log line about it. Returns once the workload has exec'd.
-
-    Raises:
-        OSError: the program could not be executed (missing, not executable,
-            bad cwd), or no pidfd could be had for it; nothing is left running
-            and no fd stays open.
-    """
-    # Forked on the spawner thread (the parent-death signal's anchor), and
-    # never abandoned on cancel: a spawned child always reaches its owner.
-    popen, master, pidfd, status_r = await run_in_spawner(
-        functools.partial(_spawn, argv, cwd, env, plan)
-    )
-    namespaced = status_r is not None
-    proc = PtyProcess(
-        popen, master, pidfd, stop_grace_s=stop_grace_s, label=label, namespaced=namespaced
-    )
-    if status_r is None:
-        return proc  # Popen itself reported any exec failure
-    try:
-        error = await _read_exec_status(status_r)
-    except BaseException:
-        await proc.aclose()
-        raise
-    finally:
-        trio.lowlevel.notify_closing(status_r)
-        os.close(status_r)
-    if error:
-        await proc.aclose()
-        raise OSError(error, os.strerror(error))
-    return proc
 
 
 def _exit_code(returncode: int) -> int:
@@ -262,7 +123,7 @@ class PtyProcess:
         if self._exit_code is not None or self._closed:
             return
         with contextlib.suppress(OSError):
-            _set_window_size(self._master, max(1, min(cols, 0xFFFF)), max(1, min(rows, 0xFFFF)))
+            set_window_size(self._master, max(1, min(cols, 0xFFFF)), max(1, min(rows, 0xFFFF)))
 
     # -- long-lived tasks ----------------------------------------------------
 

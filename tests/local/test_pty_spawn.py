@@ -12,7 +12,7 @@ import trio
 
 from runnerd.backend import Exited
 from runnerd.local import LocalBackend
-from runnerd.local.pty import spawn_pty_process
+from runnerd.local.spawn import spawn_pty_process
 
 from .recording import RecordingSink, start_session
 from .specs import bundle_spec
