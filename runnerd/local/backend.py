@@ -24,13 +24,24 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import trio
 
-from runnerd.backend import Exited, ImageSpec, Outcome, RunSpec, Sink, StartError, WorkloadHandle
+from runnerd.backend import (
+    Exited,
+    Failed,
+    ImageSpec,
+    Outcome,
+    RunSpec,
+    Sink,
+    StartError,
+    WorkloadHandle,
+)
 from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
 from runnerd.config_warnings import runtime_problems
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, running, unavailable
+from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
 from runnerd.local.containment import probe_containment
 from runnerd.local.launch import (
     Unresolved,
@@ -77,6 +88,13 @@ class LocalBackend:
             log.warning("%s", notice)
         else:
             log.info("sessions run in PID namespaces")
+        self._cgroups, why = open_session_cgroups()
+        if self._cgroups is None:
+            ceilings = f"Resource ceilings (cpu, memory) are not enforced: {why}."
+            self.notices += (ceilings,)
+            log.warning("%s", ceilings)
+        else:
+            log.info("session ceilings in cgroup %s", self._cgroups.root)
         # A runtime nothing can start is worth a line before the first session fails.
         path = search_path(os.environ.get("PATH"))
         for warning in runtime_problems(
@@ -124,7 +142,9 @@ class LocalBackend:
     ) -> Outcome:
         runtime, executable = self._start_checks(spec)
         session_dir = await self._prepare(spec)
+        cgroup: Path | None = None
         try:
+            cgroup = await self._create_cgroup(spec)
             inspect_port = _free_loopback_port() if spec.inspect and runtime.inspect_args else None
             try:
                 argv = build_argv(
@@ -140,6 +160,7 @@ class LocalBackend:
                     env=env,
                     stop_grace_s=self._local.stop_grace_s,
                     plan=self._plan,
+                    cgroup=cgroup,
                     label=spec.session_id,
                 )
             except OSError as exc:
@@ -151,10 +172,31 @@ class LocalBackend:
             async with proc:
                 code = await self._supervise(spec, sink, proc, inspect_port, task_status)
             log.info("exited with code %s", code, extra=ids)
-            return Exited(code)
+            return self._outcome(spec, code, cgroup)
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(remove_session_dir, session_dir.root)
+                if cgroup is not None:
+                    await trio.to_thread.run_sync(SessionCgroups.remove, cgroup)
+
+    async def _create_cgroup(self, spec: RunSpec) -> Path | None:
+        if self._cgroups is None:
+            return None
+        try:
+            return await trio.to_thread.run_sync(
+                self._cgroups.create, spec.session_id, spec.limits
+            )
+        except OSError as exc:
+            raise StartError("provision", "cannot set up the session's resource limits") from exc
+
+    @staticmethod
+    def _outcome(spec: RunSpec, code: int, cgroup: Path | None) -> Outcome:
+        # Read synchronously: one small file, and the cgroup is about to go.
+        if cgroup is not None and SessionCgroups.oom_killed(cgroup):
+            return Failed(
+                f"memory limit {spec.limits.memory} exceeded: the session was killed (OOM)"
+            )
+        return Exited(code)
 
     def _start_checks(self, spec: RunSpec) -> tuple[RuntimeConfig, str]:
         if spec.app is not None and spec.app not in self._apps():

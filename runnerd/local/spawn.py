@@ -41,7 +41,15 @@ from runnerd.local.spawner import run_in_spawner
 NSINIT = Path(__file__).with_name("nsinit.py")
 
 
-def _prepare_child(plan: ContainmentPlan, parent: int) -> None:
+def _join_cgroup(cgroup: Path) -> None:
+    fd = os.open(cgroup / "cgroup.procs", os.O_WRONLY)
+    try:
+        os.write(fd, b"0")  # "0": the writing process itself
+    finally:
+        os.close(fd)
+
+
+def _prepare_child(plan: ContainmentPlan, parent: int, cgroup: Path | None) -> None:
     # Runs in the child after setsid() (start_new_session): make the slave
     # (fd 0 by now) this session's controlling terminal (in a namespace,
     # the workload takes it itself: see `nsinit`), then arm the
@@ -50,11 +58,17 @@ def _prepare_child(plan: ContainmentPlan, parent: int) -> None:
     # of, so the usual preexec_fn-with-threads hazard does not apply.
     if plan.containment is Containment.PROCESS_GROUP:
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    if cgroup is not None:
+        _join_cgroup(cgroup)  # before any namespace: as the daemon's own user
     preexec_contained(plan, parent)
 
 
 def _spawn(
-    argv: Sequence[str], cwd: Path, env: Mapping[str, str], plan: ContainmentPlan
+    argv: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    plan: ContainmentPlan,
+    cgroup: Path | None,
 ) -> tuple[subprocess.Popen[bytes], int, int, int | None]:
     """Fork the session's first process; returns it, the master, its pidfd
     and (in a PID namespace) the read end of the workload's exec status."""
@@ -75,7 +89,7 @@ def _spawn(
             close_fds=True,
             pass_fds=() if status_w is None else (status_w,),
             start_new_session=True,
-            preexec_fn=functools.partial(_prepare_child, plan, os.getpid()),
+            preexec_fn=functools.partial(_prepare_child, plan, os.getpid(), cgroup),
         )
     except BaseException as exc:
         os.close(master)
@@ -137,11 +151,13 @@ async def spawn_pty_process(
     env: Mapping[str, str],
     stop_grace_s: float,
     plan: ContainmentPlan = PROCESS_GROUP_PLAN,
+    cgroup: Path | None = None,
     label: str = "",
 ) -> PtyProcess:
     """Start `argv` (argv[0] an absolute path) on a fresh PTY with exactly `env`,
-    contained as `plan` says. `label` (the session id) is the `session_id` of
-    every log line about it. Returns once the workload has exec'd.
+    contained as `plan` says, in `cgroup` when given. `label` (the session
+    id) is the `session_id` of every log line about it. Returns once the
+    workload has exec'd.
 
     Raises:
         OSError: the program could not be executed (missing, not executable,
@@ -151,7 +167,7 @@ async def spawn_pty_process(
     # Forked on the spawner thread (the parent-death signal's anchor), and
     # never abandoned on cancel: a spawned child always reaches its owner.
     popen, master, pidfd, status_r = await run_in_spawner(
-        functools.partial(_spawn, argv, cwd, env, plan)
+        functools.partial(_spawn, argv, cwd, env, plan, cgroup)
     )
     namespaced = status_r is not None
     proc = PtyProcess(

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import trio
 
+from runnerd.local.cgroups import find_delegated_cgroup
 from tests.escapes import (
     HOST_PID,
     STAY,
@@ -102,8 +103,14 @@ async def test_fallback_is_announced_once_and_in_capabilities(tmp_path: Path) ->
         await wait_all_gone({"workload": pid})
 
 
-async def test_namespaces_are_announced_once(tmp_path: Path) -> None:
+async def test_namespaces_are_announced_once_and_missing_ceilings_said(tmp_path: Path) -> None:
+    own = await trio.Path("/proc/self/cgroup").read_text()
+    delegated = find_delegated_cgroup(own, euid=os.geteuid())
     async with start_daemon(tmp_path) as daemon, daemon.client() as client:
         description = (await client.get("/v1/capabilities")).json()["description"]
         assert "process group" not in description
         assert daemon.stderr_text().count("sessions run in PID namespaces") == 1
+    if delegated.cgroup is None:  # this host: cgroup v1/hybrid
+        notice = f"Resource ceilings (cpu, memory) are not enforced: {delegated.reason}."
+        assert description.endswith(notice)
+        assert daemon.stderr_text().count(notice) == 1

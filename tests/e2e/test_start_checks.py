@@ -162,7 +162,10 @@ async def test_capacity_evicts_oldest_terminal_then_409_when_all_live(tmp_path: 
         assert (await client.delete(f"/v1/sessions/{live_a}")).status_code == 204
         again = await client.post("/v1/sessions", json=bundle_body("exec sleep 30"))
         assert again.status_code == 201
-        assert (await client.get(f"/v1/sessions/{live_b}")).json()["status"]["kind"] == "running"
+        # live_b is untouched: still live (it may still be starting: the
+        # namespace's init takes a few tens of ms to exec the workload).
+        kind = (await client.get(f"/v1/sessions/{live_b}")).json()["status"]["kind"]
+        assert kind in ("starting", "running")
 
 
 async def test_rejected_requests_change_no_state(tmp_path: Path) -> None:
