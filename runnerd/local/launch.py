@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runnerd.config import RuntimeConfig
+from runnerd.config_warnings import INSTALL_HINTS
 from runnerd.config_warnings import MINIMAL_PATH as MINIMAL_PATH
 from runnerd.config_warnings import search_path as search_path
 from runnerd.envnames import is_env_name
@@ -68,10 +69,10 @@ def resolve_runtime(
     program = runtime.command[0]
     executable = resolve_executable(program, path)
     if executable is None:
+        what = INSTALL_HINTS.get(program, f"'{program}'")
         return Unresolved(
             f"local runtime '{image}': executable '{program}' not found",
-            f"install '{program}' on the runner host, or fix"
-            f" local.runtimes.{image}.command",
+            f"install {what} on the runner host, or fix local.runtimes.{image}.command",
         )
     return runtime, executable
 

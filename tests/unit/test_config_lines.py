@@ -123,3 +123,17 @@ def test_runtime_problems_warn_when_only_a_login_path_finds_it() -> None:
         service_path="/usr/bin:/bin",
     )
     assert "/home/op/.nvm/bin/telo, which is not on a systemd service's PATH" in warning
+
+
+def test_local_containment_is_auto_or_process_group(tmp_path: Path) -> None:
+    def with_containment(value: str) -> str:
+        table = f"[local]\ncontainment = {value}\n[local.runtimes.sh]"
+        return BASE.replace("[local.runtimes.sh]", table)
+
+    path = tmp_path / "runnerd.toml"
+    path.write_text(BASE)
+    assert load_config(path).local.containment == "auto"
+    path.write_text(with_containment('"process-group"'))
+    assert load_config(path).local.containment == "process-group"
+    message = error(tmp_path, with_containment('"none"'))
+    assert message == "line 4: local.containment: must be one of auto, process-group, got 'none'"
