@@ -21,7 +21,6 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-import outcome
 import trio
 
 T = TypeVar("T")
@@ -52,13 +51,21 @@ async def run_in_spawner(fn: Callable[[], T]) -> T:
     _ensure_thread()
     token = trio.lowlevel.current_trio_token()
     done = trio.Event()
-    result: list[outcome.Outcome[T]] = []
+    # Filled by the thread before `done` is set, read after: one value or
+    # one exception, handed across the thread boundary.
+    results: list[T] = []
+    errors: list[BaseException] = []
 
     def job() -> None:
-        result.append(outcome.capture(fn))
+        try:
+            results.append(fn())
+        except BaseException as exc:
+            errors.append(exc)
         token.run_sync_soon(done.set)
 
     _jobs.put(job)
     with trio.CancelScope(shield=True):
         await done.wait()
-    return result[0].unwrap()
+    if errors:
+        raise errors[0]
+    return results[0]
