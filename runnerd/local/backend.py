@@ -4,7 +4,10 @@ Owns turning a `RunSpec` into a running process and back: the session
 directory (`workdir/<session-id>/app` holds the bundle, `work` is cwd and
 HOME), the runtime's command line, the PTY process, the `running` status with
 its endpoints, per-port reachability, the debug relay, the exit code, and the
-teardown (process group stopped, session directory deleted) on every path.
+teardown (the session's PID namespace or process group stopped, its
+cgroup and session directory deleted) on every path. How sessions are
+contained (`containment`) and whether they get cgroup ceilings (`cgroups`)
+is found once, at construction, and announced there.
 
 A local "image" names a runtime from `[local.runtimes]`: a command line in
 which `{entry}` is the absolute path of the bundle's entry file. An app
@@ -77,33 +80,41 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]) -> None:
+    def __init__(
+        self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]
+    ) -> None:
         self._local = local
         self._workdir_lock: int | None = None
-        # Probed once, here: the daemon builds the backend once at start-up.
-        self._plan = probe_containment(allow_namespaces=local.containment == "auto")
-        notice = self._plan.notice
-        self.notices: tuple[str, ...] = () if notice is None else (notice,)
-        if notice is not None:
-            log.warning("%s", notice)
-        else:
-            log.info("sessions run in PID namespaces")
-        self._cgroups, why = open_session_cgroups()
-        if self._cgroups is None:
-            ceilings = f"Resource ceilings (cpu, memory) are not enforced: {why}."
-            self.notices += (ceilings,)
-            log.warning("%s", ceilings)
-        else:
-            log.info("session ceilings in cgroup %s", self._cgroups.root)
-        # A runtime nothing can start is worth a line before the first session fails.
-        path = search_path(os.environ.get("PATH"))
-        for warning in runtime_problems(
-            local, find=resolve_executable, path=path, service_path=path
-        ):
-            log.warning("%s", warning)
         # The live catalog (it changes on reload); consulted when an app
         # session starts, so an app withdrawn since admission does not start.
         self._apps = apps
+        # Probed once, here: the daemon builds the backend once at start-up,
+        # so each of these is said once.
+        self._plan = probe_containment(allow_namespaces=local.containment == "auto")
+        self._cgroups, no_cgroups = open_session_cgroups()
+        self.notices = self._announce(no_cgroups)
+
+    def _announce(self, no_cgroups: str) -> tuple[str, ...]:
+        """Log what this host gives sessions; return what it does not, for
+        `/v1/capabilities`."""
+        notices: tuple[str, ...] = ()
+        if self._plan.notice is not None:
+            notices += (self._plan.notice,)
+        else:
+            log.info("sessions run in PID namespaces")
+        if self._cgroups is None:
+            notices += (f"Resource ceilings (cpu, memory) are not enforced: {no_cgroups}.",)
+        else:
+            log.info("session ceilings in cgroup %s", self._cgroups.root)
+        for notice in notices:
+            log.warning("%s", notice)
+        # A runtime nothing can start is worth a line before the first session fails.
+        path = search_path(os.environ.get("PATH"))
+        for problem in runtime_problems(
+            self._local, find=resolve_executable, path=path, service_path=path
+        ):
+            log.warning("%s", problem)
+        return notices
 
     def claim_workdir(self) -> None:
         """Take `local.workdir` for this process (one runnerd per workdir:
@@ -146,27 +157,7 @@ class LocalBackend:
         try:
             cgroup = await self._create_cgroup(spec)
             inspect_port = _free_loopback_port() if spec.inspect and runtime.inspect_args else None
-            try:
-                argv = build_argv(
-                    runtime, executable, entry=session_dir.entry, inspect_port=inspect_port
-                )
-                env = build_env(spec.env, home=session_dir.work)
-            except ValueError as exc:
-                raise StartError("provision", str(exc)) from exc
-            try:
-                proc = await spawn_pty_process(
-                    argv,
-                    cwd=session_dir.work,
-                    env=env,
-                    stop_grace_s=self._local.stop_grace_s,
-                    plan=self._plan,
-                    cgroup=cgroup,
-                    label=spec.session_id,
-                )
-            except OSError as exc:
-                raise StartError(
-                    "boot", f"could not execute '{runtime.command[0]}': {exc.strerror}"
-                ) from exc
+            proc = await self._spawn(spec, runtime, executable, session_dir, inspect_port, cgroup)
             ids = {"session_id": spec.session_id}
             log.info("started pid %s (runtime %s)", proc.pid, runtime.name, extra=ids)
             async with proc:
@@ -178,6 +169,38 @@ class LocalBackend:
                 await trio.to_thread.run_sync(remove_session_dir, session_dir.root)
                 if cgroup is not None:
                     await trio.to_thread.run_sync(SessionCgroups.remove, cgroup)
+
+    async def _spawn(
+        self,
+        spec: RunSpec,
+        runtime: RuntimeConfig,
+        executable: str,
+        session_dir: SessionDir,
+        inspect_port: int | None,
+        cgroup: Path | None,
+    ) -> PtyProcess:
+        """The session's first process, exec'd. Raises StartError."""
+        try:
+            argv = build_argv(
+                runtime, executable, entry=session_dir.entry, inspect_port=inspect_port
+            )
+            env = build_env(spec.env, home=session_dir.work)
+        except ValueError as exc:
+            raise StartError("provision", str(exc)) from exc
+        try:
+            return await spawn_pty_process(
+                argv,
+                cwd=session_dir.work,
+                env=env,
+                stop_grace_s=self._local.stop_grace_s,
+                plan=self._plan,
+                cgroup=cgroup,
+                label=spec.session_id,
+            )
+        except OSError as exc:
+            raise StartError(
+                "boot", f"could not execute '{runtime.command[0]}': {exc.strerror}"
+            ) from exc
 
     async def _create_cgroup(self, spec: RunSpec) -> Path | None:
         if self._cgroups is None:
