@@ -143,6 +143,10 @@ class WorkloadHandle(Protocol):
 
 class Backend(Protocol):
     name: str
+    # What this backend cannot guarantee on this host (e.g. a weaker
+    # containment), one sentence each: logged once at start-up by the
+    # backend and appended to `/v1/capabilities`' description.
+    notices: tuple[str, ...]
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         """Could a session with this image start right now? Never raises."""

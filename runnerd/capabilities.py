@@ -93,13 +93,13 @@ def build_config_schema(config: Config) -> dict[str, Any]:
     }
 
 
-def build_capabilities(config: Config) -> dict[str, Any]:
+def build_capabilities(config: Config, notices: tuple[str, ...] = ()) -> dict[str, Any]:
     """The `/v1/capabilities` document. `terms` only when configured; `apps`
     only when the catalog is non-empty, each entry with `title`/`description`
-    only when set."""
+    only when set. `notices` (the backend's) follow the description."""
     doc: dict[str, Any] = {
         "displayName": config.runner.display_name,
-        "description": config.runner.description,
+        "description": " ".join((config.runner.description, *notices)).strip(),
         "features": {"io": True, "ports": True},
         "config": {"schema": build_config_schema(config)},
     }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -83,12 +84,14 @@ def read_config_or_report(path: Path) -> Config | None:
 
 
 def check_config(path: Path) -> int:
-    from runnerd.config import render_config
+    from runnerd.config import render_config, runtime_warnings
 
     config = read_config_or_report(path)
     if config is None:
         return EXIT_CONFIG
     print(render_config(config))
+    for warning in runtime_warnings(config, os.environ.get("PATH")):
+        print(f"runnerd: warning: {warning}", file=sys.stderr)
     return EXIT_OK
 
 

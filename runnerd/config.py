@@ -39,9 +39,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import tomllib
 from pathlib import Path
 
+from runnerd.config_lines import find_key_line
 from runnerd.config_model import DEFAULT_APP_LIMITS as DEFAULT_APP_LIMITS
 from runnerd.config_model import DEFAULT_LISTEN as DEFAULT_LISTEN
 from runnerd.config_model import DEFAULT_SESSION_LIMITS as DEFAULT_SESSION_LIMITS
@@ -64,6 +66,7 @@ from runnerd.config_parse import parse_config as parse_config
 from runnerd.config_parse import show
 from runnerd.config_render import MASK as MASK
 from runnerd.config_render import render_config as render_config
+from runnerd.config_warnings import SERVICE_PATH, runtime_problems, search_path
 from runnerd.listen_address import ListenAddress as ListenAddress
 from runnerd.listen_address import format_listen as format_listen
 from runnerd.listen_address import parse_listen as parse_listen
@@ -71,23 +74,29 @@ from runnerd.listen_address import parse_listen as parse_listen
 DROP_IN_DIR = "apps.d"
 
 
-def _read_toml(path: Path) -> dict[str, object]:
+def _read_toml(path: Path, *, named: bool) -> tuple[dict[str, object], str]:
+    """The parsed file and its text. `named`: say which file in the message
+    (the main file's name is already in front of every error the CLI prints)."""
+    what = f"{str(path)!r} " if named else ""
     try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
+        text = path.read_bytes().decode("utf-8")
+        return tomllib.loads(text), text
     except OSError as exc:
-        raise ConfigError("", f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+        raise ConfigError("", f"cannot read {what}".strip() + f": {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("", f"{str(path)!r} is not valid TOML: {exc}") from exc
+        # tomllib's message carries "(at line N, column M)".
+        raise ConfigError("", f"{what}is not valid TOML: {exc}") from exc
     except UnicodeDecodeError as exc:
-        # TOML is UTF-8; tomllib lets the decode error through as is.
         raise ConfigError(
-            "", f"{str(path)!r} is not valid UTF-8 (byte {exc.start}: {exc.reason})"
+            "", f"{what}is not valid UTF-8 (byte {exc.start}: {exc.reason})"
         ) from exc
 
 
-def _merge_drop_ins(data: dict[str, object], path: Path) -> dict[str, Path]:
-    """Add every `apps.d/*.toml` app to `data["apps"]`; returns app → file."""
+def _merge_drop_ins(
+    data: dict[str, object], path: Path, texts: dict[Path, str]
+) -> dict[str, Path]:
+    """Add every `apps.d/*.toml` app to `data["apps"]` (and each file's text
+    to `texts`); returns app → file."""
     apps = data.setdefault("apps", {})
     if not isinstance(apps, dict):
         raise ConfigError("apps", f"must be a table, got {show(apps)}")
@@ -95,7 +104,7 @@ def _merge_drop_ins(data: dict[str, object], path: Path) -> dict[str, Path]:
     drop_dir = path.parent / DROP_IN_DIR
     files = sorted(drop_dir.glob("*.toml")) if drop_dir.is_dir() else []
     for file in (f for f in files if not f.name.startswith(".") and f.is_file()):
-        extra = _read_toml(file)
+        extra, texts[file] = _read_toml(file, named=True)
         for key in extra:
             if key != "apps":
                 raise ConfigError(
@@ -120,8 +129,9 @@ def load_config(path: Path) -> Config:
             finds; an error inside a drop-in's app names that file.
     """
     path = Path(os.path.abspath(path))
-    data = _read_toml(path)
-    origin = _merge_drop_ins(data, path)
+    data, text = _read_toml(path, named=False)
+    texts = {path: text}
+    origin = _merge_drop_ins(data, path, texts)
     try:
         config = parse_config(
             data, base_dir=path.parent, read_text=lambda p: p.read_text(encoding="utf-8")
@@ -130,6 +140,25 @@ def load_config(path: Path) -> Config:
         for name, file in origin.items():
             key = f"apps.{toml_key(name)}"
             if file != path and (exc.key == key or exc.key.startswith(f"{key}.")):
-                raise ConfigError(exc.key, f"{exc.problem} (in {file})") from exc
-        raise
+                line = find_key_line(texts[file], exc.key)
+                where = f"{file}" if line is None else f"{file}, line {line}"
+                raise ConfigError(exc.key, f"{exc.problem} (in {where})") from exc
+        line = find_key_line(text, exc.key) if exc.key else None
+        raise ConfigError(exc.key, exc.problem, line) from exc
     return dataclasses.replace(config, source=path)
+
+
+def runtime_warnings(config: Config, daemon_path: str | None) -> list[str]:
+    """`runtime_problems` with the filesystem: the runtimes' executables are
+    looked up as the daemon would (`daemon_path`, then the minimal PATH) and
+    on the PATH systemd gives a service."""
+    path = search_path(daemon_path)
+    return runtime_problems(
+        config.local, find=_find_executable, path=path, service_path=SERVICE_PATH
+    )
+
+
+def _find_executable(program: str, path: str) -> str | None:
+    if "/" in program:
+        return program if os.path.isfile(program) and os.access(program, os.X_OK) else None
+    return shutil.which(program, path=path)

@@ -19,12 +19,15 @@ from runnerd.contract import PullPolicy
 
 
 class ConfigError(ValueError):
-    """A config file that cannot be run on. `key` is the dotted key path."""
+    """A config file that cannot be run on. `key` is the dotted key path;
+    `line`, when known, where it is in the file the error is about."""
 
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(f"{key}: {problem}" if key else problem)
+    def __init__(self, key: str, problem: str, line: int | None = None) -> None:
+        text = f"{key}: {problem}" if key else problem
+        super().__init__(text if line is None else f"line {line}: {text}")
         self.key = key
         self.problem = problem
+        self.line = line
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,9 @@ class LocalConfig:
     workdir: Path = Path("/var/lib/runnerd/sessions")
     stop_grace_s: float = 2.0
     runtimes: Mapping[str, RuntimeConfig] = field(default_factory=dict)
+    # "auto": a PID namespace per session where the kernel allows it, else
+    # the process group (announced); "process-group": always the latter.
+    containment: Literal["auto", "process-group"] = "auto"
 
 
 @dataclass(frozen=True)

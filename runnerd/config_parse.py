@@ -133,7 +133,7 @@ _RUNNER_KEYS = (
 )  # fmt: skip
 _TIER_KEYS = ("cpu", "memory", "ephemeral_storage", "ttl_seconds")
 _APP_KEYS = ("image", "pull_policy", "title", "description", "env")
-_LOCAL_KEYS = ("workdir", "stop_grace_seconds", "runtimes")
+_LOCAL_KEYS = ("workdir", "stop_grace_seconds", "runtimes", "containment")
 _RUNTIME_KEYS = ("command", "inspect_args")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _PULL_POLICIES = ("missing", "always", "never")
@@ -324,7 +324,13 @@ def _parse_local(t: _Table, base_dir: Path) -> LocalConfig:
             f"must be at most {MAX_STOP_GRACE_S:g} seconds (SIGTERM must stop runnerd"
             f" within 10 s), got {show(stop_grace_s)}",
         )
-    return LocalConfig(workdir=workdir, stop_grace_s=stop_grace_s, runtimes=runtimes)
+    containment = t.choice("containment", "auto", ("auto", "process-group"))
+    return LocalConfig(
+        workdir=workdir,
+        stop_grace_s=stop_grace_s,
+        runtimes=runtimes,
+        containment=cast(Literal["auto", "process-group"], containment),
+    )
 
 
 def check_local_images(
@@ -340,6 +346,16 @@ def check_local_images(
 
     def runtime(key: str, image: str, bundle: bool) -> None:
         rt = local.runtimes.get(image)
+        if rt is None and image == RunnerConfig.default_image:
+            # The built-in default is a container image (the Kubernetes
+            # backend's): say what to write instead of only what is wrong.
+            raise ConfigError(
+                key,
+                f"the default {image!r} is a container image, which the local backend cannot"
+                f" run; name a [local.runtimes] entry (defined: {defined}), e.g."
+                f' default_image = "telo" with [local.runtimes.telo]'
+                f' command = ["telo", "run", "{ENTRY}"]',
+            )
         if rt is None:
             raise ConfigError(
                 key, f"{image!r} is not a [local.runtimes] entry (defined: {defined})"

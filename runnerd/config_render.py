@@ -81,7 +81,14 @@ def render_config(config: Config) -> str:
         })  # fmt: skip
     out += _section("metrics", {"listen": config.metrics.listen})
     loc = config.local
-    out += _section("local", {"workdir": loc.workdir, "stop_grace_seconds": loc.stop_grace_s})
+    out += _section(
+        "local",
+        {
+            "workdir": loc.workdir,
+            "stop_grace_seconds": loc.stop_grace_s,
+            "containment": loc.containment,
+        },
+    )
     for rt in loc.runtimes.values():
         out += _section(f"local.runtimes.{toml_key(rt.name)}", {
             "command": rt.command, "inspect_args": rt.inspect_args,

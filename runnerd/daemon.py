@@ -78,8 +78,14 @@ def build_backend(config: Config, apps: Callable[[], Mapping[str, AppEntry]]) ->
             f"{config.runner.backend!r} is not implemented yet in this build; use 'local'",
         )
     from runnerd.local import LocalBackend  # only the chosen backend is imported
+    from runnerd.local.workdir import WorkdirError
 
-    return LocalBackend(config.local, apps=apps)
+    backend = LocalBackend(config.local, apps=apps)
+    try:
+        backend.claim_workdir()  # and sweep what a killed predecessor left
+    except WorkdirError as exc:
+        raise ConfigError("local.workdir", str(exc)) from exc
+    return backend
 
 
 def build_reloaded(old: Config, new: Config) -> Config:

@@ -28,7 +28,7 @@ def register_meta_routes(app: QuartTrio, state: AppState) -> None:
         return json_response({"ok": True, "version": state.version})
 
     async def capabilities() -> Response:
-        return json_response(build_capabilities(state.config))
+        return json_response(build_capabilities(state.config, state.backend.notices))
 
     async def probe() -> Response:
         body = parse_body(ProbeRequest, await read_body())

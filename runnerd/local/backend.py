@@ -4,7 +4,10 @@ Owns turning a `RunSpec` into a running process and back: the session
 directory (`workdir/<session-id>/app` holds the bundle, `work` is cwd and
 HOME), the runtime's command line, the PTY process, the `running` status with
 its endpoints, per-port reachability, the debug relay, the exit code, and the
-teardown (process group stopped, session directory deleted) on every path.
+teardown (the session's PID namespace or process group stopped, its
+cgroup and session directory deleted) on every path. How sessions are
+contained (`containment`) and whether they get cgroup ceilings (`cgroups`)
+is found once, at construction, and announced there.
 
 A local "image" names a runtime from `[local.runtimes]`: a command line in
 which `{entry}` is the absolute path of the bundle's entry file. An app
@@ -24,25 +27,42 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import trio
 
-from runnerd.backend import Exited, ImageSpec, Outcome, RunSpec, Sink, StartError, WorkloadHandle
+from runnerd.backend import (
+    Exited,
+    Failed,
+    ImageSpec,
+    Outcome,
+    RunSpec,
+    Sink,
+    StartError,
+    WorkloadHandle,
+)
 from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
+from runnerd.config_warnings import runtime_problems
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, running, unavailable
+from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
+from runnerd.local.containment import probe_containment
 from runnerd.local.launch import (
     Unresolved,
     build_argv,
     build_env,
+    resolve_executable,
     resolve_runtime,
     search_path,
 )
-from runnerd.local.pty import PtyProcess, spawn_pty_process
+from runnerd.local.pty import PtyProcess
+from runnerd.local.spawn import spawn_pty_process
 from runnerd.local.workdir import (
     SessionDir,
     WorkdirError,
+    claim_workdir,
     prepare_session_dir,
     remove_session_dir,
+    sweep_workdir,
 )
 from runnerd.reachability import watch_reachability
 
@@ -64,9 +84,56 @@ class LocalBackend:
         self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]
     ) -> None:
         self._local = local
+        self._workdir_lock: int | None = None
         # The live catalog (it changes on reload); consulted when an app
         # session starts, so an app withdrawn since admission does not start.
         self._apps = apps
+        # Probed once, here: the daemon builds the backend once at start-up,
+        # so each of these is said once.
+        self._plan = probe_containment(allow_namespaces=local.containment == "auto")
+        self._cgroups, no_cgroups = open_session_cgroups()
+        self.notices = self._announce(no_cgroups)
+
+    def _announce(self, no_cgroups: str) -> tuple[str, ...]:
+        """Log what this host gives sessions; return what it does not, for
+        `/v1/capabilities`."""
+        notices: tuple[str, ...] = ()
+        if self._plan.notice is not None:
+            notices += (self._plan.notice,)
+        else:
+            log.info("sessions run in PID namespaces")
+        if self._cgroups is None:
+            notices += (f"Resource ceilings (cpu, memory) are not enforced: {no_cgroups}.",)
+        else:
+            log.info("session ceilings in cgroup %s", self._cgroups.root)
+        for notice in notices:
+            log.warning("%s", notice)
+        # A runtime nothing can start is worth a line before the first session fails.
+        path = search_path(os.environ.get("PATH"))
+        for problem in runtime_problems(
+            self._local, find=resolve_executable, path=path, service_path=path
+        ):
+            log.warning("%s", problem)
+        return notices
+
+    def claim_workdir(self) -> None:
+        """Take `local.workdir` for this process (one runnerd per workdir:
+        the lock is held until the process exits) and remove the session
+        directories a previous run left behind (a SIGKILL, a crash): none
+        is live, since no session has started yet.
+
+        Raises:
+            WorkdirError: the workdir is unusable or another runnerd holds it.
+        """
+        workdir = self._local.workdir
+        self._workdir_lock = claim_workdir(workdir)
+        removed = sweep_workdir(workdir)
+        if removed:
+            log.warning(
+                "removed %d session directories left by a previous run",
+                len(removed),
+                extra={"workdir": str(workdir)},
+            )
 
     def _resolve(self, image: str) -> tuple[RuntimeConfig, str] | Unresolved:
         return resolve_runtime(self._local.runtimes, image, search_path(os.environ.get("PATH")))
@@ -86,36 +153,73 @@ class LocalBackend:
     ) -> Outcome:
         runtime, executable = self._start_checks(spec)
         session_dir = await self._prepare(spec)
+        cgroup: Path | None = None
         try:
+            cgroup = await self._create_cgroup(spec)
             inspect_port = _free_loopback_port() if spec.inspect and runtime.inspect_args else None
-            try:
-                argv = build_argv(
-                    runtime, executable, entry=session_dir.entry, inspect_port=inspect_port
-                )
-                env = build_env(spec.env, home=session_dir.work)
-            except ValueError as exc:
-                raise StartError("provision", str(exc)) from exc
-            try:
-                proc = await spawn_pty_process(
-                    argv,
-                    cwd=session_dir.work,
-                    env=env,
-                    stop_grace_s=self._local.stop_grace_s,
-                    label=spec.session_id,
-                )
-            except OSError as exc:
-                raise StartError(
-                    "boot", f"could not execute '{runtime.command[0]}': {exc.strerror}"
-                ) from exc
+            proc = await self._spawn(spec, runtime, executable, session_dir, inspect_port, cgroup)
             ids = {"session_id": spec.session_id}
             log.info("started pid %s (runtime %s)", proc.pid, runtime.name, extra=ids)
             async with proc:
                 code = await self._supervise(spec, sink, proc, inspect_port, task_status)
             log.info("exited with code %s", code, extra=ids)
-            return Exited(code)
+            return self._outcome(spec, code, cgroup)
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(remove_session_dir, session_dir.root)
+                if cgroup is not None:
+                    await trio.to_thread.run_sync(SessionCgroups.remove, cgroup)
+
+    async def _spawn(
+        self,
+        spec: RunSpec,
+        runtime: RuntimeConfig,
+        executable: str,
+        session_dir: SessionDir,
+        inspect_port: int | None,
+        cgroup: Path | None,
+    ) -> PtyProcess:
+        """The session's first process, exec'd. Raises StartError."""
+        try:
+            argv = build_argv(
+                runtime, executable, entry=session_dir.entry, inspect_port=inspect_port
+            )
+            env = build_env(spec.env, home=session_dir.work)
+        except ValueError as exc:
+            raise StartError("provision", str(exc)) from exc
+        try:
+            return await spawn_pty_process(
+                argv,
+                cwd=session_dir.work,
+                env=env,
+                stop_grace_s=self._local.stop_grace_s,
+                plan=self._plan,
+                cgroup=cgroup,
+                label=spec.session_id,
+            )
+        except OSError as exc:
+            raise StartError(
+                "boot", f"could not execute '{runtime.command[0]}': {exc.strerror}"
+            ) from exc
+
+    async def _create_cgroup(self, spec: RunSpec) -> Path | None:
+        if self._cgroups is None:
+            return None
+        try:
+            return await trio.to_thread.run_sync(
+                self._cgroups.create, spec.session_id, spec.limits
+            )
+        except OSError as exc:
+            raise StartError("provision", "cannot set up the session's resource limits") from exc
+
+    @staticmethod
+    def _outcome(spec: RunSpec, code: int, cgroup: Path | None) -> Outcome:
+        # Read synchronously: one small file, and the cgroup is about to go.
+        if cgroup is not None and SessionCgroups.oom_killed(cgroup):
+            return Failed(
+                f"memory limit {spec.limits.memory} exceeded: the session was killed (OOM)"
+            )
+        return Exited(code)
 
     def _start_checks(self, spec: RunSpec) -> tuple[RuntimeConfig, str]:
         if spec.app is not None and spec.app not in self._apps():

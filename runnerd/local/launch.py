@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runnerd.config import RuntimeConfig
+from runnerd.config_warnings import INSTALL_HINTS
+from runnerd.config_warnings import MINIMAL_PATH as MINIMAL_PATH
+from runnerd.config_warnings import search_path as search_path
 from runnerd.envnames import is_env_name
 
-MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 ENTRY = "{entry}"
 INSPECT_PORT = "{inspect_port}"
 
@@ -34,11 +36,6 @@ class Unresolved:
 
     message: str
     remediation: str
-
-
-def search_path(daemon_path: str | None) -> str:
-    """The PATH used to find a runtime's executable: the daemon's, then minimal."""
-    return f"{daemon_path}:{MINIMAL_PATH}" if daemon_path else MINIMAL_PATH
 
 
 def resolve_executable(program: str, path: str) -> str | None:
@@ -72,10 +69,10 @@ def resolve_runtime(
     program = runtime.command[0]
     executable = resolve_executable(program, path)
     if executable is None:
+        what = INSTALL_HINTS.get(program, f"'{program}'")
         return Unresolved(
             f"local runtime '{image}': executable '{program}' not found",
-            f"install '{program}' on the runner host, or fix"
-            f" local.runtimes.{image}.command",
+            f"install {what} on the runner host, or fix local.runtimes.{image}.command",
         )
     return runtime, executable
 

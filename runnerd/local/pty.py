@@ -1,30 +1,34 @@
-"""A child process on its own pseudo-terminal, driven from trio.
+"""A session's first process on its own pseudo-terminal, driven from trio.
 
-Owns the PTY master, the child (a session leader whose controlling terminal is
-the PTY slave, in its own process group) and its teardown. The child's stdin,
-stdout and stderr are all the slave, so the workload sees a real terminal
-(`isatty`, `ttyname`, job control, SIGWINCH on resize) and its output reaches
-us as one ordered byte stream.
+Owns the PTY master, the child (started by `runnerd.local.spawn`) and its
+teardown. The workload is a session leader whose controlling terminal is the
+PTY slave; its stdin, stdout and stderr are all the slave, so it sees a real
+terminal (`isatty`, `ttyname`, job control, SIGWINCH on resize) and its
+output reaches us as one ordered byte stream.
+
+In a PID namespace (`containment`) the child is `nsinit`, outside the
+namespace, and the workload runs under the namespace's init; otherwise the
+child is the workload itself.
 
 Resource handling:
-    `spawn_pty_process` returns a `PtyProcess` that owns an open master fd, a
-    pidfd and an unreaped child. Use it as `async with proc:` immediately (no
-    checkpoint in between): leaving the block stops the whole process group,
+    A `PtyProcess` owns an open master fd, a pidfd and an unreaped child. Use
+    it as `async with proc:` at once (no checkpoint in between). Leaving the
+    block stops the session: in a namespace, SIGTERM to the child (the init
+    hands it to every process in the namespace), then SIGKILL to the init
+    after the grace period, whose exit is the kernel's word that the
+    namespace is empty; otherwise SIGTERM then SIGKILL to the process group,
     plus descendants that job control moved to groups of their own (see
-    `strays`): SIGTERM, then SIGKILL after the grace period. It then reaps
-    the child and closes every fd, shielded, even when cancelled. When the
-    child exits on its own, whatever is left in its group is SIGKILLed.
+    `strays`). It then reaps the child and closes every fd, shielded, even
+    when cancelled. When the child exits on its own, its namespace is gone
+    with it, or whatever is left in its group is SIGKILLed.
 
 Error handling:
-    `spawn_pty_process` raises `OSError` when the command cannot be executed.
     `write` and `resize` never raise and are no-ops once the child has exited.
     The reader treats EIO on the master (every slave fd closed) as end of
     output.
 
-Limits: a descendant that calls `setsid()` and is orphaned (a daemonising
-double fork) is out of reach; containing those needs cgroups. The child is
-exec'd after a `preexec_fn` (for TIOCSCTTY), so spawning forks rather than
-vforks: a few ms per session start.
+Limits: without a namespace, a descendant that calls `setsid()` and is
+orphaned (a daemonising double fork) is out of reach.
 """
 
 from __future__ import annotations
@@ -38,15 +42,15 @@ import signal
 import struct
 import subprocess
 import termios
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable
 from types import TracebackType
 
 import trio
 
-from runnerd.local.strays import StrayProcesses
+from runnerd.local.strays import StrayProcesses, pin_children
 
 log = logging.getLogger(__name__)
+
 
 # One read may return far less (a Linux PTY hands over ~4 KiB per read), so the
 # reader keeps reading while bytes are ready and emits up to this much at once:
@@ -59,81 +63,8 @@ DEFAULT_COLS = 80
 DEFAULT_ROWS = 24
 
 
-def _take_controlling_tty() -> None:
-    # Runs in the child after setsid() (start_new_session) and after fd 0 was
-    # made the slave: make the slave this new session's controlling terminal.
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
-def _set_window_size(fd: int, cols: int, rows: int) -> None:
+def set_window_size(fd: int, cols: int, rows: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-
-
-def _spawn(
-    argv: Sequence[str], cwd: Path, env: Mapping[str, str]
-) -> tuple[subprocess.Popen[bytes], int, int]:
-    master, slave = os.openpty()
-    try:
-        _set_window_size(master, DEFAULT_COLS, DEFAULT_ROWS)
-        popen = subprocess.Popen(
-            list(argv),
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            cwd=cwd,
-            env=dict(env),
-            close_fds=True,
-            start_new_session=True,
-            # Only an ioctl: no locks, no allocation worth speaking of, so the
-            # usual preexec_fn-with-threads hazard does not apply.
-            preexec_fn=_take_controlling_tty,
-        )
-    except BaseException:
-        os.close(master)
-        raise
-    finally:
-        # Our copy of the slave must go, or the master never reports EOF.
-        os.close(slave)
-    try:
-        # Taken before anyone can reap the child, so it names this process.
-        pidfd = os.pidfd_open(popen.pid)
-    except BaseException:
-        # No handle will own the child (EMFILE, say): do not leave it running
-        # on a terminal nobody reads, or as a zombie.
-        _abandon(popen, master)
-        raise
-    os.set_blocking(master, False)
-    return popen, master, pidfd
-
-
-def _abandon(popen: subprocess.Popen[bytes], master: int) -> None:
-    """Kill and reap a child that never got its `PtyProcess`; close `master`."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(popen.pid, signal.SIGKILL)  # a session leader: its pid is the group
-    popen.wait()
-    os.close(master)
-
-
-async def spawn_pty_process(
-    argv: Sequence[str],
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    stop_grace_s: float,
-    label: str = "",
-) -> PtyProcess:
-    """Start `argv` (argv[0] an absolute path) on a fresh PTY with exactly `env`.
-    `label` (the session id) is the `session_id` of every log line about it.
-
-    Raises:
-        OSError: the program could not be executed (missing, not executable,
-            bad cwd), or no pidfd could be had for it; nothing is left running
-            and no fd stays open.
-    """
-    # Not abandoned on cancel: the thread always finishes, so a spawned child
-    # always reaches the caller's `async with`.
-    popen, master, pidfd = await trio.to_thread.run_sync(_spawn, argv, cwd, env)
-    return PtyProcess(popen, master, pidfd, stop_grace_s=stop_grace_s, label=label)
 
 
 def _exit_code(returncode: int) -> int:
@@ -152,15 +83,16 @@ class PtyProcess:
         *,
         stop_grace_s: float,
         label: str = "",
+        namespaced: bool = False,
     ) -> None:
         # Log lines carry the session id as a field (`[id]` in the log line).
-        self._log_extra: dict[str, object] = (
-            {"session_id": label} if label else {"pid": popen.pid}
-        )
+        self._log_extra: dict[str, object] = {"session_id": label} if label else {"pid": popen.pid}
         self._popen = popen
         self._master = master
         self._pidfd = pidfd
         self._stop_grace_s = stop_grace_s
+        # The child is `nsinit` outside a PID namespace (see `containment`).
+        self._namespaced = namespaced
         self._pending = bytearray()
         self._pending_lot = trio.lowlevel.ParkingLot()
         self._exit_code: int | None = None
@@ -191,7 +123,7 @@ class PtyProcess:
         if self._exit_code is not None or self._closed:
             return
         with contextlib.suppress(OSError):
-            _set_window_size(self._master, max(1, min(cols, 0xFFFF)), max(1, min(rows, 0xFFFF)))
+            set_window_size(self._master, max(1, min(cols, 0xFFFF)), max(1, min(rows, 0xFFFF)))
 
     # -- long-lived tasks ----------------------------------------------------
 
@@ -292,13 +224,41 @@ class PtyProcess:
     async def _stop(self) -> None:
         if self._exit_code is not None:
             return
+        if self._namespaced:
+            await self._stop_namespace()
+        else:
+            await self._stop_process_group()
+        await trio.lowlevel.wait_readable(self._pidfd)
+        self._reap()
+
+    async def _stop_namespace(self) -> None:
+        # SIGTERM to our child alone: it hands it to the namespace's init,
+        # which sends it to every process in the namespace, once.
+        self._signal_child(signal.SIGTERM)
+        if await self._exited_within(self._stop_grace_s):
+            return
+        log.info("alive %ss after SIGTERM; SIGKILL", self._stop_grace_s, extra=self._log_extra)
+        # The init is pinned first and waited for after: its exit is the
+        # kernel's word that nothing is left in the namespace.
+        inits = pin_children(self.pid)
+        try:
+            for init in inits:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(init, signal.SIGKILL)
+            self._kill_group(signal.SIGKILL)
+            for init in inits:
+                await trio.lowlevel.wait_readable(init)
+        finally:
+            for init in inits:
+                trio.lowlevel.notify_closing(init)
+                os.close(init)
+
+    async def _stop_process_group(self) -> None:
         strays = StrayProcesses(self.pid)
         try:
             strays.collect()
             self._kill_all(signal.SIGTERM, strays)
-            with trio.move_on_after(self._stop_grace_s) as grace:
-                await trio.lowlevel.wait_readable(self._pidfd)
-            if grace.cancelled_caught:
+            if not await self._exited_within(self._stop_grace_s):
                 log.info(
                     "alive %ss after SIGTERM; SIGKILL", self._stop_grace_s, extra=self._log_extra
                 )
@@ -307,8 +267,16 @@ class PtyProcess:
             self._kill_all(signal.SIGKILL, strays)
         finally:
             strays.close()
-        await trio.lowlevel.wait_readable(self._pidfd)
-        self._reap()
+
+    async def _exited_within(self, seconds: float) -> bool:
+        with trio.move_on_after(seconds):
+            await trio.lowlevel.wait_readable(self._pidfd)
+            return True
+        return False
+
+    def _signal_child(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(self._pidfd, sig)
 
     def _kill_all(self, sig: signal.Signals, strays: StrayProcesses) -> None:
         self._kill_group(sig)

@@ -84,3 +84,20 @@ class StrayProcesses:
         for pidfd in self._pidfds.values():
             os.close(pidfd)
         self._pidfds.clear()
+
+
+def pin_children(parent: int) -> list[int]:
+    """Pidfds of `parent`'s children now (each checked to still be its child
+    once pinned, so a reused pid is never signalled). The caller closes them."""
+    pinned = []
+    for child in _children(parent):
+        try:
+            pidfd = os.pidfd_open(child)
+        except OSError:
+            continue  # already gone
+        fields = _stat_fields(child)
+        if fields is None or int(fields[1]) != parent:
+            os.close(pidfd)
+            continue
+        pinned.append(pidfd)
+    return pinned

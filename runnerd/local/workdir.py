@@ -13,13 +13,12 @@ had created is removed again.
 
 from __future__ import annotations
 
-import contextlib
+import fcntl
 import logging
 import os
-import shutil
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from runnerd.backend import BundleSpec
 
@@ -102,23 +101,8 @@ def prepare_session_dir(workdir: Path, session_id: str, bundle: BundleSpec | Non
 
 def remove_session_dir(root: Path) -> None:
     """Delete the session directory and everything in it. Never raises."""
-
-    def make_writable_and_retry(func: Any, path: str, exc_info: Any) -> None:
-        # A workload may leave read-only directories behind (chmod 500):
-        # open up the parent and the path itself, then retry once.
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(path), 0o700)
-            if os.path.isdir(path) and not os.path.islink(path):
-                os.chmod(path, 0o700)
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                func(path)
-
     try:
-        if root.is_symlink():
-            root.unlink()
-        elif root.exists():
-            shutil.rmtree(root, onerror=make_writable_and_retry)
+        remove_tree(root)
     except OSError as exc:
         log.error(
             "could not delete session directory %s: %s",
@@ -126,3 +110,110 @@ def remove_session_dir(root: Path) -> None:
             exc,
             extra={"session_id": root.name},  # the directory is named after it
         )
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_subdir(parent_fd: int, name: str) -> int:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except PermissionError:
+        # A workload may leave `chmod 000` directories behind: open it up.
+        os.chmod(name, 0o700, dir_fd=parent_fd)
+        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+
+
+def _clear_files(fd: int) -> str | None:
+    """Unlink every non-directory in the open directory `fd`; return the
+    name of one subdirectory left in it, or None when it is empty."""
+    with os.scandir(fd) as entries:
+        names = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+    for name, is_dir in names:
+        if is_dir:
+            return name
+        try:
+            os.unlink(name, dir_fd=fd)
+        except PermissionError:
+            os.fchmod(fd, 0o700)  # `chmod 500` on the directory: open it up
+            os.unlink(name, dir_fd=fd)
+    return None
+
+
+def remove_tree(root: Path) -> None:
+    """Delete `root` and everything under it, without recursion: one
+    directory fd open at a time and a stack of names, so a bundle nested
+    thousands of levels deep (or past PATH_MAX) is removed like a flat one.
+    Symlinks are removed, never followed. A missing `root` is no error.
+
+    Raises:
+        OSError: something could not be removed.
+    """
+    if root.is_symlink() or (root.exists() and not root.is_dir()):
+        root.unlink()
+        return
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except FileNotFoundError:
+        return
+    names: list[str] = []
+    try:
+        while True:
+            child = _clear_files(fd)
+            if child is not None:
+                sub = _open_subdir(fd, child)
+                os.close(fd)
+                fd = sub
+                names.append(child)
+                continue
+            if not names:
+                break
+            up = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = up
+            os.rmdir(names.pop(), dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(root)
+
+
+# A session directory's name is its session id (`admission.new_session_id`).
+_SESSION_DIR = re.compile(r"[a-z2-7]{12}")
+LOCK_NAME = ".runnerd.lock"
+
+
+def claim_workdir(workdir: Path) -> int:
+    """Create `workdir` (0700) if needed and take the exclusive lock on it:
+    one daemon per workdir. Returns the lock's fd (close-on-exec), held for
+    the process's life.
+
+    Raises:
+        WorkdirError: the workdir cannot be created, or another runnerd holds it.
+    """
+    try:
+        workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(workdir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise WorkdirError(f"cannot use {str(workdir)!r}: {exc.strerror}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise WorkdirError(
+            f"{str(workdir)!r} is in use by another runnerd (it holds {LOCK_NAME})"
+        ) from exc
+    return fd
+
+
+def sweep_workdir(workdir: Path) -> list[str]:
+    """Remove every session directory in `workdir` (call with the lock held
+    and before any session starts: then none is live). Only names shaped
+    like a session id are touched, so a workdir pointed at a shared
+    directory by mistake loses nothing else. Returns the names removed."""
+    removed = []
+    for entry in sorted(os.listdir(workdir)):
+        path = workdir / entry
+        if _SESSION_DIR.fullmatch(entry) and path.is_dir() and not path.is_symlink():
+            remove_session_dir(path)
+            removed.append(entry)
+    return removed

@@ -89,3 +89,31 @@ async def test_a_non_utf8_config_file_exits_2_naming_the_file(
     assert result.returncode == 2
     assert bad.name in result.stderr.decode(errors="replace")
     assert "runnerd.sock" not in listing(tmp_path)
+
+
+async def test_check_config_warns_for_each_runtime_it_cannot_find(tmp_path: Path) -> None:
+    config = tmp_path / "runnerd.toml"
+    runtimes = {
+        "telo": {"command": ["telo-not-installed-here", "run", "{entry}"]},
+        "gone": {"command": [str(tmp_path / "no-such-binary"), "{entry}"]},
+    }
+    data = build_config(tmp_path, tmp_path / "runnerd.sock", {"local": {"runtimes": runtimes}})
+    config.write_text(dump_toml(data))
+    result = await run_runnerd("check-config", "--config", str(config))
+    stderr = result.stderr.decode()
+    assert result.returncode == 0, stderr  # valid: the programs may be installed later
+    warnings = [line for line in stderr.splitlines() if line.startswith("runnerd: warning: ")]
+    assert len(warnings) == 2, stderr
+    assert "local.runtimes.telo.command: executable 'telo-not-installed-here' not found" in stderr
+    assert f"local.runtimes.gone.command: executable '{tmp_path}/no-such-binary'" in stderr
+    assert "local.runtimes.sh" not in stderr
+
+
+async def test_a_toml_syntax_error_names_the_file_once_with_the_line(tmp_path: Path) -> None:
+    config = tmp_path / "runnerd.toml"
+    config.write_text(dump_toml(build_config(tmp_path, tmp_path / "runnerd.sock")) + "oops\n")
+    result = await run_runnerd("check-config", "--config", str(config))
+    stderr = result.stderr.decode()
+    assert result.returncode == 2
+    assert stderr.count(str(config)) == 1, stderr
+    assert "is not valid TOML" in stderr and "at line" in stderr

@@ -16,6 +16,8 @@ from runnerd import __version__
 from tests.harness import (
     Daemon,
     DaemonExited,
+    build_config,
+    dump_toml,
     read_pty_until,
     run_runnerd,
     session_body,
@@ -60,6 +62,16 @@ async def test_serve_refuses_a_second_instance_on_the_same_socket(runnerd: Daemo
     second = await run_runnerd("serve", "--config", str(runnerd.config_path))
     stderr = second.stderr.decode()
     assert second.returncode == 2, stderr
+    # Same config, so the same workdir: its lock is checked first, before
+    # anything is bound (a second instance on another workdir meets the
+    # socket's lock instead).
+    assert "another runnerd" in stderr and str(runnerd.workdir) in stderr
+    other = runnerd.base / "other.toml"
+    overrides = {"local": {"workdir": str(runnerd.base / "other-sessions")}}
+    other.write_text(dump_toml(build_config(runnerd.base, runnerd.socket_path, overrides)))
+    third = await run_runnerd("serve", "--config", str(other))
+    stderr = third.stderr.decode()
+    assert third.returncode == 2, stderr
     assert "another runnerd" in stderr and str(runnerd.socket_path) in stderr
     # The first instance keeps its socket and keeps serving.
     assert os.stat(runnerd.socket_path).st_ino == inode
@@ -92,7 +104,10 @@ async def test_workloads_inherit_nothing_but_their_terminal(runnerd: Daemon) -> 
     async with runnerd.client() as client:
         # The script's own shell holds the script file open until it execs, so
         # report the pid from a `sh -c` (no script fd) that already replaced it.
-        body = session_body("exec /bin/sh -c 'echo \"pid=$$\"; exec sleep 1000'")
+        # (Its host pid: `$$` would be the PID namespace's number.)
+        body = session_body(
+            "exec /bin/sh -c 'read -r p _ </proc/self/stat; echo \"pid=$p\"; exec sleep 1000'"
+        )
         session_id = (await client.post("/v1/sessions", json=body)).json()["sessionId"]
     output = await read_pty_until(runnerd.socket_path, session_id, rb"pid=\d+\r?\n")
     match = re.search(rb"pid=(\d+)", output)

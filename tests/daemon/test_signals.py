@@ -12,6 +12,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed
 
+from tests.escapes import HOST_PID
 from tests.harness import (
     Daemon,
     iter_sse,
@@ -46,9 +47,8 @@ async def start_sleepers(daemon: Daemon, count: int) -> list[int]:
     async with daemon.client() as client:
         ids = []
         for _ in range(count):
-            response = await client.post(
-                "/v1/sessions", json=session_body('echo "pid=$$"; exec sleep 1000')
-            )
+            body = session_body(f'{HOST_PID}; echo "pid=$HOST_PID"; exec sleep 1000')
+            response = await client.post("/v1/sessions", json=body)
             assert response.status_code == 201, response.text
             ids.append(response.json()["sessionId"])
     return [await read_pid(daemon, session_id) for session_id in ids]
@@ -65,7 +65,7 @@ async def test_stop_signal_ends_every_workload_and_removes_the_socket(
         assert code == 0, daemon.stderr_text()
         assert [pid for pid in pids if not process_gone(pid)] == []
         assert not {"runnerd.sock", "runnerd.sock.lock"} & set(os.listdir(tmp_path))
-        assert os.listdir(daemon.workdir) == []
+        assert os.listdir(daemon.workdir) == [".runnerd.lock"]  # held by the daemon till exit
         await daemon.wait_for_notification("STOPPING=1", timeout_s=1)
 
 

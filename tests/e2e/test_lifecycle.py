@@ -20,6 +20,7 @@ from tests.e2e.contract_client import (
     statuses,
     wait_terminal,
 )
+from tests.escapes import HOST_PID
 from tests.harness import iter_sse, open_ws, start_daemon
 
 
@@ -71,7 +72,7 @@ async def test_live_session_has_no_exited_at_and_unknown_is_404(runnerd) -> None
 
 async def test_delete_stops_a_running_workload_as_stopped(runnerd) -> None:
     async with runnerd.client() as client:
-        session_id = await start_session(client, "echo pid=$$.; exec sleep 30")
+        session_id = await start_session(client, f"{HOST_PID}; echo pid=$HOST_PID.; exec sleep 30")
         async with open_ws(runnerd.socket_path, f"/v1/sessions/{session_id}/io") as ws:
             output = (await read_pty(ws, until=b".")).output
         pid = int(output.split(b"pid=")[1].split(b".")[0])
@@ -102,7 +103,7 @@ async def test_delete_right_after_start_is_stopped_not_failed(runnerd) -> None:
 async def test_delete_kills_a_workload_blocked_on_stdin(runnerd) -> None:
     async with runnerd.client() as client:
         # The pid reaches the test before the DELETE is sent, every time.
-        session_id = await start_session(client, "echo pid=$$.; read x")
+        session_id = await start_session(client, f"{HOST_PID}; echo pid=$HOST_PID.; read x")
         async with open_ws(runnerd.socket_path, f"/v1/sessions/{session_id}/io") as ws:
             output = (await read_pty(ws, until=b".")).output
         pid = int(output.split(b"pid=")[1].split(b".")[0])

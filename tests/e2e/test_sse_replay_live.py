@@ -37,6 +37,7 @@ class ProgressBurstBackend:
     the rest in bursts of `BURST`, and exits 0."""
 
     name = "progress-bursts"
+    notices: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.go = trio.Event()

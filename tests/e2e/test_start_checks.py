@@ -162,7 +162,10 @@ async def test_capacity_evicts_oldest_terminal_then_409_when_all_live(tmp_path: 
         assert (await client.delete(f"/v1/sessions/{live_a}")).status_code == 204
         again = await client.post("/v1/sessions", json=bundle_body("exec sleep 30"))
         assert again.status_code == 201
-        assert (await client.get(f"/v1/sessions/{live_b}")).json()["status"]["kind"] == "running"
+        # live_b is untouched: still live (it may still be starting: the
+        # namespace's init takes a few tens of ms to exec the workload).
+        kind = (await client.get(f"/v1/sessions/{live_b}")).json()["status"]["kind"]
+        assert kind in ("starting", "running")
 
 
 async def test_rejected_requests_change_no_state(tmp_path: Path) -> None:
@@ -190,7 +193,7 @@ async def test_rejected_requests_change_no_state(tmp_path: Path) -> None:
         assert [r.status_code for r in rejected] == [400, 428, 400, 400, 400, 400, 404]
         # Nothing was registered or written: the one slot is still free, and
         # the workdir holds no session directory.
-        assert list(daemon.workdir.iterdir()) == []
+        assert [p.name for p in daemon.workdir.iterdir()] == [".runnerd.lock"]
         sleeper = bundle_body("exec sleep 30")
         assert (await client.post("/v1/sessions", json=sleeper, headers=terms)).status_code == 201
         full = await client.post("/v1/sessions", json=sleeper, headers=terms)

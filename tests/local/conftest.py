@@ -40,7 +40,13 @@ def catalog() -> dict[str, AppEntry]:
     return {"hello": AppEntry(name="hello", image="hello-app", env={"SECRET": "s3cret"})}
 
 
-@pytest.fixture
-def backend(workdir: Path, catalog: dict[str, AppEntry]) -> LocalBackend:
-    local = LocalConfig(workdir=workdir, stop_grace_s=0.5, runtimes=runtimes())
+# Every backend test runs under both containments: the PID namespace (this
+# machine allows it) and the process-group fallback, forced by config.
+@pytest.fixture(params=["auto", "process-group"])
+def backend(
+    workdir: Path, catalog: dict[str, AppEntry], request: pytest.FixtureRequest
+) -> LocalBackend:
+    local = LocalConfig(
+        workdir=workdir, stop_grace_s=0.5, runtimes=runtimes(), containment=request.param
+    )
     return LocalBackend(local, apps=lambda: catalog)

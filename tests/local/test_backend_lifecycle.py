@@ -17,6 +17,10 @@ from .conftest import runtimes
 from .recording import RecordingSink, start_session
 from .specs import bundle_spec
 
+# A background sleep that records its host pid ($! is the namespace's number).
+RECORDED_SLEEP = "sh -c 'read -r p _ </proc/self/stat; echo $p > \"$PIDFILE\"; exec sleep 1000'"
+WAIT_PIDFILE = 'while [ ! -s "$PIDFILE" ]; do sleep 0.02; done'
+
 
 def is_gone(pid: int) -> bool:
     """No such process, or only a zombie waiting for its (init) parent."""
@@ -98,7 +102,7 @@ async def test_stop_kills_grandchildren_in_the_process_group(
     sink = RecordingSink()
     spec = bundle_spec(
         "sh",
-        'trap "" TERM\nsleep 1000 &\necho $! > "$PIDFILE"\necho spawned\nwait\n',
+        f'trap "" TERM\n{RECORDED_SLEEP} &\n{WAIT_PIDFILE}\necho spawned\nwait\n',
         env={"PIDFILE": str(pidfile)},
     )
     with trio.fail_after(10):
@@ -120,7 +124,7 @@ async def test_exit_kills_background_children_left_behind(
     # nohup: the child ignores the SIGHUP the kernel sends when the leader exits.
     spec = bundle_spec(
         "sh",
-        'nohup sleep 1000 >/dev/null 2>&1 &\necho $! > "$PIDFILE"\nexit 5\n',
+        f'nohup {RECORDED_SLEEP} >/dev/null 2>&1 &\n{WAIT_PIDFILE}\nexit 5\n',
         env={"PIDFILE": str(pidfile)},
     )
     with trio.fail_after(10):
@@ -217,7 +221,7 @@ async def test_stop_reaches_job_control_jobs_in_other_process_groups(
     # `set -m`: job control, so the background job gets a process group of its own.
     spec = bundle_spec(
         "sh",
-        'set -m\nsleep 1000 &\necho $! > "$PIDFILE"\necho spawned\nwait\n',
+        f'set -m\n{RECORDED_SLEEP} &\n{WAIT_PIDFILE}\necho spawned\nwait\n',
         env={"PIDFILE": str(pidfile)},
     )
     with trio.fail_after(10):

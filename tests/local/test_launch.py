@@ -111,3 +111,11 @@ def test_build_env_refuses_what_no_environment_can_hold_without_echoing_values(
     with pytest.raises(ValueError) as caught:
         build_env(env, home=Path("/h"))
     assert str(caught.value) == problem
+
+
+def test_a_missing_telo_says_how_to_install_it() -> None:
+    telo = RuntimeConfig(name="telo", command=("telo", "run", "{entry}"))
+    missing = resolve_runtime({"telo": telo}, "telo", "/nonexistent")
+    assert isinstance(missing, Unresolved)
+    assert missing.message == "local runtime 'telo': executable 'telo' not found"
+    assert "npm install -g @telorun/cli" in missing.remediation

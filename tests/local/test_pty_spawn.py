@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ import trio
 
 from runnerd.backend import Exited
 from runnerd.local import LocalBackend
-from runnerd.local.pty import spawn_pty_process
+from runnerd.local.spawn import spawn_pty_process
+from runnerd.local.spawner import run_in_spawner
 
 from .recording import RecordingSink, start_session
 from .specs import bundle_spec
@@ -65,3 +67,15 @@ async def test_backend_log_lines_carry_the_session_id_as_a_field(
     for record in records:
         assert getattr(record, "session_id", None) == spec.session_id
         assert spec.session_id not in record.getMessage()
+
+
+async def test_every_spawn_forks_from_one_long_lived_thread() -> None:
+    # The parent-death signal follows the forking thread: it must be one
+    # that lives as long as the daemon, not a worker that idles out.
+    def name() -> str:
+        return threading.current_thread().name
+
+    names = {await run_in_spawner(name) for _ in range(3)}
+    assert names == {"runnerd-spawner"}
+    with pytest.raises(ZeroDivisionError):
+        await run_in_spawner(lambda: 1 // 0)

@@ -64,6 +64,7 @@ class HeldStartBackend:
     before `started` until cancelled; teardown kills the group and reaps it."""
 
     name = "held-start"
+    notices: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.procs: list[trio.Process] = []
@@ -97,6 +98,7 @@ class FailingStartBackend:
     """Cannot create the workload: raises StartError before `started`."""
 
     name = "failing-start"
+    notices: tuple[str, ...] = ()
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         return ready()
@@ -113,6 +115,7 @@ class CrashingBackend:
     """A buggy backend: reports running, then raises a group from its own nursery."""
 
     name = "crashing"
+    notices: tuple[str, ...] = ()
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         return ready()
@@ -137,6 +140,7 @@ class InProcessBackend:
     cancelled). For timing under MockClock and for the sink's filtering."""
 
     name = "in-process"
+    notices: tuple[str, ...] = ()
 
     def __init__(self, body: Callable[[Sink], Awaitable[Outcome | None]] | None = None) -> None:
         self.body = body
@@ -159,6 +163,7 @@ class UnstoppableBackend:
     """Ignores cancellation until the test releases it (a stuck teardown)."""
 
     name = "unstoppable"
+    notices: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.release = trio.CancelScope()
@@ -181,6 +186,7 @@ class RoutingBackend:
     """Picks a backend by `spec.image.image`, so unlike sessions share one manager."""
 
     name = "routing"
+    notices: tuple[str, ...] = ()
 
     def __init__(self, **by_image: Any) -> None:
         self.by_image = by_image
@@ -198,6 +204,7 @@ class BrokenTeardownBackend:
     """Runs until cancelled, then fails in its own teardown (a backend bug)."""
 
     name = "broken-teardown"
+    notices: tuple[str, ...] = ()
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         return ready()

@@ -117,8 +117,9 @@ def assert_pid_gone(pid: int) -> None:
         os.killpg(pid, 0)
 
 
-# The workload prints its pid, then becomes `sleep` (same pid, same group).
-SLEEPER = "echo $$; exec sleep 1000"
+# The workload prints its pid (as the host sees it: `$$` is the PID
+# namespace's number), then becomes `sleep` (same pid, same group).
+SLEEPER = "read -r p _ </proc/self/stat; echo $p; exec sleep 1000"
 
 
 async def workload_pid(session: Session) -> int:

@@ -1,0 +1,191 @@
+"""Starting a session's first process on a fresh PTY, contained.
+
+Owns the fork: the PTY pair, the child's set-up before exec (controlling
+terminal, parent-death signal, cgroup, namespaces: `containment`), the exec
+status of the workload under `nsinit`, and handing the result to a
+`PtyProcess` (`runnerd.local.pty`), which owns it from then on.
+
+Error handling: `spawn_pty_process` raises `OSError` when the command cannot
+be executed; nothing is left running and no fd stays open.
+
+Limits: the child is exec'd after a `preexec_fn`, so spawning forks rather
+than vforks (a few ms per session start), and in a PID namespace the
+interpreter that runs `nsinit` starts first (~50 ms on a small VM).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import functools
+import os
+import signal
+import subprocess
+import sys
+import termios
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import trio
+
+from runnerd.local.containment import (
+    PROCESS_GROUP_PLAN,
+    Containment,
+    ContainmentPlan,
+    preexec_contained,
+)
+from runnerd.local.pty import DEFAULT_COLS, DEFAULT_ROWS, PtyProcess, set_window_size
+from runnerd.local.spawner import run_in_spawner
+
+NSINIT = Path(__file__).with_name("nsinit.py")
+
+
+def _join_cgroup(cgroup: Path) -> None:
+    fd = os.open(cgroup / "cgroup.procs", os.O_WRONLY)
+    try:
+        os.write(fd, b"0")  # "0": the writing process itself
+    finally:
+        os.close(fd)
+
+
+def _prepare_child(plan: ContainmentPlan, parent: int, cgroup: Path | None) -> None:
+    # Runs in the child after setsid() (start_new_session): make the slave
+    # (fd 0 by now) this session's controlling terminal (in a namespace,
+    # the workload takes it itself: see `nsinit`), then arm the
+    # parent-death signal and enter the namespaces (`containment`). Only
+    # ioctl/prctl/unshare and a few small writes: no locks worth speaking
+    # of, so the usual preexec_fn-with-threads hazard does not apply.
+    if plan.containment is Containment.PROCESS_GROUP:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    if cgroup is not None:
+        _join_cgroup(cgroup)  # before any namespace: as the daemon's own user
+    preexec_contained(plan, parent)
+
+
+def _spawn(
+    argv: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    plan: ContainmentPlan,
+    cgroup: Path | None,
+) -> tuple[subprocess.Popen[bytes], int, int, int | None]:
+    """Fork the session's first process; returns it, the master, its pidfd
+    and (in a PID namespace) the read end of the workload's exec status."""
+    master, slave = os.openpty()
+    status_r = status_w = None
+    if plan.containment is Containment.PID_NAMESPACE:
+        status_r, status_w = os.pipe()
+        argv = [sys.executable, "-I", "-S", str(NSINIT), str(status_w), "--", *argv]
+    try:
+        set_window_size(master, DEFAULT_COLS, DEFAULT_ROWS)
+        popen = subprocess.Popen(
+            list(argv),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            cwd=cwd,
+            env=dict(env),
+            close_fds=True,
+            pass_fds=() if status_w is None else (status_w,),
+            start_new_session=True,
+            preexec_fn=functools.partial(_prepare_child, plan, os.getpid(), cgroup),
+        )
+    except BaseException as exc:
+        os.close(master)
+        if status_r is not None:
+            os.close(status_r)
+        if isinstance(exc, subprocess.SubprocessError):
+            # preexec_fn failed: the kernel refused what the probe allowed.
+            raise OSError(errno.EPERM, "cannot set up the session's containment") from exc
+        raise
+    finally:
+        # Our copies of the slave and the status pipe's write end must go,
+        # or the master never reports EOF and the status never ends.
+        os.close(slave)
+        if status_w is not None:
+            os.close(status_w)
+    try:
+        # Taken before anyone can reap the child, so it names this process.
+        pidfd = os.pidfd_open(popen.pid)
+    except BaseException:
+        # No handle will own the child (EMFILE, say): do not leave it running
+        # on a terminal nobody reads, or as a zombie.
+        _abandon(popen, master, status_r)
+        raise
+    os.set_blocking(master, False)
+    return popen, master, pidfd, status_r
+
+
+def _abandon(popen: subprocess.Popen[bytes], master: int, status_r: int | None) -> None:
+    """Kill and reap a child that never got its `PtyProcess`; close its fds."""
+    with contextlib.suppress(ProcessLookupError):
+        # A session leader: its pid is the group, which holds the namespace's
+        # init too, and the namespace ends with its init.
+        os.killpg(popen.pid, signal.SIGKILL)
+    popen.wait()
+    os.close(master)
+    if status_r is not None:
+        os.close(status_r)
+
+
+async def _read_exec_status(fd: int) -> int:
+    """The errno the workload's exec failed with, or 0 once it exec'd (EOF)."""
+    os.set_blocking(fd, False)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 64)
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(fd)
+            continue
+        if not chunk:
+            return int(data or b"0")
+        data += chunk
+
+
+async def spawn_pty_process(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    stop_grace_s: float,
+    plan: ContainmentPlan = PROCESS_GROUP_PLAN,
+    cgroup: Path | None = None,
+    label: str = "",
+) -> PtyProcess:
+    """Start `argv` (argv[0] an absolute path) on a fresh PTY with exactly `env`,
+    contained as `plan` says, in `cgroup` when given. `label` (the session
+    id) is the `session_id` of every log line about it. Returns once the
+    workload has exec'd.
+
+    Raises:
+        OSError: the program could not be executed (missing, not executable,
+            bad cwd), or no pidfd could be had for it; nothing is left running
+            and no fd stays open.
+    """
+    # Forked on the spawner thread (the parent-death signal's anchor), and
+    # never abandoned on cancel: a spawned child always reaches its owner.
+    popen, master, pidfd, status_r = await run_in_spawner(
+        functools.partial(_spawn, argv, cwd, env, plan, cgroup)
+    )
+    namespaced = status_r is not None
+    proc = PtyProcess(
+        popen, master, pidfd, stop_grace_s=stop_grace_s, label=label, namespaced=namespaced
+    )
+    if status_r is None:
+        return proc  # Popen itself reported any exec failure
+    try:
+        error = await _read_exec_status(status_r)
+    except BaseException:
+        await proc.aclose()
+        raise
+    finally:
+        trio.lowlevel.notify_closing(status_r)
+        os.close(status_r)
+    if error:
+        await proc.aclose()
+        raise OSError(error, os.strerror(error))
+    return proc
+
+

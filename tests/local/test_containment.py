@@ -1,0 +1,120 @@
+"""Containment: in a PID namespace nothing a session started outlives it;
+where namespaces are refused (forced here by config) the fallback says so."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import trio
+
+from runnerd.backend import Exited
+from runnerd.config import LocalConfig
+from runnerd.local import LocalBackend
+from runnerd.local.containment import Containment, probe_containment
+from tests.escapes import STAY, escape_script, is_running, kill_leftovers, read_pids, wait_all_gone
+
+from .conftest import runtimes
+from .recording import RecordingSink, start_session
+from .specs import bundle_spec
+
+
+def make_backend(workdir: Path, containment: str = "auto") -> LocalBackend:
+    local = LocalConfig(
+        workdir=workdir,
+        stop_grace_s=0.5,
+        runtimes=runtimes(),
+        containment=containment,  # type: ignore[arg-type]
+    )
+    return LocalBackend(local, apps=dict)
+
+
+def test_this_host_allows_pid_namespaces() -> None:
+    # The escape tests below mean something only if the namespace is real.
+    plan = probe_containment(allow_namespaces=True)
+    assert plan.containment is Containment.PID_NAMESPACE, plan.reason
+    assert plan.notice is None
+
+
+async def run_escapes(backend: LocalBackend, pidfile: Path, then: str, end: str) -> dict[str, int]:
+    """Start the escape script; end the session by `end` ("stop", "exit" or
+    "kill-first-process"); return the escapees' host pids."""
+    await trio.Path(pidfile).write_bytes(b"")
+    sink = RecordingSink()
+    spec = bundle_spec("sh", escape_script(then), env={"PIDFILE": str(pidfile)})
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            await sink.wait_output(b"escaped")
+            pids = read_pids(pidfile)
+            assert all(is_running(pid) for pid in pids.values())
+            if end == "stop":
+                session.scope.cancel()
+            elif end == "exit":
+                session.handle.write(b"go\n")
+            elif end == "kill-first-process":
+                # What the daemon's death does to its child (the parent-death
+                # signal): the namespace must go with it.
+                os.kill(session.handle.pid, signal.SIGKILL)
+            await session.result()
+    return pids
+
+
+@pytest.mark.parametrize("end", ["stop", "kill-first-process"])
+async def test_every_escapee_dies_with_the_session(tmp_path: Path, end: str) -> None:
+    backend = make_backend(tmp_path / "w")
+    pids = await run_escapes(backend, tmp_path / "pids", STAY, end)
+    await wait_all_gone(pids)
+
+
+async def test_every_escapee_dies_when_the_workload_exits(tmp_path: Path) -> None:
+    backend = make_backend(tmp_path / "w")
+    pids = await run_escapes(backend, tmp_path / "pids", "read x; exit 3", "exit")
+    await wait_all_gone(pids)
+
+
+async def test_fallback_leaves_a_setsid_escapee_alive_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="runnerd.local")
+    backend = make_backend(tmp_path / "w", "process-group")
+    [notice] = [n for n in backend.notices if "process group only" in n]
+    assert "setsid" in notice
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings.count(notice) == 1
+    pids = await run_escapes(backend, tmp_path / "pids", STAY, "stop")
+    try:
+        # The documented limit: the group kill cannot reach a setsid'd orphan.
+        assert is_running(pids["setsid"])
+    finally:
+        kill_leftovers(pids)
+
+
+@pytest.mark.parametrize("containment", ["auto", "process-group"])
+@pytest.mark.parametrize(
+    ("script", "code"),
+    [("exit 7", 7), ("kill -TERM $$", 143), ("kill -KILL $$", 137), ("exec sleep 0", 0)],
+)
+async def test_exit_codes_are_preserved(
+    tmp_path: Path, containment: str, script: str, code: int
+) -> None:
+    backend = make_backend(tmp_path / "w", containment)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            spec = bundle_spec("sh", script)
+            session = await start_session(nursery, backend, spec, RecordingSink())
+            assert await session.result() == Exited(code)
+
+
+async def test_workload_sees_its_own_namespace(tmp_path: Path) -> None:
+    sink = RecordingSink()
+    # PID 1 is the init; the workload is the next process in the namespace.
+    spec = bundle_spec("sh", 'echo "pid=$$ ppid=$PPID"\n')
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, make_backend(tmp_path / "w"), spec, sink)
+            assert await session.result() == Exited(0)
+    assert b"pid=2 ppid=1" in sink.out
