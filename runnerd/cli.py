@@ -22,6 +22,7 @@ import trio
 
 from runnerd import __version__
 from runnerd.config import Config, ConfigError, load_config, render_config
+from runnerd.config_server import server_warnings
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -91,6 +92,8 @@ def check_config(path: Path) -> int:
     if config is None:
         return EXIT_CONFIG
     print(render_config(config))
+    for warning in server_warnings(config.server):
+        print(f"runnerd: {path}: warning: {warning}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -1,11 +1,14 @@
 """The `/v1` wire contract: request bodies, run events, statuses. Pure.
 
 Owns the shapes that cross the HTTP boundary and nothing else. Request bodies
-are validated by msgspec (strict: no coercion, no unknown fields), and a
-validation failure is turned into one client-readable line naming the field
-(`body.env.FOO must be a string`). Events and statuses are plain JSON-ready
-dicts typed with `TypedDict`, so the registry can size them by their JSON
-length and the SSE writer can dump them as they are.
+are validated by msgspec (strict: no coercion; unknown fields are ignored at
+every level, as the contract says), and a validation failure is turned into
+one client-readable line naming the field (`body.env.FOO must be a string`).
+Before the schema, a body must nest at most `MAX_JSON_DEPTH` levels and hold
+only text UTF-8 can carry (no lone surrogates from `\ud800` escapes).
+Events and statuses are plain JSON-ready dicts typed with `TypedDict`, so the
+registry can size them by their JSON length and the SSE writer can dump them
+as they are.
 
 No IO here, and nothing that imports trio, httpx or quart.
 """
@@ -34,9 +37,12 @@ NonEmptyStr = Annotated[str, Meta(min_length=1)]
 # --------------------------------------------------------------------------
 
 
-class Body(Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+class Body(Struct, frozen=True, kw_only=True):
     """A request body. Decoded strictly (a number is not a string, "1" is not
-    an int) and a typo'd field is an error, never silently ignored.
+    an int). Unknown fields are ignored, not refused: the upstream runner's
+    validator strips them, and real clients send more than we read (the Telo
+    editor sends its whole runner config, `registryUrl` included, to
+    `/v1/probe`).
 
     msgspec rather than pydantic: the same strict validation and JSON Schema,
     for a fraction of the start-up time and resident memory of a daemon that
@@ -86,13 +92,10 @@ class StartAppSessionRequest(Body, frozen=True):
     inspect: bool | None = None
 
 
-class ProbeConfig(Body, frozen=True):
-    image: NonEmptyStr
-    pullPolicy: PullPolicy
-
-
 class ProbeRequest(Body, frozen=True):
-    config: ProbeConfig
+    """`POST /v1/probe`: the same config object a session takes."""
+
+    config: SessionConfig
 
 
 M = TypeVar("M", bound=Body)
@@ -111,11 +114,18 @@ class RequestError(ValueError):
 _AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _FIELD = re.compile(r"^Object (?P<kind>missing required|contains unknown) field `(?P<name>[^`]+)`$")
 _EXPECTED = re.compile(r"^Expected `(?P<type>[a-z]+)[^`]*`(?P<rest>.*)$")
-_TYPE_WORDS = {"str": "a string", "int": "an integer", "bool": "a boolean",
-               "object": "an object", "array": "an array"}
+_TYPE_WORDS = {
+    "str": "a string",
+    "int": "an integer",
+    "bool": "a boolean",
+    "object": "an object",
+    "array": "an array",
+}
 # The literal-typed fields, by name: msgspec reports the bad value, not the choices.
 _CHOICES: dict[str, tuple[str, ...]] = {
-    "pullPolicy": get_args(PullPolicy), "protocol": get_args(Protocol)}
+    "pullPolicy": get_args(PullPolicy),
+    "protocol": get_args(Protocol),
+}
 
 
 def _name_dict_keys(path: str, data: Any) -> str:
@@ -127,7 +137,7 @@ def _name_dict_keys(path: str, data: Any) -> str:
         if token == "[...]" and isinstance(node, dict):
             key = next((k for k, v in node.items() if not isinstance(v, str)), None)
             if key is None:
-                return out + path[len(out):]
+                return out + path[len(out) :]
             out, node = f"{out}.{key}", node[key]
         elif token.startswith("[") and isinstance(node, list):
             out, node = out + token, node[int(token[1:-1])]
@@ -165,19 +175,62 @@ def describe_validation_error(message: str, data: Any) -> str:
     return f"{where}: {what}"
 
 
+# No body of the contract nests more than 4 levels; 64 leaves room for what
+# clients add (ignored) and keeps every walk over the body far from Python's
+# recursion limit (json.loads itself raises RecursionError near 1,000).
+MAX_JSON_DEPTH = 64
+
+
+def _check_tree(data: Any) -> None:
+    """Depth and text checks over a decoded body, iteratively (no recursion).
+
+    Raises:
+        RequestError: nested deeper than MAX_JSON_DEPTH, or a key or string
+            holds a lone surrogate (not encodable as UTF-8: no file, env
+            value or log line can carry it); the message names where.
+    """
+    stack: list[tuple[Any, str, int]] = [(data, "body", 1)]
+    while stack:
+        node, where, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise RequestError(f"body nests deeper than the limit of {MAX_JSON_DEPTH} levels")
+        if isinstance(node, str):
+            _check_text(node, where)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                _check_text(key, f"{where} key")
+                stack.append((value, f"{where}.{key}", depth + 1))
+        elif isinstance(node, list):
+            stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(node))
+
+
+def _check_text(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = where.encode("utf-8", "backslashreplace").decode("ascii", "replace")
+        raise RequestError(
+            f"{shown} contains a lone surrogate (\\ud800-\\udfff), which is not valid text"
+        ) from None
+
+
 def parse_body(model: type[M], raw: bytes) -> M:
     """Parse and validate a JSON request body.
 
     Raises:
-        RequestError: not JSON, not an object, or breaks `model`'s schema; the
-            message names the offending field.
+        RequestError: not JSON, nested too deep, holds text that is not
+            valid Unicode, not an object, or breaks `model`'s schema; the
+            message names the offending field or the limit.
     """
     try:
         data = json.loads(raw) if raw.strip() else None
+    except RecursionError:
+        raise RequestError(f"body nests deeper than the limit of {MAX_JSON_DEPTH} levels") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError(f"body is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise RequestError("body must be a JSON object")
+    _check_tree(data)
     try:
         return msgspec.convert(data, type=model, strict=True)
     except msgspec.ValidationError as exc:

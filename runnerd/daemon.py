@@ -31,7 +31,6 @@ from dataclasses import replace
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
 
 from runnerd import __version__
 from runnerd.app import AppState, create_app
@@ -44,6 +43,8 @@ from runnerd.config import (
     check_local_images,
     load_config,
 )
+from runnerd.config_server import server_warnings
+from runnerd.http.server import connection_cap, dup_socket, open_files_limit, serve_app
 from runnerd.listeners import Listener, bind_listeners, close_listeners
 from runnerd.logs import set_log_level
 from runnerd.sessions import SessionManager
@@ -125,12 +126,14 @@ def restart_only_changes(old: Config, new: Config) -> list[str]:
     return changed
 
 
-def build_hypercorn_config(listeners: list[Listener]) -> HypercornConfig:
+def build_hypercorn_config(server: ServerConfig) -> HypercornConfig:
+    """hypercorn's settings; the sockets are handed to `serve_app` directly."""
     cfg = HypercornConfig()
-    # A dup per listener: hypercorn wraps `fd://N` in a socket object that
-    # closes N when collected, while `close_listeners` closes ours.
-    cfg.bind = [f"fd://{os.dup(listener.sock.fileno())}" for listener in listeners]
     cfg.accesslog = None
+    # Idle keep-alive connections close after this, and a request head must
+    # arrive within it (see runnerd.http.server). Streams are exempt: the
+    # timer stops while a request is in flight.
+    cfg.keep_alive_timeout = server.idle_timeout_s
     cfg.errorlog = logging.getLogger("hypercorn.error")
     cfg.graceful_timeout = GRACEFUL_TIMEOUT_S
     cfg.include_server_header = False
@@ -156,6 +159,8 @@ async def run_daemon(config: Config) -> None:
     # Signals first: a SIGTERM during start-up must take the clean path.
     with trio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
         raise_open_files_limit()
+        for warning in server_warnings(config.server):
+            log.warning("config: %s", warning)
         state: AppState | None = None
 
         def apps() -> Mapping[str, AppEntry]:
@@ -218,9 +223,25 @@ async def _serve(state: AppState, listeners: list[Listener], signals: AsyncItera
             await stop_http.wait()
 
         try:
-            await serve(
+            # A dup per listener: the accept loop closes its sockets when it
+            # ends, while `close_listeners` closes (and unlinks) ours.
+            server = state.config.server
+            cap = connection_cap(
+                server.max_connections,
+                len(listeners),
+                open_files_limit(),
+                state.config.runner.max_sessions,
+            )
+            if cap < server.max_connections:
+                log.info(
+                    "connection cap lowered to fit the open files limit",
+                    extra={"max_connections": cap, "nofile": open_files_limit()},
+                )
+            await serve_app(
                 create_app(state),
-                build_hypercorn_config(listeners),
+                build_hypercorn_config(server),
+                [dup_socket(listener.sock) for listener in listeners],
+                max_connections=cap,
                 shutdown_trigger=shutdown_trigger,
                 task_status=task_status,
             )

@@ -34,6 +34,10 @@ from pathlib import Path
 from runnerd.config import ListenAddress, parse_listen
 
 _PROBE_TIMEOUT_S = 1.0
+# Connections the kernel queues before runnerd accepts them (capped by
+# net.core.somaxconn, 4096 by default): a burst of stream connects, or a
+# listener at its connection cap, must queue, not be refused.
+BACKLOG = 4096
 
 
 class ListenError(Exception):
@@ -153,7 +157,7 @@ def _bind_tcp(entry: str, host: str, port: int) -> Listener:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(addr)
-        sock.listen(1024)
+        sock.listen(BACKLOG)
     except OSError as exc:
         sock.close()
         raise ListenError(f"server.listen: {entry}: {exc.strerror or exc}") from exc
@@ -243,7 +247,7 @@ def _bind_unix_socket(path: Path, socket_mode: int) -> socket.socket:
         finally:
             os.umask(old_umask)
         os.chmod(path, socket_mode)
-        sock.listen(1024)
+        sock.listen(BACKLOG)
     except BaseException:
         sock.close()
         raise

@@ -21,8 +21,8 @@ from quart import websocket
 from quart_trio import QuartTrio
 
 from runnerd.contract import is_terminal
-from runnerd.http.cors import origin_permitted
 from runnerd.http.events import parse_cursor
+from runnerd.http.guard import edge_refusal, server_address
 from runnerd.http.waiting import Wake, wait_for_change
 
 if TYPE_CHECKING:
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 # The contract's terminal size bounds; this is the one place they are applied.
 MAX_TERMINAL_DIMENSION = 10_000
 CLOSE_DRAIN_S = 2.0
+# A resize message is ~40 characters; longer text is no control message and
+# is ignored unparsed (parsing it could only cost time or hit the recursion limit).
+MAX_CONTROL_TEXT = 1024
 GAP_MESSAGE = json.dumps({"type": "gap", "reason": "buffer_evicted"}, separators=(",", ":"))
 
 
@@ -53,11 +56,14 @@ def parse_resize(text: str) -> tuple[int, int] | None:
     """`{"type":"resize","cols":C,"rows":R}` → (cols, rows); anything else → None.
 
     Values are floored, must be ≥ 1, and are capped at 10000; a message with
-    a value that is not a number is ignored as a whole.
+    a value that is not a number is ignored as a whole, and so is text that
+    is not JSON, whatever its shape or size.
     """
+    if len(text) > MAX_CONTROL_TEXT:
+        return None
     try:
         message = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(message, dict) or message.get("type") != "resize":
         return None
@@ -110,9 +116,15 @@ async def _send_output(session: Session, cursor: int, closing: trio.Event) -> bo
 
 def register_io_route(app: QuartTrio, state: AppState) -> None:
     async def session_io(session_id: str) -> None:
-        if not origin_permitted(state.config.server.cors_origins, websocket.headers.get("origin")):
+        refusal = edge_refusal(
+            websocket.headers.get("host"),
+            websocket.headers.get("origin"),
+            server_address(websocket.scope),
+            state.config,
+        )
+        if refusal is not None:
             await websocket.accept()
-            await _close(4403, "forbidden_origin")
+            await _close(4403, refusal[0])
             return
         session = state.sessions.get(session_id)
         if session is None:
