@@ -4,9 +4,10 @@ Owns the channel's protocol: the origin check (close 4403), unknown session
 (4404), nothing to replay on a terminal session (4410), the `seq` and `gap`
 text frames, output as binary frames of a 4-byte big-endian seq plus the
 payload, client binary frames as stdin, client `resize` text frames, and the
-final `1000 "session terminal"` close. Two loops run in one nursery: the
-sender (replay, then live) and the receiver (stdin, resizes); the sender's
-end closes the connection and cancels the receiver.
+final `1000 "session terminal"` close, with a closing handshake that
+completes (`_close`). Two loops run in one nursery: the sender (replay, then
+live) and the receiver (stdin, resizes); the sender's end closes the
+connection and cancels the receiver.
 """
 
 from __future__ import annotations
@@ -74,9 +75,24 @@ def parse_resize(text: str) -> tuple[int, int] | None:
 
 
 async def _close(code: int, reason: str) -> None:
-    # Bounded: a client that stopped reading must not hold the handler.
+    """Send Close, then complete the closing handshake: keep reading (and
+    discarding) until the client's Close arrives, at most CLOSE_DRAIN_S.
+
+    Returning right after sending Close lets hypercorn close the transport
+    while the client may still be sending (pings, stdin) and before it has
+    read the last frames: unread bytes make the kernel reset the connection,
+    and the client then loses the tail it had already received (the python
+    `websockets` sync client dropped up to 180 KB of a replay). When the
+    client's Close arrives, hypercorn hands quart-trio a disconnect and
+    quart-trio cancels this handler, ending the wait; only then does the
+    transport close. Reading is what lets that Close through: quart-trio
+    queues at most 10 messages and stops reading the socket when the queue
+    is full. Bounded, so a client that never answers cannot hold the handler.
+    """
     with trio.move_on_after(CLOSE_DRAIN_S):
         await websocket.close(code, reason)
+        while True:
+            await websocket.receive()
 
 
 async def _receive_input(session: Session) -> None:
