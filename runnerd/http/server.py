@@ -18,7 +18,10 @@ accept, graceful stop) because what the issue needs is not configurable there:
   quart-trio cancels that task's nursery right after the response. The
   timer, still inside `start()`, is cancelled with it (observed: within
   1 ms, so an idle connection stayed open forever). `_Connection` starts it
-  under a shield, outside that cancellation. The same timer bounds how long
+  under a shield, outside that cancellation. The same goes for closing the
+  connection after a `connection: close` answer (a 408, a 413, a refused
+  request with an unread body): that close was cancelled the same way, and
+  the connection stayed open. The same timer bounds how long
   a request's headers may take (it runs from connect, or from the previous
   response, until a whole request head has arrived); the body's deadline is
   quart's `BODY_TIMEOUT`.
@@ -42,7 +45,7 @@ from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.events import Event, RawData, Updated
+from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
@@ -91,13 +94,21 @@ class _Connection(TCPServer):
     reason phrases added (see the module docstring)."""
 
     async def protocol_send(self, event: Event) -> None:
-        if isinstance(event, Updated):
+        if isinstance(event, Updated | Closed):
+            # Connection-level work sent from quart-trio's request task, which
+            # may be cancelled at any moment after its response: shielded.
             with trio.CancelScope(shield=True):
                 await super().protocol_send(event)
             return
         if isinstance(event, RawData):
             event = RawData(data=with_reason(event.data), address=event.address)
         await super().protocol_send(event)
+
+    async def _read_data(self) -> None:
+        await super()._read_data()
+        # The peer is gone. hypercorn leaves the keep-alive timer running, and
+        # the connection (and its slot under the cap) lingers until it fires.
+        await self.idle_task.stop()
 
 
 class _AcceptLoop:
