@@ -109,9 +109,15 @@ def check_reloaded(config: Config) -> None:
 
 
 def _reloadable_server(old: Config, new: Config) -> ServerConfig:
-    # CORS is read per request and the log level is ours to set; listeners,
-    # socket mode and the body limit are fixed once the app is serving.
-    return replace(old.server, log_level=new.server.log_level, cors_origins=new.server.cors_origins)
+    # CORS and allowed hosts are read per request and the log level is ours
+    # to set; listeners, socket mode, the body limit and the connection
+    # bounds are fixed once the app is serving.
+    return replace(
+        old.server,
+        log_level=new.server.log_level,
+        cors_origins=new.server.cors_origins,
+        allowed_hosts=new.server.allowed_hosts,
+    )
 
 
 def restart_only_changes(old: Config, new: Config) -> list[str]:
