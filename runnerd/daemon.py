@@ -44,6 +44,7 @@ from runnerd.config import (
     load_config,
 )
 from runnerd.config_server import server_warnings
+from runnerd.http.guard import HostSyntaxGuard
 from runnerd.http.server import connection_cap, dup_socket, open_files_limit, serve_app
 from runnerd.listeners import Listener, bind_listeners, close_listeners
 from runnerd.logs import set_log_level
@@ -244,7 +245,7 @@ async def _serve(state: AppState, listeners: list[Listener], signals: AsyncItera
                     extra={"max_connections": cap, "nofile": open_files_limit()},
                 )
             await serve_app(
-                create_app(state),
+                HostSyntaxGuard(create_app(state)),
                 build_hypercorn_config(server),
                 [dup_socket(listener.sock) for listener in listeners],
                 max_connections=cap,

@@ -20,11 +20,17 @@ browser treat runnerd as that page's own origin. So before any route runs:
 
 The WebSocket route applies 1 and 2 itself (closing with 4403), since a
 browser cannot read a refused handshake's status.
+
+`HostSyntaxGuard` wraps the whole app: a `Host` that is no valid host name
+(`a..b`, a label over 63 characters) makes werkzeug raise while quart builds
+the request context, before any hook runs, which hypercorn answered with a
+500 and a logged traceback (found by the fuzz suite). It is a `400` here.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,6 +39,7 @@ from quart_trio import QuartTrio
 
 from runnerd.config import Config
 from runnerd.config_server import is_loopback_host
+from runnerd.contract import error_body
 from runnerd.http.cors import origin_permitted
 from runnerd.http.errors import close_if_body_unread, error_response
 
@@ -99,6 +106,40 @@ def _has_body() -> bool:
 def server_address(scope: Mapping[str, Any]) -> tuple[str, int] | None:
     server = scope.get("server")
     return (str(server[0]), int(server[1])) if server else None
+
+
+_BAD_HOST_BODY = json.dumps(
+    error_body("invalid_request", "the Host header is not a valid host name"),
+    separators=(",", ":"),
+).encode()
+
+
+def host_syntax_ok(scope: Mapping[str, Any]) -> bool:
+    """Can werkzeug bind a URL map to this request's Host (IDNA-encode it)?"""
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"host":
+            try:
+                value.decode("latin-1").encode("idna")
+            except UnicodeError:
+                return False
+    return True
+
+
+class HostSyntaxGuard:
+    """ASGI wrapper: a request whose Host werkzeug cannot parse is a JSON 400."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket") or host_syntax_ok(scope):
+            await self.app(scope, receive, send)
+            return
+        prefix = "websocket.http." if scope["type"] == "websocket" else "http."
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+                   (b"content-length", str(len(_BAD_HOST_BODY)).encode())]  # fmt: skip
+        await send({"type": prefix + "response.start", "status": 400, "headers": headers})
+        await send({"type": prefix + "response.body", "body": _BAD_HOST_BODY})
 
 
 def register_guard(app: QuartTrio, config: Callable[[], Config]) -> None:

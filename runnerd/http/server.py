@@ -4,11 +4,11 @@ Owns the accept loop and the per-connection wrapper. It replaces
 `hypercorn.trio.serve` (whose `worker_serve` is mirrored here: lifespan,
 accept, graceful stop) because what the issue needs is not configurable there:
 
-- **A connection cap per listener.** At `max_connections` we stop calling
-  `accept()`: new clients wait in the kernel's listen backlog (4096) and are
-  served as soon as a slot frees. Streams (SSE, WebSocket) hold a slot like
-  any connection, and are never cut to make room; idle keep-alive
-  connections free theirs within `idle_timeout_seconds`.
+- **A connection cap per listener.** At `max_connections` the connection
+  idle the longest (no request in flight) is closed to make room; when all
+  are busy we stop calling `accept()`, and new clients wait in the kernel's
+  listen backlog (4096) until a slot frees. Streams (SSE, WebSocket) hold a
+  slot like any connection and are never cut to make room.
 - **Running out of file descriptors** (`EMFILE`, `ENFILE`, ...) is logged once
   when it starts and once when it clears, with a count, not once per retry
   (`trio.serve_listeners` logs every 0.1 s, with a traceback).
@@ -25,6 +25,7 @@ accept, graceful stop) because what the issue needs is not configurable there:
   a request's headers may take (it runs from connect, or from the previous
   response, until a whole request head has arrived); the body's deadline is
   quart's `BODY_TIMEOUT`.
+- **Closing never races a send** (`_close`).
 - **Reason phrases.** hypercorn sends `HTTP/1.1 200 ` (an empty reason,
   legal but unhelpful in a trace); `_Connection` fills in the standard phrase.
 
@@ -91,10 +92,15 @@ def connection_cap(configured: int, listeners: int, nofile: int, max_sessions: i
 
 class _Connection(TCPServer):
     """hypercorn's connection handler with the keep-alive timer fixed and
-    reason phrases added (see the module docstring)."""
+    reason phrases added (see the module docstring). `on_idle` hears every
+    idle/busy transition (idle: no request in flight)."""
+
+    on_idle: Callable[[_Connection, bool], None] | None = None
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, Updated | Closed):
+            if isinstance(event, Updated) and self.on_idle is not None:
+                self.on_idle(self, event.idle)
             # Connection-level work sent from quart-trio's request task, which
             # may be cancelled at any moment after its response: shielded.
             with trio.CancelScope(shield=True):
@@ -104,6 +110,19 @@ class _Connection(TCPServer):
             event = RawData(data=with_reason(event.data), address=event.address)
         await super().protocol_send(event)
 
+    async def evict(self) -> None:
+        """Close this idle connection now (what the keep-alive timer does)."""
+        with trio.CancelScope(shield=True):
+            await self._initiate_server_close()
+
+    async def _close(self) -> None:
+        # hypercorn half-closes (send_eof) without its send lock, so a frame
+        # the app is sending at that moment failed with BusyResourceError (a
+        # 500-style traceback; found by the WebSocket frame fuzzer: a client
+        # protocol error makes hypercorn close while the handler sends).
+        async with self.send_lock:
+            await super()._close()
+
     async def _read_data(self) -> None:
         await super()._read_data()
         # The peer is gone. hypercorn leaves the keep-alive timer running, and
@@ -112,18 +131,29 @@ class _Connection(TCPServer):
 
 
 class _AcceptLoop:
-    """Accept on one listener while it has fewer than `cap` connections."""
+    """Accept on one listener while it has fewer than `cap` connections.
+
+    At the cap, the connection idle the longest (no request in flight, so
+    never a stream) is closed to make room, as its keep-alive timeout would;
+    when every connection is busy, accepting waits for one to end.
+    """
 
     def __init__(self, listener: trio.SocketListener, cap: int, name: str) -> None:
         self.listener = listener
         self.slots = trio.Semaphore(cap)
         self.name = name
         self.failures = 0
+        # Idle connections, oldest first (dicts keep insertion order).
+        self.idle: dict[_Connection, None] = {}
 
     async def run(
-        self, nursery: trio.Nursery, handle: Callable[[trio.SocketStream], Awaitable[None]]
+        self, nursery: trio.Nursery, make: Callable[[trio.SocketStream], _Connection]
     ) -> None:
         while True:
+            if self.slots.value == 0 and self.idle:
+                oldest = next(iter(self.idle))
+                del self.idle[oldest]
+                nursery.start_soon(oldest.evict)
             await self.slots.acquire()
             try:
                 stream = await self.listener.accept()
@@ -135,16 +165,23 @@ class _AcceptLoop:
                 await trio.sleep(_CAPACITY_RETRY_S)
                 continue
             self._note_recovery()
-            nursery.start_soon(self._serve_one, stream, handle)
+            nursery.start_soon(self._serve_one, make(stream))
 
-    async def _serve_one(
-        self, stream: trio.SocketStream, handle: Callable[[trio.SocketStream], Awaitable[None]]
-    ) -> None:
+    def _set_idle(self, connection: _Connection, idle: bool) -> None:
+        if idle:
+            self.idle[connection] = None
+        else:
+            self.idle.pop(connection, None)
+
+    async def _serve_one(self, connection: _Connection) -> None:
+        connection.on_idle = self._set_idle
+        self.idle[connection] = None  # idle until its first request arrives
         try:
-            await handle(stream)
+            await connection
         finally:
+            self.idle.pop(connection, None)
             self.slots.release()
-            await trio.aclose_forcefully(stream)
+            await trio.aclose_forcefully(connection.stream)
 
     def _note_failure(self, exc: OSError) -> None:
         if self.failures == 0:
@@ -191,10 +228,10 @@ async def serve_app(
         await lifespan.wait_for_startup()
         async with trio.open_nursery() as connections:
 
-            async def handle(stream: trio.SocketStream) -> None:
+            def make(stream: trio.SocketStream) -> _Connection:
                 # Each connection gets its own copy, as in hypercorn's worker_serve.
                 state = ConnectionState(lifespan_state.copy())
-                await _Connection(wrapped, config, context, state, stream)  # type: ignore[arg-type]
+                return _Connection(wrapped, config, context, state, stream)  # type: ignore[arg-type]
 
             loops = [
                 _AcceptLoop(trio.SocketListener(trio.socket.from_stdlib_socket(sock)),
@@ -204,7 +241,7 @@ async def serve_app(
             try:
                 async with trio.open_nursery() as accepting:
                     for loop in loops:
-                        accepting.start_soon(loop.run, connections, handle)
+                        accepting.start_soon(loop.run, connections, make)
                     task_status.started([loop.name for loop in loops])
                     await shutdown_trigger()
                     accepting.cancel_scope.cancel()

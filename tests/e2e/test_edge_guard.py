@@ -154,3 +154,15 @@ async def test_status_lines_carry_reason_phrases_and_204_has_no_body_headers(
     assert b"application/json" in slashes and b"<html" not in slashes.lower()
     assert b'"error":"not_found"' in slashes
     assert text_delete.startswith(b"HTTP/1.1 415 Unsupported Media Type\r\n")
+
+
+async def test_a_host_werkzeug_cannot_parse_is_a_json_400(tmp_path: Path) -> None:
+    async with tcp_daemon(tmp_path) as (daemon, port):
+        answers = [
+            await raw_exchange(port, f"GET /v1/health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            for host in ("a..b", "x" * 70 + ".example", ".")
+        ]
+    for answer in answers:
+        assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer
+        assert b'"error":"invalid_request"' in answer and b"not a valid host name" in answer
+    assert "Traceback" not in daemon.stderr_text()
