@@ -5,7 +5,7 @@ with real workloads under real PTYs. Figures are printed, never asserted;
 the targets come from issue 2 and are shown beside each figure.
 
 Run one with `python -m bench NAME` (names: startup, latency, throughput,
-idle, shutdown); no name runs them all.
+idle, connections, bodies); no name runs them all.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import trio
 
+from bench.edge import bench_bodies, bench_connections
 from bench.harness import (
     drain_pty_raw,
     open_daemon,
@@ -194,6 +195,8 @@ BENCHES: dict[str, Callable[[], Awaitable[list[Row]]]] = {
     "latency": bench_latency,
     "throughput": bench_throughput,
     "idle": bench_idle,
+    "connections": bench_connections,
+    "bodies": bench_bodies,
 }
 
 
