@@ -41,8 +41,11 @@ async def tcp_daemon(
         shutil.rmtree(sock_dir, ignore_errors=True)
 
 
-async def raw_exchange(port: int, request: bytes, quiet_s: float = 1.0) -> bytes:
-    """Send `request`; collect the answer until EOF or `quiet_s` of silence."""
+async def raw_exchange(
+    port: int, request: bytes, quiet_s: float = 1.0, until: bytes | None = None
+) -> bytes:
+    """Send `request`; collect the answer until EOF, `quiet_s` of silence, or
+    (when given) `until` has arrived."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     received = bytearray()
     async with stream:
@@ -53,6 +56,7 @@ async def raw_exchange(port: int, request: bytes, quiet_s: float = 1.0) -> bytes
                 if not chunk:
                     break
                 received += chunk
-                continue
+                if until is None or until not in received:
+                    continue
             break
     return bytes(received)

@@ -100,7 +100,7 @@ async def test_websocket_from_a_rebound_host_closes_4403(tmp_path: Path) -> None
             f"Host: evil.example:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
         ).encode()
-        answer = await raw_exchange(port, handshake)
+        answer = await raw_exchange(port, handshake, until=b"forbidden_host")
     head, _, frames = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
     # A close frame: opcode 8, then the code 4403 and the reason.

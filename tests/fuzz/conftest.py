@@ -33,25 +33,22 @@ STOP_TIMEOUT_S = 10.0
 
 @dataclass
 class FuzzDaemon:
+    """`http` (UNIX socket) and `tcp` are clients kept for the whole module:
+    building an httpx client costs more than a request."""
+
     socket_path: Path
     port: int
     proc: subprocess.Popen[bytes]
     log_path: Path
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(
-            transport=httpx.HTTPTransport(uds=str(self.socket_path)),
-            base_url="http://localhost",
-            timeout=httpx.Timeout(10.0),
-        )
+    http: httpx.Client
+    tcp: httpx.Client
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
     def assert_alive(self) -> None:
         assert self.proc.poll() is None, f"runnerd died; log:\n{self.log()}"
-        with self.client() as client:
-            assert client.get("/v1/health").status_code == 200
+        assert self.http.get("/v1/health").status_code == 200
         log = self.log()
         assert "Traceback" not in log and "ERROR" not in log, log
 
@@ -85,7 +82,15 @@ def fuzz_daemon() -> Iterator[FuzzDaemon]:
                 _wait_ready(notify, proc)
                 match = re.search(r"tcp:127\.0\.0\.1:(\d+)", log_path.read_text())
                 assert match, log_path.read_text()
-                yield FuzzDaemon(socket_path, int(match.group(1)), proc, log_path)
+                port = int(match.group(1))
+                http = stack.enter_context(httpx.Client(
+                    transport=httpx.HTTPTransport(uds=str(socket_path)),
+                    base_url="http://localhost", timeout=httpx.Timeout(10.0),
+                ))  # fmt: skip
+                tcp = stack.enter_context(
+                    httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=httpx.Timeout(10.0))
+                )
+                yield FuzzDaemon(socket_path, port, proc, log_path, http, tcp)
             finally:
                 _stop(proc)
         assert proc.returncode == 0, log_path.read_text()

@@ -48,8 +48,7 @@ def raw_session(fuzz_daemon: FuzzDaemon) -> str:
                    "files": [{"relativePath": "main.sh",
                               "contents": "stty raw -echo; exec sleep 300"}]},
     }  # fmt: skip
-    with fuzz_daemon.client() as client:
-        created = client.post("/v1/sessions", json=body)
+    created = fuzz_daemon.http.post("/v1/sessions", json=body)
     assert created.status_code == 201, created.text
     return str(created.json()["sessionId"])
 
