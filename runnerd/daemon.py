@@ -47,7 +47,7 @@ from runnerd.config import (
 from runnerd.config_server import server_warnings
 from runnerd.http.guard import HostSyntaxGuard
 from runnerd.http.server import connection_cap, dup_socket, open_files_limit, serve_app
-from runnerd.listeners import Listener, bind_listeners, close_listeners
+from runnerd.listeners import Listener, bind_listeners, close_listeners, refuse_remote
 from runnerd.logs import set_log_level
 from runnerd.sessions import SessionManager
 from runnerd.systemd import (
@@ -226,9 +226,11 @@ def _bind_listeners(config: Config) -> list[Listener]:
     inherited = parse_listen_fds(os.environ, os.getpid())
     for key in LISTEN_ENV_KEYS:
         os.environ.pop(key, None)  # never handed on (sd_listen_fds convention)
-    return bind_listeners(
+    listeners = bind_listeners(
         config.server.listen, socket_mode=config.server.socket_mode, inherited_fds=inherited
     )
+    refuse_remote(listeners, allow_remote=config.server.allow_remote)
+    return listeners
 
 
 def build_state(config: Config, backend: Backend) -> AppState:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runnerd.config import ListenAddress, parse_listen
+from runnerd.config_server import is_loopback_host
 
 _PROBE_TIMEOUT_S = 1.0
 # Connections the kernel queues before runnerd accepts them (capped by
@@ -92,6 +93,30 @@ def bind_listeners(
         close_listeners(listeners)
         raise
     return listeners
+
+
+def refuse_remote(listeners: list[Listener], *, allow_remote: bool) -> None:
+    """The runtime half of `server.allow_remote`: config parsing refuses a
+    non-loopback `tcp:` entry, but an inherited socket (`fd:N`, systemd's)
+    is only known once adopted. Raises ListenError naming it, after closing
+    every listener, unless remote access is allowed."""
+    if allow_remote:
+        return
+    for listener in listeners:
+        if not is_remote_address(listener.address):
+            continue
+        close_listeners(listeners)
+        raise ListenError(
+            f"server.listen: {listener.entry} listens on {listener.address}, reachable from "
+            "other machines; anyone who reaches the API can run code on this host. Pass a "
+            "loopback socket, or set server.allow_remote = true"
+        )
+
+
+def is_remote_address(address: str) -> bool:
+    """Is a `Listener.address` (`tcp:HOST:PORT`, `unix:PATH`) reachable off this host?"""
+    spec = parse_listen(address)
+    return spec.kind == "tcp" and not is_loopback_host(spec.host or "")
 
 
 def close_listeners(listeners: list[Listener]) -> None:

@@ -88,3 +88,16 @@ def test_connection_cap_leaves_descriptors_for_sessions() -> None:
     # nofile 1024: 64 reserved, 8 per session for 32 sessions, the rest split.
     assert connection_cap(1000, 2, 1024, 32) == (1024 - 64 - 256) // 2
     assert connection_cap(1000, 1, 100, 32) == 1  # never zero: the API stays reachable
+
+
+@pytest.mark.parametrize(
+    ("address", "remote"),
+    [("tcp:127.0.0.1:8062", False), ("tcp:[::1]:1", False), ("unix:/run/x.sock", False),
+     ("tcp:0.0.0.0:8062", True), ("tcp:[::]:8062", True), ("tcp:192.168.1.5:80", True)],
+)  # fmt: skip
+def test_an_inherited_listener_off_loopback_counts_as_remote(address: str, remote: bool) -> None:
+    # What `refuse_remote` checks on sockets adopted from systemd or `fd:N`,
+    # which config parsing cannot see.
+    from runnerd.listeners import is_remote_address
+
+    assert is_remote_address(address) is remote
