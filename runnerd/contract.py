@@ -22,6 +22,9 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict, TypeVar, get
 import msgspec
 from msgspec import Meta, Struct
 
+from runnerd.json_checks import MAX_JSON_DEPTH as MAX_JSON_DEPTH
+from runnerd.json_checks import JsonCheckError, check_tree
+
 ACCEPTED_TERMS_HEADER = "x-telo-accepted-terms"
 
 PullPolicy = Literal["missing", "always", "never"]
@@ -175,45 +178,6 @@ def describe_validation_error(message: str, data: Any) -> str:
     return f"{where}: {what}"
 
 
-# No body of the contract nests more than 4 levels; 64 leaves room for what
-# clients add (ignored) and keeps every walk over the body far from Python's
-# recursion limit (json.loads itself raises RecursionError near 1,000).
-MAX_JSON_DEPTH = 64
-
-
-def _check_tree(data: Any) -> None:
-    """Depth and text checks over a decoded body, iteratively (no recursion).
-
-    Raises:
-        RequestError: nested deeper than MAX_JSON_DEPTH, or a key or string
-            holds a lone surrogate (not encodable as UTF-8: no file, env
-            value or log line can carry it); the message names where.
-    """
-    stack: list[tuple[Any, str, int]] = [(data, "body", 1)]
-    while stack:
-        node, where, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            raise RequestError(f"body nests deeper than the limit of {MAX_JSON_DEPTH} levels")
-        if isinstance(node, str):
-            _check_text(node, where)
-        elif isinstance(node, dict):
-            for key, value in node.items():
-                _check_text(key, f"{where} key")
-                stack.append((value, f"{where}.{key}", depth + 1))
-        elif isinstance(node, list):
-            stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(node))
-
-
-def _check_text(text: str, where: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        shown = where.encode("utf-8", "backslashreplace").decode("ascii", "replace")
-        raise RequestError(
-            f"{shown} contains a lone surrogate (\\ud800-\\udfff), which is not valid text"
-        ) from None
-
-
 def parse_body(model: type[M], raw: bytes) -> M:
     """Parse and validate a JSON request body.
 
@@ -230,7 +194,10 @@ def parse_body(model: type[M], raw: bytes) -> M:
         raise RequestError(f"body is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise RequestError("body must be a JSON object")
-    _check_tree(data)
+    try:
+        check_tree(data)
+    except JsonCheckError as exc:
+        raise RequestError(str(exc)) from None
     try:
         return msgspec.convert(data, type=model, strict=True)
     except msgspec.ValidationError as exc:

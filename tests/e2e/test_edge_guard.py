@@ -162,6 +162,12 @@ async def test_a_host_werkzeug_cannot_parse_is_a_json_400(tmp_path: Path) -> Non
             await raw_exchange(port, f"GET /v1/health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
             for host in ("a..b", "x" * 70 + ".example", ".")
         ]
+        upgrade = (
+            "GET /v1/sessions/x/io HTTP/1.1\r\nHost: a..b\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        answers.append(await raw_exchange(port, upgrade.encode()))
     for answer in answers:
         assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer
         assert b'"error":"invalid_request"' in answer and b"not a valid host name" in answer
