@@ -5,7 +5,7 @@ with real workloads under real PTYs. Figures are printed, never asserted;
 the targets come from issue 2 and are shown beside each figure.
 
 Run one with `python -m bench NAME` (names: startup, latency, throughput,
-idle, cli); no name runs them all.
+idle, cli, connections, bodies); no name runs them all.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 import trio
 
 from bench.cli import bench_cli
+from bench.edge import bench_bodies, bench_connections
 from bench.harness import (
     drain_pty_raw,
     open_daemon,
@@ -196,6 +197,8 @@ BENCHES: dict[str, Callable[[], Awaitable[list[Row]]]] = {
     "throughput": bench_throughput,
     "idle": bench_idle,
     "cli": bench_cli,
+    "connections": bench_connections,
+    "bodies": bench_bodies,
 }
 
 

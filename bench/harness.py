@@ -107,9 +107,10 @@ class Daemon:
 
 @asynccontextmanager
 async def open_daemon(
-    *, max_sessions: int = 64, replay_buffer_bytes: int = 5_000_000
+    *, max_sessions: int = 64, replay_buffer_bytes: int = 5_000_000, prefix: tuple[str, ...] = ()
 ) -> AsyncIterator[Daemon]:
-    """Start `python -m runnerd serve` on a temp config; yield once healthy."""
+    """Start `python -m runnerd serve` on a temp config; yield once healthy.
+    `prefix` wraps the command (e.g. `prlimit --nofile=1024:1024`)."""
     base = Path(tempfile.mkdtemp(prefix="runnerd-bench-"))
     try:
         cfg = base / "runnerd.toml"
@@ -122,7 +123,7 @@ async def open_daemon(
         env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "LISTEN_"))}
         t0 = time.perf_counter()
         proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "runnerd", "serve", "--config", str(cfg)],
+            [*prefix, sys.executable, "-m", "runnerd", "serve", "--config", str(cfg)],
             cwd=str(REPO),
             env=env,
         )

@@ -24,6 +24,7 @@ from runnerd.http.cors import register_cors
 from runnerd.http.counting import register_request_counting
 from runnerd.http.errors import register_error_handlers
 from runnerd.http.events import DEFAULT_HEARTBEAT_S, register_events_route
+from runnerd.http.guard import register_guard
 from runnerd.http.io import register_io_route
 from runnerd.http.listing import register_listing_route
 from runnerd.http.meta import register_meta_routes
@@ -57,8 +58,15 @@ def create_app(state: AppState, *, sse_heartbeat_s: float = DEFAULT_HEARTBEAT_S)
     app.config["RESPONSE_TIMEOUT"] = None
     # Nothing of ours runs in app.nursery; do not hold shutdown for it.
     app.config["BACKGROUND_TASK_SHUTDOWN_TIMEOUT"] = None
+    # A body that trickles in is cut (408) after this; the headers' deadline
+    # is the server's (`runnerd.http.server`).
+    app.config["BODY_TIMEOUT"] = state.config.server.request_timeout_s
+    # `//` in a path is a 404 like any unknown path, not a 308 HTML redirect.
+    app.url_map.merge_slashes = False
+    app.url_map.strict_slashes = False
 
     register_error_handlers(app, max_body_bytes=state.config.server.max_body_bytes)
+    register_guard(app, lambda: state.config)  # first: before any other hook or route
     register_cors(app, lambda: state.config)
     register_request_counting(app, state.metrics)
     register_meta_routes(app, state)

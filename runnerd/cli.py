@@ -85,12 +85,15 @@ def read_config_or_report(path: Path) -> Config | None:
 
 def check_config(path: Path) -> int:
     from runnerd.config import render_config, runtime_warnings
+    from runnerd.config_server import server_warnings
 
     config = read_config_or_report(path)
     if config is None:
         return EXIT_CONFIG
     print(render_config(config))
     for warning in runtime_warnings(config, os.environ.get("PATH")):
+        print(f"runnerd: warning: {warning}", file=sys.stderr)
+    for warning in server_warnings(config.server):
         print(f"runnerd: warning: {warning}", file=sys.stderr)
     return EXIT_OK
 

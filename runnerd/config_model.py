@@ -35,10 +35,23 @@ class ServerConfig:
     # "unix:/path", "tcp:HOST:PORT", "fd:N", or "systemd" (LISTEN_FDS).
     listen: tuple[str, ...]
     socket_mode: int = 0o660
-    # "*" or an explicit allowlist of origins.
-    cors_origins: Literal["*"] | tuple[str, ...] = "*"
+    # "*" or an explicit allowlist of origins. Default: no browser origin at
+    # all (curl and other non-browser clients send none and are unaffected).
+    cors_origins: Literal["*"] | tuple[str, ...] = ()
     max_body_bytes: int = 16 * 1024 * 1024
     log_level: str = "info"
+    # Host names (beyond loopback addresses and `localhost`) a TCP request's
+    # Host header may name: the DNS-rebinding guard. Lowercase, no port.
+    allowed_hosts: tuple[str, ...] = ()
+    # A TCP bind to a non-loopback address must be asked for explicitly.
+    allow_remote: bool = False
+    # An idle keep-alive connection (no request in flight) is closed after this.
+    idle_timeout_s: float = 5.0
+    # A request's headers, and then its body, must arrive within this.
+    request_timeout_s: float = 10.0
+    # Connections served at once per listener (streams included); the rest
+    # wait in the listen backlog.
+    max_connections: int = 1000
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from typing import Literal, cast
 
 from runnerd.config_model import (
     DEFAULT_APP_LIMITS,
-    DEFAULT_LISTEN,
     DEFAULT_SESSION_LIMITS,
     ENTRY,
     MAX_STOP_GRACE_S,
@@ -38,6 +37,7 @@ from runnerd.config_model import (
     TierLimits,
     toml_key,
 )
+from runnerd.config_server import SERVER_KEYS, parse_server
 from runnerd.contract import PullPolicy
 from runnerd.envnames import is_env_name
 from runnerd.limits import QuantityError, parse_quantity
@@ -126,7 +126,6 @@ class _Table:
 
 
 _ROOT_KEYS = ("server", "runner", "terms", "limits", "apps", "local", "metrics")
-_SERVER_KEYS = ("listen", "socket_mode", "cors_origins", "max_body_bytes", "log_level")
 _RUNNER_KEYS = (
     "backend", "display_name", "description", "default_image", "allowed_images",
     "registry_url", "max_sessions", "exit_ttl_seconds", "replay_buffer_bytes",
@@ -139,31 +138,6 @@ _LOG_LEVELS = ("debug", "info", "warning", "error")
 _PULL_POLICIES = ("missing", "always", "never")
 # App names appear in URL paths (/v1/apps/{name}/sessions): keep them URL-safe.
 _APP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
-
-
-def _parse_server(t: _Table, base_dir: Path) -> ServerConfig:
-    entries = t.string_list("listen", empty_ok=False)
-    listen: list[str] = []
-    for i, entry in enumerate(entries or DEFAULT_LISTEN):
-        try:
-            canonical = format_listen(parse_listen(entry, base_dir))
-        except ValueError as exc:
-            raise ConfigError(f"server.listen[{i}]", str(exc)) from None
-        if canonical in listen:
-            raise ConfigError(f"server.listen[{i}]", f"{entry!r} is listed twice")
-        listen.append(canonical)
-    mode = t.string("socket_mode", "0660")
-    if not re.fullmatch(r"0?[0-7]{3}", mode):
-        raise ConfigError(
-            "server.socket_mode", f'must be an octal string like "0660", got {mode!r}'
-        )
-    return ServerConfig(
-        listen=tuple(listen),
-        socket_mode=int(mode, 8),
-        cors_origins=_parse_cors(t),
-        max_body_bytes=t.positive_int("max_body_bytes", 16 * 1024 * 1024),
-        log_level=t.choice("log_level", "info", _LOG_LEVELS),
-    )
 
 
 def _parse_metrics(t: _Table, base_dir: Path, server: ServerConfig) -> MetricsConfig:
@@ -187,21 +161,6 @@ def _parse_metrics(t: _Table, base_dir: Path, server: ServerConfig) -> MetricsCo
             raise ConfigError(key, f"{entry!r} is listed twice")
         listen.append(canonical)
     return MetricsConfig(listen=tuple(listen))
-
-
-def _parse_cors(t: _Table) -> Literal["*"] | tuple[str, ...]:
-    if t.data.get("cors_origins", "*") == "*":
-        return "*"
-    origins = t.string_list("cors_origins") or ()
-    for i, origin in enumerate(origins):
-        # A browser's Origin never ends in "/", so such an entry never matches.
-        if "://" not in origin or origin.endswith("/"):
-            hint = ' (for any origin write cors_origins = "*")' if origin == "*" else ""
-            raise ConfigError(
-                f"server.cors_origins[{i}]",
-                f"must be an origin like https://editor.example.com, got {origin!r}{hint}",
-            )
-    return origins
 
 
 def _backend(t: _Table) -> str:
@@ -386,7 +345,7 @@ def parse_config(
         ConfigError: the first problem found, naming its key path.
     """
     root = _Table(dict(data), "", _ROOT_KEYS)
-    server = _parse_server(root.table("server", _SERVER_KEYS), base_dir)
+    server = parse_server(root.table("server", SERVER_KEYS), base_dir)
     runner = _parse_runner(root.table("runner", _RUNNER_KEYS))
     limits = root.table("limits", ("session", "app"))
     session_limits = _parse_tier(limits.table("session", _TIER_KEYS), DEFAULT_SESSION_LIMITS)

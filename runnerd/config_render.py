@@ -43,7 +43,9 @@ def _render_head(config: Config) -> list[str]:
     out = _section("server", {
         "listen": s.listen, "socket_mode": f"{s.socket_mode:04o}",
         "cors_origins": s.cors_origins, "max_body_bytes": s.max_body_bytes,
-        "log_level": s.log_level,
+        "log_level": s.log_level, "allowed_hosts": s.allowed_hosts,
+        "allow_remote": s.allow_remote, "idle_timeout_seconds": s.idle_timeout_s,
+        "request_timeout_seconds": s.request_timeout_s, "max_connections": s.max_connections,
     })  # fmt: skip
     out += _section("runner", {
         "backend": r.backend, "display_name": r.display_name, "description": r.description,

@@ -1,11 +1,14 @@
 """The `/v1` wire contract: request bodies, run events, statuses. Pure.
 
 Owns the shapes that cross the HTTP boundary and nothing else. Request bodies
-are validated by msgspec (strict: no coercion, no unknown fields), and a
-validation failure is turned into one client-readable line naming the field
-(`body.env.FOO must be a string`). Events and statuses are plain JSON-ready
-dicts typed with `TypedDict`, so the registry can size them by their JSON
-length and the SSE writer can dump them as they are.
+are validated by msgspec (strict: no coercion; unknown fields are ignored at
+every level, as the contract says), and a validation failure is turned into
+one client-readable line naming the field (`body.env.FOO must be a string`).
+Before the schema, a body must nest at most `MAX_JSON_DEPTH` levels and hold
+only text UTF-8 can carry (no lone surrogates from `\ud800` escapes).
+Events and statuses are plain JSON-ready dicts typed with `TypedDict`, so the
+registry can size them by their JSON length and the SSE writer can dump them
+as they are.
 
 No IO here, and nothing that imports trio, httpx or quart.
 """
@@ -18,6 +21,9 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict, TypeVar, get
 
 import msgspec
 from msgspec import Meta, Struct
+
+from runnerd.json_checks import MAX_JSON_DEPTH as MAX_JSON_DEPTH
+from runnerd.json_checks import JsonCheckError, check_tree
 
 ACCEPTED_TERMS_HEADER = "x-telo-accepted-terms"
 
@@ -34,9 +40,12 @@ NonEmptyStr = Annotated[str, Meta(min_length=1)]
 # --------------------------------------------------------------------------
 
 
-class Body(Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+class Body(Struct, frozen=True, kw_only=True):
     """A request body. Decoded strictly (a number is not a string, "1" is not
-    an int) and a typo'd field is an error, never silently ignored.
+    an int). Unknown fields are ignored, not refused: the upstream runner's
+    validator strips them, and real clients send more than we read (the Telo
+    editor sends its whole runner config, `registryUrl` included, to
+    `/v1/probe`).
 
     msgspec rather than pydantic: the same strict validation and JSON Schema,
     for a fraction of the start-up time and resident memory of a daemon that
@@ -86,13 +95,10 @@ class StartAppSessionRequest(Body, frozen=True):
     inspect: bool | None = None
 
 
-class ProbeConfig(Body, frozen=True):
-    image: NonEmptyStr
-    pullPolicy: PullPolicy
-
-
 class ProbeRequest(Body, frozen=True):
-    config: ProbeConfig
+    """`POST /v1/probe`: the same config object a session takes."""
+
+    config: SessionConfig
 
 
 M = TypeVar("M", bound=Body)
@@ -111,11 +117,18 @@ class RequestError(ValueError):
 _AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _FIELD = re.compile(r"^Object (?P<kind>missing required|contains unknown) field `(?P<name>[^`]+)`$")
 _EXPECTED = re.compile(r"^Expected `(?P<type>[a-z]+)[^`]*`(?P<rest>.*)$")
-_TYPE_WORDS = {"str": "a string", "int": "an integer", "bool": "a boolean",
-               "object": "an object", "array": "an array"}
+_TYPE_WORDS = {
+    "str": "a string",
+    "int": "an integer",
+    "bool": "a boolean",
+    "object": "an object",
+    "array": "an array",
+}
 # The literal-typed fields, by name: msgspec reports the bad value, not the choices.
 _CHOICES: dict[str, tuple[str, ...]] = {
-    "pullPolicy": get_args(PullPolicy), "protocol": get_args(Protocol)}
+    "pullPolicy": get_args(PullPolicy),
+    "protocol": get_args(Protocol),
+}
 
 
 def _name_dict_keys(path: str, data: Any) -> str:
@@ -127,7 +140,7 @@ def _name_dict_keys(path: str, data: Any) -> str:
         if token == "[...]" and isinstance(node, dict):
             key = next((k for k, v in node.items() if not isinstance(v, str)), None)
             if key is None:
-                return out + path[len(out):]
+                return out + path[len(out) :]
             out, node = f"{out}.{key}", node[key]
         elif token.startswith("[") and isinstance(node, list):
             out, node = out + token, node[int(token[1:-1])]
@@ -169,15 +182,22 @@ def parse_body(model: type[M], raw: bytes) -> M:
     """Parse and validate a JSON request body.
 
     Raises:
-        RequestError: not JSON, not an object, or breaks `model`'s schema; the
-            message names the offending field.
+        RequestError: not JSON, nested too deep, holds text that is not
+            valid Unicode, not an object, or breaks `model`'s schema; the
+            message names the offending field or the limit.
     """
     try:
         data = json.loads(raw) if raw.strip() else None
+    except RecursionError:
+        raise RequestError(f"body nests deeper than the limit of {MAX_JSON_DEPTH} levels") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError(f"body is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise RequestError("body must be a JSON object")
+    try:
+        check_tree(data)
+    except JsonCheckError as exc:
+        raise RequestError(str(exc)) from None
     try:
         return msgspec.convert(data, type=model, strict=True)
     except msgspec.ValidationError as exc:

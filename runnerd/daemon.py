@@ -22,6 +22,7 @@ listens; the CLI turns them into exit 2.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import resource
@@ -31,7 +32,6 @@ from dataclasses import replace
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
 
 from runnerd import __version__
 from runnerd.app import AppState, create_app
@@ -44,7 +44,10 @@ from runnerd.config import (
     check_local_images,
     load_config,
 )
-from runnerd.listeners import Listener, bind_listeners, close_listeners
+from runnerd.config_server import server_warnings
+from runnerd.http.guard import HostSyntaxGuard
+from runnerd.http.server import connection_cap, dup_socket, open_files_limit, serve_app
+from runnerd.listeners import Listener, bind_listeners, close_listeners, refuse_remote
 from runnerd.logs import set_log_level
 from runnerd.metrics import NULL_METRICS, Metrics, PrometheusMetrics, metrics_asgi_app
 from runnerd.sessions import SessionManager
@@ -120,9 +123,15 @@ def check_reloaded(config: Config) -> None:
 
 
 def _reloadable_server(old: Config, new: Config) -> ServerConfig:
-    # CORS is read per request and the log level is ours to set; listeners,
-    # socket mode and the body limit are fixed once the app is serving.
-    return replace(old.server, log_level=new.server.log_level, cors_origins=new.server.cors_origins)
+    # CORS and allowed hosts are read per request and the log level is ours
+    # to set; listeners, socket mode, the body limit and the connection
+    # bounds are fixed once the app is serving.
+    return replace(
+        old.server,
+        log_level=new.server.log_level,
+        cors_origins=new.server.cors_origins,
+        allowed_hosts=new.server.allowed_hosts,
+    )
 
 
 def restart_only_changes(old: Config, new: Config) -> list[str]:
@@ -139,12 +148,14 @@ def restart_only_changes(old: Config, new: Config) -> list[str]:
     return changed
 
 
-def build_hypercorn_config(listeners: list[Listener]) -> HypercornConfig:
+def build_hypercorn_config(server: ServerConfig) -> HypercornConfig:
+    """hypercorn's settings; the sockets are handed to `serve_app` directly."""
     cfg = HypercornConfig()
-    # A dup per listener: hypercorn wraps `fd://N` in a socket object that
-    # closes N when collected, while `close_listeners` closes ours.
-    cfg.bind = [f"fd://{os.dup(listener.sock.fileno())}" for listener in listeners]
     cfg.accesslog = None
+    # Idle keep-alive connections close after this, and a request head must
+    # arrive within it (see runnerd.http.server). Streams are exempt: the
+    # timer stops while a request is in flight.
+    cfg.keep_alive_timeout = server.idle_timeout_s
     cfg.errorlog = logging.getLogger("hypercorn.error")
     cfg.graceful_timeout = GRACEFUL_TIMEOUT_S
     cfg.include_server_header = False
@@ -170,6 +181,9 @@ async def run_daemon(config: Config) -> None:
     # Signals first: a SIGTERM during start-up must take the clean path.
     with trio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
         raise_open_files_limit()
+        return_large_buffers_to_the_os()
+        for warning in server_warnings(config.server):
+            log.warning("config: %s", warning)
         state: AppState | None = None
 
         def apps() -> Mapping[str, AppEntry]:
@@ -188,6 +202,28 @@ async def run_daemon(config: Config) -> None:
             close_listeners(metrics_listeners)
             close_listeners(listeners)
     log.info("runnerd stopped")
+
+
+# glibc's mallopt parameter number for the mmap threshold (malloc.h).
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD_BYTES = 128 * 1024
+
+
+def return_large_buffers_to_the_os() -> None:
+    """Serve every allocation above 128 KiB from its own mmap, always.
+
+    glibc raises its mmap threshold each time a large mmapped block is freed
+    (up to 32 MiB), so after the first big request body, later 16 MiB
+    buffers come from the heap, whose freed top is rarely given back: RSS
+    stayed at 130-160 MB after a burst of 16 MiB bodies (bench/README.md).
+    Setting the threshold fixes it (and turns the adjustment off), so a
+    request's buffers go back to the OS when it ends. A no-op off glibc.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")  # glibc's soname; find_library would fork ldconfig
+        libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
+    except (OSError, AttributeError):
+        log.debug("mallopt unavailable; large buffers may stay resident")
 
 
 def raise_open_files_limit() -> None:
@@ -209,9 +245,11 @@ def _bind_listeners(config: Config) -> list[Listener]:
     inherited = parse_listen_fds(os.environ, os.getpid())
     for key in LISTEN_ENV_KEYS:
         os.environ.pop(key, None)  # never handed on (sd_listen_fds convention)
-    return bind_listeners(
+    listeners = bind_listeners(
         config.server.listen, socket_mode=config.server.socket_mode, inherited_fds=inherited
     )
+    refuse_remote(listeners, allow_remote=config.server.allow_remote)
+    return listeners
 
 
 def build_metrics(config: Config) -> Metrics:
@@ -261,9 +299,25 @@ async def _serve(
             await stop_http.wait()
 
         try:
-            await serve(
-                create_app(state),
-                build_hypercorn_config(listeners),
+            # A dup per listener: the accept loop closes its sockets when it
+            # ends, while `close_listeners` closes (and unlinks) ours.
+            server = state.config.server
+            cap = connection_cap(
+                server.max_connections,
+                len(listeners),
+                open_files_limit(),
+                state.config.runner.max_sessions,
+            )
+            if cap < server.max_connections:
+                log.info(
+                    "connection cap lowered to fit the open files limit",
+                    extra={"max_connections": cap, "nofile": open_files_limit()},
+                )
+            await serve_app(
+                HostSyntaxGuard(create_app(state)),
+                build_hypercorn_config(server),
+                [dup_socket(listener.sock) for listener in listeners],
+                max_connections=cap,
                 shutdown_trigger=shutdown_trigger,
                 task_status=task_status,
             )
@@ -274,7 +328,9 @@ async def _serve(
         await nursery.start(state.sessions.run)
         await nursery.start(run_http)
         if isinstance(state.metrics, PrometheusMetrics) and metrics_listeners:
-            await nursery.start(_serve_metrics, state.metrics, metrics_listeners, stop_http)
+            await nursery.start(
+                _serve_metrics, state.metrics, state.config.server, metrics_listeners, stop_http
+            )
         await _announce_ready(state, listeners, nursery, metrics_listeners or [])
         signum = await _handle_signals_until_stop(state, signals)
         log.info("shutting down", extra={"signal": signal.Signals(signum).name})
@@ -285,17 +341,29 @@ async def _serve(
         nursery.cancel_scope.cancel()
 
 
+# A scraper holds one connection or a few: a small cap bounds what a
+# misbehaving one can take, and idle/request timeouts apply as on the API.
+METRICS_MAX_CONNECTIONS = 16
+
+
 async def _serve_metrics(
     metrics: PrometheusMetrics,
+    server: ServerConfig,
     listeners: list[Listener],
     stop: trio.Event,
     *,
     task_status: trio.TaskStatus[list[str]],
 ) -> None:
-    """`GET /metrics` on its own listeners until `stop`, as the API is served."""
-    app = metrics_asgi_app(metrics)
-    config = build_hypercorn_config(listeners)
-    await serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)
+    """`GET /metrics` on its own listeners until `stop`, through the same
+    bounded connection handling as the API (`runnerd.http.server`)."""
+    await serve_app(
+        metrics_asgi_app(metrics),
+        build_hypercorn_config(server),
+        [dup_socket(listener.sock) for listener in listeners],
+        max_connections=METRICS_MAX_CONNECTIONS,
+        shutdown_trigger=stop.wait,
+        task_status=task_status,
+    )
 
 
 async def _announce_ready(

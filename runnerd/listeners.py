@@ -32,8 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runnerd.config import ListenAddress, parse_listen
+from runnerd.config_server import is_loopback_host
 
 _PROBE_TIMEOUT_S = 1.0
+# Connections the kernel queues before runnerd accepts them (capped by
+# net.core.somaxconn, 4096 by default): a burst of stream connects, or a
+# listener at its connection cap, must queue, not be refused.
+BACKLOG = 4096
 
 
 class ListenError(Exception):
@@ -88,6 +93,30 @@ def bind_listeners(
         close_listeners(listeners)
         raise
     return listeners
+
+
+def refuse_remote(listeners: list[Listener], *, allow_remote: bool) -> None:
+    """The runtime half of `server.allow_remote`: config parsing refuses a
+    non-loopback `tcp:` entry, but an inherited socket (`fd:N`, systemd's)
+    is only known once adopted. Raises ListenError naming it, after closing
+    every listener, unless remote access is allowed."""
+    if allow_remote:
+        return
+    for listener in listeners:
+        if not is_remote_address(listener.address):
+            continue
+        close_listeners(listeners)
+        raise ListenError(
+            f"server.listen: {listener.entry} listens on {listener.address}, reachable from "
+            "other machines; anyone who reaches the API can run code on this host. Pass a "
+            "loopback socket, or set server.allow_remote = true"
+        )
+
+
+def is_remote_address(address: str) -> bool:
+    """Is a `Listener.address` (`tcp:HOST:PORT`, `unix:PATH`) reachable off this host?"""
+    spec = parse_listen(address)
+    return spec.kind == "tcp" and not is_loopback_host(spec.host or "")
 
 
 def close_listeners(listeners: list[Listener]) -> None:
@@ -153,7 +182,7 @@ def _bind_tcp(entry: str, host: str, port: int) -> Listener:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(addr)
-        sock.listen(1024)
+        sock.listen(BACKLOG)
     except OSError as exc:
         sock.close()
         raise ListenError(f"server.listen: {entry}: {exc.strerror or exc}") from exc
@@ -243,7 +272,7 @@ def _bind_unix_socket(path: Path, socket_mode: int) -> socket.socket:
         finally:
             os.umask(old_umask)
         os.chmod(path, socket_mode)
-        sock.listen(1024)
+        sock.listen(BACKLOG)
     except BaseException:
         sock.close()
         raise

@@ -183,6 +183,10 @@ class Daemon:
     def stderr_text(self) -> str:
         return self._stderr.decode(errors="replace")
 
+    def session_dirs(self) -> list[str]:
+        """The session directories in the workdir (its lock file is not one)."""
+        return sorted(p.name for p in self.workdir.iterdir() if p.name != ".runnerd.lock")
+
     def write_config(self, overrides: Mapping[str, Any] | None = None) -> None:
         """Rewrite the config file (same harness base, new overrides)."""
         data = build_config(self.base, self.socket_path, overrides)

@@ -5,6 +5,12 @@ the operator allows every origin, or the request's Origin (with
 `vary: Origin`) when it is in the configured allowlist; nothing otherwise.
 It applies to every answer, errors and preflights included. The allowlist is
 read from the live config on each request, so a reload takes effect at once.
+
+A request from an origin outside the list never gets here: `runnerd.http.guard`
+refuses it first. So a preflight answered here is an allowed origin's, and
+it may also grant Chrome's Private Network Access
+(`Access-Control-Request-Private-Network: true`), which a page on a public
+origin (a hosted editor) needs before it may reach a loopback runnerd.
 """
 
 from __future__ import annotations
@@ -32,9 +38,9 @@ def allowed_origin(cors_origins: str | tuple[str, ...], origin: str | None) -> s
     return None
 
 
-def origin_permitted(cors_origins: str | tuple[str, ...], origin: str | None) -> bool:
-    """WebSocket rule: with an allowlist, the Origin must be present and in it."""
-    return cors_origins == "*" or (origin is not None and origin in cors_origins)
+def origin_permitted(cors_origins: str | tuple[str, ...], origin: str) -> bool:
+    """May a page of `origin` use the API? (A request without Origin is no page's.)"""
+    return cors_origins == "*" or origin in cors_origins
 
 
 def apply_cors(response: Response, cors_origins: str | tuple[str, ...]) -> Response:
@@ -60,6 +66,8 @@ def register_cors(app: QuartTrio, config: Callable[[], Config]) -> None:
         response.headers["access-control-allow-methods"] = _ALLOW_METHODS
         response.headers["access-control-allow-headers"] = _ALLOW_HEADERS
         response.headers["access-control-max-age"] = str(_MAX_AGE_S)
+        if request.headers.get("access-control-request-private-network", "").lower() == "true":
+            response.headers["access-control-allow-private-network"] = "true"
         return response
 
     async def stamp(response: Response) -> Response:

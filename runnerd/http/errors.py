@@ -30,6 +30,7 @@ _CODES = {
     400: ("invalid_request", "the request could not be understood"),
     404: ("not_found", "no such route"),
     405: ("method_not_allowed", "method not allowed on this route"),
+    408: ("request_timeout", "the request body did not arrive in time"),
     413: ("payload_too_large", "the request body is too large"),
 }
 
@@ -56,6 +57,24 @@ async def read_body() -> bytes:
     return await request.get_data(cache=True, as_text=False, parse_form_data=False)
 
 
+def close_if_body_unread(response: Response) -> Response:
+    """Mark `response` `connection: close` when the request has a body that
+    may be unread: on a reused connection the next request then hangs
+    (observed with hypercorn 0.18 + quart 0.22). Closing the connection lets
+    the client start clean."""
+    if request.content_length or "transfer-encoding" in request.headers:
+        response.headers["connection"] = "close"
+    return response
+
+
+def strip_bodyless(response: Response) -> Response:
+    """A 204 or 304 has no body, so it carries no body headers (RFC 9110)."""
+    if response.status_code in (204, 304):
+        for name in ("content-type", "content-length"):
+            response.headers.pop(name, None)
+    return response
+
+
 # Seconds a client should wait before retrying a start refused during shutdown
 # (a restarting daemon is back within a few seconds under systemd).
 SHUTDOWN_RETRY_AFTER_S = 5
@@ -65,14 +84,12 @@ def register_error_handlers(app: QuartTrio, *, max_body_bytes: int) -> None:
     """Turn framework errors and runnerd's own exceptions into JSON bodies."""
 
     async def on_http_exception(exc: HTTPException) -> Response:
-        response = build_http_error(exc, max_body_bytes)
-        if request.content_length or "transfer-encoding" in request.headers:
-            # Answered without reading the body: on a reused connection the
-            # next request then hangs (observed with hypercorn 0.18 + quart
-            # 0.22). Closing the connection lets the client start clean.
-            response.headers["connection"] = "close"
-        return response
+        return close_if_body_unread(build_http_error(exc, max_body_bytes))
 
+    async def without_body_headers(response: Response) -> Response:
+        return strip_bodyless(response)
+
+    app.after_request(without_body_headers)
     app.register_error_handler(HTTPException, on_http_exception)
     app.register_error_handler(RequestError, on_request_error)
     app.register_error_handler(AdmissionError, on_admission_error)

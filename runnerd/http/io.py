@@ -4,9 +4,10 @@ Owns the channel's protocol: the origin check (close 4403), unknown session
 (4404), nothing to replay on a terminal session (4410), the `seq` and `gap`
 text frames, output as binary frames of a 4-byte big-endian seq plus the
 payload, client binary frames as stdin, client `resize` text frames, and the
-final `1000 "session terminal"` close. Two loops run in one nursery: the
-sender (replay, then live) and the receiver (stdin, resizes); the sender's
-end closes the connection and cancels the receiver.
+final `1000 "session terminal"` close, with a closing handshake that
+completes (`_close`). Two loops run in one nursery: the sender (replay, then
+live) and the receiver (stdin, resizes); the sender's end closes the
+connection and cancels the receiver.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from quart import websocket
 from quart_trio import QuartTrio
 
 from runnerd.contract import is_terminal
-from runnerd.http.cors import origin_permitted
 from runnerd.http.events import parse_cursor
+from runnerd.http.guard import edge_refusal, server_address
 from runnerd.http.waiting import Wake, wait_for_change
 from runnerd.metrics import Metrics
 
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
 # The contract's terminal size bounds; this is the one place they are applied.
 MAX_TERMINAL_DIMENSION = 10_000
 CLOSE_DRAIN_S = 2.0
+# A resize message is ~40 characters; longer text is no control message and
+# is ignored unparsed (parsing it could only cost time or hit the recursion limit).
+MAX_CONTROL_TEXT = 1024
 GAP_MESSAGE = json.dumps({"type": "gap", "reason": "buffer_evicted"}, separators=(",", ":"))
 
 
@@ -54,11 +58,14 @@ def parse_resize(text: str) -> tuple[int, int] | None:
     """`{"type":"resize","cols":C,"rows":R}` → (cols, rows); anything else → None.
 
     Values are floored, must be ≥ 1, and are capped at 10000; a message with
-    a value that is not a number is ignored as a whole.
+    a value that is not a number is ignored as a whole, and so is text that
+    is not JSON, whatever its shape or size.
     """
+    if len(text) > MAX_CONTROL_TEXT:
+        return None
     try:
         message = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(message, dict) or message.get("type") != "resize":
         return None
@@ -69,9 +76,24 @@ def parse_resize(text: str) -> tuple[int, int] | None:
 
 
 async def _close(code: int, reason: str) -> None:
-    # Bounded: a client that stopped reading must not hold the handler.
+    """Send Close, then complete the closing handshake: keep reading (and
+    discarding) until the client's Close arrives, at most CLOSE_DRAIN_S.
+
+    Returning right after sending Close lets hypercorn close the transport
+    while the client may still be sending (pings, stdin) and before it has
+    read the last frames: unread bytes make the kernel reset the connection,
+    and the client then loses the tail it had already received (the python
+    `websockets` sync client dropped up to 180 KB of a replay). When the
+    client's Close arrives, hypercorn hands quart-trio a disconnect and
+    quart-trio cancels this handler, ending the wait; only then does the
+    transport close. Reading is what lets that Close through: quart-trio
+    queues at most 10 messages and stops reading the socket when the queue
+    is full. Bounded, so a client that never answers cannot hold the handler.
+    """
     with trio.move_on_after(CLOSE_DRAIN_S):
         await websocket.close(code, reason)
+        while True:
+            await websocket.receive()
 
 
 async def _receive_input(session: Session) -> None:
@@ -114,9 +136,15 @@ async def _send_output(
 
 def register_io_route(app: QuartTrio, state: AppState) -> None:
     async def session_io(session_id: str) -> None:
-        if not origin_permitted(state.config.server.cors_origins, websocket.headers.get("origin")):
+        refusal = edge_refusal(
+            websocket.headers.get("host"),
+            websocket.headers.get("origin"),
+            server_address(websocket.scope),
+            state.config,
+        )
+        if refusal is not None:
             await websocket.accept()
-            await _close(4403, "forbidden_origin")
+            await _close(4403, refusal[0])
             return
         session = state.sessions.get(session_id)
         if session is None:

@@ -148,8 +148,10 @@ _TERMS_HEADER = {
 }
 _START_ERRORS = {
     "400": _error("invalid_request, unknown_app, invalid_bundle or invalid_config"),
+    "403": _error("forbidden_origin or forbidden_host (see the README's Security section)"),
     "409": _error("too_many_sessions: the registry is full of live sessions"),
     "413": _error("payload_too_large"),
+    "415": _error("unsupported_media_type: the body must be application/json"),
     "428": _error("terms_required; the body also carries `terms`"),
 }
 

@@ -6,6 +6,9 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from tests.e2e.edge import tcp_daemon
 from tests.harness import session_body, start_daemon
 
 SECRET = "reload-secret-4b1d"
@@ -157,3 +160,15 @@ async def test_sighup_refuses_images_the_running_runtimes_cannot_run(tmp_path: P
         line = next(x for x in daemon.stderr_text().splitlines() if "reload failed" in x)
         assert "runner.allowed_images[1]" in line and "need a restart" in line
         assert image_schema((await client.get("/v1/capabilities")).json())["enum"] == ["sh"]
+
+
+async def test_reload_applies_allowed_hosts_to_the_next_request(tmp_path: Path) -> None:
+    async with tcp_daemon(tmp_path) as (daemon, port):
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            before = await client.get("/v1/health", headers={"host": "runner.example"})
+            listen = [f"unix:{daemon.socket_path}", "tcp:127.0.0.1:0"]
+            daemon.write_config({"server": {"listen": listen, "allowed_hosts": ["runner.example"]}})
+            daemon.send_signal(signal.SIGHUP)
+            await daemon.wait_for_notification("STATUS=config reloaded")
+            after = await client.get("/v1/health", headers={"host": "runner.example"})
+    assert before.status_code == 403 and after.status_code == 200

@@ -51,7 +51,7 @@ async def test_app_env_wins_reaches_workload_and_stays_secret(tmp_path: Path) ->
         # Error answers about the app, too.
         for path, body in [
             ("/v1/apps/demo/sessions", {"env": {"DEMO_TOKEN": 1}}),
-            ("/v1/apps/demo/sessions", {"image": "x"}),
+            ("/v1/apps/demo/sessions", {"ports": [{"port": 0, "protocol": "tcp"}]}),
             ("/v1/sessions", {"env": {}, "app": "nope"}),
             ("/v1/apps/nope/sessions", {}),
         ]:

@@ -171,20 +171,24 @@ async def test_terminal_session_with_nothing_after_last_seq_closes_4410(runnerd)
 
 
 async def test_origin_outside_allowlist_closes_4403(tmp_path: Path) -> None:
+    # A browser page always sends its Origin on a WebSocket handshake; a
+    # client without one is no page (and could send any header anyway).
     editor = "https://editor.example.com"
     overrides = {"server": {"cors_origins": [editor]}}
     async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
         session_id = await start_session(client, "echo hi")
         reasons = []
-        for headers in ([], [(b"origin", b"https://evil.example")]):
+        for headers in ([(b"origin", b"https://evil.example")], [(b"origin", b"null")]):
             async with open_ws(daemon.socket_path, _io(session_id), extra_headers=headers) as ws:
                 reasons.append(await _expect_close(ws))
-        allowed = [(b"origin", editor.encode())]
-        async with open_ws(daemon.socket_path, _io(session_id), extra_headers=allowed) as ws:
-            transcript = await read_pty(ws)
+        transcripts = []
+        for allowed in ([(b"origin", editor.encode())], []):
+            async with open_ws(daemon.socket_path, _io(session_id), extra_headers=allowed) as ws:
+                transcripts.append(await read_pty(ws))
     assert [(r.code, r.reason) for r in reasons] == [(4403, "forbidden_origin")] * 2
-    assert transcript.controls[0] == {"type": "seq", "seq": 0}
-    assert b"hi" in transcript.output
+    for transcript in transcripts:
+        assert transcript.controls[0] == {"type": "seq", "seq": 0}
+        assert b"hi" in transcript.output
 
 
 async def test_streams_end_promptly_when_the_daemon_shuts_down(runnerd) -> None:

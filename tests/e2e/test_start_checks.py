@@ -22,7 +22,7 @@ async def test_schema_errors_are_400_naming_the_field(runnerd) -> None:
     async with runnerd.client() as client:
         bad_env = await client.post("/v1/sessions", json=bundle_body("true", env={"FOO": 1}))
         no_env = await client.post("/v1/sessions", json={"config": SH_CONFIG})
-        typo = await client.post("/v1/sessions", json={**bundle_body("true"), "inspekt": True})
+        bad_flag = await client.post("/v1/sessions", json={**bundle_body("true"), "inspect": "y"})
         bad_port = await client.post(
             "/v1/sessions", json=bundle_body("true", ports=[{"port": 0, "protocol": "tcp"}])
         )
@@ -30,7 +30,7 @@ async def test_schema_errors_are_400_naming_the_field(runnerd) -> None:
     for response, field in [
         (bad_env, "body.env.FOO"),
         (no_env, "body.env"),
-        (typo, "body.inspekt"),
+        (bad_flag, "body.inspect"),
         (bad_port, "body.ports[0].port"),
         (not_object, "body"),
     ]:

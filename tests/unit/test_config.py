@@ -71,7 +71,10 @@ def test_config_defaults_are_the_documented_ones() -> None:
     config = parse(minimal())
     assert config.server.listen == ("unix:/run/runnerd/runnerd.sock",)
     assert config.server.socket_mode == 0o660
-    assert config.server.cors_origins == "*"
+    assert config.server.cors_origins == ()
+    assert config.server.allowed_hosts == () and config.server.allow_remote is False
+    assert config.server.idle_timeout_s == 5.0 and config.server.request_timeout_s == 10.0
+    assert config.server.max_connections == 1000
     assert config.server.max_body_bytes == 16 * 1024 * 1024
     assert config.server.log_level == "info"
     assert config.runner.backend == "local"
@@ -708,11 +711,17 @@ def test_load_config_shipped_dev_config(tmp_path: Path) -> None:
     assert config.local.runtimes["sh"].command == ("/bin/sh", "{entry}")
     assert config.local.runtimes["python"].command == ("python3", "-u", "{entry}")
     assert config.apps["hello"].image == "hello"
+    # The dev TCP port is loopback, for the Telo editor's local origins only.
+    assert "tcp:127.0.0.1:8062" in config.server.listen
+    origins = config.server.cors_origins
+    assert origins != "*" and "http://localhost:5173" in origins
 
 
 def test_load_config_shipped_production_example() -> None:
     config = load_config(REPO / "config/runnerd.toml")
-    assert config.server.listen == ("unix:/run/runnerd/runnerd.sock", "tcp:127.0.0.1:8062")
+    # UNIX only, as its comment promises; no browser origin by default.
+    assert config.server.listen == ("unix:/run/runnerd/runnerd.sock",)
+    assert config.server.cors_origins == () and config.server.allow_remote is False
     assert config.runner.max_sessions == 32
 
 
@@ -770,3 +779,58 @@ def test_load_config_non_utf8_drop_in_is_a_config_error_naming_it(tmp_path: Path
     with pytest.raises(ConfigError) as info:
         load_config(main)
     assert str(bad) in str(info.value) and "UTF-8" in str(info.value)
+
+
+# ---------------------------------------------------------------- [server] edge
+
+
+@pytest.mark.parametrize(
+    "entry", ["tcp:0.0.0.0:8062", "tcp:[::]:8062", "tcp:192.168.1.5:8062", "tcp:example.com:80"]
+)
+def test_config_refuses_a_non_loopback_tcp_bind_without_allow_remote(entry: str) -> None:
+    data = minimal(server={"listen": ["unix:/run/x.sock", entry]})
+    message = error_of(data)
+    assert message.startswith("server.listen[1]:") and "allow_remote = true" in message
+    data["server"]["allow_remote"] = True
+    assert parse(data).server.allow_remote is True
+
+
+@pytest.mark.parametrize(
+    "entry", ["tcp:127.0.0.1:8062", "tcp:127.0.0.2:0", "tcp:[::1]:8062", "tcp:localhost:8062"]
+)
+def test_config_accepts_loopback_tcp_binds(entry: str) -> None:
+    assert parse(minimal(server={"listen": [entry]})).server.listen == (entry,)
+
+
+def test_config_allow_remote_must_be_a_boolean() -> None:
+    message = error_of(minimal(server={"allow_remote": "yes"}))
+    assert message.startswith("server.allow_remote:")
+
+
+def test_config_allowed_hosts_are_bare_lowercase_names() -> None:
+    server = parse(minimal(server={"allowed_hosts": ["Runner.Example.com", "box."]})).server
+    assert server.allowed_hosts == ("runner.example.com", "box")
+    for bad in ("http://runner.example", "runner.example:8062", "a b", ""):
+        message = error_of(minimal(server={"allowed_hosts": [bad]}))
+        assert message.startswith("server.allowed_hosts[0]:"), message
+
+
+def test_config_connection_bounds_are_positive() -> None:
+    for key in ("idle_timeout_seconds", "request_timeout_seconds", "max_connections"):
+        assert error_of(minimal(server={key: 0})).startswith(f"server.{key}:")
+    server = parse(minimal(server={"idle_timeout_seconds": 0.5, "max_connections": 7})).server
+    assert server.idle_timeout_s == 0.5 and server.max_connections == 7
+
+
+def test_config_warns_about_any_origin_with_a_tcp_listener() -> None:
+    from runnerd.config_server import server_warnings
+
+    tcp_any = parse(minimal(server={"listen": ["tcp:127.0.0.1:0"], "cors_origins": "*"})).server
+    (warning,) = server_warnings(tcp_any)
+    assert warning.startswith("server.cors_origins:") and "every web page" in warning
+    unix_any = parse(minimal(server={"cors_origins": "*"})).server
+    tcp_listed = parse(
+        minimal(server={"listen": ["tcp:127.0.0.1:0"], "cors_origins": ["https://e.example"]})
+    ).server
+    assert server_warnings(unix_any) == [] and server_warnings(tcp_listed) == []
+

@@ -53,3 +53,18 @@ def test_paths_normalise_rejects_and_names_the_path(given: str, message: str) ->
 def test_paths_error_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         normalise_bundle_path("../x")
+
+
+def test_normalise_bundle_path_limits_depth_name_and_length() -> None:
+    from runnerd.paths import MAX_NAME_BYTES, MAX_PATH_BYTES, MAX_PATH_DEPTH
+
+    at_limits = "/".join(["d"] * (MAX_PATH_DEPTH - 1) + ["f" * MAX_NAME_BYTES])
+    assert normalise_bundle_path(at_limits) == at_limits
+    with pytest.raises(BundlePathError, match=f"deeper than {MAX_PATH_DEPTH}"):
+        normalise_bundle_path("/".join(["d"] * MAX_PATH_DEPTH + ["f"]))
+    with pytest.raises(BundlePathError, match=f"name longer than {MAX_NAME_BYTES}"):
+        normalise_bundle_path("é" * 128)  # 256 bytes in UTF-8
+    with pytest.raises(BundlePathError, match=f"longer than {MAX_PATH_BYTES} bytes"):
+        normalise_bundle_path("/".join(["n" * 250] * 5))
+    # Depth counts after normalising: `a/../` segments cost nothing.
+    assert normalise_bundle_path("a/.." + "/a/.." * 100 + "/f") == "f"

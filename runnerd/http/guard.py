@@ -1,0 +1,170 @@
+"""The browser guard: no web page can drive runnerd unless the operator says so.
+
+CORS only hides a response from a page; it never stops the request. A page
+can POST a "simple" request (`content-type: text/plain`) without a preflight,
+and DNS rebinding (a page whose name resolves to 127.0.0.1) makes the
+browser treat runnerd as that page's own origin. So before any route runs:
+
+1. On a TCP listener, the `Host` header must name a loopback address,
+   `localhost`, the listener's own address, or a name in
+   `server.allowed_hosts` (else `403 forbidden_host`): a rebound name is
+   none of these. UNIX sockets are out of a browser's reach and skip this.
+2. A request that carries an `Origin` not allowed by `server.cors_origins`
+   is refused with `403 forbidden_origin`, GETs included (replays carry
+   terminal output). A request without `Origin` is not from a browser page
+   (browsers send it on every cross-origin and every state-changing
+   request), and anything that is not a browser can send any header anyway.
+3. A `POST`, and a `DELETE` that carries a body, must be
+   `content-type: application/json` (else `415`): a cross-origin JSON body
+   always needs a preflight, which step 2 answers only for allowed origins.
+
+The WebSocket route applies 1 and 2 itself (closing with 4403), since a
+browser cannot read a refused handshake's status.
+
+`HostSyntaxGuard` wraps the whole app: a `Host` that is no valid host name
+(`a..b`, a label over 63 characters) makes werkzeug raise while quart builds
+the request context, before any hook runs, which hypercorn answered with a
+500 and a logged traceback (found by the fuzz suite). It is a `400` here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from runnerd.config import Config
+from runnerd.config_server import is_loopback_host
+from runnerd.contract import error_body
+from runnerd.http.cors import origin_permitted
+from runnerd.http.errors import close_if_body_unread, error_response
+
+_BODY_METHODS = frozenset({"POST"})
+
+
+def host_name(host_header: str) -> str:
+    """The name part of a `Host` header: no port, no IPv6 brackets, lowercase."""
+    value = host_header.strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    name, sep, port = value.rpartition(":")
+    if sep and port.isdigit() and ":" not in name:
+        value = name
+    return value.rstrip(".")
+
+
+def _same_address(name: str, server: tuple[str, int]) -> bool:
+    try:
+        return ipaddress.ip_address(name) == ipaddress.ip_address(server[0])
+    except ValueError:
+        return False
+
+
+def host_refusal(
+    host_header: str | None, server: tuple[str, int] | None, allowed_hosts: tuple[str, ...]
+) -> str | None:
+    """Why this `Host` is refused on this listener, or None to let it pass.
+
+    `server` is the listener's (address, port), None on a UNIX socket.
+    """
+    if server is None:
+        return None
+    if not host_header:
+        return "a request over TCP must carry a Host header"
+    name = host_name(host_header)
+    if is_loopback_host(name) or _same_address(name, server) or name in allowed_hosts:
+        return None
+    return (
+        f"Host {name!r} is not this runner's; allowed: loopback addresses, localhost"
+        + (f", {', '.join(allowed_hosts)}" if allowed_hosts else "")
+        + " (server.allowed_hosts)"
+    )
+
+
+def edge_refusal(
+    host: str | None, origin: str | None, server: tuple[str, int] | None, config: Config
+) -> tuple[str, str] | None:
+    """`(code, message)` for a request the guard refuses (steps 1 and 2), or None."""
+    problem = host_refusal(host, server, config.server.allowed_hosts)
+    if problem is not None:
+        return "forbidden_host", problem
+    if origin is not None and not origin_permitted(config.server.cors_origins, origin):
+        return "forbidden_origin", (
+            f"origin {origin!r} may not use this runner (server.cors_origins)"
+        )
+    return None
+
+
+def _has_body() -> bool:
+    return bool(request.content_length) or "transfer-encoding" in request.headers
+
+
+def server_address(scope: Mapping[str, Any]) -> tuple[str, int] | None:
+    server = scope.get("server")
+    return (str(server[0]), int(server[1])) if server else None
+
+
+_BAD_HOST_BODY = json.dumps(
+    error_body("invalid_request", "the Host header is not a valid host name"),
+    separators=(",", ":"),
+).encode()
+
+
+def host_syntax_ok(scope: Mapping[str, Any]) -> bool:
+    """Can werkzeug bind a URL map to this request's Host (IDNA-encode it)?"""
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"host":
+            try:
+                value.decode("latin-1").encode("idna")
+            except UnicodeError:
+                return False
+    return True
+
+
+class HostSyntaxGuard:
+    """ASGI wrapper: a request whose Host werkzeug cannot parse is a JSON 400."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket") or host_syntax_ok(scope):
+            await self.app(scope, receive, send)
+            return
+        prefix = "websocket.http." if scope["type"] == "websocket" else "http."
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+                   (b"content-length", str(len(_BAD_HOST_BODY)).encode())]  # fmt: skip
+        await send({"type": prefix + "response.start", "status": 400, "headers": headers})
+        await send({"type": prefix + "response.body", "body": _BAD_HOST_BODY})
+
+
+def register_guard(app: QuartTrio, config: Callable[[], Config]) -> None:
+    """Refuse drive-by requests before anything else runs (registered first)."""
+
+    async def guard() -> Response | None:
+        refusal = edge_refusal(
+            request.headers.get("host"),
+            request.headers.get("origin"),
+            server_address(request.scope),
+            config(),
+        )
+        if refusal is not None:
+            return close_if_body_unread(error_response(403, *refusal))
+        if request.method in _BODY_METHODS or (request.method == "DELETE" and _has_body()):
+            if request.mimetype != "application/json":
+                got = request.headers.get("content-type") or "none"
+                return close_if_body_unread(
+                    error_response(
+                        415,
+                        "unsupported_media_type",
+                        f"{request.method} {request.path} needs content-type: application/json "
+                        f"(got {got})",
+                    )
+                )
+        return None
+
+    app.before_request(guard)

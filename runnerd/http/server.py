@@ -1,0 +1,269 @@
+"""Serving the app on hypercorn's trio protocol stack, with bounded connections.
+
+Owns the accept loop and the per-connection wrapper. It replaces
+`hypercorn.trio.serve` (whose `worker_serve` is mirrored here: lifespan,
+accept, graceful stop) because what the issue needs is not configurable there:
+
+- **A connection cap per listener.** At `max_connections` the connection
+  idle the longest (no request in flight) is closed to make room; when all
+  are busy we stop calling `accept()`, and new clients wait in the kernel's
+  listen backlog (4096) until a slot frees. Streams (SSE, WebSocket) hold a
+  slot like any connection and are never cut to make room.
+- **Running out of file descriptors** (`EMFILE`, `ENFILE`, ...) is logged once
+  when it starts and once when it clears, with a count, not once per retry
+  (`trio.serve_listeners` logs every 0.1 s, with a traceback).
+- **The keep-alive timeout actually applies.** hypercorn 0.18 restarts its
+  idle timer with `nursery.start()` from whichever task sends `Updated`;
+  after an HTTP/1.1 response that is quart-trio's per-request task, and
+  quart-trio cancels that task's nursery right after the response. The
+  timer, still inside `start()`, is cancelled with it (observed: within
+  1 ms, so an idle connection stayed open forever). `_Connection` starts it
+  under a shield, outside that cancellation. The same goes for closing the
+  connection after a `connection: close` answer (a 408, a 413, a refused
+  request with an unread body): that close was cancelled the same way, and
+  the connection stayed open. The same timer bounds how long
+  a request's headers may take (it runs from connect, or from the previous
+  response, until a whole request head has arrived); the body's deadline is
+  quart's `BODY_TIMEOUT`.
+- **Closing never races a send** (`_close`).
+- **Reason phrases.** hypercorn sends `HTTP/1.1 200 ` (an empty reason,
+  legal but unhelpful in a trace); `_Connection` fills in the standard phrase.
+
+Patching hypercorn was the alternative; subclassing its `TCPServer` keeps its
+protocol code (h11, wsproto, the ASGI glue) as shipped.
+"""
+
+from __future__ import annotations
+
+import errno
+import http
+import logging
+import os
+import re
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.events import Closed, Event, RawData, Updated
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
+from hypercorn.utils import repr_socket_addr, wrap_app
+
+log = logging.getLogger(__name__)
+
+# Errors that mean "no resources to accept right now", not "the listener is broken".
+_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+_CAPACITY_RETRY_S = 0.1
+# An HTTP/1.x status line as h11 writes it for hypercorn: no reason phrase.
+_BARE_STATUS = re.compile(rb"HTTP/1\.([01]) (\d{3}) \r\n")
+# File descriptors kept free for sessions (a PTY, a pidfd, pipes each) and
+# the daemon itself when the connection cap is sized against RLIMIT_NOFILE.
+_FDS_PER_SESSION = 8
+_FDS_RESERVED = 64
+
+
+def with_reason(data: bytes) -> bytes:
+    """`HTTP/1.1 200 \\r\\n...` → `HTTP/1.1 200 OK\\r\\n...`; other bytes unchanged.
+
+    Only a chunk that *starts* with a bare status line is touched: h11 writes
+    a response head as one chunk, and no body runnerd sends (JSON, SSE
+    frames, chunked sizes, WebSocket frames) starts with one.
+    """
+    match = _BARE_STATUS.match(data)
+    if match is None:
+        return data
+    try:
+        phrase = http.HTTPStatus(int(match[2])).phrase
+    except ValueError:
+        return data
+    return b"HTTP/1.%s %s %s\r\n" % (match[1], match[2], phrase.encode()) + data[match.end() :]
+
+
+def connection_cap(configured: int, listeners: int, nofile: int, max_sessions: int) -> int:
+    """Connections per listener: `configured`, lowered so that every listener
+    at its cap still leaves file descriptors for the sessions."""
+    spare = nofile - _FDS_RESERVED - _FDS_PER_SESSION * max_sessions
+    return max(1, min(configured, spare // max(listeners, 1)))
+
+
+class _Connection(TCPServer):
+    """hypercorn's connection handler with the keep-alive timer fixed and
+    reason phrases added (see the module docstring). `on_idle` hears every
+    idle/busy transition (idle: no request in flight)."""
+
+    on_idle: Callable[[_Connection, bool], None] | None = None
+
+    async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, Updated | Closed):
+            if isinstance(event, Updated) and self.on_idle is not None:
+                self.on_idle(self, event.idle)
+            # Connection-level work sent from quart-trio's request task, which
+            # may be cancelled at any moment after its response: shielded.
+            with trio.CancelScope(shield=True):
+                await super().protocol_send(event)
+            return
+        if isinstance(event, RawData):
+            event = RawData(data=with_reason(event.data), address=event.address)
+        await super().protocol_send(event)
+
+    async def evict(self) -> None:
+        """Close this idle connection now (what the keep-alive timer does)."""
+        with trio.CancelScope(shield=True):
+            await self._initiate_server_close()
+
+    async def _close(self) -> None:
+        # hypercorn half-closes (send_eof) without its send lock, so a frame
+        # the app is sending at that moment failed with BusyResourceError (a
+        # 500-style traceback; found by the WebSocket frame fuzzer: a client
+        # protocol error makes hypercorn close while the handler sends).
+        async with self.send_lock:
+            await super()._close()
+
+    async def _read_data(self) -> None:
+        await super()._read_data()
+        # The peer is gone. hypercorn leaves the keep-alive timer running, and
+        # the connection (and its slot under the cap) lingers until it fires.
+        await self.idle_task.stop()
+
+
+class _AcceptLoop:
+    """Accept on one listener while it has fewer than `cap` connections.
+
+    At the cap, the connection idle the longest (no request in flight, so
+    never a stream) is closed to make room, as its keep-alive timeout would;
+    when every connection is busy, accepting waits for one to end.
+    """
+
+    def __init__(self, listener: trio.SocketListener, cap: int, name: str) -> None:
+        self.listener = listener
+        self.slots = trio.Semaphore(cap)
+        self.name = name
+        self.failures = 0
+        # Idle connections, oldest first (dicts keep insertion order).
+        self.idle: dict[_Connection, None] = {}
+
+    async def run(
+        self, nursery: trio.Nursery, make: Callable[[trio.SocketStream], _Connection]
+    ) -> None:
+        while True:
+            if self.slots.value == 0 and self.idle:
+                oldest = next(iter(self.idle))
+                del self.idle[oldest]
+                nursery.start_soon(oldest.evict)
+            await self.slots.acquire()
+            try:
+                stream = await self.listener.accept()
+            except OSError as exc:
+                self.slots.release()
+                if exc.errno not in _CAPACITY_ERRNOS:
+                    raise
+                self._note_failure(exc)
+                await trio.sleep(_CAPACITY_RETRY_S)
+                continue
+            self._note_recovery()
+            nursery.start_soon(self._serve_one, make(stream))
+
+    def _set_idle(self, connection: _Connection, idle: bool) -> None:
+        if idle:
+            self.idle[connection] = None
+        else:
+            self.idle.pop(connection, None)
+
+    async def _serve_one(self, connection: _Connection) -> None:
+        connection.on_idle = self._set_idle
+        self.idle[connection] = None  # idle until its first request arrives
+        try:
+            await connection
+        finally:
+            self.idle.pop(connection, None)
+            self.slots.release()
+            await trio.aclose_forcefully(connection.stream)
+
+    def _note_failure(self, exc: OSError) -> None:
+        if self.failures == 0:
+            log.error(
+                "cannot accept connections, retrying until it clears",
+                extra={"listener": self.name, "error": errno.errorcode.get(exc.errno or 0, "?")},
+            )
+        self.failures += 1
+
+    def _note_recovery(self) -> None:
+        if self.failures:
+            log.warning(
+                "accepting connections again",
+                extra={"listener": self.name, "failed_attempts": self.failures},
+            )
+            self.failures = 0
+
+
+def listener_name(sock: socket.socket) -> str:
+    return repr_socket_addr(sock.family, sock.getsockname())
+
+
+async def serve_app(
+    app: Any,
+    config: HypercornConfig,
+    sockets: list[socket.socket],
+    *,
+    max_connections: int,
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve `app` on `sockets` (already listening; closed here at the end)
+    until `shutdown_trigger` returns, then let in-flight requests finish for
+    `config.graceful_timeout` and run the app's shutdown.
+
+    `task_status` gets the listeners' addresses once accepting.
+    """
+    wrapped: AppWrapper = wrap_app(app, config.wsgi_max_body_size, "asgi")
+    context = WorkerContext(None)
+    lifespan_state: LifespanState = {}
+    lifespan = Lifespan(wrapped, config, lifespan_state)
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        async with trio.open_nursery() as connections:
+
+            def make(stream: trio.SocketStream) -> _Connection:
+                # Each connection gets its own copy, as in hypercorn's worker_serve.
+                state = ConnectionState(lifespan_state.copy())
+                return _Connection(wrapped, config, context, state, stream)  # type: ignore[arg-type]
+
+            loops = [
+                _AcceptLoop(trio.SocketListener(trio.socket.from_stdlib_socket(sock)),
+                            max_connections, listener_name(sock))
+                for sock in sockets
+            ]  # fmt: skip
+            try:
+                async with trio.open_nursery() as accepting:
+                    for loop in loops:
+                        accepting.start_soon(loop.run, connections, make)
+                    task_status.started([loop.name for loop in loops])
+                    await shutdown_trigger()
+                    accepting.cancel_scope.cancel()
+            finally:
+                for loop in loops:
+                    await trio.aclose_forcefully(loop.listener)
+                await context.terminated.set()
+                connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()
+
+
+def open_files_limit() -> int:
+    """The soft RLIMIT_NOFILE (a large number when unlimited)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def dup_socket(sock: socket.socket) -> socket.socket:
+    """A second socket object on a dup of `sock`'s fd: closing it (as the
+    accept loop does at the end) leaves the daemon's own `sock` open."""
+    return socket.socket(fileno=os.dup(sock.fileno()))
+

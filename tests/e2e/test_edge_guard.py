@@ -1,0 +1,174 @@
+"""The browser guard, hit the way a web page or a rebinding attacker would.
+
+A real daemon with a loopback TCP listener (what `make run` serves), real
+TCP clients. A refused request must change nothing: the workload of a
+refused start never runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from tests.e2e.contract_client import bundle_body, wait_terminal
+from tests.e2e.edge import raw_exchange, tcp_daemon
+
+EDITOR = "https://editor.example"
+EVIL = "http://evil.example"
+
+
+def _marker_body(marker: Path) -> dict[str, object]:
+    return bundle_body(f"touch {marker}")
+
+
+async def test_drive_by_simple_post_from_another_origin_runs_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    async with tcp_daemon(tmp_path, {"server": {"cors_origins": [EDITOR]}}) as (daemon, port):
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            body = httpx.Request("POST", "/", json=_marker_body(marker)).content
+            # What a page can send with no preflight: a text/plain "simple" POST.
+            drive_by = await client.post(
+                "/v1/sessions",
+                content=body,
+                headers={"origin": EVIL, "content-type": "text/plain"},
+            )
+            # Even a well-formed JSON POST from that origin (after a preflight
+            # the browser would not pass) is refused.
+            json_post = await client.post(
+                "/v1/sessions", content=body,
+                headers={"origin": EVIL, "content-type": "application/json"},
+            )  # fmt: skip
+            # No Origin (curl) but text/plain: still not a JSON request.
+            plain = await client.post(
+                "/v1/sessions", content=body, headers={"content-type": "text/plain"}
+            )
+            replay = await client.get("/v1/sessions/whatever/events", headers={"origin": EVIL})
+            # The listed editor may start sessions: the same body runs.
+            allowed = await client.post(
+                "/v1/sessions", content=body,
+                headers={"origin": EDITOR, "content-type": "application/json"},
+            )  # fmt: skip
+            await wait_terminal(client, allowed.json()["sessionId"])
+            refused_ran = await client.post(
+                "/v1/probe",
+                json={"config": {"image": "sh", "pullPolicy": "missing"}},
+                headers={"origin": EVIL},
+            )
+    for response in (drive_by, json_post, replay, refused_ran):
+        assert response.status_code == 403, response.text
+        assert response.json()["error"] == "forbidden_origin"
+        assert "access-control-allow-origin" not in response.headers
+    assert plain.status_code == 415 and plain.json()["error"] == "unsupported_media_type"
+    assert "application/json" in plain.json()["message"]
+    assert allowed.status_code == 201 and marker.exists()
+    assert allowed.headers["access-control-allow-origin"] == EDITOR
+    # Exactly one session ever ran: the allowed one (the refused ones left no dir).
+    assert daemon.session_dirs() in ([], [allowed.json()["sessionId"]])
+
+
+async def test_dns_rebinding_host_is_refused_on_tcp_only(tmp_path: Path) -> None:
+    overrides = {"server": {"allowed_hosts": ["runner.example"]}}
+    async with tcp_daemon(tmp_path, overrides) as (daemon, port):
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            answers = {
+                host: await client.get("/v1/health", headers={"host": host})
+                for host in (f"evil.example:{port}", "evil.example", f"localhost:{port}",
+                             f"127.0.0.1:{port}", "runner.example", "127.0.0.1.evil.example")
+            }  # fmt: skip
+            started = await client.post(
+                "/v1/sessions",
+                json=_marker_body(tmp_path / "rebound"),
+                headers={"host": f"evil.example:{port}"},
+            )
+        async with daemon.client() as unix:
+            over_unix = await unix.get("/v1/health", headers={"host": "evil.example"})
+    for host in (f"evil.example:{port}", "evil.example", "127.0.0.1.evil.example"):
+        assert answers[host].status_code == 403, host
+        assert answers[host].json()["error"] == "forbidden_host"
+        assert "server.allowed_hosts" in answers[host].json()["message"]
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "runner.example"):
+        assert answers[host].status_code == 200, host
+    assert started.status_code == 403 and not (tmp_path / "rebound").exists()
+    assert over_unix.status_code == 200  # a UNIX socket is out of any page's reach
+
+
+async def test_websocket_from_a_rebound_host_closes_4403(tmp_path: Path) -> None:
+    async with tcp_daemon(tmp_path) as (_daemon, port):
+        handshake = (
+            "GET /v1/sessions/nosuchsession/io HTTP/1.1\r\n"
+            f"Host: evil.example:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+        answer = await raw_exchange(port, handshake, until=b"forbidden_host")
+    head, _, frames = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
+    # A close frame: opcode 8, then the code 4403 and the reason.
+    assert frames[0] == 0x88 and int.from_bytes(frames[2:4], "big") == 4403
+    assert frames[4:] == b"forbidden_host"
+
+
+async def test_private_network_preflight_is_granted_to_listed_origins_only(
+    tmp_path: Path,
+) -> None:
+    preflight = {
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "content-type",
+        "access-control-request-private-network": "true",
+    }
+    async with tcp_daemon(tmp_path, {"server": {"cors_origins": [EDITOR]}}) as (_d, port):
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            listed = await client.options("/v1/sessions", headers={**preflight, "origin": EDITOR})
+            other = await client.options("/v1/sessions", headers={**preflight, "origin": EVIL})
+    assert listed.status_code == 204
+    assert listed.headers["access-control-allow-private-network"] == "true"
+    assert listed.headers["access-control-allow-origin"] == EDITOR
+    assert "content-type" not in listed.headers and "content-length" not in listed.headers
+    assert other.status_code == 403
+    assert "access-control-allow-private-network" not in other.headers
+
+
+async def test_status_lines_carry_reason_phrases_and_204_has_no_body_headers(
+    tmp_path: Path,
+) -> None:
+    async with tcp_daemon(tmp_path) as (_daemon, port):
+        host = f"Host: 127.0.0.1:{port}\r\nConnection: close\r\n"
+        health = await raw_exchange(port, f"GET /v1/health HTTP/1.1\r\n{host}\r\n".encode())
+        deleted = await raw_exchange(
+            port, f"DELETE /v1/sessions/nosuchsession HTTP/1.1\r\n{host}\r\n".encode()
+        )
+        slashes = await raw_exchange(
+            port, f"GET /v1/sessions//events HTTP/1.1\r\n{host}\r\n".encode()
+        )
+        text_delete = await raw_exchange(
+            port,
+            f"DELETE /v1/sessions/x HTTP/1.1\r\n{host}content-type: text/plain\r\n"
+            "content-length: 2\r\n\r\nhi".encode(),
+        )
+    assert health.startswith(b"HTTP/1.1 200 OK\r\n")
+    head = deleted.partition(b"\r\n\r\n")[0].lower()
+    assert head.startswith(b"http/1.1 204 no content\r\n")
+    assert b"content-type" not in head and b"content-length" not in head
+    # Merged slashes are no redirect to an HTML page: a JSON 404.
+    assert slashes.startswith(b"HTTP/1.1 404 Not Found\r\n")
+    assert b"application/json" in slashes and b"<html" not in slashes.lower()
+    assert b'"error":"not_found"' in slashes
+    assert text_delete.startswith(b"HTTP/1.1 415 Unsupported Media Type\r\n")
+
+
+async def test_a_host_werkzeug_cannot_parse_is_a_json_400(tmp_path: Path) -> None:
+    async with tcp_daemon(tmp_path) as (daemon, port):
+        answers = [
+            await raw_exchange(port, f"GET /v1/health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            for host in ("a..b", "x" * 70 + ".example", ".")
+        ]
+        upgrade = (
+            "GET /v1/sessions/x/io HTTP/1.1\r\nHost: a..b\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        answers.append(await raw_exchange(port, upgrade.encode()))
+    for answer in answers:
+        assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer
+        assert b'"error":"invalid_request"' in answer and b"not a valid host name" in answer
+    assert "Traceback" not in daemon.stderr_text()
