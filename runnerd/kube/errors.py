@@ -85,6 +85,21 @@ class Unreachable(KubeError):
     """No HTTP answer at all: refused, reset, timed out, TLS failure."""
 
 
+class NoCredentials(KubeError):
+    """The runner's own credentials could not be obtained (an unreadable token
+    file, a failing exec plugin): nothing was sent. The detail is chained."""
+
+    def __init__(self, operation: str) -> None:
+        super().__init__(operation)
+        self.args = (
+            f"{operation}: the runner's Kubernetes credentials are not usable. "
+            "The cluster operator must check its kubeconfig.",
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class Unauthorized(KubeError):
     """401: the credentials were refused."""
 
