@@ -114,9 +114,12 @@ class KubeClient:
     """Requests to one apiserver as one identity, in one namespace."""
 
     def __init__(self, http: httpx.AsyncClient, conn: Connection, credentials: Credentials,
-                 policy: Policy) -> None:
+                 policy: Policy, ssl_context: ssl.SSLContext) -> None:
         self._http = http
         self.connection = conn
+        # Shared with the attach bridge: the same trust and client certificate.
+        self.ssl_context = ssl_context
+        self.policy = policy
         self.namespace = conn.namespace
         self._credentials = credentials
         self._policy = policy
@@ -339,4 +342,4 @@ async def open_kube_client(
                           max_keepalive_connections=policy.max_connections)
     async with httpx.AsyncClient(base_url=conn.server, verify=ctx, timeout=timeout,
                                  limits=limits, http1=True, http2=False, trust_env=False) as http:
-        yield KubeClient(http, conn, credentials, policy)
+        yield KubeClient(http, conn, credentials, policy, ctx)
