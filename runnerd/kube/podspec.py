@@ -164,6 +164,51 @@ def _fetch_script(bundle_url: str) -> str:
     )
 
 
+# Every path the session container writes to is one of these emptyDirs.
+_SESSION_MOUNTS = (
+    ("app", APP_DIR),
+    ("telo-cache", CACHE_DIR),
+    ("work", WORK_DIR),
+    ("home", HOME_DIR),
+    ("tmp", TMP_DIR),
+)
+
+
+def _fetch_container(settings: KubeSettings, bundle_url: str) -> dict[str, Any]:
+    return {
+        "name": INIT_CONTAINER,
+        "image": settings.init_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c"],
+        "args": [_fetch_script(bundle_url)],
+        "resources": {"limits": dict(INIT_LIMITS)},
+        "securityContext": _locked_down(read_only_root=True),
+        "volumeMounts": [{"name": "app", "mountPath": APP_DIR}],
+    }
+
+
+def _session_container(spec: RunSpec, entry: str) -> dict[str, Any]:
+    command = ["telo", "run", f"{APP_DIR}/{entry}"]
+    if spec.inspect:
+        # 0.0.0.0, not the kernel's loopback default: runnerd reaches it over
+        # the pod network. The port is never published.
+        command += ["--inspect", f"0.0.0.0:{INSPECT_PORT}", "--no-open"]
+    return {
+        "name": SESSION_CONTAINER,
+        "image": spec.image.image,
+        "imagePullPolicy": _PULL_POLICY[spec.image.pull_policy],
+        "command": command,
+        "workingDir": WORK_DIR,
+        "env": _session_env(spec.env),
+        "ports": _container_ports(spec.ports),
+        "resources": _resources(spec.limits),
+        "securityContext": _locked_down(read_only_root=True),
+        "stdin": True,
+        "tty": True,
+        "volumeMounts": [{"name": name, "mountPath": path} for name, path in _SESSION_MOUNTS],
+    }
+
+
 def build_session_pod(
     settings: KubeSettings, spec: RunSpec, *, bundle_url: str, created_at: str
 ) -> dict[str, Any]:
@@ -179,18 +224,6 @@ def build_session_pod(
     """
     if spec.bundle is None:
         raise ValueError("build_session_pod needs a bundle session")
-    command = ["telo", "run", f"{APP_DIR}/{spec.bundle.entry}"]
-    if spec.inspect:
-        # 0.0.0.0, not the kernel's loopback default: runnerd reaches it over
-        # the pod network. The port is never published.
-        command += ["--inspect", f"0.0.0.0:{INSPECT_PORT}", "--no-open"]
-    mounts = [
-        {"name": "app", "mountPath": APP_DIR},
-        {"name": "telo-cache", "mountPath": CACHE_DIR},
-        {"name": "work", "mountPath": WORK_DIR},
-        {"name": "home", "mountPath": HOME_DIR},
-        {"name": "tmp", "mountPath": TMP_DIR},
-    ]
     pod_spec = _pod_spec(settings, spec)
     pod_spec["securityContext"] = {
         "runAsNonRoot": True,
@@ -199,35 +232,9 @@ def build_session_pod(
         "fsGroup": RUN_AS_UID,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-    pod_spec["initContainers"] = [
-        {
-            "name": INIT_CONTAINER,
-            "image": settings.init_image,
-            "imagePullPolicy": "IfNotPresent",
-            "command": ["sh", "-c"],
-            "args": [_fetch_script(bundle_url)],
-            "resources": {"limits": dict(INIT_LIMITS)},
-            "securityContext": _locked_down(read_only_root=True),
-            "volumeMounts": [{"name": "app", "mountPath": APP_DIR}],
-        }
-    ]
-    pod_spec["containers"] = [
-        {
-            "name": SESSION_CONTAINER,
-            "image": spec.image.image,
-            "imagePullPolicy": _PULL_POLICY[spec.image.pull_policy],
-            "command": command,
-            "workingDir": WORK_DIR,
-            "env": _session_env(spec.env),
-            "ports": _container_ports(spec.ports),
-            "resources": _resources(spec.limits),
-            "securityContext": _locked_down(read_only_root=True),
-            "stdin": True,
-            "tty": True,
-            "volumeMounts": mounts,
-        }
-    ]
-    pod_spec["volumes"] = [{"name": m["name"], "emptyDir": {}} for m in mounts]
+    pod_spec["initContainers"] = [_fetch_container(settings, bundle_url)]
+    pod_spec["containers"] = [_session_container(spec, spec.bundle.entry)]
+    pod_spec["volumes"] = [{"name": name, "emptyDir": {}} for name, _ in _SESSION_MOUNTS]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
