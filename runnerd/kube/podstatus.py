@@ -11,7 +11,9 @@ and `containerStatuses` (docs/kubernetes.md §6) as one `Verdict`:
 - `Exited` / `Failed` (the seam's `Outcome`): the pod has ended.
 
 Terminal rules (the same on both backends): a pod-level reason (the deadline,
-an eviction) → `failed`, since the container did not end on its own; else the
+an eviction) → `failed` with the pod's own reason and message, since the
+container did not end on its own (even when the kill later shows as its
+`Error` exit); else the
 session container terminated `Completed`/`Error` → `exited` with its code,
 whatever the phase; else a terminated session container or a Failed/Succeeded
 phase → `failed` by `failure_message`; a pod that is gone → `failed`.
@@ -131,14 +133,21 @@ def failure_message(pod: Pod) -> str:
     for name, reason, message in _waiting(pod):
         if reason in BLOCKING_REASONS:
             return _with_message(f"container {name}: {reason}", message)
-    status = _status(pod)
-    pod_message, pod_reason = status.get("message"), status.get("reason")
-    if isinstance(pod_message, str) and pod_message:
-        has_reason = isinstance(pod_reason, str) and pod_reason
-        return _with_message(str(pod_reason), pod_message) if has_reason else _cut(pod_message)
+    if (pod_message := _pod_message(pod)) is not None:
+        return pod_message
+    pod_reason = _status(pod).get("reason")
     if isinstance(pod_reason, str) and pod_reason:
         return _cut(pod_reason)
     return "pod failed"
+
+
+def _pod_message(pod: Pod) -> str | None:
+    """`reason: message` (or the message alone) from the pod's status, if it has one."""
+    status = _status(pod)
+    message, reason = status.get("message"), status.get("reason")
+    if not (isinstance(message, str) and message):
+        return None
+    return _with_message(reason, message) if isinstance(reason, str) and reason else _cut(message)
 
 
 def terminal_outcome(pod: Pod | None, container: str = SESSION_CONTAINER) -> Exited | Failed | None:
@@ -149,8 +158,11 @@ def terminal_outcome(pod: Pod | None, container: str = SESSION_CONTAINER) -> Exi
     status = _status(pod)
     phase = status.get("phase")
     ended = phase in ("Failed", "Succeeded")
-    if ended and isinstance(status.get("reason"), str) and status.get("reason"):
-        return Failed(failure_message(pod))
+    reason = status.get("reason")
+    if ended and isinstance(reason, str) and reason:
+        # The pod itself was ended (deadline, eviction): that is the cause, even
+        # once the kill shows as the container's own `Error` exit.
+        return Failed(_pod_message(pod) or _cut(reason))
     cs = _container(pod, container)
     term = _state(cs, "terminated") if cs else None
     if term and term.get("reason") in ENDED_ON_ITS_OWN and isinstance(term.get("exitCode"), int):
