@@ -25,6 +25,9 @@ Consistency contract (load-bearing for the session's pod-watch task):
   STARTED after the subscription and does not contain the pod. So subscribe
   after the pod's create returned: a list that began before the create may
   not hold it, and is never taken as proof that it is gone.
+- A pod whose deletion the informer saw before the subscription starts as
+  `GONE` (the last `TOMBSTONES` deleted names are remembered; session ids, so
+  pod names, are never reused).
 - Before the informer's first list, or before the pod is first seen, `next()`
   waits; seed the consumer with the create response meanwhile.
 
@@ -38,6 +41,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final
@@ -61,6 +65,7 @@ GONE: Final = _Gone()
 PodState = Pod | _Gone
 
 OPERATION = "could not watch the session pods"
+TOMBSTONES = 4096
 # A clean end this soon, with no event, is a server refusing quietly: back off.
 SHORT_WATCH_S = 1.0
 
@@ -115,6 +120,7 @@ class PodInformer:
         self._watch_timeout_s = watch_timeout_s
         self._policy = policy or Policy()
         self._cache: dict[str, Pod] = {}
+        self._deleted: OrderedDict[str, None] = OrderedDict()
         self._subs: dict[str, set[PodSubscription]] = {}
         self._lists_started = 0
         self._synced = trio.Event()
@@ -125,7 +131,8 @@ class PodInformer:
     def subscribe(self, name: str) -> Iterator[PodSubscription]:
         """A subscription to pod `name` for the block's duration (synchronous:
         registration and snapshot happen with no checkpoint between them)."""
-        sub = PodSubscription(name, self._lists_started, self._cache.get(name))
+        state: PodState | None = GONE if name in self._deleted else self._cache.get(name)
+        sub = PodSubscription(name, self._lists_started, state)
         self._subs.setdefault(name, set()).add(sub)
         try:
             yield sub
@@ -174,7 +181,7 @@ class PodInformer:
         fresh = {_name(p): p for p in items}
         for name in list(self._cache):
             if name not in fresh:
-                del self._cache[name]
+                self._remove(self._cache[name])
         for name, pod in fresh.items():
             if name not in self._cache or _rv(self._cache[name]) != _rv(pod):
                 self._apply(pod)
@@ -189,12 +196,16 @@ class PodInformer:
     def _apply(self, pod: Pod) -> None:
         name = _name(pod)
         self._cache[name] = pod
+        self._deleted.pop(name, None)
         for sub in self._subs.get(name, ()):
             sub._deliver(pod)
 
     def _remove(self, pod: Pod) -> None:
         name = _name(pod)
         self._cache.pop(name, None)
+        self._deleted[name] = None
+        if len(self._deleted) > TOMBSTONES:
+            self._deleted.popitem(last=False)
         for sub in self._subs.get(name, ()):
             sub._deliver(GONE)
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runnerd.backend import Exited, Failed
+from runnerd.contract import RunPhase
 
 Pod = Mapping[str, Any]
 
@@ -52,7 +53,11 @@ ENDED_ON_ITS_OWN = frozenset({"Completed", "Error"})
 
 @dataclass(frozen=True)
 class Progress:
+    """Still starting. Every pod-side step (a node, the pulls, the bundle
+    fetch, the container's creation) is `provision` in the contract's terms."""
+
     message: str
+    phase: RunPhase = "provision"
 
 
 @dataclass(frozen=True)

@@ -205,3 +205,18 @@ async def test_subscribe_then_snapshot_never_misses_and_never_lies(
             assert again.latest() is not None
             with trio.fail_after(1):
                 assert (await again.next())["metadata"]["name"] == "late"  # type: ignore[index]
+
+
+async def test_a_pod_deleted_before_the_subscription_starts_gone(
+    apiserver: KubeSim, tmp_path: Path
+) -> None:
+    async with running_informer(apiserver, tmp_path) as (client, informer):
+        await create(client, "brief")
+        with informer.subscribe("brief") as witness, trio.fail_after(10):
+            await until(witness, lambda s: s is not GONE)
+            await client.delete_pod("brief", operation="delete")
+            await until(witness, lambda s: s is GONE)
+        with informer.subscribe("brief") as late:
+            assert late.latest() is GONE
+            with trio.fail_after(1):
+                assert await late.next() is GONE
