@@ -15,7 +15,8 @@ End of an attach (`AttachEnd`):
 - `ENDED`: a `Success` Status arrived on channel 3 (the container's streams
   closed: it exited). An abrupt TCP close right after it is tolerated.
 - `DROPPED`: the connection closed or broke without a Status (an apiserver
-  restart, a network cut); the caller decides whether to re-attach.
+  restart, a network cut, or no pong to a ping for `PONG_TIMEOUT_S`); the
+  caller decides whether to re-attach.
 Errors: a refused handshake (401/403/404/400, or a 403 with an empty body
 when no subprotocol matched) and a `Failure` Status on channel 3 (the kubelet
 could not attach: the container is not running) raise a classified
@@ -56,6 +57,11 @@ STDIN, STDOUT, STDERR, STATUS, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 # growing the daemon without bound behind a stalled apiserver.
 MAX_PENDING_STDIN_BYTES = 4 * 1024 * 1024
 CLOSE_TIMEOUT_S = 1.0
+# client-go pings every 5 s. A peer that stops answering (a dead node, a
+# black-holed route: no FIN, no RST) would otherwise leave a silently dead
+# terminal forever; after this long without a pong the attach is DROPPED.
+PING_INTERVAL_S = 5.0
+PONG_TIMEOUT_S = 30.0
 
 
 class AttachEnd(Enum):
@@ -150,6 +156,23 @@ async def _read(ws: WebSocketConnection, on_output: Callable[[bytes], None]) -> 
 _EXPECTED = (ConnectionRejected, HandshakeError, errors.KubeError, OSError, trio.TooSlowError)
 
 
+async def _heartbeat(ws: WebSocketConnection, stream: trio.abc.AsyncResource,
+                     interval_s: float, timeout_s: float) -> None:
+    """Ping every `interval_s`; without a pong in `timeout_s`, cut the stream
+    (the reader then ends as DROPPED)."""
+    while True:
+        await trio.sleep(interval_s)
+        with trio.move_on_after(timeout_s):
+            try:
+                await ws.ping()
+            except ConnectionClosed:
+                return
+            continue
+        log.info("attach: no pong in %.0f s; dropping the connection", timeout_s)
+        await trio.aclose_forcefully(stream)
+        return
+
+
 def _single(group: BaseExceptionGroup[Any]) -> BaseException | None:
     """The one non-cancellation exception in a group, if that is all it holds."""
     leaves: list[BaseException] = []
@@ -176,6 +199,7 @@ async def _connect(client: KubeClient) -> trio.SSLStream[trio.SocketStream]:
 
 async def _attach_once(client: KubeClient, pod: str, container: str,
                        protocols: Sequence[str], on_output: Callable[[bytes], None],
+                       heartbeat: tuple[float, float],
                        task_status: trio.TaskStatus[Terminal]) -> AttachEnd:
     headers = await client.headers(OPERATION)
     extra = [(k.encode(), v.encode()) for k, v in headers.items() if k == "Authorization"]
@@ -192,6 +216,7 @@ async def _attach_once(client: KubeClient, pod: str, container: str,
                                           subprotocols=list(protocols), extra_headers=extra)
         terminal = Terminal(ws.subprotocol or protocols[0])
         nursery.start_soon(terminal._pump, ws)
+        nursery.start_soon(_heartbeat, ws, stream, *heartbeat)
         task_status.started(terminal)
         try:
             return await _read(ws, on_output)
@@ -209,6 +234,8 @@ async def run_attach(
     on_output: Callable[[bytes], None],
     container: str = "session",
     protocols: Sequence[str] = PROTOCOLS,
+    ping_interval_s: float = PING_INTERVAL_S,
+    pong_timeout_s: float = PONG_TIMEOUT_S,
     task_status: trio.TaskStatus[Terminal] = trio.TASK_STATUS_IGNORED,
 ) -> AttachEnd:
     """Attach to `pod`'s container TTY until it ends; see the module docstring.
@@ -221,7 +248,8 @@ async def run_attach(
     """
     for attempt in range(2):
         try:
-            return await _attach_once(client, pod, container, protocols, on_output, task_status)
+            return await _attach_once(client, pod, container, protocols, on_output,
+                                      (ping_interval_s, pong_timeout_s), task_status)
         except BaseExceptionGroup as group:
             single = _single(group)
             if not isinstance(single, _EXPECTED):

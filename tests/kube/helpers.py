@@ -67,3 +67,42 @@ async def serve_bundles(tokens: BundleTokens) -> AsyncIterator[tuple[str, list[s
         port = listeners[0].socket.getsockname()[1]
         yield f"http://127.0.0.1:{port}", fetches
         nursery.cancel_scope.cancel()
+
+
+class BlackHole:
+    """A TCP proxy to a server that can stop forwarding without closing anything:
+    a peer that vanished with no FIN and no RST (a dead node, a dropped route)."""
+
+    def __init__(self, port: int) -> None:
+        self.target_port = port
+        self.port = 0
+        self._open = trio.Event()
+        self._open.set()
+
+    def swallow(self) -> None:
+        self._open = trio.Event()
+
+    async def _pump(self, source: trio.SocketStream, sink: trio.SocketStream) -> None:
+        while data := await source.receive_some(65536):
+            await self._open.wait()
+            await sink.send_all(data)
+
+    async def _handle(self, client: trio.SocketStream) -> None:
+        async with client, await trio.open_tcp_stream("127.0.0.1", self.target_port) as server:
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._pump, client, server)
+                    nursery.start_soon(self._pump, server, client)
+            except* (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+
+@asynccontextmanager
+async def open_black_hole(port: int) -> AsyncIterator[BlackHole]:
+    hole = BlackHole(port)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, hole._handle, 0,
+                                                host="127.0.0.1"))
+        hole.port = listeners[0].socket.getsockname()[1]
+        yield hole
+        nursery.cancel_scope.cancel()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,10 @@ import trio
 
 from runnerd.kube import errors
 from runnerd.kube.attach import AttachEnd, Terminal, run_attach
-from runnerd.kube.client import KubeClient
-from tests.kube.helpers import open_client
+from runnerd.kube.client import KubeClient, open_kube_client
+from runnerd.kube.kubeconfig import load_connection
+from runnerd.kube.settings import KubeSettings
+from tests.kube.helpers import FAST, open_black_hole, open_client
 from tests.kubesim.conftest import build_client
 from tests.kubesim.server import KubeSim
 from tests.kubesim.test_attach import start_kernel_pod
@@ -161,3 +164,26 @@ async def test_an_unreachable_apiserver_is_classified(kubesim: KubeSim, tmp_path
         with trio.fail_after(15), pytest.raises(errors.Unreachable):
             await run_attach(client, "x", on_output=lambda _: None)
         await kubesim.start()
+
+
+async def test_a_peer_gone_silent_is_dropped_by_the_heartbeat(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    screen = Screen()
+    async with build_client(kubesim) as raw:
+        await start_kernel_pod(raw, tmp_path, "hb", "echo > \n", stdin=True, tty=True)
+    conn = load_connection(KubeSettings(kubeconfig=str(kubesim.write_kubeconfig(tmp_path / "kc"))),
+                           {}, tmp_path)
+    async with open_black_hole(kubesim.port) as hole, open_kube_client(
+        replace(conn, server=f"https://127.0.0.1:{hole.port}"), policy=FAST
+    ) as client:
+        with trio.fail_after(15):
+            async with trio.open_nursery() as nursery:
+                terminal, ends = await attach(client, "hb", screen, nursery,
+                                              ping_interval_s=0.1, pong_timeout_s=0.5)
+                terminal.write(b"alive\n")
+                await screen.until("> alive")  # pongs flow: the attach stays up
+                await trio.sleep(0.5)  # five ping rounds answered: still attached
+                assert ends == []
+                hole.swallow()  # nothing more arrives, and nothing says so
+            assert ends == [AttachEnd.DROPPED]
