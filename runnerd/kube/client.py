@@ -280,6 +280,19 @@ class KubeClient:
         items = [i for i in answer.get("items") or [] if isinstance(i, dict)]
         return items, str((answer.get("metadata") or {}).get("resourceVersion", ""))
 
+    async def read_log(self, name: str, *, container: str, operation: str,
+                       limit_bytes: int = 1024 * 1024) -> bytes:
+        """The container's output so far (`pods/log`, at most `limit_bytes`):
+        what it wrote before an attach was up. Retried as a read.
+
+        Raises:
+            errors.KubeError: e.g. `BadRequest` while the container is waiting.
+        """
+        params = {"container": container, "limitBytes": str(limit_bytes)}
+        response = await self._exchange("GET", f"{self.pods_path(name)}/log", operation,
+                                        Retry.READ, params, None, stream=False)
+        return response.content
+
     @asynccontextmanager
     async def open_watch(
         self, path: str, params: Mapping[str, str], *, operation: str

@@ -187,3 +187,15 @@ async def test_a_peer_gone_silent_is_dropped_by_the_heartbeat(
                 assert ends == []
                 hole.swallow()  # nothing more arrives, and nothing says so
             assert ends == [AttachEnd.DROPPED]
+
+
+async def test_output_written_before_any_attach_is_in_the_log(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    async with kernel_pod(kubesim, tmp_path, "early", "print first words\nexit 0\n") as client:
+        async with build_client(kubesim) as raw:
+            await wait_pod(raw, "early", phase_is("Succeeded"))
+        log = await client.read_log("early", container="session", operation="read")
+        assert b"first words" in log
+        with pytest.raises(errors.NotFound):
+            await client.read_log("nope", container="session", operation="read")
