@@ -277,6 +277,8 @@ def load_connection(
             continue  # $KUBECONFIG may name files that do not exist (kubectl skips them)
         except (OSError, yaml.YAMLError) as exc:
             raise KubeconfigError(f"{path}: cannot read: {exc}") from exc
+    if not documents:
+        raise KubeconfigError(f"$KUBECONFIG: none of {environ.get('KUBECONFIG')!r} exists")
     return connection_from_kubeconfig(
         merge_kubeconfigs(documents), context=settings.context,
         namespace=settings.namespace, read=read,

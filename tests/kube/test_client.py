@@ -95,6 +95,17 @@ async def test_a_write_is_retried_only_when_the_server_said_retry_after(
         assert apiserver.stats.count("create", "/api/v1/namespaces/{namespace}/pods") == 5
 
 
+async def test_a_delete_is_idempotent_and_rides_out_a_burst(
+    apiserver: KubeSim, tmp_path: Path
+) -> None:
+    async with open_client(apiserver, tmp_path) as client:
+        await client.create_pod(pod("d1"), operation=OP, is_ours=ours)
+        apiserver.faults.fail_next(3, 500, retry_after_s=None, verb="delete")
+        assert await client.delete_pod("d1", operation="delete", grace_period_s=0)
+        assert apiserver.store.get("pods", "runnerd", "d1") is None
+        assert apiserver.stats.count("delete", "/api/v1/namespaces/{namespace}/pods/{name}") == 4
+
+
 async def test_create_that_landed_is_success_only_if_ours(
     apiserver: KubeSim, tmp_path: Path
 ) -> None:

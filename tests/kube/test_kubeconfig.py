@@ -272,6 +272,8 @@ def test_missing_kubeconfig_is_an_error(tmp_path: Path) -> None:
         load_connection(replace(S, kubeconfig=str(tmp_path / "none")), {}, tmp_path)
     with pytest.raises(KubeconfigError, match="no such file"):
         load_connection(S, {}, tmp_path)
+    with pytest.raises(KubeconfigError, match="none of"):
+        load_connection(S, {"KUBECONFIG": f"{tmp_path}/a:{tmp_path}/b"}, tmp_path)
 
 
 def test_exec_credential_parsing() -> None:
