@@ -220,3 +220,21 @@ async def test_a_pod_deleted_before_the_subscription_starts_gone(
             assert late.latest() is GONE
             with trio.fail_after(1):
                 assert await late.next() is GONE
+
+
+async def test_a_silent_apiserver_never_holds_up_the_start(
+    apiserver: KubeSim, tmp_path: Path
+) -> None:
+    quick = replace(FAST, read_timeout_s=0.3, deadline_s=1.0)
+    async with open_client(apiserver, tmp_path, quick) as client, trio.open_nursery() as nursery:
+        apiserver.faults.go_silent()
+        informer = PodInformer(client, SELECTOR, policy=quick)
+        with trio.fail_after(1):
+            await nursery.start(informer.run)  # the daemon's boot goes on at once
+        with trio.move_on_after(1.5) as waited:
+            await informer.wait_synced()
+        assert waited.cancelled_caught  # nothing answered, nothing synced
+        apiserver.faults.resume()
+        with trio.fail_after(10):
+            await informer.wait_synced()
+        nursery.cancel_scope.cancel()
