@@ -142,7 +142,7 @@ async def test_rbac_and_quota_refusals_are_classified_and_client_safe(
 
 
 async def test_a_silent_apiserver_cannot_hang_a_call(apiserver: KubeSim, tmp_path: Path) -> None:
-    policy = replace(FAST, read_timeout_s=0.3, deadline_s=1.5)
+    policy = replace(FAST, connect_timeout_s=0.2, read_timeout_s=0.2, deadline_s=0.8)
     async with open_client(apiserver, tmp_path, policy) as client:
         apiserver.faults.go_silent()
         with trio.fail_after(10):
