@@ -1,0 +1,37 @@
+"""The Kubernetes backend's parts below the backend seam (sessions as pods).
+
+Pure: `settings`, `errors`, `podstatus`, `podspec`, `bundle`, `kubeconfig`.
+IO at the edge: `credentials`, `client` (httpx), `informer` (the one shared pod
+watch), `attach` (the PTY bridge over trio-websocket). No httpx name escapes
+this package: every apiserver answer that is not 2xx becomes an
+`errors.KubeError` whose `str()` is client-safe.
+
+How a backend puts them together (the seam step wires this):
+
+- At start (off the event loop): `kubeconfig.load_connection(settings,
+  os.environ, Path.home())` → `Connection`; then `async with
+  client.open_kube_client(conn) as kube` for the daemon's life, and
+  `nursery.start(informer.PodInformer(kube, podspec.managed_by_selector(settings)).run)`
+  (reports started at once; the apiserver never holds up the boot).
+- Per bundle session: `archive = await trio.to_thread.run_sync(
+  bundle.build_bundle_archive, spec.bundle)`; `token = tokens.stage(sid,
+  archive, now)` on one `bundle.BundleTokens`; the URL is
+  `{settings.self_url}/internal/bundles/{sid}?token={token}`, served by
+  `tokens.redeem(sid, token, now)` on `bundle_listen`; `tokens.drop(sid)` at
+  the session's end.
+- `pod = podspec.build_pod(settings, spec, bundle_url=…, created_at=…)`;
+  `await kube.create_pod(pod, operation=…, is_ours=lambda p:
+  podspec.is_ours(p, settings, sid))` (raise `errors.start_error(err, "create")`).
+- `with informer.subscribe(podspec.pod_name(sid)) as sub:` then feed
+  `podstatus.StartWatch(settings.pull_backoff_grace_s).observe(pod_or_None, now)`
+  with the create response and each `await sub.next()` (`GONE` → None):
+  `Progress` → sink.progress, `PodRunning` → attach + `running`,
+  `StartFailed` → fail the start, `Exited`/`Failed` → the outcome. After the
+  start, `podstatus.terminal_outcome(pod_or_None)` decides the end.
+- `await nursery.start(partial(attach.run_attach, kube, name, on_output=…))` →
+  `attach.Terminal` (the `WorkloadHandle`: `write`, `resize`); it returns
+  `AttachEnd.ENDED` / `DROPPED` (re-attach while the pod runs) or raises a
+  classified `KubeError`. `kube.read_log(...)` has what was written earlier.
+- Teardown: `await kube.delete_pod(name, operation=…, grace_period_s=…)`
+  (idempotent: False when already gone).
+"""
