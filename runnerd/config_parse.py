@@ -37,7 +37,7 @@ from runnerd.config_model import (
     TierLimits,
     toml_key,
 )
-from runnerd.config_server import SERVER_KEYS, parse_server
+from runnerd.config_server import SERVER_KEYS, check_loopback, parse_server
 from runnerd.contract import PullPolicy
 from runnerd.envnames import is_env_name
 from runnerd.limits import QuantityError, parse_quantity
@@ -142,7 +142,8 @@ _APP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 
 def _parse_metrics(t: _Table, base_dir: Path, server: ServerConfig) -> MetricsConfig:
     """`[metrics] listen`: one entry or a list, the `server.listen` grammar minus
-    `systemd` (passed sockets all serve the API), never an API listener's address."""
+    `systemd` (passed sockets all serve the API), never an API listener's
+    address, and loopback only unless `server.allow_remote` (as the API)."""
     raw = t.data.get("listen", [])
     entries = t.string_list("listen") if isinstance(raw, list) else (t.string("listen", ""),)
     listen: list[str] = []
@@ -154,6 +155,8 @@ def _parse_metrics(t: _Table, base_dir: Path, server: ServerConfig) -> MetricsCo
             raise ConfigError(key, str(exc)) from None
         if address.kind == "systemd":
             raise ConfigError(key, "'systemd' sockets serve the API; give metrics an address")
+        if address.kind == "tcp" and not server.allow_remote:
+            check_loopback(key, entry, address.host or "", "the metrics")
         canonical = format_listen(address)
         if canonical in server.listen:
             raise ConfigError(key, f"{entry!r} is a server.listen entry; metrics get their own")

@@ -89,13 +89,22 @@ def _parse_listen(t: _Table, base_dir: Path) -> tuple[str, ...]:
 def _check_loopback_only(listen: tuple[str, ...]) -> None:
     for i, entry in enumerate(listen):
         address = parse_listen(entry)
-        if address.kind == "tcp" and not is_loopback_host(address.host or ""):
-            raise ConfigError(
-                f"server.listen[{i}]",
-                f"{entry!r} is reachable from other machines, and anyone who reaches the API "
-                "can run code on this host; bind to 127.0.0.1 or [::1] (put an authenticating "
-                "proxy in front for remote use), or set server.allow_remote = true",
-            )
+        if address.kind == "tcp":
+            check_loopback(f"server.listen[{i}]", entry, address.host or "", "the API")
+
+
+def check_loopback(key: str, entry: str, host: str, what: str) -> None:
+    """ConfigError at `key` unless `host` is loopback (`server.allow_remote`
+    unset): a remote bind exposes `what` to every machine that reaches it."""
+    if is_loopback_host(host):
+        return
+    raise ConfigError(
+        key,
+        f"{entry!r} is reachable from other machines, and anyone who reaches {what} "
+        + ("can run code on this host" if what == "the API" else "can read them")
+        + "; bind to 127.0.0.1 or [::1] (put an authenticating proxy in front for remote "
+        "use), or set server.allow_remote = true",
+    )
 
 
 def _parse_cors(t: _Table) -> Literal["*"] | tuple[str, ...]:

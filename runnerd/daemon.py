@@ -328,9 +328,7 @@ async def _serve(
         await nursery.start(state.sessions.run)
         await nursery.start(run_http)
         if isinstance(state.metrics, PrometheusMetrics) and metrics_listeners:
-            await nursery.start(
-                _serve_metrics, state.metrics, state.config.server, metrics_listeners, stop_http
-            )
+            await nursery.start(_serve_metrics, state.metrics, state, metrics_listeners, stop_http)
         await _announce_ready(state, listeners, nursery, metrics_listeners or [])
         signum = await _handle_signals_until_stop(state, signals)
         log.info("shutting down", extra={"signal": signal.Signals(signum).name})
@@ -348,17 +346,18 @@ METRICS_MAX_CONNECTIONS = 16
 
 async def _serve_metrics(
     metrics: PrometheusMetrics,
-    server: ServerConfig,
+    state: AppState,
     listeners: list[Listener],
     stop: trio.Event,
     *,
     task_status: trio.TaskStatus[list[str]],
 ) -> None:
     """`GET /metrics` on its own listeners until `stop`, through the same
-    bounded connection handling as the API (`runnerd.http.server`)."""
+    bounded connection handling and the same Host/Origin guard as the API
+    (a DNS-rebinding page must not read them either)."""
     await serve_app(
-        metrics_asgi_app(metrics),
-        build_hypercorn_config(server),
+        HostSyntaxGuard(metrics_asgi_app(metrics), lambda: state.config),
+        build_hypercorn_config(state.config.server),
         [dup_socket(listener.sock) for listener in listeners],
         max_connections=METRICS_MAX_CONNECTIONS,
         shutdown_trigger=stop.wait,

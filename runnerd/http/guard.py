@@ -24,7 +24,10 @@ browser cannot read a refused handshake's status.
 `HostSyntaxGuard` wraps the whole app: a `Host` that is no valid host name
 (`a..b`, a label over 63 characters) makes werkzeug raise while quart builds
 the request context, before any hook runs, which hypercorn answered with a
-500 and a logged traceback (found by the fuzz suite). It is a `400` here.
+500 and a logged traceback (found by the fuzz suite). It is a `400` here, as
+is a request with two `Host` or two `Origin` headers (quart reads the first,
+a proxy in front may read the last). The metrics listener, which has no
+quart hooks, gets steps 1 and 2 from the same wrapper.
 """
 
 from __future__ import annotations
@@ -108,38 +111,74 @@ def server_address(scope: Mapping[str, Any]) -> tuple[str, int] | None:
     return (str(server[0]), int(server[1])) if server else None
 
 
-_BAD_HOST_BODY = json.dumps(
-    error_body("invalid_request", "the Host header is not a valid host name"),
-    separators=(",", ":"),
-).encode()
+def header_problem(scope: Mapping[str, Any]) -> str | None:
+    """Why this request's Host/Origin headers cannot be judged, or None.
 
-
-def host_syntax_ok(scope: Mapping[str, Any]) -> bool:
-    """Can werkzeug bind a URL map to this request's Host (IDNA-encode it)?"""
-    for name, value in scope.get("headers", ()):
-        if name.lower() == b"host":
+    More than one `Host` or `Origin` is refused outright: the guard and
+    whatever sits in front of runnerd could each read a different one (an
+    allowed Origin first, a hostile one second). A `Host` werkzeug cannot
+    IDNA-encode made it raise while building the request context.
+    """
+    seen: set[bytes] = set()
+    for raw_name, value in scope.get("headers", ()):
+        name = raw_name.lower()
+        if name not in (b"host", b"origin"):
+            continue
+        if name in seen:
+            return f"the request carries more than one {name.decode().capitalize()} header"
+        seen.add(name)
+        if name == b"host":
             try:
                 value.decode("latin-1").encode("idna")
             except UnicodeError:
-                return False
-    return True
+                return "the Host header is not a valid host name"
+    return None
+
+
+def _header(scope: Mapping[str, Any], wanted: bytes) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name.lower() == wanted:
+            return str(value.decode("latin-1"))
+    return None
+
+
+async def send_error(scope: Any, send: Any, status: int, code: str, message: str) -> None:
+    """Answer an ASGI http/websocket scope with a JSON error and close."""
+    body = json.dumps(error_body(code, message), separators=(",", ":")).encode()
+    prefix = "websocket.http." if scope["type"] == "websocket" else "http."
+    headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+               (b"content-length", str(len(body)).encode())]  # fmt: skip
+    await send({"type": prefix + "response.start", "status": status, "headers": headers})
+    await send({"type": prefix + "response.body", "body": body})
 
 
 class HostSyntaxGuard:
-    """ASGI wrapper: a request whose Host werkzeug cannot parse is a JSON 400."""
+    """ASGI wrapper: a request with an unparsable or repeated Host, or a
+    repeated Origin, is a JSON 400 (`header_problem`). With `config`, it also
+    applies the guard's steps 1 and 2 (403), for an app without quart's
+    hooks: the metrics listener."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, config: Callable[[], Config] | None = None) -> None:
         self.app = app
+        self.config = config
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] not in ("http", "websocket") or host_syntax_ok(scope):
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        prefix = "websocket.http." if scope["type"] == "websocket" else "http."
-        headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
-                   (b"content-length", str(len(_BAD_HOST_BODY)).encode())]  # fmt: skip
-        await send({"type": prefix + "response.start", "status": 400, "headers": headers})
-        await send({"type": prefix + "response.body", "body": _BAD_HOST_BODY})
+        problem = header_problem(scope)
+        if problem is not None:
+            await send_error(scope, send, 400, "invalid_request", problem)
+            return
+        if self.config is not None:
+            refusal = edge_refusal(
+                _header(scope, b"host"), _header(scope, b"origin"),
+                server_address(scope), self.config(),
+            )  # fmt: skip
+            if refusal is not None:
+                await send_error(scope, send, 403, *refusal)
+                return
+        await self.app(scope, receive, send)
 
 
 def register_guard(app: QuartTrio, config: Callable[[], Config]) -> None:
