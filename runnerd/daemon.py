@@ -46,7 +46,13 @@ from runnerd.config import (
 )
 from runnerd.config_server import server_warnings
 from runnerd.http.guard import HostSyntaxGuard
-from runnerd.http.server import connection_cap, dup_socket, open_files_limit, serve_app
+from runnerd.http.server import (
+    connection_cap,
+    dup_socket,
+    fds_needed,
+    open_files_limit,
+    serve_app,
+)
 from runnerd.listeners import Listener, bind_listeners, close_listeners, refuse_remote
 from runnerd.logs import set_log_level
 from runnerd.metrics import NULL_METRICS, Metrics, PrometheusMetrics, metrics_asgi_app
@@ -302,17 +308,7 @@ async def _serve(
             # A dup per listener: the accept loop closes its sockets when it
             # ends, while `close_listeners` closes (and unlinks) ours.
             server = state.config.server
-            cap = connection_cap(
-                server.max_connections,
-                len(listeners),
-                open_files_limit(),
-                state.config.runner.max_sessions,
-            )
-            if cap < server.max_connections:
-                log.info(
-                    "connection cap lowered to fit the open files limit",
-                    extra={"max_connections": cap, "nofile": open_files_limit()},
-                )
+            cap = _connection_cap(state.config, len(listeners))
             await serve_app(
                 HostSyntaxGuard(create_app(state)),
                 build_hypercorn_config(server),
@@ -337,6 +333,30 @@ async def _serve(
         stop_http.set()
         await _shut_down(state, listeners, http_done)
         nursery.cancel_scope.cancel()
+
+
+def _connection_cap(config: Config, listeners: int) -> int:
+    """`server.max_connections` fitted to the open files limit, logged when
+    lowered: a WARNING naming the fix when the limit leaves no room for the
+    sessions too (the cap then stays at `MIN_CONNECTIONS`, so sessions near
+    `max_sessions` may fail to open files)."""
+    nofile, max_sessions = open_files_limit(), config.runner.max_sessions
+    wanted = config.server.max_connections
+    cap = connection_cap(wanted, listeners, nofile, max_sessions)
+    if cap == wanted:
+        return cap
+    needed = fds_needed(wanted, listeners, max_sessions)
+    extra = {"max_connections": cap, "nofile": nofile, "needed": needed}
+    if nofile >= fds_needed(cap, listeners, max_sessions):
+        log.info("connection cap lowered to fit the open files limit", extra=extra)
+    else:
+        log.warning(
+            "open files limit too low for runner.max_sessions=%d and %d connections per "
+            "listener: raise it (LimitNOFILE= in the unit, ulimit -n) to %d, or lower "
+            "runner.max_sessions",
+            max_sessions, cap, needed, extra=extra,
+        )  # fmt: skip
+    return cap
 
 
 # A scraper holds one connection or a few: a small cap bounds what a

@@ -64,6 +64,10 @@ _BARE_STATUS = re.compile(rb"HTTP/1\.([01]) (\d{3}) \r\n")
 # the daemon itself when the connection cap is sized against RLIMIT_NOFILE.
 _FDS_PER_SESSION = 8
 _FDS_RESERVED = 64
+# The connection cap never goes below this (nor above `max_connections`):
+# health checks, a few streams and a CLI must always fit, even when the
+# open files limit is too low to also leave room for every session.
+MIN_CONNECTIONS = 16
 
 
 def with_reason(data: bytes) -> bytes:
@@ -85,9 +89,18 @@ def with_reason(data: bytes) -> bytes:
 
 def connection_cap(configured: int, listeners: int, nofile: int, max_sessions: int) -> int:
     """Connections per listener: `configured`, lowered so that every listener
-    at its cap still leaves file descriptors for the sessions."""
+    at its cap still leaves file descriptors for the sessions, but never
+    below `MIN_CONNECTIONS` (a daemon that serves one connection is not
+    usable; `fds_needed` says what the limit should be)."""
     spare = nofile - _FDS_RESERVED - _FDS_PER_SESSION * max_sessions
-    return max(1, min(configured, spare // max(listeners, 1)))
+    fitted = max(MIN_CONNECTIONS, spare // max(listeners, 1))
+    return min(configured, fitted)
+
+
+def fds_needed(connections: int, listeners: int, max_sessions: int) -> int:
+    """The open files limit at which `connections` per listener and
+    `max_sessions` sessions all fit."""
+    return _FDS_RESERVED + _FDS_PER_SESSION * max_sessions + connections * max(listeners, 1)
 
 
 class _Connection(TCPServer):

@@ -192,3 +192,33 @@ def _raise_own_nofile(wanted: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < wanted:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
+
+
+async def test_a_low_nofile_warns_with_the_fix_and_still_serves_health_beside_streams(
+    tmp_path: Path,
+) -> None:
+    # 256 descriptors cannot also cover 32 sessions' worth (64 + 8 x 32): the
+    # cap used to collapse to 1, and one open stream then starved /v1/health.
+    runnerd = [sys.executable, "-m", "runnerd", "serve", "--config"]
+    command = ["prlimit", "--nofile=256:256", *runnerd]
+    async with start_daemon(tmp_path, command=command) as daemon:
+        warning = next(
+            line for line in daemon.stderr_text().splitlines() if "open files limit" in line
+        )
+        assert "WARNING" in warning and "LimitNOFILE" in warning, warning
+        assert "runner.max_sessions" in warning and "max_connections=16" in warning, warning
+        async with daemon.client() as client:
+            session_id = await start_session(client, "sleep 30")
+        async with contextlib.AsyncExitStack() as streams:
+            for _ in range(3):
+                client = await streams.enter_async_context(daemon.client(timeout=SSE_TIMEOUT))
+                response = await streams.enter_async_context(
+                    client.stream("GET", f"/v1/sessions/{session_id}/events")
+                )
+                frames = iter_sse(response)
+                streams.push_async_callback(frames.aclose)  # type: ignore[attr-defined]
+                with trio.fail_after(5):
+                    await anext(frames)
+            async with daemon.client() as probe:
+                with trio.fail_after(5):
+                    assert (await probe.get("/v1/health")).status_code == 200

@@ -82,12 +82,14 @@ def test_with_reason_fills_only_a_bare_status_line() -> None:
 
 
 def test_connection_cap_leaves_descriptors_for_sessions() -> None:
-    from runnerd.http.server import connection_cap
+    from runnerd.http.server import MIN_CONNECTIONS, connection_cap
 
     assert connection_cap(1000, 2, 1 << 20, 32) == 1000
     # nofile 1024: 64 reserved, 8 per session for 32 sessions, the rest split.
     assert connection_cap(1000, 2, 1024, 32) == (1024 - 64 - 256) // 2
-    assert connection_cap(1000, 1, 100, 32) == 1  # never zero: the API stays reachable
+    # Never below the floor: health checks and a few streams always fit.
+    assert connection_cap(1000, 1, 100, 32) == MIN_CONNECTIONS
+    assert connection_cap(4, 1, 100, 32) == 4
 
 
 @pytest.mark.parametrize(
