@@ -37,7 +37,7 @@ from runnerd.config_model import (
     TierLimits,
     toml_key,
 )
-from runnerd.config_server import SERVER_KEYS, check_loopback, parse_server
+from runnerd.config_server import SERVER_KEYS, check_loopback, parse_server, same_tcp_address
 from runnerd.contract import PullPolicy
 from runnerd.envnames import is_env_name
 from runnerd.limits import QuantityError, parse_quantity
@@ -160,6 +160,12 @@ def _parse_metrics(t: _Table, base_dir: Path, server: ServerConfig) -> MetricsCo
         canonical = format_listen(address)
         if canonical in server.listen:
             raise ConfigError(key, f"{entry!r} is a server.listen entry; metrics get their own")
+        for j, api in enumerate(server.listen):
+            if same_tcp_address(canonical, api):
+                raise ConfigError(
+                    key, f"{entry!r} is the address of server.listen[{j}] ({api}); metrics "
+                    "get their own",
+                )  # fmt: skip
         if canonical in listen:
             raise ConfigError(key, f"{entry!r} is listed twice")
         listen.append(canonical)

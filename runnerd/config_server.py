@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from typing import TYPE_CHECKING, Literal
 
 from runnerd.config_model import DEFAULT_LISTEN, ConfigError, ServerConfig
@@ -43,6 +44,28 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def same_tcp_address(a: str, b: str) -> bool:
+    """Would two `tcp:` entries bind the same address (`localhost:P` and
+    `127.0.0.1:P`)? Resolved as the bind does (first `getaddrinfo` answer);
+    port 0 (any free port) never clashes, and a name that does not resolve
+    is left to the bind's own error."""
+    first, second = parse_listen(a), parse_listen(b)
+    if first.kind != "tcp" or second.kind != "tcp" or not first.port:
+        return False
+    if first.port != second.port:
+        return False
+    resolved = _bind_address(first.host or "", first.port)
+    return resolved is not None and resolved == _bind_address(second.host or "", second.port)
+
+
+def _bind_address(host: str, port: int) -> object:
+    try:
+        answers = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return None
+    return answers[0][4]
 
 
 def parse_server(t: _Table, base_dir: Path) -> ServerConfig:

@@ -22,8 +22,10 @@ INSTALL_HINTS = {"telo": "the Telo CLI: npm install -g @telorun/cli (Node.js 24 
 
 
 def search_path(daemon_path: str | None) -> str:
-    """The PATH used to find a runtime's executable: the daemon's, then minimal."""
-    return f"{daemon_path}:{MINIMAL_PATH}" if daemon_path else MINIMAL_PATH
+    """The PATH used to find a runtime's executable: the daemon's, then the
+    minimal directories it lacks (each directory once, in that order)."""
+    entries = [*(daemon_path or "").split(":"), *MINIMAL_PATH.split(":")]
+    return ":".join(dict.fromkeys(entry for entry in entries if entry))
 
 
 def runtime_problems(
@@ -43,7 +45,12 @@ def runtime_problems(
         hint = INSTALL_HINTS.get(program)
         install = f"install {hint}" if hint else f"install '{program}'"
         found = find(program, path)
-        if found is None:
+        if found is None and "/" in program:
+            warnings.append(
+                f"{key}: '{program}' does not exist (or is not executable); every session"
+                f" on runtime '{name}' will fail to start: install it there, or correct the path"
+            )
+        elif found is None:
             warnings.append(
                 f"{key}: executable '{program}' not found on PATH ({path}); every session"
                 f" on runtime '{name}' will fail to start: {install}, or give its absolute path"

@@ -266,7 +266,10 @@ def build_metrics(config: Config) -> Metrics:
 def _bind_metrics_listeners(config: Config) -> list[Listener]:
     # Never inherited sockets: every socket systemd passes serves the API.
     return bind_listeners(
-        config.metrics.listen, socket_mode=config.server.socket_mode, inherited_fds=()
+        config.metrics.listen,
+        socket_mode=config.server.socket_mode,
+        inherited_fds=(),
+        key="metrics.listen",
     )
 
 

@@ -72,9 +72,14 @@ class Listener:
 
 
 def bind_listeners(
-    entries: tuple[str, ...], *, socket_mode: int, inherited_fds: tuple[int, ...]
+    entries: tuple[str, ...],
+    *,
+    socket_mode: int,
+    inherited_fds: tuple[int, ...],
+    key: str = "server.listen",
 ) -> list[Listener]:
-    """Bind every configured entry plus every inherited socket.
+    """Bind every configured entry plus every inherited socket; a failure's
+    message starts with `key` (the config key the entries came from).
 
     On error, everything bound so far is closed (and its files removed) before
     ListenError propagates, so a refused start leaves nothing behind.
@@ -88,7 +93,7 @@ def bind_listeners(
         for entry, spec in zip(entries, specs, strict=True):
             if spec.kind == "systemd" or _matches_inherited(spec, inherited):
                 continue
-            listeners.append(_bind_one(entry, spec, socket_mode))
+            listeners.append(_bind_one(entry, spec, socket_mode, key))
     except BaseException:
         close_listeners(listeners)
         raise
@@ -148,44 +153,44 @@ def _matches_inherited(spec: ListenAddress, inherited: list[Listener]) -> bool:
     return False
 
 
-def _bind_one(entry: str, spec: ListenAddress, socket_mode: int) -> Listener:
+def _bind_one(entry: str, spec: ListenAddress, socket_mode: int, key: str) -> Listener:
     if spec.kind == "unix" and spec.path is not None:
-        return _bind_unix(entry, spec.path, socket_mode)
+        return _bind_unix(entry, spec.path, socket_mode, key)
     if spec.kind == "tcp" and spec.host is not None and spec.port is not None:
-        return _bind_tcp(entry, spec.host, spec.port)
+        return _bind_tcp(entry, spec.host, spec.port, key)
     if spec.kind == "fd" and spec.fd is not None:
-        return _adopt_fd(spec.fd, entry)
-    raise ListenError(f"server.listen: {entry!r} cannot be bound")
+        return _adopt_fd(spec.fd, entry, key)
+    raise ListenError(f"{key}: {entry!r} cannot be bound")
 
 
-def _adopt_fd(fd: int, entry: str) -> Listener:
+def _adopt_fd(fd: int, entry: str, key: str = "server.listen") -> Listener:
     try:
         sock = socket.socket(fileno=fd)
     except OSError as exc:
-        raise ListenError(f"server.listen: {entry}: not a socket ({exc.strerror})") from exc
+        raise ListenError(f"{key}: {entry}: not a socket ({exc.strerror})") from exc
     if sock.type != socket.SOCK_STREAM:
         sock.detach()
-        raise ListenError(f"server.listen: {entry}: not a stream socket")
+        raise ListenError(f"{key}: {entry}: not a stream socket")
     # Never leak a listening socket into a workload.
     sock.set_inheritable(False)
     return Listener(entry, sock)
 
 
-def _bind_tcp(entry: str, host: str, port: int) -> Listener:
+def _bind_tcp(entry: str, host: str, port: int, key: str) -> Listener:
     try:
         family, kind, proto, _, addr = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
         sock = socket.socket(family, kind, proto)
     except OSError as exc:
-        raise ListenError(f"server.listen: {entry}: {exc.strerror or exc}") from exc
+        raise ListenError(f"{key}: {entry}: {exc.strerror or exc}") from exc
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(addr)
         sock.listen(BACKLOG)
     except OSError as exc:
         sock.close()
-        raise ListenError(f"server.listen: {entry}: {exc.strerror or exc}") from exc
+        raise ListenError(f"{key}: {entry}: {exc.strerror or exc}") from exc
     return Listener(entry, sock)
 
 
@@ -193,22 +198,20 @@ def _lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
 
-def _lock(entry: str, path: Path) -> int:
+def _lock(entry: str, path: Path, key: str) -> int:
     """Hold an exclusive lock on `path.lock`; return its fd (close-on-exec)."""
     lock_path = _lock_path(path)
     while True:
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
-            raise ListenError(
-                f"server.listen: {entry}: cannot open {lock_path}: {exc.strerror}"
-            ) from exc
+            raise ListenError(f"{key}: {entry}: cannot open {lock_path}: {exc.strerror}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise ListenError(
-                f"server.listen: {entry}: another runnerd is already serving on {path} "
+                f"{key}: {entry}: another runnerd is already serving on {path} "
                 f"(lock {lock_path} is held)"
             ) from None
         # The holder may have unlinked the file between our open and flock:
@@ -219,22 +222,22 @@ def _lock(entry: str, path: Path) -> int:
         os.close(fd)
 
 
-def _bind_unix(entry: str, path: Path, socket_mode: int) -> Listener:
+def _bind_unix(entry: str, path: Path, socket_mode: int, key: str) -> Listener:
     if not path.parent.is_dir():
-        raise ListenError(f"server.listen: {entry}: directory {path.parent} does not exist")
-    lock_fd = _lock(entry, path)
+        raise ListenError(f"{key}: {entry}: directory {path.parent} does not exist")
+    lock_fd = _lock(entry, path, key)
     try:
         with contextlib.suppress(FileNotFoundError):
             if not stat.S_ISSOCK(os.lstat(path).st_mode):
-                raise ListenError(f"server.listen: {entry}: {path} exists and is not a socket")
+                raise ListenError(f"{key}: {entry}: {path} exists and is not a socket")
             if _is_served(path):
-                raise ListenError(f"server.listen: {entry}: another process is serving on {path}")
+                raise ListenError(f"{key}: {entry}: another process is serving on {path}")
             path.unlink()  # stale: nobody serves it, and we hold the lock
         sock = _bind_unix_socket(path, socket_mode)
     except BaseException as exc:
         _release(path, lock_fd)
         if isinstance(exc, OSError):
-            raise ListenError(f"server.listen: {entry}: {exc.strerror or exc}") from exc
+            raise ListenError(f"{key}: {entry}: {exc.strerror or exc}") from exc
         raise
     return Listener(entry, sock, path=path, lock_fd=lock_fd)
 
