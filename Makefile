@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= config/dev.toml
 
-.PHONY: run test lint typecheck pytest bench check-unit check-config clean
+.PHONY: run test lint typecheck pytest bench check-unit check-unit-files check-config clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -43,14 +43,19 @@ bench: $(VENV)/.installed-test
 # The units as installed for this checkout: ExecStart= is rewritten to the
 # venv's runnerd (verify fails on a command that does not exist). Fails when
 # verify reports anything or the sandbox's exposure is above 2.0.
-# UNIT_SRC lets a test point it at a broken copy.
+# UNIT_SRC lets a test point it at a broken copy; check-unit-files is the
+# same check without installing anything, rendering into UNIT_CHECK against
+# RUNNERD_BIN (the tests set both: a temp dir, and the runnerd under test).
 UNIT_SRC ?= systemd
-UNIT_CHECK := $(VENV)/unit-check
-check-unit: $(VENV)/.installed
+UNIT_CHECK ?= $(VENV)/unit-check
+RUNNERD_BIN ?= $(abspath $(BIN))/runnerd
+check-unit: $(VENV)/.installed check-unit-files
+
+check-unit-files:
 	@command -v systemd-analyze >/dev/null || \
 		{ echo "check-unit needs systemd-analyze: apt-get install systemd" >&2; exit 2; }
 	rm -rf $(UNIT_CHECK) && mkdir -p $(UNIT_CHECK)
-	sed 's#^ExecStart=/usr/bin/runnerd #ExecStart=$(abspath $(BIN))/runnerd #' \
+	sed 's#^ExecStart=/usr/bin/runnerd #ExecStart=$(RUNNERD_BIN) #' \
 		$(UNIT_SRC)/runnerd.service > $(UNIT_CHECK)/runnerd.service
 	cp $(UNIT_SRC)/runnerd.socket $(UNIT_CHECK)/
 	systemd-analyze verify --man=no $(UNIT_CHECK)/runnerd.service $(UNIT_CHECK)/runnerd.socket \

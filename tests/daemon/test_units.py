@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,14 @@ needs_analyze = pytest.mark.skipif(
 )
 
 
-def check_unit(unit_src: Path) -> subprocess.CompletedProcess[str]:
+def check_unit(unit_src: Path, rendered: Path) -> subprocess.CompletedProcess[str]:
+    """`make check-unit`'s check, rendered into `rendered` (never into the
+    repository) against the runnerd under test, installing nothing."""
+    runnerd = shutil.which("runnerd", path=str(Path(sys.executable).parent))
+    assert runnerd is not None, "runnerd is not installed next to this python"
     return subprocess.run(
-        ["make", "-s", "-C", str(REPO), "check-unit", f"UNIT_SRC={unit_src}"],
+        ["make", "-s", "-C", str(REPO), "check-unit-files", f"UNIT_SRC={unit_src}",
+         f"UNIT_CHECK={rendered}", f"RUNNERD_BIN={runnerd}"],  # fmt: skip
         capture_output=True,
         text=True,
         timeout=60,
@@ -29,8 +35,8 @@ def check_unit(unit_src: Path) -> subprocess.CompletedProcess[str]:
 
 
 @needs_analyze
-def test_check_unit_passes_on_the_shipped_units() -> None:
-    result = check_unit(UNITS)
+def test_check_unit_passes_on_the_shipped_units(tmp_path: Path) -> None:
+    result = check_unit(UNITS, tmp_path / "rendered")
     assert result.returncode == 0, result.stderr
     assert "Overall exposure level for runnerd.service" in result.stdout
 
@@ -56,7 +62,7 @@ def test_check_unit_fails_on_a_broken_unit(
     if broken[1] == "User=root":  # and no sandbox at all: exposure far above 2.0
         text = text.split("# --- Sandbox.")[0] + "[Install]" + text.split("[Install]")[1]
     service.write_text(text)
-    result = check_unit(tmp_path / "units")
+    result = check_unit(tmp_path / "units", tmp_path / "rendered")
     assert result.returncode != 0, result.stdout + result.stderr
     assert expected in result.stderr
 

@@ -23,7 +23,7 @@ def _marker_body(marker: Path) -> dict[str, object]:
 
 
 async def test_drive_by_simple_post_from_another_origin_runs_nothing(tmp_path: Path) -> None:
-    marker = tmp_path / "pwned"
+    marker, allowed_marker = tmp_path / "pwned", tmp_path / "allowed"
     async with tcp_daemon(tmp_path, {"server": {"cors_origins": [EDITOR]}}) as (daemon, port):
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             body = httpx.Request("POST", "/", json=_marker_body(marker)).content
@@ -44,12 +44,13 @@ async def test_drive_by_simple_post_from_another_origin_runs_nothing(tmp_path: P
                 "/v1/sessions", content=body, headers={"content-type": "text/plain"}
             )
             replay = await client.get("/v1/sessions/whatever/events", headers={"origin": EVIL})
-            # The listed editor may start sessions: the same body runs.
+            # The listed editor may start sessions (its own marker file).
             allowed = await client.post(
-                "/v1/sessions", content=body,
+                "/v1/sessions", json=_marker_body(allowed_marker),
                 headers={"origin": EDITOR, "content-type": "application/json"},
             )  # fmt: skip
             await wait_terminal(client, allowed.json()["sessionId"])
+            listed = (await client.get("/v1/sessions")).json()["sessions"]
             refused_ran = await client.post(
                 "/v1/probe",
                 json={"config": {"image": "sh", "pullPolicy": "missing"}},
@@ -61,10 +62,12 @@ async def test_drive_by_simple_post_from_another_origin_runs_nothing(tmp_path: P
         assert "access-control-allow-origin" not in response.headers
     assert plain.status_code == 415 and plain.json()["error"] == "unsupported_media_type"
     assert "application/json" in plain.json()["message"]
-    assert allowed.status_code == 201 and marker.exists()
+    assert allowed.status_code == 201 and allowed_marker.exists()
     assert allowed.headers["access-control-allow-origin"] == EDITOR
-    # Exactly one session ever ran: the allowed one (the refused ones left no dir).
-    assert daemon.session_dirs() in ([], [allowed.json()["sessionId"]])
+    # Exactly one session was ever registered, the allowed one, and no refused
+    # request's workload ran (it would have written `marker`).
+    assert [session["sessionId"] for session in listed] == [allowed.json()["sessionId"]]
+    assert not marker.exists()
 
 
 async def test_dns_rebinding_host_is_refused_on_tcp_only(tmp_path: Path) -> None:
