@@ -109,7 +109,7 @@ def _add_listing(commands: Any) -> None:
     ls = _verb(commands, "ls", "list sessions: id, status, age, image or app, ports")
     ls.add_argument("-a", "--all", action="store_true", help="include finished sessions")
     ls.add_argument("-q", "--quiet", action="store_true", help="ids only")
-    ls.add_argument("--json", action="store_true", help="the daemon's JSON list")
+    ls.add_argument("--json", action="store_true", help='the daemon\'s {"sessions": [...]} JSON')
     apps = _verb(commands, "apps", "list the catalog apps a session can run (--app NAME)")
     apps.add_argument("--json", action="store_true", help="as JSON")
     probe = _verb(commands, "probe", "ask whether a session with this image could start now")

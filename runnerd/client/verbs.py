@@ -39,7 +39,8 @@ def cmd_ls(api: Api, args: argparse.Namespace) -> int:
     if not args.all:
         sessions = [s for s in sessions if s["status"].get("kind") in LIVE]
     if args.json:
-        print(json.dumps(sessions, indent=2))
+        # The daemon's object, as `GET /v1/sessions` answers it (README).
+        print(json.dumps({"sessions": sessions}, indent=2))
     elif args.quiet:
         for s in sessions:
             print(s["sessionId"])

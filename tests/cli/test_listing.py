@@ -61,7 +61,10 @@ async def test_ls_shows_live_sessions_and_a_includes_finished_ones(runnerd: Daem
     quiet = (await cli(runnerd, "ls", "-aq")).stdout.decode().split()
     assert quiet == [done, live]
     listed = json.loads((await cli(runnerd, "ls", "--json")).stdout)
-    assert [e["sessionId"] for e in listed] == [live]
+    assert list(listed) == ["sessions"]  # the daemon's object, as the README says
+    assert [e["sessionId"] for e in listed["sessions"]] == [live]
+    everyone = json.loads((await cli(runnerd, "ls", "-a", "--json")).stdout)["sessions"]
+    assert [e["sessionId"] for e in everyone] == [done, live]
     await cli(runnerd, "stop", live)
 
 

@@ -7,6 +7,7 @@ refused start never runs.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -175,3 +176,24 @@ async def test_a_host_werkzeug_cannot_parse_is_a_json_400(tmp_path: Path) -> Non
         assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer
         assert b'"error":"invalid_request"' in answer and b"not a valid host name" in answer
     assert "Traceback" not in daemon.stderr_text()
+
+
+async def test_a_second_origin_or_host_header_is_refused(tmp_path: Path) -> None:
+    # The guard read the first Origin and passed the allowed one, while a
+    # proxy or a browser-side check may act on the last one.
+    async with tcp_daemon(tmp_path, {"server": {"cors_origins": [EDITOR]}}) as (_, port):
+        head = "GET /v1/health HTTP/1.1\r\nConnection: close\r\nHost: 127.0.0.1\r\n"
+        origins = await raw_exchange(
+            port, f"{head}Origin: {EDITOR}\r\nOrigin: {EVIL}\r\n\r\n".encode()
+        )
+        hosts = await raw_exchange(port, f"{head}Host: evil.example\r\n\r\n".encode())
+        single = await raw_exchange(port, f"{head}Origin: {EDITOR}\r\n\r\n".encode())
+    status, _, body = origins.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 400 "), origins
+    assert json.loads(body) == {
+        "error": "invalid_request",
+        "message": "the request carries more than one Origin header",
+    }
+    # h11 refuses a second Host itself, before runnerd sees the request.
+    assert hosts.startswith(b"HTTP/1.1 400 "), hosts
+    assert single.startswith(b"HTTP/1.1 200 ")
