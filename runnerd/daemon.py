@@ -318,6 +318,7 @@ async def _serve(
                 [dup_socket(listener.sock) for listener in listeners],
                 max_connections=cap,
                 shutdown_trigger=shutdown_trigger,
+                on_cap=state.metrics.connection_cap,
                 task_status=task_status,
             )
         finally:
@@ -384,6 +385,7 @@ async def _serve_metrics(
         [dup_socket(listener.sock) for listener in listeners],
         max_connections=METRICS_MAX_CONNECTIONS,
         shutdown_trigger=stop.wait,
+        on_cap=metrics.connection_cap,
         task_status=task_status,
     )
 

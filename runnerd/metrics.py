@@ -4,10 +4,11 @@ Prometheus implementation.
 Owns `Metrics`, a tiny interface with one method per thing worth counting,
 called at the few places it happens (a session reaching `running` or ending
 before it, a start failure, a stream subscriber, PTY bytes, a replay gap, an
-HTTP answer, and, for the Kubernetes backend, apiserver requests, watch
-restarts, re-lists and attach reconnects). The base class counts nothing:
-it is what runs when the operator left `[metrics]` off, so counting costs a
-no-op call and prometheus_client is never imported.
+HTTP answer, a listener at its connection cap, and, for the Kubernetes
+backend, apiserver requests, watch restarts, re-lists and attach reconnects).
+The base class counts nothing: it is what runs when the operator left
+`[metrics]` off, so counting costs a no-op call and prometheus_client is
+never imported.
 
 `PrometheusMetrics` keeps one `CollectorRegistry` (never the library's
 global one: a second daemon in the same process, as in tests, must not see
@@ -70,6 +71,11 @@ class Metrics:
 
     def watch_sessions(self, statuses: Callable[[], Iterable[str]]) -> None:
         """Where the sessions-by-status gauge reads its figures at scrape time."""
+
+    def connection_cap(self, listener: str, action: str) -> None:
+        """A listener reached its connection cap: `evicted` (its longest-idle
+        connection was closed to make room) or `queued` (every connection
+        busy: new clients wait in the backlog)."""
 
     # -- the Kubernetes backend ---------------------------------------------
 
@@ -139,6 +145,11 @@ class PrometheusMetrics(Metrics):
         self._http = self._counter(
             "runnerd_http_requests", "HTTP answers", "route", "method", "status"
         )
+        self._at_cap = self._counter(
+            "runnerd_connection_cap_reached",
+            "Times a listener reached its connection cap, by what it did",
+            "listener", "action",
+        )  # fmt: skip
 
     def _add_kube_metrics(self) -> None:
         self._kube_requests = self._counter(
@@ -183,6 +194,9 @@ class PrometheusMetrics(Metrics):
 
     def watch_sessions(self, statuses: Callable[[], Iterable[str]]) -> None:
         self._statuses = statuses
+
+    def connection_cap(self, listener: str, action: str) -> None:
+        self._at_cap.labels(listener, action).inc()
 
     def apiserver_request(self, verb: str, code: str, error_class: str, seconds: float) -> None:
         self._kube_requests.labels(verb, code, error_class).inc()

@@ -60,6 +60,10 @@ _CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EN
 _CAPACITY_RETRY_S = 0.1
 # An HTTP/1.x status line as h11 writes it for hypercorn: no reason phrase.
 _BARE_STATUS = re.compile(rb"HTTP/1\.([01]) (\d{3}) \r\n")
+# Reaching the connection cap is logged at most this often per listener.
+CAP_WARNING_INTERVAL_S = 60.0
+# Told (listener, "evicted" | "queued") each time a listener reaches its cap.
+OnCap = Callable[[str, str], None]
 # File descriptors kept free for sessions (a PTY, a pidfd, pipes each) and
 # the daemon itself when the connection cap is sized against RLIMIT_NOFILE.
 _FDS_PER_SESSION = 8
@@ -151,11 +155,16 @@ class _AcceptLoop:
     when every connection is busy, accepting waits for one to end.
     """
 
-    def __init__(self, listener: trio.SocketListener, cap: int, name: str) -> None:
+    def __init__(
+        self, listener: trio.SocketListener, cap: int, name: str, on_cap: OnCap | None = None
+    ) -> None:
         self.listener = listener
+        self.cap = cap
         self.slots = trio.Semaphore(cap)
         self.name = name
         self.failures = 0
+        self.on_cap = on_cap
+        self.warned_at: float | None = None
         # Idle connections, oldest first (dicts keep insertion order).
         self.idle: dict[_Connection, None] = {}
 
@@ -163,6 +172,8 @@ class _AcceptLoop:
         self, nursery: trio.Nursery, make: Callable[[trio.SocketStream], _Connection]
     ) -> None:
         while True:
+            if self.slots.value == 0:
+                self._note_cap("evicted" if self.idle else "queued")
             if self.slots.value == 0 and self.idle:
                 oldest = next(iter(self.idle))
                 del self.idle[oldest]
@@ -196,6 +207,22 @@ class _AcceptLoop:
             self.slots.release()
             await trio.aclose_forcefully(connection.stream)
 
+    def _note_cap(self, action: str) -> None:
+        """Count reaching the cap; warn once per burst (at most once every
+        `CAP_WARNING_INTERVAL_S`), never once per connection."""
+        if self.on_cap is not None:
+            self.on_cap(self.name, action)
+        now = trio.current_time()
+        if self.warned_at is not None and now - self.warned_at < CAP_WARNING_INTERVAL_S:
+            return
+        self.warned_at = now
+        log.warning(
+            "connection cap reached: the longest-idle connection is closed to make room, "
+            "or new clients wait in the backlog while every connection is busy "
+            "(server.max_connections)",
+            extra={"listener": self.name, "max_connections": self.cap, "action": action},
+        )
+
     def _note_failure(self, exc: OSError) -> None:
         if self.failures == 0:
             log.error(
@@ -224,13 +251,15 @@ async def serve_app(
     *,
     max_connections: int,
     shutdown_trigger: Callable[[], Awaitable[None]],
+    on_cap: OnCap | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve `app` on `sockets` (already listening; closed here at the end)
     until `shutdown_trigger` returns, then let in-flight requests finish for
     `config.graceful_timeout` and run the app's shutdown.
 
-    `task_status` gets the listeners' addresses once accepting.
+    `task_status` gets the listeners' addresses once accepting; `on_cap`
+    hears each time a listener reaches `max_connections`.
     """
     wrapped: AppWrapper = wrap_app(app, config.wsgi_max_body_size, "asgi")
     context = WorkerContext(None)
@@ -248,7 +277,7 @@ async def serve_app(
 
             loops = [
                 _AcceptLoop(trio.SocketListener(trio.socket.from_stdlib_socket(sock)),
-                            max_connections, listener_name(sock))
+                            max_connections, listener_name(sock), on_cap)
                 for sock in sockets
             ]  # fmt: skip
             try:

@@ -23,6 +23,7 @@ import trio
 from tests.e2e.contract_client import SSE_TIMEOUT, start_session
 from tests.e2e.edge import tcp_daemon
 from tests.harness import iter_sse, open_ws, start_daemon
+from tests.metrics.test_scrape import scrape, value
 
 IDLE = {"server": {"idle_timeout_seconds": 0.5, "request_timeout_seconds": 0.5}}
 # Generous: the daemon closes within the timeout; this only bounds a failure.
@@ -40,6 +41,7 @@ async def _closed_by_server(stream: trio.abc.Stream) -> bytes:
 
 async def test_idle_keep_alive_connections_close_on_unix_and_tcp(tmp_path: Path) -> None:
     async with tcp_daemon(tmp_path, IDLE) as (daemon, port):
+
         async def unix() -> trio.SocketStream:
             return await trio.open_unix_socket(str(daemon.socket_path))
 
@@ -84,7 +86,7 @@ async def test_a_trickling_head_or_body_is_cut(tmp_path: Path) -> None:
         async with await trio.open_unix_socket(str(daemon.socket_path)) as body:
             await body.send_all(
                 b"POST /v1/probe HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
-                b"content-length: 100\r\n\r\n{\"config\":"
+                b'content-length: 100\r\n\r\n{"config":'
             )
             answer = await _closed_by_server(body)
     assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
@@ -222,3 +224,43 @@ async def test_a_low_nofile_warns_with_the_fix_and_still_serves_health_beside_st
             async with daemon.client() as probe:
                 with trio.fail_after(5):
                     assert (await probe.get("/v1/health")).status_code == 200
+
+
+async def test_clients_trickling_bodies_at_the_cap_are_warned_about_once_and_counted(
+    tmp_path: Path,
+) -> None:
+    overrides = {
+        "server": {"max_connections": 2, "request_timeout_seconds": 1},
+        "metrics": {"listen": [f"unix:{tmp_path / 'metrics.sock'}"]},
+    }
+    slow = (
+        b"POST /v1/probe HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"content-type: application/json\r\ncontent-length: 100\r\n"
+        b"expect: 100-continue\r\n\r\n{"
+    )
+    async with tcp_daemon(tmp_path, overrides) as (daemon, port):
+        for _ in range(2):  # two bursts: one WARNING between them, two counts
+            async with contextlib.AsyncExitStack() as stack:
+                for _ in range(2):  # every slot held by a body that never comes
+                    stream = await stack.enter_async_context(
+                        await trio.open_tcp_stream("127.0.0.1", port)
+                    )
+                    await stream.send_all(slow)
+                    # The server read the head (the connection is busy) once
+                    # it answers the expectation.
+                    with trio.fail_after(5):
+                        assert b" 100 " in await stream.receive_some(65536)
+                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as late:
+                    # Served once the body deadline cuts a trickler (408).
+                    with trio.fail_after(10):
+                        assert (await late.get("/v1/health")).status_code == 200
+                await daemon.wait_for_stderr("connection cap reached")
+        samples = await scrape(daemon, tmp_path)
+    warnings = [line for line in daemon.stderr_text().splitlines() if "cap reached" in line]
+    assert len(warnings) == 1 and "WARNING" in warnings[0], warnings
+    assert f"listener=127.0.0.1:{port}" in warnings[0]
+    listener = f"127.0.0.1:{port}"
+    queued = value(
+        samples, "runnerd_connection_cap_reached_total", listener=listener, action="queued"
+    )
+    assert queued >= 2, samples
