@@ -28,6 +28,10 @@ accept, graceful stop) because what the issue needs is not configurable there:
 - **Closing never races a send** (`_close`).
 - **Reason phrases.** hypercorn sends `HTTP/1.1 200 ` (an empty reason,
   legal but unhelpful in a trace); `_Connection` fills in the standard phrase.
+- **JSON protocol errors.** What h11 refuses before the app runs (garbage,
+  `Content-Length: abc`, a bad chunk: 400; an oversized head: 431) was
+  answered with an empty body; `with_error_body` adds the contract's
+  `{"error", "message"}` body.
 
 Patching hypercorn was the alternative; subclassing its `TCPServer` keeps its
 protocol code (h11, wsproto, the ASGI glue) as shipped.
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import errno
 import http
+import json
 import logging
 import os
 import re
@@ -52,6 +57,8 @@ from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
+
+from runnerd.contract import error_body
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +98,40 @@ def with_reason(data: bytes) -> bytes:
     return b"HTTP/1.%s %s %s\r\n" % (match[1], match[2], phrase.encode()) + data[match.end() :]
 
 
+# hypercorn's own error answer (H11Protocol._send_error_response, for what
+# h11 refuses before any app runs: a malformed request line or header, a bad
+# Content-Length or chunk, a head over h11_max_incomplete_size): a 4xx whose
+# first header is `content-length: 0`, with `connection: close` (h11 may move
+# it after `date`) and no content-type, then the close. App responses never
+# look so: quart always sends content-type first.
+_BARE_ERROR = re.compile(rb"(HTTP/1\.[01] (4\d\d) [^\r\n]*\r\n)content-length: 0\r\n")
+_PROTOCOL_ERRORS = {
+    400: ("invalid_request", "the request is not valid HTTP/1.1 (malformed request line, "
+          "header, Content-Length or chunk)"),
+    431: ("headers_too_large", "the request line and headers are too large"),
+}  # fmt: skip
+
+
+def with_error_body(data: bytes) -> bytes:
+    """hypercorn's empty protocol-error answer (`_BARE_ERROR`) with the
+    contract's JSON error body; other bytes unchanged. The head is one chunk
+    ending in the blank line (h11 writes it so), and the body is the last
+    thing sent before the close, so appending it is safe."""
+    match = _BARE_ERROR.match(data)
+    if match is None or not data.endswith(b"\r\n\r\n"):
+        return data
+    rest = data[match.end() :]
+    if b"connection: close\r\n" not in rest.lower() or b"content-type:" in rest.lower():
+        return data
+    status = int(match[2])
+    code, message = _PROTOCOL_ERRORS.get(
+        status, ("invalid_request", http.HTTPStatus(status).phrase)
+    )
+    body = json.dumps(error_body(code, message), separators=(",", ":")).encode()
+    head = b"%scontent-type: application/json\r\ncontent-length: %d\r\n" % (match[1], len(body))
+    return head + rest + body
+
+
 def connection_cap(configured: int, listeners: int, nofile: int, max_sessions: int) -> int:
     """Connections per listener: `configured`, lowered so that every listener
     at its cap still leaves file descriptors for the sessions, but never
@@ -124,7 +165,8 @@ class _Connection(TCPServer):
                 await super().protocol_send(event)
             return
         if isinstance(event, RawData):
-            event = RawData(data=with_reason(event.data), address=event.address)
+            data = with_error_body(with_reason(event.data))
+            event = RawData(data=data, address=event.address)
         await super().protocol_send(event)
 
     async def evict(self) -> None:
@@ -308,4 +350,3 @@ def dup_socket(sock: socket.socket) -> socket.socket:
     """A second socket object on a dup of `sock`'s fd: closing it (as the
     accept loop does at the end) leaves the daemon's own `sock` open."""
     return socket.socket(fileno=os.dup(sock.fileno()))
-

@@ -196,4 +196,27 @@ async def test_a_second_origin_or_host_header_is_refused(tmp_path: Path) -> None
     }
     # h11 refuses a second Host itself, before runnerd sees the request.
     assert hosts.startswith(b"HTTP/1.1 400 "), hosts
+    assert json.loads(hosts.partition(b"\r\n\r\n")[2])["error"] == "invalid_request"
     assert single.startswith(b"HTTP/1.1 200 ")
+
+
+async def test_what_h11_refuses_still_gets_a_json_error_body(tmp_path: Path) -> None:
+    head = "Host: 127.0.0.1\r\nconnection: close\r\n"
+    requests = {
+        "garbage": b"GARBAGE\r\n\r\n",
+        "content-length": f"POST /v1/probe HTTP/1.1\r\n{head}Content-Length: abc\r\n\r\n".encode(),
+        "chunk": f"POST /v1/probe HTTP/1.1\r\n{head}content-type: application/json\r\n"
+        "transfer-encoding: chunked\r\n\r\nZZ\r\n{}\r\n0\r\n\r\n".encode(),
+        "long-url": f"GET /v1/health?{'a' * 70_000} HTTP/1.1\r\n{head}\r\n".encode(),
+    }
+    async with tcp_daemon(tmp_path) as (_, port):
+        answers = {name: await raw_exchange(port, data) for name, data in requests.items()}
+    for name, answer in answers.items():
+        status, _, body = answer.partition(b"\r\n\r\n")
+        expected = b"HTTP/1.1 431 " if name == "long-url" else b"HTTP/1.1 400 "
+        assert status.startswith(expected), (name, answer[:300])
+        assert b"content-type: application/json" in status.lower(), (name, status)
+        problem = json.loads(body)
+        assert set(problem) == {"error", "message"}, (name, problem)
+        assert problem["message"], name
+    assert json.loads(answers["long-url"].partition(b"\r\n\r\n")[2])["error"] == "headers_too_large"
