@@ -105,7 +105,7 @@ async def test_check_config_warns_for_each_runtime_it_cannot_find(tmp_path: Path
     warnings = [line for line in stderr.splitlines() if line.startswith("runnerd: warning: ")]
     assert len(warnings) == 2, stderr
     assert "local.runtimes.telo.command: executable 'telo-not-installed-here' not found" in stderr
-    assert f"local.runtimes.gone.command: executable '{tmp_path}/no-such-binary'" in stderr
+    assert f"local.runtimes.gone.command: '{tmp_path}/no-such-binary' does not exist" in stderr
     assert "local.runtimes.sh" not in stderr
 
 
