@@ -96,6 +96,10 @@ async def test_fallback_is_announced_once_and_in_capabilities(tmp_path: Path) ->
         pid = int(output.split(b"pid=")[1].split()[0])
         assert "process group only" in description
         assert daemon.stderr_text().count("process group only") == 1
+        # What the weaker containment lets a session reach, said once too.
+        reach = "a session can read runnerd's config, other sessions' files and the API socket"
+        assert reach in description
+        assert daemon.stderr_text().count(reach) == 1
         # The parent-death signal holds in the fallback too: the workload
         # dies with a SIGKILLed daemon.
         await daemon.stop(signal.SIGKILL)
@@ -108,6 +112,7 @@ async def test_namespaces_are_announced_once_and_missing_ceilings_said(tmp_path:
     async with start_daemon(tmp_path) as daemon, daemon.client() as client:
         description = (await client.get("/v1/capabilities")).json()["description"]
         assert "process group" not in description
+        assert "mount namespace" not in description and "/proc" not in description
         assert daemon.stderr_text().count("sessions run in PID namespaces") == 1
     if delegated.cgroup is None:  # this host: cgroup v1/hybrid
         notice = f"Resource ceilings (cpu, memory) are not enforced: {delegated.reason}."
