@@ -65,10 +65,27 @@ def mount_proc() -> None:
         raise OSError(err, os.strerror(err))
 
 
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class CapData(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint32) for name in ("effective", "permitted", "inheritable")]
+
+
 def drop_capabilities() -> None:
-    """Before the workload's exec: no ambient capabilities, and as root none
-    that undo the mounts (the bounding set limits what exec grants)."""
+    """Before the workload's exec: no ambient or inheritable capabilities
+    (a file capability could otherwise bring CAP_SYS_ADMIN back), and as
+    root none that undo the mounts (the bounding set limits what exec
+    grants). Raises OSError."""
     libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    data[0].inheritable = data[1].inheritable = 0
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
     if os.geteuid() == 0:
         for cap in UNDO_MOUNTS:
             libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # fails only without CAP_SETPCAP

@@ -22,7 +22,7 @@ VICTIM_ENV = "victim-env-31c7"
 # The attacker: each probe prints `name=open …` or `name=refused …`; then
 # every environment it can read under /proc, its own files, and `done`.
 ATTACKER = """\
-import os, socket, sys
+import ctypes, os, socket, sys
 
 def probe(name, fn):
     try:
@@ -43,6 +43,9 @@ probe("victim-dir", lambda: os.listdir(os.environ["VICTIM"]))
 probe("victim-file", lambda: open(os.environ["VICTIM"] + "/work/note").read())
 probe("api-socket", lambda: connect(os.environ["SOCK"]))
 probe("metrics-socket", lambda: connect(os.environ["METRICS"]))
+libc = ctypes.CDLL(None, use_errno=True)
+code = libc.umount2(os.path.dirname(os.environ["CONFIG"]).encode(), 0)
+print(f"umount={code} {os.strerror(ctypes.get_errno())}")
 pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 print("pids=" + ",".join(map(str, pids)))
 for pid in pids:
@@ -109,6 +112,8 @@ async def test_a_session_sees_nothing_of_the_daemon_or_other_sessions(
     assert f"workdir=open [{attacker!r}]" in lines, output
     for name in ("api-socket", "metrics-socket"):
         assert any(line.startswith(f"{name}=refused") for line in lines), output
+    # Not even as root (this test's daemon may be) can it undo the cover.
+    assert "umount=-1 Operation not permitted" in lines, output
     # Its own namespace only: its init and itself.
     assert "pids=1,2" in lines, output
     assert SECRET not in output.decode() and VICTIM_ENV not in output.decode()
