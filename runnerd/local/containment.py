@@ -81,10 +81,17 @@ class ContainmentPlan:
         if not self.private_mounts:
             return f"Sessions have no mount namespace ({self.mount_reason}): {SHARED_MOUNTS}"
         if not self.fresh_proc:
+            # Each in a user namespace of its own, sessions fail the kernel's
+            # ptrace check on each other: no environ, cwd or fd of another.
+            reach = (
+                "list other sessions' processes and their command lines (not their "
+                "environments: each session has a user namespace of its own)"
+                if self.unshare_flags & CLONE_NEWUSER
+                else "see other sessions' processes and read their environments"
+            )
             return (
                 f"Sessions see the host's /proc (mounting their own was refused: "
-                f"{self.mount_reason}): a session can see other sessions' processes "
-                "and read their environments."
+                f"{self.mount_reason}): a session can {reach}."
             )
         return None
 

@@ -15,7 +15,9 @@ from runnerd.backend import Exited
 from runnerd.config import LocalConfig
 from runnerd.local import LocalBackend
 from runnerd.local.containment import (
+    CLONE_NEWNS,
     CLONE_NEWPID,
+    CLONE_NEWUSER,
     Containment,
     ContainmentPlan,
     SessionView,
@@ -57,10 +59,17 @@ def test_weaker_plans_say_what_a_session_can_reach() -> None:
     assert "no mount namespace (the kernel refused it (EPERM))" in no_mounts.notice
     assert "read runnerd's config, other sessions' files and the API socket" in no_mounts.notice
     host_proc = ContainmentPlan(
-        Containment.PID_NAMESPACE, CLONE_NEWPID | 0x20000, mount_reason="mount: EPERM"
+        Containment.PID_NAMESPACE, CLONE_NEWPID | CLONE_NEWNS, mount_reason="mount: EPERM"
     )
     assert host_proc.notice is not None
-    assert "host's /proc" in host_proc.notice and "environments" in host_proc.notice
+    assert "host's /proc" in host_proc.notice and "read their environments" in host_proc.notice
+    # In user namespaces of their own, the kernel keeps them out of each
+    # other's environments (checked by hand under a systemd-like /proc).
+    user_ns = ContainmentPlan(
+        Containment.PID_NAMESPACE, CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS, mount_reason="x"
+    )
+    assert user_ns.notice is not None
+    assert "command lines (not their environments" in user_ns.notice
 
 
 def test_covers_hide_the_outermost_paths_and_never_the_session_itself() -> None:
