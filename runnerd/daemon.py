@@ -258,12 +258,13 @@ def hidden_from_sessions(config: Config, listeners: list[Listener]) -> list[Path
     """What no session may see: the config file's directory (its apps.d/
     with catalog env secrets is there too) and the directory of every unix
     socket runnerd serves (the API, metrics)."""
-    paths = [] if config.source is None else [config.source.parent]
+    files = [] if config.source is None else [config.source.absolute()]
     for listener in listeners:
         address = listener.address
         if address.startswith("unix:/"):  # not an abstract socket
-            paths.append(Path(address.removeprefix("unix:")).parent)
-    return paths
+            files.append(Path(address.removeprefix("unix:")))
+    # A file directly in / is covered itself: covering / would hide everything.
+    return [file if file.parent == Path("/") else file.parent for file in files]
 
 
 def _hide_from_sessions(backend: Backend, config: Config, listeners: list[Listener]) -> None:
