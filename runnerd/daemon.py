@@ -29,6 +29,7 @@ import resource
 import signal
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
+from pathlib import Path
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -202,6 +203,7 @@ async def run_daemon(config: Config) -> None:
         metrics_listeners: list[Listener] = []
         try:
             metrics_listeners = _bind_metrics_listeners(config)
+            _hide_from_sessions(backend, config, [*listeners, *metrics_listeners])
             state = build_state(config, backend, metrics)
             await _serve(state, listeners, signals, metrics_listeners)
         finally:
@@ -256,6 +258,27 @@ def _bind_listeners(config: Config) -> list[Listener]:
     )
     refuse_remote(listeners, allow_remote=config.server.allow_remote)
     return listeners
+
+
+def hidden_from_sessions(config: Config, listeners: list[Listener]) -> list[Path]:
+    """What no session may see: the config file's directory (its apps.d/
+    with catalog env secrets is there too) and the directory of every unix
+    socket runnerd serves (the API, metrics)."""
+    files = [] if config.source is None else [config.source.absolute()]
+    for listener in listeners:
+        address = listener.address
+        if address.startswith("unix:/"):  # not an abstract socket
+            files.append(Path(address.removeprefix("unix:")))
+    # A file directly in / is covered itself: covering / would hide everything.
+    return [file if file.parent == Path("/") else file.parent for file in files]
+
+
+def _hide_from_sessions(backend: Backend, config: Config, listeners: list[Listener]) -> None:
+    # A backend whose sessions share this host's file system takes the list
+    # (the local one); the others have nothing to hide.
+    hide: Callable[[list[Path]], None] | None = getattr(backend, "hide_from_sessions", None)
+    if hide is not None:
+        hide(hidden_from_sessions(config, listeners))
 
 
 def build_metrics(config: Config) -> Metrics:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import trio
@@ -45,7 +45,7 @@ from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
 from runnerd.config_warnings import runtime_problems
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, running, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
-from runnerd.local.containment import probe_containment
+from runnerd.local.containment import SessionView, probe_containment
 from runnerd.local.launch import (
     Unresolved,
     build_argv,
@@ -85,6 +85,9 @@ class LocalBackend:
     ) -> None:
         self._local = local
         self._workdir_lock: int | None = None
+        # Hidden from every session (with a mount namespace), besides the
+        # workdir: see `hide_from_sessions`.
+        self._hidden: tuple[str, ...] = ()
         # The live catalog (it changes on reload); consulted when an app
         # session starts, so an app withdrawn since admission does not start.
         self._apps = apps
@@ -115,6 +118,17 @@ class LocalBackend:
         ):
             log.warning("%s", problem)
         return notices
+
+    def hide_from_sessions(self, paths: Iterable[Path]) -> None:
+        """Cover `paths` (the daemon's config and socket directories) in
+        every session started from now on; the workdir is always covered
+        but for the session's own directory. Only with a mount namespace
+        (`/v1/capabilities` says when there is none)."""
+        self._hidden = tuple(sorted({os.path.abspath(path) for path in paths}))
+
+    def _view(self, session_dir: SessionDir) -> SessionView:
+        workdir = os.path.abspath(self._local.workdir)
+        return SessionView(self._hidden + (workdir,), os.path.abspath(session_dir.root))
 
     def claim_workdir(self) -> None:
         """Take `local.workdir` for this process (one runnerd per workdir:
@@ -195,6 +209,7 @@ class LocalBackend:
                 stop_grace_s=self._local.stop_grace_s,
                 plan=self._plan,
                 cgroup=cgroup,
+                view=self._view(session_dir),
                 label=spec.session_id,
             )
         except OSError as exc:

@@ -1,6 +1,6 @@
 """The init of a session's PID namespace. Run as a script, stdlib only:
 
-    python -I -S nsinit.py STATUS_FD -- /abs/program arg...
+    python -I -S nsinit.py STATUS_FD [--proc] -- /abs/program arg...
 
 The daemon forks this process after `unshare(CLONE_NEWPID)` (see
 `runnerd.local.containment`), so it stands *outside* the new namespace and
@@ -21,6 +21,14 @@ its first child is the namespace's PID 1. Three processes per session:
   daemon leaves the terminal untaken in this mode), default signal
   dispositions and an empty mask, then exec.
 
+With `--proc` the init first mounts a /proc of the namespace's own (the
+daemon made the mount namespace private: see `containment.apply_view`), so
+the workload sees neither the daemon's processes nor other sessions'. The
+workload then gets no capability back: the ambient set (which carried
+CAP_SYS_ADMIN of a user namespace to this mount) is cleared, and a root
+workload loses the capabilities that would undo the mounts (umount, a
+host /proc, open_by_handle_at, raw devices, ptrace).
+
 Why Python and not a C init: nothing to build on install. The interpreter
 runs isolated (`-I -S`: no site, no PYTHON* variables from the session env).
 
@@ -29,6 +37,7 @@ successful exec (the daemon reads EOF) and carries the errno as decimal
 text when exec fails (the workload then exits 127).
 """
 
+import ctypes
 import fcntl
 import os
 import select
@@ -41,6 +50,45 @@ FORWARDED = (
     signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
 )  # fmt: skip
 BLOCKED = (*FORWARDED, signal.SIGCHLD)
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+# CAP_DAC_READ_SEARCH, CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_PTRACE,
+# CAP_SYS_ADMIN, CAP_MKNOD: what a root workload could undo its mounts with.
+UNDO_MOUNTS = (2, 16, 17, 19, 21, 27)
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def mount_proc() -> None:
+    """This namespace's own /proc over the host's. Raises OSError."""
+    if libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class CapData(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint32) for name in ("effective", "permitted", "inheritable")]
+
+
+def drop_capabilities() -> None:
+    """Before the workload's exec: no ambient or inheritable capabilities
+    (a file capability could otherwise bring CAP_SYS_ADMIN back), and as
+    root none that undo the mounts (the bounding set limits what exec
+    grants). Raises OSError."""
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    data[0].inheritable = data[1].inheritable = 0
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+    if os.geteuid() == 0:
+        for cap in UNDO_MOUNTS:
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # fails only without CAP_SETPCAP
 
 
 def exit_code(status: int) -> int:
@@ -56,9 +104,11 @@ def send(pid: int, sig: int) -> None:
         pass  # already gone (or nothing left to signal)
 
 
-def exec_workload(argv: list[str], status_fd: int) -> None:
+def exec_workload(argv: list[str], status_fd: int, own_proc: bool) -> None:
     """In the workload's process: take the terminal, reset signals, exec."""
     try:
+        if own_proc:
+            drop_capabilities()
         # A session of its own whose controlling terminal is the PTY, as
         # without a namespace: the inits' session never took the terminal.
         os.setsid()
@@ -92,14 +142,20 @@ def reap(workload: int) -> int | None:
             return exit_code(status)
 
 
-def run_init(argv: list[str], status_fd: int, outer_alive: int) -> None:
+def run_init(argv: list[str], status_fd: int, outer_alive: int, own_proc: bool) -> None:
     """PID 1 of the namespace. Never returns."""
+    if own_proc:
+        try:
+            mount_proc()
+        except OSError as exc:
+            os.write(status_fd, str(exc.errno or 0).encode())
+            os._exit(127)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
     workload = os.fork()
     if workload == 0:
-        exec_workload(argv, status_fd)
+        exec_workload(argv, status_fd, own_proc)
     os.close(status_fd)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda s, f: None)
@@ -123,14 +179,16 @@ def run_init(argv: list[str], status_fd: int, outer_alive: int) -> None:
 
 def main() -> None:
     status_fd = int(sys.argv[1])
-    argv = sys.argv[3:]
+    split = sys.argv.index("--")
+    own_proc = "--proc" in sys.argv[2:split]
+    argv = sys.argv[split + 1 :]
     # Blocked across the fork: a signal then waits for the right handler.
     signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
     alive_r, alive_w = os.pipe()
     init = os.fork()
     if init == 0:
         os.close(alive_w)
-        run_init(argv, status_fd, alive_r)
+        run_init(argv, status_fd, alive_r, own_proc)
     os.close(alive_r)
     os.close(status_fd)
     for sig in FORWARDED:

@@ -30,9 +30,11 @@ from pathlib import Path
 import trio
 
 from runnerd.local.containment import (
+    NOTHING_HIDDEN,
     PROCESS_GROUP_PLAN,
     Containment,
     ContainmentPlan,
+    SessionView,
     preexec_contained,
 )
 from runnerd.local.pty import DEFAULT_COLS, DEFAULT_ROWS, PtyProcess, set_window_size
@@ -49,7 +51,9 @@ def _join_cgroup(cgroup: Path) -> None:
         os.close(fd)
 
 
-def _prepare_child(plan: ContainmentPlan, parent: int, cgroup: Path | None) -> None:
+def _prepare_child(
+    plan: ContainmentPlan, parent: int, cgroup: Path | None, view: SessionView
+) -> None:
     # Runs in the child after setsid() (start_new_session): make the slave
     # (fd 0 by now) this session's controlling terminal (in a namespace,
     # the workload takes it itself: see `nsinit`), then arm the
@@ -60,7 +64,7 @@ def _prepare_child(plan: ContainmentPlan, parent: int, cgroup: Path | None) -> N
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
     if cgroup is not None:
         _join_cgroup(cgroup)  # before any namespace: as the daemon's own user
-    preexec_contained(plan, parent)
+    preexec_contained(plan, parent, view)
 
 
 def _spawn(
@@ -69,6 +73,7 @@ def _spawn(
     env: Mapping[str, str],
     plan: ContainmentPlan,
     cgroup: Path | None,
+    view: SessionView,
 ) -> tuple[subprocess.Popen[bytes], int, int, int | None]:
     """Fork the session's first process; returns it, the master, its pidfd
     and (in a PID namespace) the read end of the workload's exec status."""
@@ -76,7 +81,8 @@ def _spawn(
     status_r = status_w = None
     if plan.containment is Containment.PID_NAMESPACE:
         status_r, status_w = os.pipe()
-        argv = [sys.executable, "-I", "-S", str(NSINIT), str(status_w), "--", *argv]
+        proc = ["--proc"] if plan.fresh_proc else []
+        argv = [sys.executable, "-I", "-S", str(NSINIT), str(status_w), *proc, "--", *argv]
     try:
         set_window_size(master, DEFAULT_COLS, DEFAULT_ROWS)
         popen = subprocess.Popen(
@@ -89,7 +95,7 @@ def _spawn(
             close_fds=True,
             pass_fds=() if status_w is None else (status_w,),
             start_new_session=True,
-            preexec_fn=functools.partial(_prepare_child, plan, os.getpid(), cgroup),
+            preexec_fn=functools.partial(_prepare_child, plan, os.getpid(), cgroup, view),
         )
     except BaseException as exc:
         os.close(master)
@@ -152,10 +158,12 @@ async def spawn_pty_process(
     stop_grace_s: float,
     plan: ContainmentPlan = PROCESS_GROUP_PLAN,
     cgroup: Path | None = None,
+    view: SessionView = NOTHING_HIDDEN,
     label: str = "",
 ) -> PtyProcess:
     """Start `argv` (argv[0] an absolute path) on a fresh PTY with exactly `env`,
-    contained as `plan` says, in `cgroup` when given. `label` (the session
+    contained as `plan` says (with a mount namespace, seeing the host's
+    file system as `view` says), in `cgroup` when given. `label` (the session
     id) is the `session_id` of every log line about it. Returns once the
     workload has exec'd.
 
@@ -167,7 +175,7 @@ async def spawn_pty_process(
     # Forked on the spawner thread (the parent-death signal's anchor), and
     # never abandoned on cancel: a spawned child always reaches its owner.
     popen, master, pidfd, status_r = await run_in_spawner(
-        functools.partial(_spawn, argv, cwd, env, plan, cgroup)
+        functools.partial(_spawn, argv, cwd, env, plan, cgroup, view)
     )
     namespaced = status_r is not None
     proc = PtyProcess(
@@ -187,5 +195,3 @@ async def spawn_pty_process(
         await proc.aclose()
         raise OSError(error, os.strerror(error))
     return proc
-
-

@@ -15,7 +15,6 @@ import trio
 
 from runnerd.local.cgroups import find_delegated_cgroup
 from tests.escapes import (
-    HOST_PID,
     STAY,
     escape_script,
     is_running,
@@ -27,24 +26,24 @@ from tests.harness import Daemon, read_pty_until, session_body, start_daemon
 LOCK = ".runnerd.lock"
 
 
-async def start_escapes(daemon: Daemon, pidfile: Path) -> tuple[str, dict[str, int]]:
+async def start_escapes(daemon: Daemon) -> tuple[str, dict[str, int]]:
     """Start the escape script in a session; once every escapee runs, return
-    the session id and their host pids."""
-    await trio.Path(pidfile).write_bytes(b"")
+    the session id and their host pids. The pid file is in the session's
+    own directory (the only one of the host's temp dir it sees)."""
     async with daemon.client() as client:
-        body = session_body(escape_script(), env={"PIDFILE": str(pidfile)})
+        body = session_body(escape_script(), env={"PIDFILE": "pids"})
         response = await client.post("/v1/sessions", json=body)
         assert response.status_code == 201, response.text
     session_id: str = response.json()["sessionId"]
     await read_pty_until(daemon.socket_path, session_id, rb"escaped")
-    pids = read_pids(pidfile)
+    pids = read_pids(daemon.workdir / session_id / "work" / "pids")
     assert all(is_running(pid) for pid in pids.values())
     return session_id, pids
 
 
 async def test_escapees_die_on_delete(tmp_path: Path) -> None:
     async with start_daemon(tmp_path) as daemon:
-        session_id, pids = await start_escapes(daemon, tmp_path / "pids")
+        session_id, pids = await start_escapes(daemon)
         async with daemon.client() as client:
             deleted = await client.delete(f"/v1/sessions/{session_id}")
         assert deleted.status_code == 204
@@ -55,7 +54,7 @@ async def test_escapees_die_on_delete(tmp_path: Path) -> None:
 async def test_escapees_die_when_the_ttl_expires(tmp_path: Path) -> None:
     overrides: dict[str, Any] = {"limits": {"session": {"ttl_seconds": 3}}}
     async with start_daemon(tmp_path, overrides) as daemon:
-        session_id, pids = await start_escapes(daemon, tmp_path / "pids")
+        session_id, pids = await start_escapes(daemon)
         await wait_all_gone(pids, timeout_s=15)
         async with daemon.client() as client:
             status = (await client.get(f"/v1/sessions/{session_id}")).json()["status"]
@@ -65,7 +64,7 @@ async def test_escapees_die_when_the_ttl_expires(tmp_path: Path) -> None:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 async def test_escapees_die_with_the_daemon(tmp_path: Path, signum: int) -> None:
     async with start_daemon(tmp_path) as daemon:
-        _, pids = await start_escapes(daemon, tmp_path / "pids")
+        _, pids = await start_escapes(daemon)
         code = await daemon.stop(signum)
         assert code == (0 if signum == signal.SIGTERM else -signal.SIGKILL)
         await wait_all_gone(pids)
@@ -91,12 +90,16 @@ async def test_fallback_is_announced_once_and_in_capabilities(tmp_path: Path) ->
     async with start_daemon(tmp_path, overrides) as daemon:
         async with daemon.client() as client:
             description = (await client.get("/v1/capabilities")).json()["description"]
-            body = session_body(f'{HOST_PID}; echo "pid=$HOST_PID"; {STAY}')
+            body = session_body(f'read -r p _ </proc/self/stat; echo "pid=$p"; {STAY}')
             session_id = (await client.post("/v1/sessions", json=body)).json()["sessionId"]
         output = await read_pty_until(daemon.socket_path, session_id, rb"pid=\d+\r?\n")
         pid = int(output.split(b"pid=")[1].split()[0])
         assert "process group only" in description
         assert daemon.stderr_text().count("process group only") == 1
+        # What the weaker containment lets a session reach, said once too.
+        reach = "a session can read runnerd's config, other sessions' files and the API socket"
+        assert reach in description
+        assert daemon.stderr_text().count(reach) == 1
         # The parent-death signal holds in the fallback too: the workload
         # dies with a SIGKILLed daemon.
         await daemon.stop(signal.SIGKILL)
@@ -109,6 +112,7 @@ async def test_namespaces_are_announced_once_and_missing_ceilings_said(tmp_path:
     async with start_daemon(tmp_path) as daemon, daemon.client() as client:
         description = (await client.get("/v1/capabilities")).json()["description"]
         assert "process group" not in description
+        assert "mount namespace" not in description and "/proc" not in description
         assert daemon.stderr_text().count("sessions run in PID namespaces") == 1
     if delegated.cgroup is None:  # this host: cgroup v1/hybrid
         notice = f"Resource ceilings (cpu, memory) are not enforced: {delegated.reason}."

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from runnerd import __version__
+from tests.escapes import HOST_PID, host_pid
 from tests.harness import (
     Daemon,
     DaemonExited,
@@ -104,15 +105,15 @@ async def test_workloads_inherit_nothing_but_their_terminal(runnerd: Daemon) -> 
     async with runnerd.client() as client:
         # The script's own shell holds the script file open until it execs, so
         # report the pid from a `sh -c` (no script fd) that already replaced it.
-        # (Its host pid: `$$` would be the PID namespace's number.)
+        # (Its token: `$$` would be the PID namespace's number, see HOST_PID.)
         body = session_body(
-            "exec /bin/sh -c 'read -r p _ </proc/self/stat; echo \"pid=$p\"; exec sleep 1000'"
+            f"exec /bin/sh -c '{HOST_PID}; echo \"pid=$HOST_PID\"; exec sleep 1000'"
         )
         session_id = (await client.post("/v1/sessions", json=body)).json()["sessionId"]
-    output = await read_pty_until(runnerd.socket_path, session_id, rb"pid=\d+\r?\n")
-    match = re.search(rb"pid=(\d+)", output)
+    output = await read_pty_until(runnerd.socket_path, session_id, rb"pid=\S+\r?\n")
+    match = re.search(rb"pid=(\S+)", output)
     assert match is not None
-    fd_dir = f"/proc/{int(match.group(1))}/fd"
+    fd_dir = f"/proc/{host_pid(match.group(1))}/fd"
     # No listening socket, lock file, notify socket or pipe of the daemon.
     targets = {fd: os.readlink(f"{fd_dir}/{fd}") for fd in os.listdir(fd_dir)}
     assert sorted(targets) == ["0", "1", "2"], targets

@@ -12,7 +12,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed
 
-from tests.escapes import HOST_PID
+from tests.escapes import HOST_PID, host_pid
 from tests.harness import (
     Daemon,
     iter_sse,
@@ -37,10 +37,10 @@ def process_gone(pid: int) -> bool:
 
 async def read_pid(daemon: Daemon, session_id: str) -> int:
     """The workload's pid, as it printed it on its PTY."""
-    output = await read_pty_until(daemon.socket_path, session_id, rb"pid=\d+\r?\n")
-    match = re.search(rb"pid=(\d+)", output)
+    output = await read_pty_until(daemon.socket_path, session_id, rb"pid=\S+\r?\n")
+    match = re.search(rb"pid=(\S+)", output)
     assert match is not None
-    return int(match.group(1))
+    return host_pid(match.group(1))
 
 
 async def start_sleepers(daemon: Daemon, count: int) -> list[int]:

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.e2e.contract_client import bundle_body, wait_terminal
 from tests.e2e.edge import raw_exchange, tcp_daemon
@@ -23,8 +24,17 @@ def _marker_body(marker: Path) -> dict[str, object]:
     return bundle_body(f"touch {marker}")
 
 
-async def test_drive_by_simple_post_from_another_origin_runs_nothing(tmp_path: Path) -> None:
-    marker, allowed_marker = tmp_path / "pwned", tmp_path / "allowed"
+@pytest.fixture
+def markers(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Not under tmp_path: that is the daemon's config directory, which no
+    # session sees (tests/daemon/test_isolation.py).
+    return tmp_path_factory.mktemp("markers")
+
+
+async def test_drive_by_simple_post_from_another_origin_runs_nothing(
+    tmp_path: Path, markers: Path
+) -> None:
+    marker, allowed_marker = markers / "pwned", markers / "allowed"
     async with tcp_daemon(tmp_path, {"server": {"cors_origins": [EDITOR]}}) as (daemon, port):
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             body = httpx.Request("POST", "/", json=_marker_body(marker)).content
@@ -71,7 +81,7 @@ async def test_drive_by_simple_post_from_another_origin_runs_nothing(tmp_path: P
     assert not marker.exists()
 
 
-async def test_dns_rebinding_host_is_refused_on_tcp_only(tmp_path: Path) -> None:
+async def test_dns_rebinding_host_is_refused_on_tcp_only(tmp_path: Path, markers: Path) -> None:
     overrides = {"server": {"allowed_hosts": ["runner.example"]}}
     async with tcp_daemon(tmp_path, overrides) as (daemon, port):
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
@@ -82,7 +92,7 @@ async def test_dns_rebinding_host_is_refused_on_tcp_only(tmp_path: Path) -> None
             }  # fmt: skip
             started = await client.post(
                 "/v1/sessions",
-                json=_marker_body(tmp_path / "rebound"),
+                json=_marker_body(markers / "rebound"),
                 headers={"host": f"evil.example:{port}"},
             )
         async with daemon.client() as unix:
@@ -93,7 +103,7 @@ async def test_dns_rebinding_host_is_refused_on_tcp_only(tmp_path: Path) -> None
         assert "server.allowed_hosts" in answers[host].json()["message"]
     for host in (f"localhost:{port}", f"127.0.0.1:{port}", "runner.example"):
         assert answers[host].status_code == 200, host
-    assert started.status_code == 403 and not (tmp_path / "rebound").exists()
+    assert started.status_code == 403 and not (markers / "rebound").exists()
     assert over_unix.status_code == 200  # a UNIX socket is out of any page's reach
 
 

@@ -20,7 +20,7 @@ from tests.e2e.contract_client import (
     statuses,
     wait_terminal,
 )
-from tests.escapes import HOST_PID
+from tests.escapes import HOST_PID, host_pid
 from tests.harness import iter_sse, open_ws, start_daemon
 
 
@@ -75,7 +75,7 @@ async def test_delete_stops_a_running_workload_as_stopped(runnerd) -> None:
         session_id = await start_session(client, f"{HOST_PID}; echo pid=$HOST_PID.; exec sleep 30")
         async with open_ws(runnerd.socket_path, f"/v1/sessions/{session_id}/io") as ws:
             output = (await read_pty(ws, until=b".")).output
-        pid = int(output.split(b"pid=")[1].split(b".")[0])
+        pid = host_pid(output.split(b"pid=")[1].split(b".")[0])
         assert (await client.delete(f"/v1/sessions/{session_id}")).status_code == 204
         summary = (await client.get(f"/v1/sessions/{session_id}")).json()
         frames = await read_events(client, session_id)
@@ -106,7 +106,7 @@ async def test_delete_kills_a_workload_blocked_on_stdin(runnerd) -> None:
         session_id = await start_session(client, f"{HOST_PID}; echo pid=$HOST_PID.; read x")
         async with open_ws(runnerd.socket_path, f"/v1/sessions/{session_id}/io") as ws:
             output = (await read_pty(ws, until=b".")).output
-        pid = int(output.split(b"pid=")[1].split(b".")[0])
+        pid = host_pid(output.split(b"pid=")[1].split(b".")[0])
         assert not _process_gone(pid)
         deleted = await client.delete(f"/v1/sessions/{session_id}")
         final = await wait_terminal(client, session_id)

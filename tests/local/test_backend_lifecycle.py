@@ -12,13 +12,14 @@ import trio
 from runnerd.backend import Exited
 from runnerd.config import LocalConfig
 from runnerd.local import LocalBackend
+from tests.escapes import HOST_PID, host_pid, wait_token_gone
 
 from .conftest import runtimes
 from .recording import RecordingSink, start_session
 from .specs import bundle_spec
 
-# A background sleep that records its host pid ($! is the namespace's number).
-RECORDED_SLEEP = "sh -c 'read -r p _ </proc/self/stat; echo $p > \"$PIDFILE\"; exec sleep 1000'"
+# A background sleep that records its pid token ($! is the namespace's number).
+RECORDED_SLEEP = f"sh -c '{HOST_PID}; echo $HOST_PID > \"$PIDFILE\"; exec sleep 1000'"
 WAIT_PIDFILE = 'while [ ! -s "$PIDFILE" ]; do sleep 0.02; done'
 
 
@@ -109,7 +110,7 @@ async def test_stop_kills_grandchildren_in_the_process_group(
         async with trio.open_nursery() as nursery:
             session = await start_session(nursery, backend, spec, sink)
             await sink.wait_output(b"spawned")
-            grandchild = int(pidfile.read_text())
+            grandchild = host_pid(pidfile.read_text())
             assert not is_gone(grandchild)
             session.scope.cancel()
             await session.result()
@@ -124,14 +125,14 @@ async def test_exit_kills_background_children_left_behind(
     # nohup: the child ignores the SIGHUP the kernel sends when the leader exits.
     spec = bundle_spec(
         "sh",
-        f'nohup {RECORDED_SLEEP} >/dev/null 2>&1 &\n{WAIT_PIDFILE}\nexit 5\n',
+        f"nohup {RECORDED_SLEEP} >/dev/null 2>&1 &\n{WAIT_PIDFILE}\nexit 5\n",
         env={"PIDFILE": str(pidfile)},
     )
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             session = await start_session(nursery, backend, spec, sink)
             assert await session.result() == Exited(5)
-        await wait_gone(int(pidfile.read_text()))
+        await wait_token_gone(pidfile.read_text())
 
 
 async def test_environment_is_session_env_plus_plumbing_only(
@@ -221,14 +222,14 @@ async def test_stop_reaches_job_control_jobs_in_other_process_groups(
     # `set -m`: job control, so the background job gets a process group of its own.
     spec = bundle_spec(
         "sh",
-        f'set -m\n{RECORDED_SLEEP} &\n{WAIT_PIDFILE}\necho spawned\nwait\n',
+        f"set -m\n{RECORDED_SLEEP} &\n{WAIT_PIDFILE}\necho spawned\nwait\n",
         env={"PIDFILE": str(pidfile)},
     )
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             session = await start_session(nursery, backend, spec, sink)
             await sink.wait_output(b"spawned")
-            job = int(pidfile.read_text())
+            job = host_pid(pidfile.read_text())
             assert pgrp_of(job) != session.handle.pid
             session.scope.cancel()
             await session.result()

@@ -14,7 +14,16 @@ import trio
 from runnerd.backend import Exited
 from runnerd.config import LocalConfig
 from runnerd.local import LocalBackend
-from runnerd.local.containment import Containment, probe_containment
+from runnerd.local.containment import (
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    Containment,
+    ContainmentPlan,
+    SessionView,
+    covers,
+    probe_containment,
+)
 from tests.escapes import STAY, escape_script, is_running, kill_leftovers, read_pids, wait_all_gone
 
 from .conftest import runtimes
@@ -36,7 +45,41 @@ def test_this_host_allows_pid_namespaces() -> None:
     # The escape tests below mean something only if the namespace is real.
     plan = probe_containment(allow_namespaces=True)
     assert plan.containment is Containment.PID_NAMESPACE, plan.reason
+    # ... and the isolation tests (tests/daemon/test_isolation.py) only if
+    # each session gets its mount namespace and its own /proc.
+    assert plan.private_mounts and plan.fresh_proc, plan.mount_reason
     assert plan.notice is None
+
+
+def test_weaker_plans_say_what_a_session_can_reach() -> None:
+    no_mounts = ContainmentPlan(
+        Containment.PID_NAMESPACE, CLONE_NEWPID, mount_reason="the kernel refused it (EPERM)"
+    )
+    assert no_mounts.notice is not None
+    assert "no mount namespace (the kernel refused it (EPERM))" in no_mounts.notice
+    assert "read runnerd's config, other sessions' files and the API socket" in no_mounts.notice
+    host_proc = ContainmentPlan(
+        Containment.PID_NAMESPACE, CLONE_NEWPID | CLONE_NEWNS, mount_reason="mount: EPERM"
+    )
+    assert host_proc.notice is not None
+    assert "host's /proc" in host_proc.notice and "read their environments" in host_proc.notice
+    # In user namespaces of their own, the kernel keeps them out of each
+    # other's environments (checked by hand under a systemd-like /proc).
+    user_ns = ContainmentPlan(
+        Containment.PID_NAMESPACE, CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS, mount_reason="x"
+    )
+    assert user_ns.notice is not None
+    assert "command lines (not their environments" in user_ns.notice
+
+
+def test_covers_hide_the_outermost_paths_and_never_the_session_itself() -> None:
+    view = SessionView(
+        hide=("/etc/runnerd", "/run/runnerd", "/etc/runnerd/apps.d", "/", "/w/s1", "/w"),
+        keep="/w/s1",
+    )
+    # apps.d is inside the config dir; "/" would hide everything; the
+    # session's own directory is bind-mounted back inside the workdir's cover.
+    assert covers(view) == ["/w", "/etc/runnerd", "/run/runnerd"]
 
 
 async def run_escapes(backend: LocalBackend, pidfile: Path, then: str, end: str) -> dict[str, int]:
@@ -82,7 +125,7 @@ async def test_fallback_leaves_a_setsid_escapee_alive_and_says_so(
     caplog.set_level(logging.INFO, logger="runnerd.local")
     backend = make_backend(tmp_path / "w", "process-group")
     [notice] = [n for n in backend.notices if "process group only" in n]
-    assert "setsid" in notice
+    assert "setsid" in notice and "read runnerd's config" in notice
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings.count(notice) == 1
     pids = await run_escapes(backend, tmp_path / "pids", STAY, "stop")

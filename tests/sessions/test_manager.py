@@ -31,6 +31,7 @@ from runnerd.contract import RunStatus, exited, failed, running
 from runnerd.local import LocalBackend
 from runnerd.registry import ByteRing, EventRing, RegistryFull
 from runnerd.sessions import ManagerClosed, Session, SessionManager, StopFailed
+from tests.escapes import HOST_PID, host_pid
 
 from .backends import (
     BrokenTeardownBackend,
@@ -117,15 +118,15 @@ def assert_pid_gone(pid: int) -> None:
         os.killpg(pid, 0)
 
 
-# The workload prints its pid (as the host sees it: `$$` is the PID
-# namespace's number), then becomes `sleep` (same pid, same group).
-SLEEPER = "read -r p _ </proc/self/stat; echo $p; exec sleep 1000"
+# The workload prints its token (`$$` is the PID namespace's number, and the
+# host pid is not visible inside), then becomes `sleep` (same pid, group).
+SLEEPER = f"{HOST_PID}; echo $HOST_PID; exec sleep 1000"
 
 
 async def workload_pid(session: Session) -> int:
     with trio.fail_after(10):
         await wait_for(session, lambda s: "\n" in pty_text(s))
-    return int(pty_text(session).split()[0])
+    return host_pid(pty_text(session).split()[0])
 
 
 # --------------------------------------------------------------------------
