@@ -18,10 +18,10 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.routing import WebsocketMismatch
 
-from runnerd.admission import AdmissionError
 from runnerd.contract import RequestError, error_body
-from runnerd.registry import RegistryFull
-from runnerd.sessions import ManagerClosed, StopFailed
+from runnerd.session.admission import AdmissionError
+from runnerd.session.manager import ManagerClosed, StopFailed
+from runnerd.session.registry import RegistryFull
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from runnerd.metrics import Metrics
 if TYPE_CHECKING:
     import trio
 
-    from runnerd.app import AppState
-    from runnerd.sessions import Session
+    from runnerd.http.state import AppState
+    from runnerd.session.manager import Session
 
 GAP_FRAME = b'event: gap\ndata: {"reason":"buffer_evicted"}\n\n'
 HEARTBEAT_FRAME = b": heartbeat\n\n"

@@ -28,8 +28,8 @@ from runnerd.http.waiting import Wake, wait_for_change
 from runnerd.metrics import Metrics
 
 if TYPE_CHECKING:
-    from runnerd.app import AppState
-    from runnerd.sessions import Session
+    from runnerd.http.state import AppState
+    from runnerd.session.manager import Session
 
 # The contract's terminal size bounds; this is the one place they are applied.
 MAX_TERMINAL_DIMENSION = 10_000

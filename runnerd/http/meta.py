@@ -14,13 +14,14 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from runnerd.backend import ImageSpec
-from runnerd.capabilities import build_capabilities, check_image
+from runnerd.config.images import check_image
 from runnerd.contract import ProbeRequest, parse_body, unavailable
 from runnerd.http.errors import json_response, read_body
 from runnerd.http.openapi import build_openapi
+from runnerd.session.capabilities import build_capabilities
 
 if TYPE_CHECKING:
-    from runnerd.app import AppState
+    from runnerd.http.state import AppState
 
 
 def register_meta_routes(app: QuartTrio, state: AppState) -> None:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from runnerd.admission import admit, admit_app, new_session_id
 from runnerd.backend import RunSpec
 from runnerd.contract import (
     ACCEPTED_TERMS_HEADER,
@@ -26,10 +25,11 @@ from runnerd.contract import (
     parse_body,
 )
 from runnerd.http.errors import error_response, json_response, read_body
+from runnerd.session.admission import admit, admit_app, new_session_id
 
 if TYPE_CHECKING:
-    from runnerd.app import AppState
-    from runnerd.sessions import Session
+    from runnerd.http.state import AppState
+    from runnerd.session.manager import Session
 
 log = logging.getLogger(__name__)
 

@@ -2,6 +2,9 @@
 
 `LocalBackend` (in `backend`) is the public entry; `pty` owns the PTY child,
 `launch` the argv/env, `workdir` the session directory.
+
+May import: `contract`, `errors`, `backend`, `config`, `workload`. Never
+`session`, `http`, `daemon`, `cli` or another backend.
 """
 
 from runnerd.local.backend import LocalBackend

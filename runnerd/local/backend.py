@@ -42,7 +42,7 @@ from runnerd.backend import (
     WorkloadHandle,
 )
 from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
-from runnerd.config_warnings import runtime_problems
+from runnerd.config.warnings import runtime_problems
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, running, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
 from runnerd.local.containment import probe_containment
@@ -64,7 +64,7 @@ from runnerd.local.workdir import (
     remove_session_dir,
     sweep_workdir,
 )
-from runnerd.reachability import watch_reachability
+from runnerd.workload.reachability import watch_reachability
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ class LocalBackend:
             if inspect_url is not None:
                 # Imported here: the relay pulls in httpx, which only inspect
                 # sessions need, and the daemon's start-up time is a target.
-                from runnerd.debug_relay import relay_debug_stream
+                from runnerd.workload.debug_relay import relay_debug_stream
 
                 nursery.start_soon(relay_debug_stream, f"{inspect_url}/events", sink.debug)
             code = await proc.wait()

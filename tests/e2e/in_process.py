@@ -20,12 +20,13 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
-from runnerd.app import AppState, create_app
 from runnerd.backend import Backend
 from runnerd.config import parse_config
+from runnerd.http.app import create_app
 from runnerd.http.events import DEFAULT_HEARTBEAT_S
+from runnerd.http.state import AppState
 from runnerd.local import LocalBackend
-from runnerd.sessions import SessionManager
+from runnerd.session.manager import SessionManager
 
 
 @contextlib.asynccontextmanager

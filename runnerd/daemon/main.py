@@ -1,0 +1,461 @@
+"""The daemon's root: the one nursery that owns everything runnerd runs.
+
+Owns the process lifecycle: build the backend and the session manager, bind
+the listeners (`runnerd.listeners`), serve the app on hypercorn's trio worker,
+tell systemd we are ready, and handle signals:
+
+- SIGTERM / SIGINT: set `state.closing` (SSE and WebSocket streams end at once
+  so hypercorn can finish), stop accepting, stop every live session (every
+  workload gone), remove our unix socket and lock files, return (exit 0). The
+  whole shutdown is bounded by `SHUTDOWN_BUDGET_S`; after that the session
+  nursery is cancelled, which still stops every workload (stop means cancel).
+- SIGHUP: re-read the config file and swap in its catalog, terms, image
+  allowlist, limits, CORS origins, log level and registry sizing (capacity,
+  exit TTL, replay size). What is bound at start (listeners, socket mode,
+  body limit, backend, workdir, runtimes) stays; a change there is logged
+  as needing a restart. A bad file keeps the old config and logs why at ERROR.
+
+Startup failures that are the operator's to fix (a config error, a socket
+another runnerd holds) raise `ConfigError` / `ListenError` before anything
+listens; the CLI turns them into exit 2.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import resource
+import signal
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+
+from runnerd import __version__
+from runnerd.backend import Backend
+from runnerd.config import (
+    AppEntry,
+    Config,
+    ConfigError,
+    ServerConfig,
+    check_local_images,
+    load_config,
+)
+from runnerd.config.server import server_warnings
+from runnerd.daemon.listeners import Listener, bind_listeners, close_listeners, refuse_remote
+from runnerd.daemon.logs import set_log_level
+from runnerd.daemon.systemd import (
+    LISTEN_ENV_KEYS,
+    parse_listen_fds,
+    parse_watchdog_interval,
+    run_watchdog,
+    sd_notify,
+)
+from runnerd.http.app import create_app
+from runnerd.http.guard import HostSyntaxGuard
+from runnerd.http.server import connection_cap, dup_socket, open_files_limit, serve_app
+from runnerd.http.state import AppState
+from runnerd.metrics import NULL_METRICS, Metrics, PrometheusMetrics, metrics_asgi_app
+from runnerd.session.manager import SessionManager
+
+log = logging.getLogger("runnerd.daemon")
+
+# SIGTERM to exit: the contract says 10 s; keep headroom for interpreter exit.
+SHUTDOWN_BUDGET_S = 8.0
+# How long hypercorn lets in-flight requests finish once it stops accepting.
+# Streams end on `state.closing` and plain requests are short, but hypercorn
+# 0.18 (trio worker) also holds every idle keep-alive connection for the full
+# graceful timeout (measured: one idle httpx client = +2 s at 2.0), so keep
+# it short: it is paid on every shutdown a client is connected at.
+GRACEFUL_TIMEOUT_S = 0.5
+# A user stop waits the workload's stop grace plus this for the kill and cleanup.
+STOP_HEADROOM_S = 3.0
+
+
+def build_backend(config: Config, apps: Callable[[], Mapping[str, AppEntry]]) -> Backend:
+    """The configured backend. Raises ConfigError for one this build lacks."""
+    if config.runner.backend != "local":
+        raise ConfigError(
+            "runner.backend",
+            f"{config.runner.backend!r} is not implemented yet in this build; use 'local'",
+        )
+    from runnerd.local import LocalBackend  # only the chosen backend is imported
+    from runnerd.local.workdir import WorkdirError
+
+    backend = LocalBackend(config.local, apps=apps)
+    try:
+        backend.claim_workdir()  # and sweep what a killed predecessor left
+    except WorkdirError as exc:
+        raise ConfigError("local.workdir", str(exc)) from exc
+    return backend
+
+
+def build_reloaded(old: Config, new: Config) -> Config:
+    """The config to run on after SIGHUP: `new`'s catalog, terms, image list,
+    limits and registry sizing, with what is bound at start (listeners, the
+    backend and its `[local]` settings) kept from `old`."""
+    runner = replace(new.runner, backend=old.runner.backend)
+    return replace(
+        new,
+        server=_reloadable_server(old, new),
+        local=old.local,
+        runner=runner,
+        metrics=old.metrics,  # its listeners are bound at start
+        source=old.source,
+    )
+
+
+def check_reloaded(config: Config) -> None:
+    """Refuse a reload the running backend cannot run: `[local]` is kept from
+    the start, so the new catalog and image list are checked (by the config's
+    own local-image rule) against the runtimes loaded then, not the file's.
+    Raises ConfigError naming the key."""
+    if config.runner.backend != "local":
+        return
+    try:
+        check_local_images(config.runner, config.local, config.apps)
+    except ConfigError as exc:
+        raise ConfigError(
+            exc.key,
+            f"{exc.problem} in the running [local]; [local.runtimes] changes need a restart",
+        ) from exc
+
+
+def _reloadable_server(old: Config, new: Config) -> ServerConfig:
+    # CORS and allowed hosts are read per request and the log level is ours
+    # to set; listeners, socket mode, the body limit and the connection
+    # bounds are fixed once the app is serving.
+    return replace(
+        old.server,
+        log_level=new.server.log_level,
+        cors_origins=new.server.cors_origins,
+        allowed_hosts=new.server.allowed_hosts,
+    )
+
+
+def restart_only_changes(old: Config, new: Config) -> list[str]:
+    """Keys that changed in the file but only take effect on restart."""
+    changed = []
+    if _reloadable_server(old, new) != new.server:
+        changed.append("server")
+    if old.local != new.local:
+        changed.append("local")
+    if old.runner.backend != new.runner.backend:
+        changed.append("runner.backend")
+    if old.metrics != new.metrics:
+        changed.append("metrics")
+    return changed
+
+
+def build_hypercorn_config(server: ServerConfig) -> HypercornConfig:
+    """hypercorn's settings; the sockets are handed to `serve_app` directly."""
+    cfg = HypercornConfig()
+    cfg.accesslog = None
+    # Idle keep-alive connections close after this, and a request head must
+    # arrive within it (see runnerd.http.server). Streams are exempt: the
+    # timer stops while a request is in flight.
+    cfg.keep_alive_timeout = server.idle_timeout_s
+    cfg.errorlog = logging.getLogger("hypercorn.error")
+    cfg.graceful_timeout = GRACEFUL_TIMEOUT_S
+    cfg.include_server_header = False
+    return cfg
+
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+async def run_daemon(config: Config) -> None:
+    """Serve until SIGTERM/SIGINT, then shut down cleanly and return.
+
+    Raises:
+        ConfigError: the backend cannot be built (nothing was bound).
+        ListenError: a listener could not be set up (nothing stays bound).
+    """
+    # Ignored first, so that is what the receiver restores when it closes: a
+    # second SIGTERM in the last moments of shutdown must not turn a clean
+    # exit into death by signal. (Workloads start while the receiver is
+    # installed, so they never inherit the ignore.)
+    for signum in HANDLED_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    # Signals first: a SIGTERM during start-up must take the clean path.
+    with trio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
+        raise_open_files_limit()
+        return_large_buffers_to_the_os()
+        for warning in server_warnings(config.server):
+            log.warning("config: %s", warning)
+        state: AppState | None = None
+
+        def apps() -> Mapping[str, AppEntry]:
+            return (state.config if state is not None else config).apps
+
+        # Before the backend: a backend that counts (apiserver requests) takes it.
+        metrics = build_metrics(config)
+        backend = build_backend(config, apps)
+        listeners = _bind_listeners(config)
+        metrics_listeners: list[Listener] = []
+        try:
+            metrics_listeners = _bind_metrics_listeners(config)
+            state = build_state(config, backend, metrics)
+            await _serve(state, listeners, signals, metrics_listeners)
+        finally:
+            close_listeners(metrics_listeners)
+            close_listeners(listeners)
+    log.info("runnerd stopped")
+
+
+# glibc's mallopt parameter number for the mmap threshold (malloc.h).
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD_BYTES = 128 * 1024
+
+
+def return_large_buffers_to_the_os() -> None:
+    """Serve every allocation above 128 KiB from its own mmap, always.
+
+    glibc raises its mmap threshold each time a large mmapped block is freed
+    (up to 32 MiB), so after the first big request body, later 16 MiB
+    buffers come from the heap, whose freed top is rarely given back: RSS
+    stayed at 130-160 MB after a burst of 16 MiB bodies (bench/README.md).
+    Setting the threshold fixes it (and turns the adjustment off), so a
+    request's buffers go back to the OS when it ends. A no-op off glibc.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")  # glibc's soname; find_library would fork ldconfig
+        libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
+    except (OSError, AttributeError):
+        log.debug("mallopt unavailable; large buffers may stay resident")
+
+
+def raise_open_files_limit() -> None:
+    """Raise the soft open-files limit to the hard one: every session holds
+    a PTY and a pidfd, and the default soft 1024 caps runnerd far below any
+    sensible `max_sessions` (systemd sets the hard limit, `LimitNOFILE=`)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft >= hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("cannot raise the open files limit", extra={"soft": soft, "error": str(exc)})
+        return
+    log.info("raised the open files limit", extra={"from": soft, "to": hard})
+
+
+def _bind_listeners(config: Config) -> list[Listener]:
+    inherited = parse_listen_fds(os.environ, os.getpid())
+    for key in LISTEN_ENV_KEYS:
+        os.environ.pop(key, None)  # never handed on (sd_listen_fds convention)
+    listeners = bind_listeners(
+        config.server.listen, socket_mode=config.server.socket_mode, inherited_fds=inherited
+    )
+    refuse_remote(listeners, allow_remote=config.server.allow_remote)
+    return listeners
+
+
+def build_metrics(config: Config) -> Metrics:
+    """Prometheus metrics when `[metrics] listen` is set; else nothing is counted."""
+    return PrometheusMetrics() if config.metrics.listen else NULL_METRICS
+
+
+def _bind_metrics_listeners(config: Config) -> list[Listener]:
+    # Never inherited sockets: every socket systemd passes serves the API.
+    return bind_listeners(
+        config.metrics.listen, socket_mode=config.server.socket_mode, inherited_fds=()
+    )
+
+
+def build_state(config: Config, backend: Backend, metrics: Metrics = NULL_METRICS) -> AppState:
+    sessions = SessionManager(
+        backend,
+        max_sessions=config.runner.max_sessions,
+        exit_ttl_s=config.runner.exit_ttl_s,
+        replay_buffer_bytes=config.runner.replay_buffer_bytes,
+        # The backend's SIGTERM grace, then SIGKILL and the cleanup.
+        stop_timeout_s=config.local.stop_grace_s + STOP_HEADROOM_S,
+        metrics=metrics,
+    )
+    metrics.watch_sessions(lambda: [s.status["kind"] for s in sessions.sessions()])
+    return AppState(
+        config=config,
+        backend=backend,
+        sessions=sessions,
+        version=__version__,
+        closing=trio.Event(),
+        metrics=metrics,
+    )
+
+
+async def _serve(
+    state: AppState,
+    listeners: list[Listener],
+    signals: AsyncIterator[int],
+    metrics_listeners: list[Listener] | None = None,
+) -> None:
+    stop_http = trio.Event()
+    http_done = trio.Event()
+
+    async def run_http(*, task_status: trio.TaskStatus[list[str]]) -> None:
+        async def shutdown_trigger() -> None:
+            await stop_http.wait()
+
+        try:
+            # A dup per listener: the accept loop closes its sockets when it
+            # ends, while `close_listeners` closes (and unlinks) ours.
+            server = state.config.server
+            cap = connection_cap(
+                server.max_connections,
+                len(listeners),
+                open_files_limit(),
+                state.config.runner.max_sessions,
+            )
+            if cap < server.max_connections:
+                log.info(
+                    "connection cap lowered to fit the open files limit",
+                    extra={"max_connections": cap, "nofile": open_files_limit()},
+                )
+            await serve_app(
+                HostSyntaxGuard(create_app(state)),
+                build_hypercorn_config(server),
+                [dup_socket(listener.sock) for listener in listeners],
+                max_connections=cap,
+                shutdown_trigger=shutdown_trigger,
+                task_status=task_status,
+            )
+        finally:
+            http_done.set()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(state.sessions.run)
+        await nursery.start(run_http)
+        if isinstance(state.metrics, PrometheusMetrics) and metrics_listeners:
+            await nursery.start(
+                _serve_metrics, state.metrics, state.config.server, metrics_listeners, stop_http
+            )
+        await _announce_ready(state, listeners, nursery, metrics_listeners or [])
+        signum = await _handle_signals_until_stop(state, signals)
+        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+        await sd_notify("STOPPING=1", "STATUS=stopping sessions")
+        state.closing.set()
+        stop_http.set()
+        await _shut_down(state, listeners, http_done)
+        nursery.cancel_scope.cancel()
+
+
+# A scraper holds one connection or a few: a small cap bounds what a
+# misbehaving one can take, and idle/request timeouts apply as on the API.
+METRICS_MAX_CONNECTIONS = 16
+
+
+async def _serve_metrics(
+    metrics: PrometheusMetrics,
+    server: ServerConfig,
+    listeners: list[Listener],
+    stop: trio.Event,
+    *,
+    task_status: trio.TaskStatus[list[str]],
+) -> None:
+    """`GET /metrics` on its own listeners until `stop`, through the same
+    bounded connection handling as the API (`runnerd.http.server`)."""
+    await serve_app(
+        metrics_asgi_app(metrics),
+        build_hypercorn_config(server),
+        [dup_socket(listener.sock) for listener in listeners],
+        max_connections=METRICS_MAX_CONNECTIONS,
+        shutdown_trigger=stop.wait,
+        task_status=task_status,
+    )
+
+
+async def _announce_ready(
+    state: AppState,
+    listeners: list[Listener],
+    nursery: trio.Nursery,
+    metrics_listeners: list[Listener],
+) -> None:
+    addresses = " ".join(listener.address for listener in listeners)
+    extra = {"listen": addresses, "backend": state.backend.name, "pid": os.getpid()}
+    if metrics_listeners:
+        extra["metrics"] = " ".join(listener.address for listener in metrics_listeners)
+    log.info("runnerd %s serving", __version__, extra=extra)
+    await sd_notify("READY=1", f"STATUS=serving on {addresses}", f"MAINPID={os.getpid()}")
+    interval_s = parse_watchdog_interval(os.environ, os.getpid())
+    if interval_s is not None:
+        nursery.start_soon(run_watchdog, interval_s)
+
+
+async def _shut_down(state: AppState, listeners: list[Listener], http_done: trio.Event) -> None:
+    """Stop listening and stop every session, within `SHUTDOWN_BUDGET_S`."""
+
+    async def stop_listening() -> None:
+        await http_done.wait()
+        # Closed and unlinked now, not after the sessions: a client gets
+        # "connection refused" at once instead of hanging in the backlog.
+        close_listeners(listeners)
+
+    with trio.move_on_after(SHUTDOWN_BUDGET_S) as budget:
+        async with trio.open_nursery() as shutdown:
+            shutdown.start_soon(stop_listening)
+            await state.sessions.stop_all()
+    if budget.cancelled_caught:
+        log.error(
+            "shutdown budget exceeded; cancelling what is left",
+            extra={"budget_s": SHUTDOWN_BUDGET_S},
+        )
+
+
+async def _handle_signals_until_stop(state: AppState, signals: AsyncIterator[int]) -> int:
+    """Reload on SIGHUP; return the first SIGTERM/SIGINT received."""
+    async for signum in signals:
+        if signum != signal.SIGHUP:
+            return signum
+        await reload_config(state)
+    raise AssertionError("the signal receiver never ends")
+
+
+async def reload_config(state: AppState) -> None:
+    """Swap in the re-read config file; keep the old one if it is bad.
+
+    Never raises: a reload must not take the daemon (and its live sessions)
+    down, so even an unexpected error is logged and the old config kept."""
+    old = state.config
+    if old.source is None:
+        log.warning("SIGHUP ignored: the config was not loaded from a file")
+        return
+    source = old.source
+    try:
+        new = await trio.to_thread.run_sync(load_config, source)
+        reloaded = build_reloaded(old, new)
+        check_reloaded(reloaded)
+    except (ConfigError, OSError) as exc:
+        log.error(
+            "reload failed, keeping the previous config",
+            extra={"path": str(source), "error": str(exc)},
+        )
+        return
+    except Exception:
+        log.exception(
+            "reload failed unexpectedly, keeping the previous config", extra={"path": str(source)}
+        )
+        return
+    _apply_reloaded(state, old, new, reloaded)
+    await sd_notify("STATUS=config reloaded")
+
+
+def _apply_reloaded(state: AppState, old: Config, new: Config, reloaded: Config) -> None:
+    state.config = reloaded
+    set_log_level(new.server.log_level)
+    # Capacity, exit TTL and replay size apply from now on; a smaller
+    # capacity never stops a live session.
+    state.sessions.reconfigure(
+        max_sessions=new.runner.max_sessions,
+        exit_ttl_s=new.runner.exit_ttl_s,
+        replay_buffer_bytes=new.runner.replay_buffer_bytes,
+    )
+    ignored = restart_only_changes(old, new)
+    if ignored:
+        log.warning("reload: some changes need a restart", extra={"keys": ",".join(ignored)})
+    log.info(
+        "config reloaded",
+        extra={"path": str(old.source), "apps": len(new.apps), "terms": new.terms is not None},
+    )

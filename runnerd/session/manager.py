@@ -1,0 +1,348 @@
+"""The session manager: every session as a task tree under one nursery.
+
+Owns the IO side of sessions: the sessions nursery (started by the daemon),
+one cancel scope and workload nursery per session, the terminal-status
+decision, user stops, shutdown and exit-TTL expiry. The state itself
+(status, rings, capacity) is the pure `runnerd.registry`; the workload is
+the `Backend`'s.
+
+How a session runs: `start()` registers it (`starting`, event 1) and starts
+its task at once, so the 201 goes out before the backend does anything. The
+task opens a cancel scope (a user stop cancels it), a TTL deadline
+(`spec.limits.ttl_s`), and a workload nursery in which
+`nursery.start(backend.run, spec, sink)` returns the `WorkloadHandle` for
+stdin and resizes. Whatever ends it becomes exactly one terminal status:
+
+    outcome Exited(code)         -> exited {code}
+    outcome Failed(message)      -> failed message
+    user stop (any time)         -> stopped (never failed)
+    spec.limits.ttl_s elapsed    -> failed "ttl: session exceeded its time limit of N s"
+    StartError(stage, message)   -> failed "<stage>: <message>"
+    anything else                -> failed "internal: ..." (traceback to the log only)
+
+A failing session never takes down the manager or another session: every
+exception (ExceptionGroups too) is classified inside the session's own task.
+
+The per-session object (`Session`, `SessionSink`) is runnerd.session.
+
+PTY output decision: the backend's `output(bytes)` goes to the session's
+`ByteRing` only (the WebSocket PTY channel); it is NOT also emitted as
+`stdout` SSE events. The Telo runner does the same for its `tty` stream
+(`stdout`/`stderr` events are for non-PTY streams, which no runnerd backend
+has), doubling every byte into the event ring would halve the replay that
+fits in `replay_buffer_bytes`, and the contract already drops debug log
+frames because "the same bytes already arrive on the PTY channel".
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from runnerd.backend import Backend, Exited, Failed, Outcome, RunSpec, StartError, WorkloadHandle
+from runnerd.contract import RunStatus, exited, failed, stopped
+from runnerd.metrics import NULL_METRICS, Metrics
+from runnerd.session.registry import RegistryFull, SessionRecord, SessionRegistry
+from runnerd.session.session import Session, SessionSink
+
+__all__ = ["ManagerClosed", "RegistryFull", "Session", "SessionManager", "StopFailed"]
+
+log = logging.getLogger("runnerd.sessions")
+
+
+class StopFailed(Exception):
+    """The session did not reach a terminal status within the stop timeout."""
+
+    def __init__(self, session_id: str, timeout_s: float) -> None:
+        super().__init__(f"session {session_id} did not stop within {timeout_s:g} s")
+        self.session_id = session_id
+        self.timeout_s = timeout_s
+
+
+class ManagerClosed(RuntimeError):
+    """`start()` outside `run()`, or after `stop_all()` began."""
+
+
+def format_ttl_failure(ttl_s: float) -> str:
+    return f"ttl: session exceeded its time limit of {ttl_s:g} s"
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    leaves: list[BaseException] = []
+    for exc in group.exceptions:
+        leaves.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return leaves
+
+
+@dataclass
+class _WorkloadRun:
+    """How one session's workload run ended, gathered for `_classify`."""
+
+    outcome: list[Outcome] = field(default_factory=list)
+    start_error: StartError | None = None
+    internal: BaseExceptionGroup[Exception] | None = None
+    ttl_expired: bool = False
+
+
+class SessionManager:
+    """Starts, tracks, stops and expires sessions. See the module docstring.
+
+    Resource handling: every session task runs in the nursery `run()` owns;
+    cancelling `run()` cancels every session (each backend tears its
+    workload down before the cancellation propagates). Call `stop_all()`
+    first for an orderly shutdown that records `stopped` for each.
+
+    Error handling: nothing a backend does escapes its session's task;
+    `start()` raises only `RegistryFull`, `ManagerClosed` and (for a caller
+    that reuses an id) `ValueError`; `stop()` only `StopFailed`.
+
+    The registry holds the `Session` objects themselves: it is the one map of
+    sessions, so eviction and expiry cannot leave a stale copy anywhere.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        max_sessions: int,
+        exit_ttl_s: float,
+        replay_buffer_bytes: int,
+        stop_timeout_s: float = 10.0,
+        wall_clock: Callable[[], float] = time.time,
+        metrics: Metrics = NULL_METRICS,
+    ) -> None:
+        """`stop_timeout_s` bounds how long `stop()` waits for a session to end
+        (the backend's own stop grace plus headroom). `wall_clock` gives epoch
+        seconds for timestamps and exit-TTL expiry (injectable for tests).
+        `metrics` counts starts, start failures and PTY bytes."""
+        self._backend = backend
+        self._registry: SessionRegistry[Session] = SessionRegistry(max_sessions, exit_ttl_s)
+        self._replay_buffer_bytes = replay_buffer_bytes
+        self._stop_timeout_s = stop_timeout_s
+        self._wall_clock = wall_clock
+        self._metrics = metrics
+        self._nursery: trio.Nursery | None = None
+        self._closing = False
+        self._expiry_wakeup = trio.Event()
+
+    @property
+    def live_count(self) -> int:
+        return self._registry.live_count
+
+    def sessions(self) -> list[Session]:
+        """Every registered session (live and retained), oldest first."""
+        return list(self._registry)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the sessions nursery and the exit-TTL expiry loop until cancelled."""
+        if self._nursery is not None:
+            raise RuntimeError("SessionManager.run is already running")
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._closing = False
+                nursery.start_soon(self._run_expiry)
+                task_status.started()
+        finally:
+            self._nursery = None
+
+    def start(self, spec: RunSpec) -> Session:
+        """Register a session for `spec` and start it; return at once.
+
+        The session is `starting` (event 1) when this returns; everything
+        after that arrives on its event stream.
+
+        Raises:
+            RegistryFull: every slot is held by a live session (nothing changed).
+            ManagerClosed: `run()` is not running, or shutdown has begun.
+            ValueError: `spec.session_id` is already registered (nothing
+                changed; ids are the caller's to pick, see `get`).
+        """
+        if self._nursery is None or self._closing:
+            raise ManagerClosed("the session manager is not accepting sessions")
+        now = self._wall_clock()
+        record = SessionRecord(spec.session_id, now, self._replay_buffer_bytes)
+        session = Session(record, spec, self._wall_clock, self._metrics, self._backend.name)
+        for evicted in self._registry.add(session, now):
+            log.info("evicted to make room", extra={"session_id": evicted})
+        log.info(
+            "starting image=%s app=%s",
+            spec.image.image,
+            spec.app,
+            extra={"session_id": session.id},
+        )
+        self._nursery.start_soon(self._run_session, session, name=f"session {session.id}")
+        return session
+
+    def get(self, session_id: str) -> Session | None:
+        return self._registry.get(session_id)
+
+    async def stop(self, session_id: str) -> None:
+        """User stop: mark the session user-stopped, cancel it, and return once
+        it is terminal (`stopped`, or whatever it had already ended as).
+
+        Idempotent; an unknown id is fine. A stop that lands while the workload
+        is still being created cancels the creation, which stops it.
+
+        Raises:
+            StopFailed: the session was not terminal within `stop_timeout_s`.
+        """
+        session = self._registry.get(session_id)
+        if session is None:
+            return
+        if not session.is_terminal:
+            log.info("stop requested", extra={"session_id": session_id})
+            session.request_stop()
+        with trio.move_on_after(self._stop_timeout_s):
+            await session.wait_terminal()
+            return
+        raise StopFailed(session_id, self._stop_timeout_s)
+
+    async def stop_all(self) -> list[str]:
+        """Shutdown: refuse new sessions and stop every live one, concurrently.
+
+        Returns the ids that could not be stopped in time (logged; their tasks
+        are still running and end when `run()` is cancelled).
+        """
+        self._closing = True
+        stuck: list[str] = []
+
+        async def stop_one(session_id: str) -> None:
+            try:
+                await self.stop(session_id)
+            except StopFailed as exc:
+                extra = {"session_id": session_id}
+                log.error("did not stop within %g s", exc.timeout_s, extra=extra)
+                stuck.append(session_id)
+
+        async with trio.open_nursery() as nursery:
+            for session in self._registry:
+                if not session.is_terminal:
+                    nursery.start_soon(stop_one, session.id)
+        return stuck
+
+    def reconfigure(
+        self,
+        *,
+        max_sessions: int | None = None,
+        exit_ttl_s: float | None = None,
+        replay_buffer_bytes: int | None = None,
+    ) -> None:
+        """Change limits for what comes next; a smaller capacity never stops a
+        live session, and `replay_buffer_bytes` applies to new sessions."""
+        self._registry.reconfigure(max_sessions=max_sessions, exit_ttl_s=exit_ttl_s)
+        if replay_buffer_bytes is not None:
+            self._replay_buffer_bytes = replay_buffer_bytes
+        self._expiry_wakeup.set()
+
+    # -- one session -------------------------------------------------------
+
+    async def _run_session(self, session: Session) -> None:
+        # Kept only if `run()` itself is cancelled (shutdown past its budget):
+        # the workload is gone with the scope, so the session is stopped.
+        status: RunStatus = stopped()
+        try:
+            status = await self._drive(session)
+        finally:
+            session.close(status)
+            self._expiry_wakeup.set()
+            self._count_unstarted(session, status)
+        log.info(
+            "ended %s",
+            status["kind"],
+            extra={"session_id": session.id, "status": status},
+        )
+
+    def _count_unstarted(self, session: Session, status: RunStatus) -> None:
+        """A session that ended without ever running: its start's outcome, and
+        for a failure its stage (the `<stage>:` of the message)."""
+        if session.reached_running:
+            return
+        self._metrics.session_started(self._backend.name, status["kind"])
+        if status["kind"] == "failed":
+            stage, sep, _ = status["message"].partition(":")
+            self._metrics.start_failed(stage if sep and stage.isidentifier() else "unknown")
+
+    async def _drive(self, session: Session) -> RunStatus:
+        """Run the workload under the stop scope and TTL; return the terminal status."""
+        spec = session.spec
+        run = _WorkloadRun()
+        with trio.CancelScope() as stop_scope:
+            session.set_stop_scope(stop_scope)  # cancels at once if already stopped
+            with trio.move_on_after(spec.limits.ttl_s) as ttl_scope:
+                try:
+                    await self._run_workload(session, SessionSink(session), run.outcome)
+                except* StartError as group:
+                    first = _leaves(group)[0]
+                    assert isinstance(first, StartError)
+                    run.start_error = first
+                except* Exception as group:
+                    run.internal = group
+        session.set_stop_scope(None)
+        run.ttl_expired = ttl_scope.cancelled_caught
+        return self._classify(session, run)
+
+    def _classify(self, session: Session, run: _WorkloadRun) -> RunStatus:
+        """The one terminal status for how the run ended (module docstring table)."""
+        extra = {"session_id": session.id}
+        if run.internal is not None:
+            log.error("session runner failed", exc_info=run.internal, extra=extra)
+        if run.outcome:
+            return self._outcome_status(session, run.outcome[0])
+        if session.user_stopped:
+            return stopped()
+        if run.ttl_expired:
+            return failed(format_ttl_failure(session.spec.limits.ttl_s))
+        if run.start_error is not None:
+            error = run.start_error
+            log.info("start failed: %s", error, exc_info=error.__cause__, extra=extra)
+            return failed(f"{error.stage}: {error.message}")
+        return failed("internal: the session runner failed unexpectedly")
+
+    def _outcome_status(self, session: Session, outcome: Outcome) -> RunStatus:
+        if isinstance(outcome, Exited):
+            return exited(outcome.code)
+        if isinstance(outcome, Failed):
+            return failed(outcome.message)
+        log.error(
+            "backend returned %r, not an Outcome",
+            type(outcome).__name__,
+            extra={"session_id": session.id},
+        )
+        return failed("internal: the backend returned no outcome")
+
+    async def _run_workload(
+        self, session: Session, sink: SessionSink, outcome: list[Outcome]
+    ) -> None:
+        """Start the backend and wait for it; its outcome lands in `outcome`."""
+
+        async def run_backend(*, task_status: trio.TaskStatus[WorkloadHandle]) -> None:
+            outcome.append(await self._backend.run(session.spec, sink, task_status=task_status))
+            # Nothing outlives the workload: a pending resize flush goes with it.
+            nursery.cancel_scope.cancel()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                handle = await nursery.start(run_backend)
+                session.attach(handle, nursery)
+        finally:
+            session.detach()
+
+    # -- expiry ------------------------------------------------------------
+
+    async def _run_expiry(self) -> None:
+        """Drop terminal sessions `exit_ttl_s` after their exit, to the second."""
+        while True:
+            now = self._wall_clock()
+            for session_id in self._registry.expire(now):
+                log.info("expired", extra={"session_id": session_id})
+            due = self._registry.next_expiry()
+            self._expiry_wakeup = trio.Event()
+            with trio.move_on_after(math.inf if due is None else max(due - now, 0.0)):
+                await self._expiry_wakeup.wait()
