@@ -24,7 +24,7 @@ from runnerd.contract import (
     StartSessionRequest,
     parse_body,
 )
-from runnerd.http.errors import error_response, json_response, read_body
+from runnerd.http.errors import json_response, read_body
 from runnerd.session.admission import admit, admit_app, new_session_id
 
 if TYPE_CHECKING:
@@ -84,10 +84,7 @@ def register_session_routes(app: QuartTrio, state: AppState) -> None:
         return launch(state, spec)
 
     async def get_session(session_id: str) -> Response:
-        session = state.sessions.get(session_id)
-        if session is None:
-            return error_response(404, "not_found", f"no session with id '{session_id}'")
-        return json_response(session_summary(session))
+        return json_response(session_summary(state.sessions.require(session_id)))
 
     async def delete_session(session_id: str) -> Response:
         await state.sessions.stop(session_id)  # StopFailed → 500 stop_failed

@@ -36,23 +36,25 @@ from runnerd.contract import (
     StartSessionRequest,
     error_body,
 )
+from runnerd.errors import RunnerdError
 from runnerd.session.limits import clamp_limits
 from runnerd.session.paths import BundlePathError, normalise_bundle_path
 
 REGISTRY_ENV = "TELO_REGISTRY_URL"
 
 
-class AdmissionError(Exception):
-    """A request the runner refuses. `to_body()` is the JSON error body."""
+class AdmissionError(RunnerdError):
+    """A request the runner refuses: its status, code and message (and extra
+    body fields) are the answer. `to_body()` is the JSON error body."""
 
     def __init__(
         self, status: int, code: str, message: str, extra: Mapping[str, Any] | None = None
     ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.extra = dict(extra or {})
+        super().__init__(message, status_hint=status, code=code, extra=extra)
+
+    @property
+    def status(self) -> int:
+        return self.status_hint
 
     def to_body(self) -> dict[str, Any]:
         return error_body(self.code, self.message, **self.extra)

@@ -47,6 +47,7 @@ import trio
 
 from runnerd.backend import Backend, Exited, Failed, Outcome, RunSpec, StartError, WorkloadHandle
 from runnerd.contract import RunStatus, exited, failed, stopped
+from runnerd.errors import RunnerdError, SessionNotFound
 from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.session.registry import RegistryFull, SessionRecord, SessionRegistry
 from runnerd.session.session import Session, SessionSink
@@ -56,17 +57,35 @@ __all__ = ["ManagerClosed", "RegistryFull", "Session", "SessionManager", "StopFa
 log = logging.getLogger("runnerd.sessions")
 
 
-class StopFailed(Exception):
+class StopFailed(RunnerdError):
     """The session did not reach a terminal status within the stop timeout."""
 
+    code = "stop_failed"
+    log_as_error = True
+
     def __init__(self, session_id: str, timeout_s: float) -> None:
-        super().__init__(f"session {session_id} did not stop within {timeout_s:g} s")
+        super().__init__(f"session '{session_id}' did not stop within {timeout_s:g} s")
         self.session_id = session_id
         self.timeout_s = timeout_s
 
 
-class ManagerClosed(RuntimeError):
-    """`start()` outside `run()`, or after `stop_all()` began."""
+# Seconds a client should wait before retrying a start refused during shutdown
+# (a restarting daemon is back within a few seconds under systemd).
+SHUTDOWN_RETRY_AFTER_S = 5
+
+
+class ManagerClosed(RunnerdError, RuntimeError):
+    """`start()` outside `run()`, or after `stop_all()` began. Expected during
+    shutdown: answered 503 with a hint to come back."""
+
+    status_hint = 503
+    code = "shutting_down"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "runnerd is shutting down and accepts no new sessions; retry later",
+            headers={"retry-after": str(SHUTDOWN_RETRY_AFTER_S)},
+        )
 
 
 def format_ttl_failure(ttl_s: float) -> str:
@@ -165,7 +184,7 @@ class SessionManager:
                 changed; ids are the caller's to pick, see `get`).
         """
         if self._nursery is None or self._closing:
-            raise ManagerClosed("the session manager is not accepting sessions")
+            raise ManagerClosed()
         now = self._wall_clock()
         record = SessionRecord(spec.session_id, now, self._replay_buffer_bytes)
         session = Session(record, spec, self._wall_clock, self._metrics, self._backend.name)
@@ -182,6 +201,17 @@ class SessionManager:
 
     def get(self, session_id: str) -> Session | None:
         return self._registry.get(session_id)
+
+    def require(self, session_id: str) -> Session:
+        """The session with this id.
+
+        Raises:
+            SessionNotFound: no such session (never was, or evicted).
+        """
+        session = self._registry.get(session_id)
+        if session is None:
+            raise SessionNotFound(session_id)
+        return session
 
     async def stop(self, session_id: str) -> None:
         """User stop: mark the session user-stopped, cancel it, and return once

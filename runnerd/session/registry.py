@@ -34,6 +34,7 @@ from itertools import islice
 from typing import Generic, Protocol, TypeVar
 
 from runnerd.contract import RunEvent, RunStatus, is_terminal, starting, status_event
+from runnerd.errors import RunnerdError
 
 CHUNK_BYTES = 64 * 1024
 
@@ -240,8 +241,11 @@ class SessionRecord:
         return self.pty.append(data)
 
 
-class RegistryFull(Exception):
+class RegistryFull(RunnerdError):
     """Every slot is held by a live session; nothing was changed."""
+
+    status_hint = 409
+    code = "too_many_sessions"
 
     def __init__(self, max_sessions: int) -> None:
         super().__init__(

@@ -41,6 +41,7 @@ CLIENT = "client"
 PURE = (
     "runnerd.contract",
     "runnerd.json_checks",
+    "runnerd.errors",
     "runnerd.backend",
     "runnerd.config",
     "runnerd.config.render",
