@@ -62,10 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def read_config(path: Path) -> Config:
     """Load and validate `path`. Raises ConfigError naming the key path."""
+    from runnerd.backends import check_config
     from runnerd.config import ConfigError, load_config
 
     try:
-        config = load_config(path)
+        config = check_config(load_config(path))
     except OSError as exc:
         raise ConfigError("", f"cannot read config {path}: {exc.strerror or exc}") from exc
     # SIGHUP re-reads this file, whatever load_config recorded.
@@ -84,14 +85,16 @@ def read_config_or_report(path: Path) -> Config | None:
 
 
 def check_config(path: Path) -> int:
-    from runnerd.config import render_config, runtime_warnings
+    from runnerd.backends import provider_for
+    from runnerd.config import render_config
     from runnerd.config.server import server_warnings
 
     config = read_config_or_report(path)
     if config is None:
         return EXIT_CONFIG
-    print(render_config(config))
-    for warning in runtime_warnings(config, os.environ.get("PATH")):
+    provider = provider_for(config)
+    print(render_config(config, provider.offered_images(config)))
+    for warning in provider.config_warnings(config, os.environ.get("PATH")):
         print(f"runnerd: warning: {warning}", file=sys.stderr)
     for warning in server_warnings(config.server):
         print(f"runnerd: warning: {warning}", file=sys.stderr)

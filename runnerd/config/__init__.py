@@ -4,7 +4,7 @@ The package: `model` (the frozen dataclasses, `ConfigError`), `table` (the
 strict TOML table reader), `parse` (a dict in, a `Config` out), `server`
 (`[server]`), `listen` (listen addresses), `quantities` (Kubernetes
 quantities), `envnames`, `images` (the image allowlist), `lines` (error line
-numbers), `warnings` (runtime checks), `render` (the masked rendering). All
+numbers), `render` (the masked rendering). All
 pure but this module's file reads. May import: `contract`, `errors`,
 `backend`; nothing above.
 
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import tomllib
 from pathlib import Path
 
@@ -71,13 +70,10 @@ from runnerd.config.model import ServerConfig as ServerConfig
 from runnerd.config.model import TermsConfig as TermsConfig
 from runnerd.config.model import TierLimits as TierLimits
 from runnerd.config.model import toml_key
-from runnerd.config.parse import BUILT_BACKENDS as BUILT_BACKENDS
-from runnerd.config.parse import check_local_images as check_local_images
 from runnerd.config.parse import parse_config as parse_config
 from runnerd.config.render import MASK as MASK
 from runnerd.config.render import render_config as render_config
 from runnerd.config.table import show
-from runnerd.config.warnings import SERVICE_PATH, runtime_problems, search_path
 
 DROP_IN_DIR = "apps.d"
 
@@ -154,19 +150,3 @@ def load_config(path: Path) -> Config:
         line = find_key_line(text, exc.key) if exc.key else None
         raise ConfigError(exc.key, exc.problem, line) from exc
     return dataclasses.replace(config, source=path)
-
-
-def runtime_warnings(config: Config, daemon_path: str | None) -> list[str]:
-    """`runtime_problems` with the filesystem: the runtimes' executables are
-    looked up as the daemon would (`daemon_path`, then the minimal PATH) and
-    on the PATH systemd gives a service."""
-    path = search_path(daemon_path)
-    return runtime_problems(
-        config.local, find=_find_executable, path=path, service_path=SERVICE_PATH
-    )
-
-
-def _find_executable(program: str, path: str) -> str | None:
-    if "/" in program:
-        return program if os.path.isfile(program) and os.access(program, os.X_OK) else None
-    return shutil.which(program, path=path)

@@ -11,29 +11,26 @@ backend without a runtime list, only `default_image` is accepted.
 
 from __future__ import annotations
 
-from runnerd.config.model import ENTRY, Config
+from runnerd.config.model import Config
+
+# What a backend offers when the operator lists no images (its provider's
+# `offered_images`); None: nothing beyond `default_image`.
+Offered = tuple[str, ...] | None
 
 
-def allowed_images(config: Config) -> tuple[str, ...] | None:
+def allowed_images(config: Config, offered: Offered) -> tuple[str, ...] | None:
     """The images a bundle session may pick, default first; None = only
     `default_image` (advertised read-only).
 
-    The operator's `runner.allowed_images` when set. Otherwise, on the local
-    backend, every runtime that runs bundles (`{entry}` in its command) and
-    that no catalog app uses: a catalog image is never advertised, so a client
-    cannot launch an app's runtime with its own bundle. On any other backend,
-    None.
+    The operator's `runner.allowed_images` when set; otherwise what the
+    backend `offered` (the local backend: its bundle runtimes no catalog app
+    uses, so a client cannot launch an app's runtime with its own bundle).
     """
     runner = config.runner
     if runner.allowed_images:
         images = list(runner.allowed_images)
-    elif runner.backend == "local":
-        app_images = {app.image for app in config.apps.values()}
-        images = [
-            name
-            for name, rt in config.local.runtimes.items()
-            if name not in app_images and any(ENTRY in arg for arg in rt.command)
-        ]
+    elif offered is not None:
+        images = list(offered)
     else:
         return None
     # Default first, so an editor's dropdown opens on it; always included
@@ -42,10 +39,10 @@ def allowed_images(config: Config) -> tuple[str, ...] | None:
     return (runner.default_image, *rest)
 
 
-def check_image(config: Config, image: str) -> str | None:
+def check_image(config: Config, image: str, offered: Offered) -> str | None:
     """None when a bundle session may run `image`; else the client-facing
     reason, naming the allowed images."""
-    allowed = allowed_images(config) or (config.runner.default_image,)
+    allowed = allowed_images(config, offered) or (config.runner.default_image,)
     if image in allowed:
         return None
     return f"image {image!r} is not allowed by this runner. Allowed images: {', '.join(allowed)}"

@@ -144,8 +144,6 @@ DEFAULT_LISTEN = ("unix:/run/runnerd/runnerd.sock",)
 DEFAULT_SESSION_LIMITS = TierLimits("50m", "100Mi", "512Mi", 3600.0)
 DEFAULT_APP_LIMITS = TierLimits("500m", "512Mi", "1Gi", 21600.0)
 ENTRY = "{entry}"
-# Backends this build can serve; "kubernetes" parses but arrives with its issue.
-BUILT_BACKENDS = ("local",)
 # SIGTERM must end the daemon within 10 s (the contract): each workload gets
 # this much grace after SIGTERM before SIGKILL, and the shutdown budget must
 # still cover it plus the kill and the cleanup.

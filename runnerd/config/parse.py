@@ -1,8 +1,8 @@
 """Parsing the operator configuration: a TOML dict in, a validated `Config` out.
 
-Owns `parse_config` (pure: file reads are injected) and its section readers,
-and `check_local_images` (the local backend's image rule, also applied to a
-reloaded catalog against the `[local]` section the daemon started with).
+Owns `parse_config` (pure: file reads are injected) and its section readers.
+What a backend requires of the config (the local backend's image rule) is
+that backend's `check_config`, run by `runnerd.backends.check_config`.
 Strict: an unknown key is an error (a typo never silently falls back to a
 default), and every error names the key path and the problem, e.g.
 `runner.max_sessions: must be a positive integer, got 'x'`. The decisions
@@ -23,7 +23,6 @@ from runnerd.config.listen import format_listen, parse_listen
 from runnerd.config.model import (
     DEFAULT_APP_LIMITS,
     DEFAULT_SESSION_LIMITS,
-    ENTRY,
     MAX_STOP_GRACE_S,
     AppEntry,
     Config,
@@ -40,10 +39,6 @@ from runnerd.config.quantities import QuantityError, parse_quantity
 from runnerd.config.server import SERVER_KEYS, parse_server
 from runnerd.config.table import Table, show
 from runnerd.contract import PullPolicy
-
-# Backends this build can serve; "kubernetes" parses but arrives with its issue.
-BUILT_BACKENDS = ("local",)
-
 
 _ROOT_KEYS = ("server", "runner", "terms", "limits", "apps", "local", "metrics")
 _RUNNER_KEYS = (
@@ -84,15 +79,9 @@ def _parse_metrics(t: Table, base_dir: Path, server: ServerConfig) -> MetricsCon
 
 
 def _backend(t: Table) -> str:
-    backend = t.choice("backend", "local", ("local", "kubernetes"))
-    if backend not in BUILT_BACKENDS:
-        # Refused here, not at bind time: `check-config` and a start both fail
-        # fast, before anything listens, instead of serving a runner that
-        # cannot start a single session.
-        raise ConfigError(
-            "runner.backend", f"{backend!r} is not available in this build yet; use 'local'"
-        )
-    return backend
+    # Whether this build has it is `runnerd.backends`' to say (with the
+    # backend's own config check), right after parsing.
+    return t.choice("backend", "local", ("local", "kubernetes"))
 
 
 def _parse_runner(t: Table) -> RunnerConfig:
@@ -212,47 +201,6 @@ def _parse_local(t: Table, base_dir: Path) -> LocalConfig:
     )
 
 
-def check_local_images(
-    runner: RunnerConfig, local: LocalConfig, apps: Mapping[str, AppEntry]
-) -> None:
-    """On the local backend every image names a runtime: `{entry}` runtimes for
-    bundle sessions, runtimes without it for catalog apps (no bundle).
-
-    Raises:
-        ConfigError: naming the key of the first image that breaks the rule.
-    """
-    defined = ", ".join(local.runtimes) or "none"
-
-    def runtime(key: str, image: str, bundle: bool) -> None:
-        rt = local.runtimes.get(image)
-        if rt is None and image == RunnerConfig.default_image:
-            # The built-in default is a container image (the Kubernetes
-            # backend's): say what to write instead of only what is wrong.
-            raise ConfigError(
-                key,
-                f"the default {image!r} is a container image, which the local backend cannot"
-                f" run; name a [local.runtimes] entry (defined: {defined}), e.g."
-                f' default_image = "telo" with [local.runtimes.telo]'
-                f' command = ["telo", "run", "{ENTRY}"]',
-            )
-        if rt is None:
-            raise ConfigError(
-                key, f"{image!r} is not a [local.runtimes] entry (defined: {defined})"
-            )
-        if bundle != any(ENTRY in arg for arg in rt.command):
-            need = "must contain" if bundle else "must not contain"
-            use = "a bundle session" if bundle else "an app session, which has no bundle"
-            raise ConfigError(
-                key, f"runtime {image!r} is used by {use}: its command {need} {ENTRY}"
-            )
-
-    runtime("runner.default_image", runner.default_image, True)
-    for i, image in enumerate(runner.allowed_images or ()):
-        runtime(f"runner.allowed_images[{i}]", image, True)
-    for app in apps.values():
-        runtime(f"apps.{app.name}.image", app.image, False)
-
-
 def parse_config(
     data: Mapping[str, object], *, base_dir: Path, read_text: Callable[[Path], str]
 ) -> Config:
@@ -282,8 +230,6 @@ def parse_config(
         raise ConfigError(
             "runner.allowed_images", f"must include default_image {runner.default_image!r}"
         )
-    if runner.backend == "local":
-        check_local_images(runner, local, apps)
     return Config(
         server=server,
         runner=runner,

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from runnerd.config.images import allowed_images
+from runnerd.config.images import Offered, allowed_images
 from runnerd.config.model import Config, toml_key
 
 MASK = "***"
@@ -38,7 +38,7 @@ def _section(header: str, items: Mapping[str, object]) -> list[str]:
     return [*lines, ""]
 
 
-def _render_head(config: Config) -> list[str]:
+def _render_head(config: Config, offered: Offered) -> list[str]:
     s, r = config.server, config.runner
     out = _section("server", {
         "listen": s.listen, "socket_mode": f"{s.socket_mode:04o}",
@@ -54,7 +54,7 @@ def _render_head(config: Config) -> list[str]:
         "exit_ttl_seconds": r.exit_ttl_s, "replay_buffer_bytes": r.replay_buffer_bytes,
     })  # fmt: skip
     if r.allowed_images is None:
-        effective = allowed_images(config)
+        effective = allowed_images(config, offered)
         shown = ", ".join(effective) if effective else f"{r.default_image} only"
         out.insert(len(out) - 1, f"# allowed_images not set; accepted images: {shown}")
     if config.terms is not None:
@@ -63,14 +63,15 @@ def _render_head(config: Config) -> list[str]:
     return out
 
 
-def render_config(config: Config) -> str:
+def render_config(config: Config, offered: Offered) -> str:
     """The effective config as TOML (defaults filled in, paths absolute).
 
     Catalog env values and the terms body are masked as `"***"`: the output
     goes to terminals and logs. It parses back with the same shape.
+    `offered`: the backend's images (`runnerd.backends.Provider.offered_images`).
     """
     out = [f"# effective config of {config.source or '<memory>'}", ""]
-    out += _render_head(config)
+    out += _render_head(config, offered)
     for tier, lim in (("session", config.session_limits), ("app", config.app_limits)):
         out += _section(f"limits.{tier}", {
             "cpu": lim.cpu, "memory": lim.memory,

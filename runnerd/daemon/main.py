@@ -27,7 +27,7 @@ import logging
 import os
 import resource
 import signal
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 
 import trio
@@ -35,14 +35,8 @@ from hypercorn.config import Config as HypercornConfig
 
 from runnerd import __version__
 from runnerd.backend import Backend
-from runnerd.config import (
-    AppEntry,
-    Config,
-    ConfigError,
-    ServerConfig,
-    check_local_images,
-    load_config,
-)
+from runnerd.backends import Provider, check_config, provider_for
+from runnerd.config import AppEntry, Config, ConfigError, ServerConfig, load_config
 from runnerd.config.server import server_warnings
 from runnerd.daemon.listeners import Listener, bind_listeners, close_listeners, refuse_remote
 from runnerd.daemon.logs import set_log_level
@@ -70,57 +64,28 @@ SHUTDOWN_BUDGET_S = 8.0
 # graceful timeout (measured: one idle httpx client = +2 s at 2.0), so keep
 # it short: it is paid on every shutdown a client is connected at.
 GRACEFUL_TIMEOUT_S = 0.5
-# A user stop waits the workload's stop grace plus this for the kill and cleanup.
-STOP_HEADROOM_S = 3.0
-
-
-def build_backend(config: Config, apps: Callable[[], Mapping[str, AppEntry]]) -> Backend:
-    """The configured backend. Raises ConfigError for one this build lacks."""
-    if config.runner.backend != "local":
-        raise ConfigError(
-            "runner.backend",
-            f"{config.runner.backend!r} is not implemented yet in this build; use 'local'",
-        )
-    from runnerd.local import LocalBackend  # only the chosen backend is imported
-    from runnerd.local.workdir import WorkdirError
-
-    backend = LocalBackend(config.local, apps=apps)
-    try:
-        backend.claim_workdir()  # and sweep what a killed predecessor left
-    except WorkdirError as exc:
-        raise ConfigError("local.workdir", str(exc)) from exc
-    return backend
 
 
 def build_reloaded(old: Config, new: Config) -> Config:
     """The config to run on after SIGHUP: `new`'s catalog, terms, image list,
     limits and registry sizing, with what is bound at start (listeners, the
-    backend and its `[local]` settings) kept from `old`."""
+    backend and its own settings) kept from `old`."""
     runner = replace(new.runner, backend=old.runner.backend)
-    return replace(
+    kept = replace(
         new,
         server=_reloadable_server(old, new),
-        local=old.local,
         runner=runner,
         metrics=old.metrics,  # its listeners are bound at start
         source=old.source,
     )
+    return provider_for(old).keep_bound(old, kept)
 
 
 def check_reloaded(config: Config) -> None:
-    """Refuse a reload the running backend cannot run: `[local]` is kept from
-    the start, so the new catalog and image list are checked (by the config's
-    own local-image rule) against the runtimes loaded then, not the file's.
-    Raises ConfigError naming the key."""
-    if config.runner.backend != "local":
-        return
-    try:
-        check_local_images(config.runner, config.local, config.apps)
-    except ConfigError as exc:
-        raise ConfigError(
-            exc.key,
-            f"{exc.problem} in the running [local]; [local.runtimes] changes need a restart",
-        ) from exc
+    """Refuse a reload the running backend cannot run: its settings are kept
+    from the start, so the new catalog and image list are checked against
+    them, not the file's. Raises ConfigError naming the key."""
+    provider_for(config).check_config(config, reloaded=True)
 
 
 def _reloadable_server(old: Config, new: Config) -> ServerConfig:
@@ -140,8 +105,7 @@ def restart_only_changes(old: Config, new: Config) -> list[str]:
     changed = []
     if _reloadable_server(old, new) != new.server:
         changed.append("server")
-    if old.local != new.local:
-        changed.append("local")
+    changed += provider_for(old).bound_changes(old, new)
     if old.runner.backend != new.runner.backend:
         changed.append("runner.backend")
     if old.metrics != new.metrics:
@@ -192,16 +156,19 @@ async def run_daemon(config: Config) -> None:
 
         # Before the backend: a backend that counts (apiserver requests) takes it.
         metrics = build_metrics(config)
-        backend = build_backend(config, apps)
-        listeners = _bind_listeners(config)
-        metrics_listeners: list[Listener] = []
-        try:
-            metrics_listeners = _bind_metrics_listeners(config)
-            state = build_state(config, backend, metrics)
-            await _serve(state, listeners, signals, metrics_listeners)
-        finally:
-            close_listeners(metrics_listeners)
-            close_listeners(listeners)
+        provider = provider_for(config)
+        # Open for the daemon's lifetime: entered before the session manager
+        # runs, left after every session has ended (`_serve` returns then).
+        async with provider.open_backend(config, apps) as backend:
+            listeners = _bind_listeners(config)
+            metrics_listeners: list[Listener] = []
+            try:
+                metrics_listeners = _bind_metrics_listeners(config)
+                state = build_state(config, backend, provider, metrics)
+                await _serve(state, listeners, signals, metrics_listeners)
+            finally:
+                close_listeners(metrics_listeners)
+                close_listeners(listeners)
     log.info("runnerd stopped")
 
 
@@ -265,14 +232,15 @@ def _bind_metrics_listeners(config: Config) -> list[Listener]:
     )
 
 
-def build_state(config: Config, backend: Backend, metrics: Metrics = NULL_METRICS) -> AppState:
+def build_state(
+    config: Config, backend: Backend, provider: Provider, metrics: Metrics = NULL_METRICS
+) -> AppState:
     sessions = SessionManager(
         backend,
         max_sessions=config.runner.max_sessions,
         exit_ttl_s=config.runner.exit_ttl_s,
         replay_buffer_bytes=config.runner.replay_buffer_bytes,
-        # The backend's SIGTERM grace, then SIGKILL and the cleanup.
-        stop_timeout_s=config.local.stop_grace_s + STOP_HEADROOM_S,
+        stop_timeout_s=provider.stop_timeout_s(config),
         metrics=metrics,
     )
     metrics.watch_sessions(lambda: [s.status["kind"] for s in sessions.sessions()])
@@ -283,6 +251,7 @@ def build_state(config: Config, backend: Backend, metrics: Metrics = NULL_METRIC
         version=__version__,
         closing=trio.Event(),
         metrics=metrics,
+        offered_images=provider.offered_images,
     )
 
 
@@ -424,7 +393,7 @@ async def reload_config(state: AppState) -> None:
         return
     source = old.source
     try:
-        new = await trio.to_thread.run_sync(load_config, source)
+        new = check_config(await trio.to_thread.run_sync(load_config, source))
         reloaded = build_reloaded(old, new)
         check_reloaded(reloaded)
     except (ConfigError, OSError) as exc:

@@ -29,14 +29,15 @@ def register_meta_routes(app: QuartTrio, state: AppState) -> None:
         return json_response({"ok": True, "version": state.version})
 
     async def capabilities() -> Response:
-        return json_response(build_capabilities(state.config, state.backend.notices))
+        document = build_capabilities(state.config, state.offered(), state.backend.notices)
+        return json_response(document)
 
     async def probe() -> Response:
         body = parse_body(ProbeRequest, await read_body())
         # The start gate first: a probe answers what a start would do, and an
         # image a session may not pick (a catalog app's, say) is never probed,
         # so its existence does not leak.
-        problem = check_image(state.config, body.config.image)
+        problem = check_image(state.config, body.config.image, state.offered())
         if problem is not None:
             return json_response(unavailable(problem))
         image = ImageSpec(image=body.config.image, pull_policy=body.config.pullPolicy)

@@ -73,7 +73,13 @@ def register_session_routes(app: QuartTrio, state: AppState) -> None:
     async def start_session() -> Response:
         body = parse_body(StartSessionRequest, await read_body())
         terms = request.headers.get(ACCEPTED_TERMS_HEADER)
-        spec = admit(body, state.config, accepted_terms=terms, session_id=fresh_session_id(state))
+        spec = admit(
+            body,
+            state.config,
+            accepted_terms=terms,
+            session_id=fresh_session_id(state),
+            offered=state.offered(),
+        )
         return launch(state, spec)
 
     async def start_app_session(name: str) -> Response:

@@ -7,12 +7,14 @@ every SSE stream and WebSocket at once, so the server can stop promptly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
 
 from runnerd.backend import Backend
 from runnerd.config import Config
+from runnerd.config.images import Offered
 from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.session.manager import SessionManager
 
@@ -25,3 +27,9 @@ class AppState:
     version: str
     closing: trio.Event
     metrics: Metrics = field(default=NULL_METRICS)
+    # The backend's images for the allowlist, from the current config
+    # (`runnerd.backends.Provider.offered_images`); none by default.
+    offered_images: Callable[[Config], Offered] = field(default=lambda config: None)
+
+    def offered(self) -> Offered:
+        return self.offered_images(self.config)

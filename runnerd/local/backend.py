@@ -42,7 +42,6 @@ from runnerd.backend import (
     WorkloadHandle,
 )
 from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
-from runnerd.config.warnings import runtime_problems
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, running, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
 from runnerd.local.containment import probe_containment
@@ -55,6 +54,7 @@ from runnerd.local.launch import (
     search_path,
 )
 from runnerd.local.pty import PtyProcess
+from runnerd.local.runtimes import runtime_problems
 from runnerd.local.spawn import spawn_pty_process
 from runnerd.local.workdir import (
     SessionDir,

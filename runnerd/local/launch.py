@@ -22,9 +22,9 @@ from pathlib import Path
 
 from runnerd.config import RuntimeConfig
 from runnerd.config.envnames import is_env_name
-from runnerd.config.warnings import INSTALL_HINTS
-from runnerd.config.warnings import MINIMAL_PATH as MINIMAL_PATH
-from runnerd.config.warnings import search_path as search_path
+from runnerd.local.runtimes import INSTALL_HINTS
+from runnerd.local.runtimes import MINIMAL_PATH as MINIMAL_PATH
+from runnerd.local.runtimes import search_path as search_path
 
 ENTRY = "{entry}"
 INSPECT_PORT = "{inspect_port}"

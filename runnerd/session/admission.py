@@ -27,7 +27,7 @@ from typing import Any
 from runnerd.backend import BundleSpec, ImageSpec, RunSpec
 from runnerd.config import AppEntry, Config, TermsConfig
 from runnerd.config.envnames import is_env_name
-from runnerd.config.images import check_image
+from runnerd.config.images import Offered, check_image
 from runnerd.contract import (
     ACCEPTED_TERMS_HEADER,
     RunBundle,
@@ -163,9 +163,17 @@ def _app_spec(
 
 
 def admit(
-    body: StartSessionRequest, config: Config, *, accepted_terms: str | None, session_id: str
+    body: StartSessionRequest,
+    config: Config,
+    *,
+    accepted_terms: str | None,
+    session_id: str,
+    offered: Offered,
 ) -> RunSpec:
     """Admit a `POST /v1/sessions` body (already schema-valid) or refuse it.
+
+    `offered`: the backend's images, for the image allowlist
+    (`runnerd.config.images`).
 
     Anonymous (bundle) sessions get the session tier's limits; the contract's
     "session pods run with the app tier's ceilings" is about the Kubernetes
@@ -190,7 +198,7 @@ def admit(
             "'bundle' and 'config' are required unless launching a predefined app via 'app'",
         )
     bundle = _bundle_spec(body.bundle)
-    problem = check_image(config, body.config.image)
+    problem = check_image(config, body.config.image, offered)
     if problem is not None:
         raise AdmissionError(400, "invalid_config", problem)
     return RunSpec(

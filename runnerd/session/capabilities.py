@@ -13,20 +13,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from runnerd.config.images import allowed_images
+from runnerd.config.images import Offered, allowed_images
 from runnerd.config.model import Config
 
 PULL_POLICIES = ["missing", "always", "never"]
 
 
-def build_config_schema(config: Config) -> dict[str, Any]:
+def build_config_schema(config: Config, offered: Offered) -> dict[str, Any]:
     """JSON Schema of the `SessionConfig` a client may send."""
     image: dict[str, Any] = {
         "type": "string",
         "title": "Image",
         "default": config.runner.default_image,
     }
-    allowed = allowed_images(config)
+    allowed = allowed_images(config, offered)
     if allowed is None:
         image["readOnly"] = True
     else:
@@ -53,7 +53,9 @@ def build_config_schema(config: Config) -> dict[str, Any]:
     }
 
 
-def build_capabilities(config: Config, notices: tuple[str, ...] = ()) -> dict[str, Any]:
+def build_capabilities(
+    config: Config, offered: Offered, notices: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """The `/v1/capabilities` document. `terms` only when configured; `apps`
     only when the catalog is non-empty, each entry with `title`/`description`
     only when set. `notices` (the backend's) follow the description."""
@@ -61,7 +63,7 @@ def build_capabilities(config: Config, notices: tuple[str, ...] = ()) -> dict[st
         "displayName": config.runner.display_name,
         "description": " ".join((config.runner.description, *notices)).strip(),
         "features": {"io": True, "ports": True},
-        "config": {"schema": build_config_schema(config)},
+        "config": {"schema": build_config_schema(config, offered)},
     }
     if config.terms is not None:
         terms = config.terms

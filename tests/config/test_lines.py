@@ -9,7 +9,7 @@ import pytest
 
 from runnerd.config import ConfigError, LocalConfig, RuntimeConfig, load_config
 from runnerd.config.lines import find_key_line, split_key
-from runnerd.config.warnings import runtime_problems
+from runnerd.local.runtimes import runtime_problems
 
 TEXT = '''\
 # a comment with key = value in it

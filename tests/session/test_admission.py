@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import runnerd.local
 from runnerd.backend import BundleSpec, ImageSpec, Limits, RunSpec
 from runnerd.config import Config, parse_config
 from runnerd.contract import (
@@ -19,10 +20,24 @@ from runnerd.contract import (
     StartSessionRequest,
     parse_body,
 )
-from runnerd.session.admission import AdmissionError, admit, admit_app, new_session_id
+from runnerd.session import admission
+from runnerd.session.admission import AdmissionError, admit_app, new_session_id
 
 SID = "abcdefgh2345"
 TERMS_VERSION = "v1"
+
+
+def admit(
+    body: StartSessionRequest, config: Config, *, accepted_terms: str | None, session_id: str
+) -> RunSpec:
+    """Admission with the local backend's offered images, as the daemon runs it."""
+    return admission.admit(
+        body,
+        config,
+        accepted_terms=accepted_terms,
+        session_id=session_id,
+        offered=runnerd.local.offered_images(config),
+    )
 
 
 def make_config(*, terms: bool = False, apps: bool = True, registry: str = "") -> Config:

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from runnerd.config import Config, parse_config
-from runnerd.config.images import allowed_images, check_image
-from runnerd.session.capabilities import build_capabilities
+import runnerd.local
+from runnerd.config import Config, images, parse_config
+from runnerd.config.images import Offered
+from runnerd.session import capabilities
 
 RUNTIMES = {
     "sh": {"command": ["/bin/sh", "{entry}"]},
@@ -21,6 +22,23 @@ RUNTIMES = {
     "hello": {"command": ["/bin/sh", "-c", "echo hello"]},
     "idle": {"command": ["sleep", "infinity"]},
 }
+
+
+def offered(config: Config) -> Offered:
+    """What the configured backend offers (the Kubernetes one: nothing)."""
+    return runnerd.local.offered_images(config) if config.runner.backend == "local" else None
+
+
+def allowed_images(config: Config) -> tuple[str, ...] | None:
+    return images.allowed_images(config, offered(config))
+
+
+def check_image(config: Config, image: str) -> str | None:
+    return images.check_image(config, image, offered(config))
+
+
+def build_capabilities(config: Config, notices: tuple[str, ...] = ()) -> dict[str, Any]:
+    return capabilities.build_capabilities(config, offered(config), notices)
 
 
 def local(runner: dict[str, Any] | None = None, **extra: Any) -> Config:
