@@ -31,6 +31,7 @@ from runnerd.contract import (
     PortMapping,
     PullPolicy,
     Reachability,
+    RunnerEndpoint,
     RunPhase,
     RunStatus,
 )
@@ -118,8 +119,10 @@ class Sink(Protocol):
     blocks, never raises, and is a no-op once the session is terminal."""
 
     def status(self, status: RunStatus) -> None:
-        """A non-terminal status (`running`, with endpoints). Terminal statuses
-        are the session machinery's to set; a backend returns an `Outcome`."""
+        """A later non-terminal status (e.g. `running` with new endpoints).
+        The first `running` is the manager's to publish (from `Started`);
+        terminal statuses are the manager's too: a backend returns an
+        `Outcome`."""
 
     def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None: ...
 
@@ -156,11 +159,12 @@ class Backend(Protocol):
         spec: RunSpec,
         sink: Sink,
         *,
-        task_status: trio.TaskStatus[WorkloadHandle] = ...,
+        task_status: trio.TaskStatus[Started] = ...,
     ) -> Outcome:
         """Run the workload to its end.
 
-        Reports `task_status.started(handle)` once the workload exists.
+        Reports `task_status.started(Started(handle, endpoints, inspect_url))`
+        once the workload exists, and never reports `running` itself before.
 
         Raises:
             StartError: before `started`, the workload could not be created.
@@ -168,6 +172,18 @@ class Backend(Protocol):
                 propagates (teardown runs shielded, bounded by a grace period).
         """
         ...
+
+
+@dataclass(frozen=True)
+class Started:
+    """What `run()` reports with `task_status.started(...)`: the workload
+    exists. The manager attaches `handle` and only then publishes `running`
+    with these endpoints and debug URL, so a client that has seen `running`
+    always has somewhere for its stdin to go."""
+
+    handle: WorkloadHandle
+    endpoints: tuple[RunnerEndpoint, ...] = ()
+    inspect_url: str | None = None
 
 
 class NullHandle:

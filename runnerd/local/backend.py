@@ -38,11 +38,11 @@ from runnerd.backend import (
     Outcome,
     RunSpec,
     Sink,
+    Started,
     StartError,
-    WorkloadHandle,
 )
 from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
-from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, running, unavailable
+from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
 from runnerd.local.containment import probe_containment
 from runnerd.local.launch import (
@@ -149,7 +149,7 @@ class LocalBackend:
         spec: RunSpec,
         sink: Sink,
         *,
-        task_status: trio.TaskStatus[WorkloadHandle] = trio.TASK_STATUS_IGNORED,
+        task_status: trio.TaskStatus[Started] = trio.TASK_STATUS_IGNORED,
     ) -> Outcome:
         runtime, executable = self._start_checks(spec)
         session_dir = await self._prepare(spec)
@@ -243,7 +243,7 @@ class LocalBackend:
         sink: Sink,
         proc: PtyProcess,
         inspect_port: int | None,
-        task_status: trio.TaskStatus[WorkloadHandle],
+        task_status: trio.TaskStatus[Started],
     ) -> int:
         """Pump the PTY while the process runs; return its exit code once all
         its output is through."""
@@ -251,9 +251,8 @@ class LocalBackend:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(proc.run_reader, sink.output, output_done)
             nursery.start_soon(proc.run_writer)
-            task_status.started(proc)
             inspect_url = None if inspect_port is None else f"http://{LOOPBACK}:{inspect_port}"
-            sink.status(running(_endpoints(spec), inspect_url))
+            task_status.started(Started(proc, _endpoints(spec), inspect_url))
             tcp_ports = [p.port for p in spec.ports if p.protocol == "tcp"]
             if tcp_ports:
                 nursery.start_soon(watch_reachability, LOOPBACK, tcp_ports, sink.reachability)
@@ -270,9 +269,9 @@ class LocalBackend:
         return code
 
 
-def _endpoints(spec: RunSpec) -> list[RunnerEndpoint]:
+def _endpoints(spec: RunSpec) -> tuple[RunnerEndpoint, ...]:
     # The host is left empty: the client knows how it reached the runner.
-    return [{"host": "", "port": p.port, "protocol": p.protocol} for p in spec.ports]
+    return tuple({"host": "", "port": p.port, "protocol": p.protocol} for p in spec.ports)
 
 
 def _free_loopback_port() -> int:

@@ -45,7 +45,7 @@ from typing import Any
 
 import trio
 
-from runnerd.backend import Backend, Exited, Failed, Outcome, RunSpec, StartError, WorkloadHandle
+from runnerd.backend import Backend, Exited, Failed, Outcome, RunSpec, Started, StartError
 from runnerd.contract import RunStatus, exited, failed, stopped
 from runnerd.errors import RunnerdError, SessionNotFound
 from runnerd.metrics import NULL_METRICS, Metrics
@@ -352,15 +352,15 @@ class SessionManager:
     ) -> None:
         """Start the backend and wait for it; its outcome lands in `outcome`."""
 
-        async def run_backend(*, task_status: trio.TaskStatus[WorkloadHandle]) -> None:
-            outcome.append(await self._backend.run(session.spec, sink, task_status=task_status))
+        async def run_backend(*, task_status: trio.TaskStatus[None]) -> None:
+            attach = _AttachOnStart(session, nursery, task_status)
+            outcome.append(await self._backend.run(session.spec, sink, task_status=attach))
             # Nothing outlives the workload: a pending resize flush goes with it.
             nursery.cancel_scope.cancel()
 
         try:
             async with trio.open_nursery() as nursery:
-                handle = await nursery.start(run_backend)
-                session.attach(handle, nursery)
+                await nursery.start(run_backend)
         finally:
             session.detach()
 
@@ -376,3 +376,24 @@ class SessionManager:
             self._expiry_wakeup = trio.Event()
             with trio.move_on_after(math.inf if due is None else max(due - now, 0.0)):
                 await self._expiry_wakeup.wait()
+
+
+class _AttachOnStart:
+    """The `task_status` a backend's `run()` is given. `started(Started)`
+    attaches the handle and publishes `running` inside the backend's own call,
+    before the backend can report anything else: load-bearing, so `running`
+    is always the first event after `starting` and stdin sent after it is
+    never lost."""
+
+    def __init__(
+        self, session: Session, nursery: trio.Nursery, task_status: trio.TaskStatus[None]
+    ) -> None:
+        self._session = session
+        self._nursery = nursery
+        self._task_status = task_status
+
+    def started(self, value: Started | None = None) -> None:
+        if not isinstance(value, Started):
+            raise TypeError(f"a backend reports Started, not {type(value).__name__}")
+        self._session.attach(value, self._nursery)
+        self._task_status.started()

@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from runnerd.backend import RunSpec, WorkloadHandle
+from runnerd.backend import RunSpec, Started, WorkloadHandle
 from runnerd.contract import (
     Reachability,
     RunPhase,
@@ -32,6 +32,7 @@ from runnerd.contract import (
     is_terminal,
     progress_event,
     reachability_event,
+    running,
 )
 from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.session.registry import ByteRing, EventRing, SessionRecord
@@ -40,8 +41,6 @@ log = logging.getLogger("runnerd.sessions")
 
 # At most one resize per this interval reaches the workload; the latest wins.
 RESIZE_INTERVAL_S = 0.05
-# Stdin held between a backend's `running` and its handle reaching the session.
-EARLY_STDIN_BYTES = 64 * 1024
 
 
 class Session:
@@ -76,9 +75,6 @@ class Session:
         self._pending_size: tuple[int, int] | None = None
         self._last_resize_at = -math.inf
         self._flush_scheduled = False
-        self._attached = False  # the workload's handle has arrived (it may have gone since)
-        self._early_stdin: list[bytes] = []
-        self._early_stdin_bytes = 0
 
     # -- state -------------------------------------------------------------
 
@@ -161,23 +157,14 @@ class Session:
     def write_stdin(self, data: bytes) -> None:
         """Send bytes to the workload's stdin; dropped before it exists and after it ends.
 
-        A backend may report `running` a moment before its handle reaches the
-        session; bytes a client sends in that window (it has seen `running`,
-        so the workload exists) are held, up to `EARLY_STDIN_BYTES`, and
-        written on attach rather than lost.
+        `running` is published only once the handle is attached (`attach`),
+        so a client that has seen `running` never loses its stdin.
         """
         if not data or self.is_terminal:
             return
         self.metrics.pty_bytes("input", len(data))
         if self._handle is not None:
             self._handle.write(data)
-        elif (
-            not self._attached
-            and self.status["kind"] == "running"
-            and self._early_stdin_bytes < EARLY_STDIN_BYTES
-        ):
-            self._early_stdin.append(data)
-            self._early_stdin_bytes += len(data)
 
     def resize(self, cols: int, rows: int) -> None:
         """Resize the workload's terminal, coalesced: at most one resize per
@@ -214,20 +201,19 @@ class Session:
 
     # -- the manager's side ------------------------------------------------
 
-    def attach(self, handle: WorkloadHandle, nursery: trio.Nursery) -> None:
-        """The workload exists: route stdin and resizes to `handle`, and run
-        deferred resize flushes in `nursery` (the workload's, so none outlives it)."""
-        self._handle, self._nursery, self._attached = handle, nursery, True
-        early, self._early_stdin = self._early_stdin, []
-        for data in early:
-            handle.write(data)
+    def attach(self, started: Started, nursery: trio.Nursery) -> None:
+        """The workload exists: route stdin and resizes to its handle, run
+        deferred resize flushes in `nursery` (the workload's, so none outlives
+        it), then publish `running` (in that order: load-bearing, see
+        `write_stdin`)."""
+        self._handle, self._nursery = started.handle, nursery
         if self._pending_size is not None:
             self.resize(*self._pending_size)
+        self._set_status(running(list(started.endpoints), started.inspect_url))
 
     def detach(self) -> None:
         """The workload is gone: stdin and resizes are dropped from now on."""
         self._handle, self._nursery = None, None
-        self._early_stdin = []
 
     def request_stop(self) -> None:
         """User stop: mark user-stopped and cancel the session's stop scope

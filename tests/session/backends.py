@@ -29,9 +29,10 @@ from runnerd.backend import (
     Outcome,
     RunSpec,
     Sink,
+    Started,
     StartError,
 )
-from runnerd.contract import AvailabilityReport, ready, running
+from runnerd.contract import AvailabilityReport, ready
 
 
 @dataclass
@@ -121,8 +122,7 @@ class CrashingBackend:
         return ready()
 
     async def run(self, spec: RunSpec, sink: Sink, *, task_status: Any) -> Outcome:
-        sink.status(running())
-        task_status.started(NullHandle())
+        task_status.started(Started(NullHandle()))
 
         async def crash() -> None:
             await trio.lowlevel.checkpoint()
@@ -150,8 +150,7 @@ class InProcessBackend:
         return ready()
 
     async def run(self, spec: RunSpec, sink: Sink, *, task_status: Any) -> Outcome:
-        sink.status(running())
-        task_status.started(self.handle)
+        task_status.started(Started(self.handle))
         outcome = await self.body(sink) if self.body is not None else None
         if outcome is None:
             await trio.sleep_forever()
@@ -172,7 +171,7 @@ class UnstoppableBackend:
         return ready()
 
     async def run(self, spec: RunSpec, sink: Sink, *, task_status: Any) -> Outcome:
-        task_status.started(NullHandle())
+        task_status.started(Started(NullHandle()))
         try:
             await trio.sleep_forever()
         finally:
@@ -210,8 +209,7 @@ class BrokenTeardownBackend:
         return ready()
 
     async def run(self, spec: RunSpec, sink: Sink, *, task_status: Any) -> Outcome:
-        sink.status(running())
-        task_status.started(NullHandle())
+        task_status.started(Started(NullHandle()))
         try:
             await trio.sleep_forever()
         finally:
