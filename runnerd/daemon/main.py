@@ -296,6 +296,9 @@ async def _serve(
 
     async with trio.open_nursery() as nursery:
         await nursery.start(state.sessions.run)
+        # What a previous daemon left running, before any new session starts.
+        for recovered in await state.backend.recover():
+            state.sessions.adopt(recovered)
         await nursery.start(run_http)
         if isinstance(state.metrics, PrometheusMetrics) and metrics_listeners:
             await nursery.start(

@@ -36,6 +36,7 @@ from runnerd.backend import (
     Failed,
     ImageSpec,
     Outcome,
+    Recovered,
     RunSpec,
     Sink,
     Started,
@@ -79,6 +80,11 @@ class LocalBackend:
     """`runnerd.backend.Backend` running sessions as local PTY processes."""
 
     name = "local"
+    # Detach is not supported: a session's processes live in the daemon's
+    # PID namespace or process group and its workdir, so they cannot outlive
+    # the daemon or be found by a successor (whose start sweeps what a killed
+    # daemon left). The manager refuses a detach rather than leave them.
+    detach_supported = False
 
     def __init__(
         self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]
@@ -134,6 +140,12 @@ class LocalBackend:
                 len(removed),
                 extra={"workdir": str(workdir)},
             )
+
+    async def recover(self) -> list[Recovered]:
+        """Always empty: nothing of a previous daemon's survives it (see
+        `detach_supported`)."""
+        await trio.lowlevel.checkpoint()
+        return []
 
     def _resolve(self, image: str) -> tuple[RuntimeConfig, str] | Unresolved:
         return resolve_runtime(self._local.runtimes, image, search_path(os.environ.get("PATH")))
@@ -222,6 +234,8 @@ class LocalBackend:
         return Exited(code)
 
     def _start_checks(self, spec: RunSpec) -> tuple[RuntimeConfig, str]:
+        if spec.creation is None:  # `recover()` never offers one to adopt
+            raise StartError("provision", "the local backend cannot re-attach to a workload")
         if spec.app is not None and spec.app not in self._apps():
             raise StartError("provision", f"app '{spec.app}' is no longer offered by this runner")
         resolved = self._resolve(spec.image.image)

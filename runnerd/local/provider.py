@@ -134,10 +134,9 @@ def bound_changes(old: Config, new: Config) -> list[str]:
     return ["local"] if old.local != new.local else []
 
 
-@contextlib.asynccontextmanager
-async def open_backend(
+def open_backend(
     config: Config, apps: Callable[[], Mapping[str, AppEntry]]
-) -> AsyncIterator[LocalBackend]:
+) -> contextlib.AbstractAsyncContextManager[LocalBackend]:
     """The local backend for the daemon's lifetime.
 
     On entry it takes `local.workdir` (one runnerd per workdir) and removes
@@ -147,6 +146,13 @@ async def open_backend(
     Raises:
         ConfigError: `local.workdir` is unusable or another runnerd holds it.
     """
+    return _open_backend(config, apps)
+
+
+@contextlib.asynccontextmanager
+async def _open_backend(
+    config: Config, apps: Callable[[], Mapping[str, AppEntry]]
+) -> AsyncIterator[LocalBackend]:
     backend = LocalBackend(config.local, apps=apps)
     try:
         backend.claim_workdir()

@@ -150,7 +150,7 @@ def _app_spec(
     # values: a client can never override (or learn) an operator value.
     env = {k: v for k, v in client_env.items() if k not in app.env}
     env.update(app.env)
-    return RunSpec(
+    return RunSpec.create(
         session_id=session_id,
         image=ImageSpec(app.image, app.pull_policy),
         env=_registry_env(env, None, config),
@@ -201,7 +201,7 @@ def admit(
     problem = check_image(config, body.config.image, offered)
     if problem is not None:
         raise AdmissionError(400, "invalid_config", problem)
-    return RunSpec(
+    return RunSpec.create(
         session_id=session_id,
         image=ImageSpec(body.config.image, body.config.pullPolicy),
         env=_registry_env(dict(body.env), body.config, config),

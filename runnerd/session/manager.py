@@ -40,12 +40,22 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
 
-from runnerd.backend import Backend, Exited, Failed, Outcome, RunSpec, Started, StartError
+from runnerd.backend import (
+    Backend,
+    EndIntent,
+    Exited,
+    Failed,
+    Outcome,
+    Recovered,
+    RunSpec,
+    Started,
+    StartError,
+)
 from runnerd.contract import RunStatus, exited, failed, stopped
 from runnerd.errors import RunnerdError, SessionNotFound
 from runnerd.metrics import NULL_METRICS, Metrics
@@ -85,6 +95,18 @@ class ManagerClosed(RunnerdError, RuntimeError):
         super().__init__(
             "runnerd is shutting down and accepts no new sessions; retry later",
             headers={"retry-after": str(SHUTDOWN_RETRY_AFTER_S)},
+        )
+
+
+class DetachUnsupported(RunnerdError):
+    """A detach asked of a backend that cannot leave its workloads running."""
+
+    code = "detach_unsupported"
+
+    def __init__(self, backend: str) -> None:
+        super().__init__(
+            f"the {backend} backend cannot leave sessions running for a successor daemon"
+            " (detach is not supported); stop them instead"
         )
 
 
@@ -183,9 +205,9 @@ class SessionManager:
             ValueError: `spec.session_id` is already registered (nothing
                 changed; ids are the caller's to pick, see `get`).
         """
-        if self._nursery is None or self._closing:
-            raise ManagerClosed()
+        nursery = self._open_nursery()
         now = self._wall_clock()
+        spec = replace(spec, identity=replace(spec.identity, created_at=now))
         record = SessionRecord(spec.session_id, now, self._replay_buffer_bytes)
         session = Session(record, spec, self._wall_clock, self._metrics, self._backend.name)
         for evicted in self._registry.add(session, now):
@@ -196,8 +218,38 @@ class SessionManager:
             spec.app,
             extra={"session_id": session.id},
         )
-        self._nursery.start_soon(self._run_session, session, name=f"session {session.id}")
+        nursery.start_soon(self._run_session, session, name=f"session {session.id}")
         return session
+
+    def adopt(self, recovered: Recovered) -> Session:
+        """Take over a live workload `Backend.recover()` found: register it
+        with its original id, creation time and status, past the capacity
+        check (it exists already; refusing it would orphan it), and run it
+        (`run()` with no creation: the backend re-attaches). Its TTL stays a
+        deadline from the original `created_at`.
+
+        Raises:
+            ManagerClosed: `run()` is not running, or shutdown has begun.
+            ValueError: the id is already registered, or `created_at` is unset.
+        """
+        nursery = self._open_nursery()
+        identity = recovered.identity
+        if identity.created_at is None:
+            raise ValueError(f"session {identity.session_id}: adopted without created_at")
+        record = SessionRecord(identity.session_id, identity.created_at, self._replay_buffer_bytes)
+        record.set_status(recovered.status, self._wall_clock())
+        spec = RunSpec(identity, None)
+        session = Session(record, spec, self._wall_clock, self._metrics, self._backend.name)
+        session.reached_running = True  # counted by the daemon that started it
+        self._registry.adopt(session)
+        log.info("adopted status=%s", recovered.status["kind"], extra={"session_id": session.id})
+        nursery.start_soon(self._run_session, session, name=f"session {session.id}")
+        return session
+
+    def _open_nursery(self) -> trio.Nursery:
+        if self._nursery is None or self._closing:
+            raise ManagerClosed()
+        return self._nursery
 
     def get(self, session_id: str) -> Session | None:
         return self._registry.get(session_id)
@@ -213,7 +265,7 @@ class SessionManager:
             raise SessionNotFound(session_id)
         return session
 
-    async def stop(self, session_id: str) -> None:
+    async def stop(self, session_id: str, intent: EndIntent = EndIntent.STOP) -> None:
         """User stop: mark the session user-stopped, cancel it, and return once
         it is terminal (`stopped`, or whatever it had already ended as).
 
@@ -228,24 +280,32 @@ class SessionManager:
             return
         if not session.is_terminal:
             log.info("stop requested", extra={"session_id": session_id})
-            session.request_stop()
+            session.request_stop(intent)
         with trio.move_on_after(self._stop_timeout_s):
             await session.wait_terminal()
             return
         raise StopFailed(session_id, self._stop_timeout_s)
 
-    async def stop_all(self) -> list[str]:
-        """Shutdown: refuse new sessions and stop every live one, concurrently.
+    async def stop_all(self, intent: EndIntent = EndIntent.STOP) -> list[str]:
+        """Shutdown: refuse new sessions and end every live one, concurrently,
+        with `intent` (STOP: every workload gone; DETACH: left running for a
+        successor daemon).
 
-        Returns the ids that could not be stopped in time (logged; their tasks
+        Returns the ids that could not be ended in time (logged; their tasks
         are still running and end when `run()` is cancelled).
+
+        Raises:
+            DetachUnsupported: DETACH from a backend that cannot; nothing
+                changed (the manager still accepts sessions).
         """
+        if intent is EndIntent.DETACH and not self._backend.detach_supported:
+            raise DetachUnsupported(self._backend.name)
         self._closing = True
         stuck: list[str] = []
 
         async def stop_one(session_id: str) -> None:
             try:
-                await self.stop(session_id)
+                await self.stop(session_id, intent)
             except StopFailed as exc:
                 extra = {"session_id": session_id}
                 log.error("did not stop within %g s", exc.timeout_s, extra=extra)
@@ -305,7 +365,7 @@ class SessionManager:
         run = _WorkloadRun()
         with trio.CancelScope() as stop_scope:
             session.set_stop_scope(stop_scope)  # cancels at once if already stopped
-            with trio.move_on_after(spec.limits.ttl_s) as ttl_scope:
+            with trio.move_on_at(self._ttl_deadline(spec)) as ttl_scope:
                 try:
                     await self._run_workload(session, SessionSink(session), run.outcome)
                 except* StartError as group:
@@ -317,6 +377,13 @@ class SessionManager:
         session.set_stop_scope(None)
         run.ttl_expired = ttl_scope.cancelled_caught
         return self._classify(session, run)
+
+    def _ttl_deadline(self, spec: RunSpec) -> float:
+        """`created_at + ttl_s` on trio's clock: a deadline from creation, so
+        an adopted session keeps the time it had left, not a fresh TTL."""
+        created_at = spec.identity.created_at
+        elapsed_s = 0.0 if created_at is None else self._wall_clock() - created_at
+        return trio.current_time() + spec.limits.ttl_s - max(0.0, elapsed_s)
 
     def _classify(self, session: Session, run: _WorkloadRun) -> RunStatus:
         """The one terminal status for how the run ended (module docstring table)."""

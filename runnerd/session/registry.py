@@ -340,6 +340,19 @@ class SessionRegistry(Generic[E]):
         self._entries[record.id] = entry
         return evicted
 
+    def adopt(self, entry: E) -> None:
+        """Register a session that already exists elsewhere (a workload a
+        previous daemon left), past the capacity check: it runs whether or
+        not it fits, and only new sessions are refused until it ends.
+
+        Raises:
+            ValueError: the id is already registered.
+        """
+        record = entry.record
+        if record.id in self._entries:
+            raise ValueError(f"session {record.id} is already registered")
+        self._entries[record.id] = entry
+
     def remove(self, session_id: str) -> E | None:
         return self._entries.pop(session_id, None)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from runnerd.backend import RunSpec, Started, WorkloadHandle
+from runnerd.backend import EndIntent, RunSpec, Started, WorkloadHandle
 from runnerd.contract import (
     Reachability,
     RunPhase,
@@ -65,6 +65,8 @@ class Session:
         self.metrics = metrics
         self.backend_name = backend_name
         self.reached_running = False
+        # Why the run is being cancelled, for the backend's teardown.
+        self.end_intent = EndIntent.STOP
         self._record = record
         self._wall_clock = wall_clock
         self._changed = trio.Event()
@@ -215,11 +217,13 @@ class Session:
         """The workload is gone: stdin and resizes are dropped from now on."""
         self._handle, self._nursery = None, None
 
-    def request_stop(self) -> None:
-        """User stop: mark user-stopped and cancel the session's stop scope
-        (if the session task has not opened it yet, it cancels it on entry)."""
+    def request_stop(self, intent: EndIntent = EndIntent.STOP) -> None:
+        """End on request: mark user-stopped, record `intent` for the backend's
+        teardown, and cancel the session's stop scope (if the session task has
+        not opened it yet, it cancels it on entry)."""
         if self.is_terminal:
             return
+        self.end_intent = intent
         self._record.user_stopped = True
         if self._stop_scope is not None:
             self._stop_scope.cancel()
@@ -273,3 +277,6 @@ class SessionSink:
     def debug(self, frame: dict[str, Any]) -> None:
         if is_event_frame(frame) and self._record.emit(debug_event(frame)) is not None:
             self._session._notify()
+
+    def end_intent(self) -> EndIntent:
+        return self._session.end_intent

@@ -132,7 +132,7 @@ def test_admission_bundle_session_run_spec() -> None:
 
 def test_admission_app_session_run_spec() -> None:
     spec = admit(app_body(app="status"), CONFIG, accepted_terms=None, session_id=SID)
-    assert spec == RunSpec(
+    assert spec == RunSpec.create(
         session_id=SID,
         image=ImageSpec("svc", "always"),
         env={"API_TOKEN": "tok-operator", "MODE": "prod"},

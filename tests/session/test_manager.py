@@ -54,7 +54,7 @@ def local(tmp_path: Path) -> LocalBackend:
 
 
 def build_spec(script: str = "exit 0", *, image: str = "sh", ttl_s: float = 60.0) -> RunSpec:
-    return RunSpec(
+    return RunSpec.create(
         session_id=f"s{next(_ids):011d}",
         image=ImageSpec(image, "missing"),
         env={"GREETING": "hello"},
