@@ -36,11 +36,12 @@ frames because "the same bytes already arrive on the PTY channel".
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import trio
@@ -121,11 +122,21 @@ def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
     return leaves
 
 
+class ManagerState(enum.Enum):
+    """IDLE: `run()` is not running (no session can start). SERVING: sessions
+    start and are adopted. CLOSING: `stop_all()` began; nothing new enters
+    until `run()` ends (back to IDLE)."""
+
+    IDLE = "idle"
+    SERVING = "serving"
+    CLOSING = "closing"
+
+
 @dataclass
 class _WorkloadRun:
     """How one session's workload run ended, gathered for `_classify`."""
 
-    outcome: list[Outcome] = field(default_factory=list)
+    outcome: Outcome | None = None
     start_error: StartError | None = None
     internal: BaseExceptionGroup[Exception] | None = None
     ttl_expired: bool = False
@@ -169,7 +180,7 @@ class SessionManager:
         self._wall_clock = wall_clock
         self._metrics = metrics
         self._nursery: trio.Nursery | None = None
-        self._closing = False
+        self._state = ManagerState.IDLE
         self._expiry_wakeup = trio.Event()
 
     @property
@@ -182,16 +193,16 @@ class SessionManager:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the sessions nursery and the exit-TTL expiry loop until cancelled."""
-        if self._nursery is not None:
+        if self._state is not ManagerState.IDLE:
             raise RuntimeError("SessionManager.run is already running")
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                self._closing = False
+                self._state = ManagerState.SERVING
                 nursery.start_soon(self._run_expiry)
                 task_status.started()
         finally:
-            self._nursery = None
+            self._nursery, self._state = None, ManagerState.IDLE
 
     def start(self, spec: RunSpec) -> Session:
         """Register a session for `spec` and start it; return at once.
@@ -247,7 +258,7 @@ class SessionManager:
         return session
 
     def _open_nursery(self) -> trio.Nursery:
-        if self._nursery is None or self._closing:
+        if self._state is not ManagerState.SERVING or self._nursery is None:
             raise ManagerClosed()
         return self._nursery
 
@@ -300,7 +311,7 @@ class SessionManager:
         """
         if intent is EndIntent.DETACH and not self._backend.detach_supported:
             raise DetachUnsupported(self._backend.name)
-        self._closing = True
+        self._state = ManagerState.CLOSING
         stuck: list[str] = []
 
         async def stop_one(session_id: str) -> None:
@@ -367,7 +378,7 @@ class SessionManager:
             session.set_stop_scope(stop_scope)  # cancels at once if already stopped
             with trio.move_on_at(self._ttl_deadline(spec)) as ttl_scope:
                 try:
-                    await self._run_workload(session, SessionSink(session), run.outcome)
+                    run.outcome = await self._run_workload(session, SessionSink(session))
                 except* StartError as group:
                     first = _leaves(group)[0]
                     assert isinstance(first, StartError)
@@ -390,8 +401,8 @@ class SessionManager:
         extra = {"session_id": session.id}
         if run.internal is not None:
             log.error("session runner failed", exc_info=run.internal, extra=extra)
-        if run.outcome:
-            return self._outcome_status(session, run.outcome[0])
+        if run.outcome is not None:
+            return self._outcome_status(session, run.outcome)
         if session.user_stopped:
             return stopped()
         if run.ttl_expired:
@@ -414,14 +425,15 @@ class SessionManager:
         )
         return failed("internal: the backend returned no outcome")
 
-    async def _run_workload(
-        self, session: Session, sink: SessionSink, outcome: list[Outcome]
-    ) -> None:
-        """Start the backend and wait for it; its outcome lands in `outcome`."""
+    async def _run_workload(self, session: Session, sink: SessionSink) -> Outcome | None:
+        """Start the backend and wait for it; return its outcome (None when
+        the run was cancelled before the backend returned one)."""
+        outcome: Outcome | None = None
 
         async def run_backend(*, task_status: trio.TaskStatus[None]) -> None:
+            nonlocal outcome
             attach = _AttachOnStart(session, nursery, task_status)
-            outcome.append(await self._backend.run(session.spec, sink, task_status=attach))
+            outcome = await self._backend.run(session.spec, sink, task_status=attach)
             # Nothing outlives the workload: a pending resize flush goes with it.
             nursery.cancel_scope.cancel()
 
@@ -430,6 +442,7 @@ class SessionManager:
                 await nursery.start(run_backend)
         finally:
             session.detach()
+        return outcome
 
     # -- expiry ------------------------------------------------------------
 
