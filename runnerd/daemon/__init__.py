@@ -1,7 +1,7 @@
 """The daemon: the root nursery and what lives for its whole lifetime.
 
 Owns `main` (`run_daemon`: the backend opened for the daemon's lifetime, the
-session manager, the HTTP servers, signals, reload on SIGHUP), `listeners`
+session manager, the HTTP servers, signals), `reload` (SIGHUP), `listeners`
 (binding `server.listen`, socket activation), `systemd` (sd_notify,
 watchdog, LISTEN_FDS) and `logs` (the one-line log format).
 

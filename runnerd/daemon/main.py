@@ -9,7 +9,7 @@ tell systemd we are ready, and handle signals:
   workload gone), remove our unix socket and lock files, return (exit 0). The
   whole shutdown is bounded by `SHUTDOWN_BUDGET_S`; after that the session
   nursery is cancelled, which still stops every workload (stop means cancel).
-- SIGHUP: re-read the config file and swap in its catalog, terms, image
+- SIGHUP (`runnerd.daemon.reload`): re-read the config file and swap in its catalog, terms, image
   allowlist, limits, CORS origins, log level and registry sizing (capacity,
   exit TTL, replay size). What is bound at start (listeners, socket mode,
   body limit, backend, workdir, runtimes) stays; a change there is logged
@@ -28,18 +28,17 @@ import os
 import resource
 import signal
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import replace
 
 import trio
 from hypercorn.config import Config as HypercornConfig
 
 from runnerd import __version__
 from runnerd.backend import Backend
-from runnerd.backends import Provider, check_config, provider_for
-from runnerd.config import AppEntry, Config, ConfigError, ServerConfig, load_config
+from runnerd.backends import Provider, provider_for
+from runnerd.config import AppEntry, Config, ServerConfig
 from runnerd.config.server import server_warnings
 from runnerd.daemon.listeners import Listener, bind_listeners, close_listeners, refuse_remote
-from runnerd.daemon.logs import set_log_level
+from runnerd.daemon.reload import reload_config
 from runnerd.daemon.systemd import (
     LISTEN_ENV_KEYS,
     parse_listen_fds,
@@ -64,53 +63,6 @@ SHUTDOWN_BUDGET_S = 8.0
 # graceful timeout (measured: one idle httpx client = +2 s at 2.0), so keep
 # it short: it is paid on every shutdown a client is connected at.
 GRACEFUL_TIMEOUT_S = 0.5
-
-
-def build_reloaded(old: Config, new: Config) -> Config:
-    """The config to run on after SIGHUP: `new`'s catalog, terms, image list,
-    limits and registry sizing, with what is bound at start (listeners, the
-    backend and its own settings) kept from `old`."""
-    runner = replace(new.runner, backend=old.runner.backend)
-    kept = replace(
-        new,
-        server=_reloadable_server(old, new),
-        runner=runner,
-        metrics=old.metrics,  # its listeners are bound at start
-        source=old.source,
-    )
-    return provider_for(old).keep_bound(old, kept)
-
-
-def check_reloaded(config: Config) -> None:
-    """Refuse a reload the running backend cannot run: its settings are kept
-    from the start, so the new catalog and image list are checked against
-    them, not the file's. Raises ConfigError naming the key."""
-    provider_for(config).check_config(config, reloaded=True)
-
-
-def _reloadable_server(old: Config, new: Config) -> ServerConfig:
-    # CORS and allowed hosts are read per request and the log level is ours
-    # to set; listeners, socket mode, the body limit and the connection
-    # bounds are fixed once the app is serving.
-    return replace(
-        old.server,
-        log_level=new.server.log_level,
-        cors_origins=new.server.cors_origins,
-        allowed_hosts=new.server.allowed_hosts,
-    )
-
-
-def restart_only_changes(old: Config, new: Config) -> list[str]:
-    """Keys that changed in the file but only take effect on restart."""
-    changed = []
-    if _reloadable_server(old, new) != new.server:
-        changed.append("server")
-    changed += provider_for(old).bound_changes(old, new)
-    if old.runner.backend != new.runner.backend:
-        changed.append("runner.backend")
-    if old.metrics != new.metrics:
-        changed.append("metrics")
-    return changed
 
 
 def build_hypercorn_config(server: ServerConfig) -> HypercornConfig:
@@ -383,51 +335,3 @@ async def _handle_signals_until_stop(state: AppState, signals: AsyncIterator[int
             return signum
         await reload_config(state)
     raise AssertionError("the signal receiver never ends")
-
-
-async def reload_config(state: AppState) -> None:
-    """Swap in the re-read config file; keep the old one if it is bad.
-
-    Never raises: a reload must not take the daemon (and its live sessions)
-    down, so even an unexpected error is logged and the old config kept."""
-    old = state.config
-    if old.source is None:
-        log.warning("SIGHUP ignored: the config was not loaded from a file")
-        return
-    source = old.source
-    try:
-        new = check_config(await trio.to_thread.run_sync(load_config, source))
-        reloaded = build_reloaded(old, new)
-        check_reloaded(reloaded)
-    except (ConfigError, OSError) as exc:
-        log.error(
-            "reload failed, keeping the previous config",
-            extra={"path": str(source), "error": str(exc)},
-        )
-        return
-    except Exception:
-        log.exception(
-            "reload failed unexpectedly, keeping the previous config", extra={"path": str(source)}
-        )
-        return
-    _apply_reloaded(state, old, new, reloaded)
-    await sd_notify("STATUS=config reloaded")
-
-
-def _apply_reloaded(state: AppState, old: Config, new: Config, reloaded: Config) -> None:
-    state.config = reloaded
-    set_log_level(new.server.log_level)
-    # Capacity, exit TTL and replay size apply from now on; a smaller
-    # capacity never stops a live session.
-    state.sessions.reconfigure(
-        max_sessions=new.runner.max_sessions,
-        exit_ttl_s=new.runner.exit_ttl_s,
-        replay_buffer_bytes=new.runner.replay_buffer_bytes,
-    )
-    ignored = restart_only_changes(old, new)
-    if ignored:
-        log.warning("reload: some changes need a restart", extra={"keys": ",".join(ignored)})
-    log.info(
-        "config reloaded",
-        extra={"path": str(old.source), "apps": len(new.apps), "terms": new.terms is not None},
-    )

@@ -41,85 +41,36 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 import trio
 
 from runnerd.backend import (
     Backend,
     EndIntent,
-    Exited,
-    Failed,
     Outcome,
     Recovered,
     RunSpec,
-    Started,
     StartError,
 )
-from runnerd.contract import RunStatus, exited, failed, stopped
-from runnerd.errors import RunnerdError, SessionNotFound
+from runnerd.contract import RunStatus, stopped
+from runnerd.errors import SessionNotFound
 from runnerd.metrics import NULL_METRICS, Metrics
+from runnerd.session.ending import WorkloadRun, classify, leaves
+from runnerd.session.errors import DetachUnsupported, ManagerClosed, StopFailed
 from runnerd.session.registry import RegistryFull, SessionRecord, SessionRegistry
-from runnerd.session.session import Session, SessionSink
+from runnerd.session.session import AttachOnStart, Session, SessionSink
 
-__all__ = ["ManagerClosed", "RegistryFull", "Session", "SessionManager", "StopFailed"]
+__all__ = [
+    "DetachUnsupported",
+    "ManagerClosed",
+    "RegistryFull",
+    "Session",
+    "SessionManager",
+    "StopFailed",
+]
 
 log = logging.getLogger("runnerd.sessions")
-
-
-class StopFailed(RunnerdError):
-    """The session did not reach a terminal status within the stop timeout."""
-
-    code = "stop_failed"
-    log_as_error = True
-
-    def __init__(self, session_id: str, timeout_s: float) -> None:
-        super().__init__(f"session '{session_id}' did not stop within {timeout_s:g} s")
-        self.session_id = session_id
-        self.timeout_s = timeout_s
-
-
-# Seconds a client should wait before retrying a start refused during shutdown
-# (a restarting daemon is back within a few seconds under systemd).
-SHUTDOWN_RETRY_AFTER_S = 5
-
-
-class ManagerClosed(RunnerdError, RuntimeError):
-    """`start()` outside `run()`, or after `stop_all()` began. Expected during
-    shutdown: answered 503 with a hint to come back."""
-
-    status_hint = 503
-    code = "shutting_down"
-
-    def __init__(self) -> None:
-        super().__init__(
-            "runnerd is shutting down and accepts no new sessions; retry later",
-            headers={"retry-after": str(SHUTDOWN_RETRY_AFTER_S)},
-        )
-
-
-class DetachUnsupported(RunnerdError):
-    """A detach asked of a backend that cannot leave its workloads running."""
-
-    code = "detach_unsupported"
-
-    def __init__(self, backend: str) -> None:
-        super().__init__(
-            f"the {backend} backend cannot leave sessions running for a successor daemon"
-            " (detach is not supported); stop them instead"
-        )
-
-
-def format_ttl_failure(ttl_s: float) -> str:
-    return f"ttl: session exceeded its time limit of {ttl_s:g} s"
-
-
-def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
-    leaves: list[BaseException] = []
-    for exc in group.exceptions:
-        leaves.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return leaves
 
 
 class ManagerState(enum.Enum):
@@ -130,16 +81,6 @@ class ManagerState(enum.Enum):
     IDLE = "idle"
     SERVING = "serving"
     CLOSING = "closing"
-
-
-@dataclass
-class _WorkloadRun:
-    """How one session's workload run ended, gathered for `_classify`."""
-
-    outcome: Outcome | None = None
-    start_error: StartError | None = None
-    internal: BaseExceptionGroup[Exception] | None = None
-    ttl_expired: bool = False
 
 
 class SessionManager:
@@ -373,21 +314,21 @@ class SessionManager:
     async def _drive(self, session: Session) -> RunStatus:
         """Run the workload under the stop scope and TTL; return the terminal status."""
         spec = session.spec
-        run = _WorkloadRun()
+        run = WorkloadRun()
         with trio.CancelScope() as stop_scope:
             session.set_stop_scope(stop_scope)  # cancels at once if already stopped
             with trio.move_on_at(self._ttl_deadline(spec)) as ttl_scope:
                 try:
                     run.outcome = await self._run_workload(session, SessionSink(session))
                 except* StartError as group:
-                    first = _leaves(group)[0]
+                    first = leaves(group)[0]
                     assert isinstance(first, StartError)
                     run.start_error = first
                 except* Exception as group:
                     run.internal = group
         session.set_stop_scope(None)
         run.ttl_expired = ttl_scope.cancelled_caught
-        return self._classify(session, run)
+        return classify(session, run)
 
     def _ttl_deadline(self, spec: RunSpec) -> float:
         """`created_at + ttl_s` on trio's clock: a deadline from creation, so
@@ -396,35 +337,6 @@ class SessionManager:
         elapsed_s = 0.0 if created_at is None else self._wall_clock() - created_at
         return trio.current_time() + spec.limits.ttl_s - max(0.0, elapsed_s)
 
-    def _classify(self, session: Session, run: _WorkloadRun) -> RunStatus:
-        """The one terminal status for how the run ended (module docstring table)."""
-        extra = {"session_id": session.id}
-        if run.internal is not None:
-            log.error("session runner failed", exc_info=run.internal, extra=extra)
-        if run.outcome is not None:
-            return self._outcome_status(session, run.outcome)
-        if session.user_stopped:
-            return stopped()
-        if run.ttl_expired:
-            return failed(format_ttl_failure(session.spec.limits.ttl_s))
-        if run.start_error is not None:
-            error = run.start_error
-            log.info("start failed: %s", error, exc_info=error.__cause__, extra=extra)
-            return failed(f"{error.stage}: {error.message}")
-        return failed("internal: the session runner failed unexpectedly")
-
-    def _outcome_status(self, session: Session, outcome: Outcome) -> RunStatus:
-        if isinstance(outcome, Exited):
-            return exited(outcome.code)
-        if isinstance(outcome, Failed):
-            return failed(outcome.message)
-        log.error(
-            "backend returned %r, not an Outcome",
-            type(outcome).__name__,
-            extra={"session_id": session.id},
-        )
-        return failed("internal: the backend returned no outcome")
-
     async def _run_workload(self, session: Session, sink: SessionSink) -> Outcome | None:
         """Start the backend and wait for it; return its outcome (None when
         the run was cancelled before the backend returned one)."""
@@ -432,7 +344,7 @@ class SessionManager:
 
         async def run_backend(*, task_status: trio.TaskStatus[None]) -> None:
             nonlocal outcome
-            attach = _AttachOnStart(session, nursery, task_status)
+            attach = AttachOnStart(session, nursery, task_status)
             outcome = await self._backend.run(session.spec, sink, task_status=attach)
             # Nothing outlives the workload: a pending resize flush goes with it.
             nursery.cancel_scope.cancel()
@@ -456,24 +368,3 @@ class SessionManager:
             self._expiry_wakeup = trio.Event()
             with trio.move_on_after(math.inf if due is None else max(due - now, 0.0)):
                 await self._expiry_wakeup.wait()
-
-
-class _AttachOnStart:
-    """The `task_status` a backend's `run()` is given. `started(Started)`
-    attaches the handle and publishes `running` inside the backend's own call,
-    before the backend can report anything else: load-bearing, so `running`
-    is always the first event after `starting` and stdin sent after it is
-    never lost."""
-
-    def __init__(
-        self, session: Session, nursery: trio.Nursery, task_status: trio.TaskStatus[None]
-    ) -> None:
-        self._session = session
-        self._nursery = nursery
-        self._task_status = task_status
-
-    def started(self, value: Started | None = None) -> None:
-        if not isinstance(value, Started):
-            raise TypeError(f"a backend reports Started, not {type(value).__name__}")
-        self._session.attach(value, self._nursery)
-        self._task_status.started()

@@ -280,3 +280,24 @@ class SessionSink:
 
     def end_intent(self) -> EndIntent:
         return self._session.end_intent
+
+
+class AttachOnStart:
+    """The `task_status` a backend's `run()` is given. `started(Started)`
+    attaches the handle and publishes `running` inside the backend's own call,
+    before the backend can report anything else: load-bearing, so `running`
+    is always the first event after `starting` and stdin sent after it is
+    never lost."""
+
+    def __init__(
+        self, session: Session, nursery: trio.Nursery, task_status: trio.TaskStatus[None]
+    ) -> None:
+        self._session = session
+        self._nursery = nursery
+        self._task_status = task_status
+
+    def started(self, value: Started | None = None) -> None:
+        if not isinstance(value, Started):
+            raise TypeError(f"a backend reports Started, not {type(value).__name__}")
+        self._session.attach(value, self._nursery)
+        self._task_status.started()

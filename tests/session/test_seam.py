@@ -25,7 +25,8 @@ from runnerd.backend import (
     Started,
 )
 from runnerd.contract import AvailabilityReport, exited, failed, ready, running
-from runnerd.session.manager import DetachUnsupported, format_ttl_failure
+from runnerd.session.ending import format_ttl_failure
+from runnerd.session.manager import DetachUnsupported
 from runnerd.session.registry import RegistryFull
 
 from .backends import InProcessBackend
