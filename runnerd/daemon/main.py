@@ -215,43 +215,12 @@ async def _serve(
 ) -> None:
     stop_http = trio.Event()
     http_done = trio.Event()
-
-    async def run_http(*, task_status: trio.TaskStatus[list[str]]) -> None:
-        async def shutdown_trigger() -> None:
-            await stop_http.wait()
-
-        try:
-            # A dup per listener: the accept loop closes its sockets when it
-            # ends, while `close_listeners` closes (and unlinks) ours.
-            server = state.config.server
-            cap = connection_cap(
-                server.max_connections,
-                len(listeners),
-                open_files_limit(),
-                state.config.runner.max_sessions,
-            )
-            if cap < server.max_connections:
-                log.info(
-                    "connection cap lowered to fit the open files limit",
-                    extra={"max_connections": cap, "nofile": open_files_limit()},
-                )
-            await serve_app(
-                HostSyntaxGuard(create_app(state)),
-                build_hypercorn_config(server),
-                [dup_socket(listener.sock) for listener in listeners],
-                max_connections=cap,
-                shutdown_trigger=shutdown_trigger,
-                task_status=task_status,
-            )
-        finally:
-            http_done.set()
-
     async with trio.open_nursery() as nursery:
         await nursery.start(state.sessions.run)
         # What a previous daemon left running, before any new session starts.
         for recovered in await state.backend.recover():
             state.sessions.adopt(recovered)
-        await nursery.start(run_http)
+        await nursery.start(_run_http, state, listeners, stop_http, http_done)
         if isinstance(state.metrics, PrometheusMetrics) and metrics_listeners:
             await nursery.start(
                 _serve_metrics, state.metrics, state.config.server, metrics_listeners, stop_http
@@ -264,6 +233,38 @@ async def _serve(
         stop_http.set()
         await _shut_down(state, listeners, http_done)
         nursery.cancel_scope.cancel()
+
+
+async def _run_http(
+    state: AppState,
+    listeners: list[Listener],
+    stop: trio.Event,
+    done: trio.Event,
+    *,
+    task_status: trio.TaskStatus[list[str]],
+) -> None:
+    """Serve the API on `listeners` until `stop`; set `done` when it has ended."""
+    try:
+        server = state.config.server
+        sessions = state.config.runner.max_sessions
+        cap = connection_cap(server.max_connections, len(listeners), open_files_limit(), sessions)
+        if cap < server.max_connections:
+            log.info(
+                "connection cap lowered to fit the open files limit",
+                extra={"max_connections": cap, "nofile": open_files_limit()},
+            )
+        await serve_app(
+            HostSyntaxGuard(create_app(state)),
+            build_hypercorn_config(server),
+            # A dup per listener: the accept loop closes its sockets when it
+            # ends, while `close_listeners` closes (and unlinks) ours.
+            [dup_socket(listener.sock) for listener in listeners],
+            max_connections=cap,
+            shutdown_trigger=stop.wait,
+            task_status=task_status,
+        )
+    finally:
+        done.set()
 
 
 # A scraper holds one connection or a few: a small cap bounds what a
