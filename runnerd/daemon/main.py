@@ -33,7 +33,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 
 from runnerd import __version__
-from runnerd.backend import Backend
+from runnerd.backend import Backend, EndIntent
 from runnerd.backends import Provider, provider_for
 from runnerd.config import AppEntry, Config, ServerConfig
 from runnerd.config.server import server_warnings
@@ -51,6 +51,7 @@ from runnerd.http.guard import HostSyntaxGuard
 from runnerd.http.server import connection_cap, dup_socket, open_files_limit, serve_app
 from runnerd.http.state import AppState
 from runnerd.metrics import NULL_METRICS, Metrics, PrometheusMetrics, metrics_asgi_app
+from runnerd.session.errors import DetachUnsupported
 from runnerd.session.manager import SessionManager
 
 log = logging.getLogger("runnerd.daemon")
@@ -79,7 +80,7 @@ def build_hypercorn_config(server: ServerConfig) -> HypercornConfig:
     return cfg
 
 
-HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2)
 
 
 async def run_daemon(config: Config) -> None:
@@ -227,11 +228,14 @@ async def _serve(
             )
         await _announce_ready(state, listeners, nursery, metrics_listeners or [])
         signum = await _handle_signals_until_stop(state, signals)
-        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+        intent = EndIntent.DETACH if signum == signal.SIGUSR2 else EndIntent.STOP
+        log.info(
+            "shutting down", extra={"signal": signal.Signals(signum).name, "sessions": intent.value}
+        )
         await sd_notify("STOPPING=1", "STATUS=stopping sessions")
         state.closing.set()
         stop_http.set()
-        await _shut_down(state, listeners, http_done)
+        await _shut_down(state, listeners, http_done, intent)
         nursery.cancel_scope.cancel()
 
 
@@ -309,8 +313,10 @@ async def _announce_ready(
         nursery.start_soon(run_watchdog, interval_s)
 
 
-async def _shut_down(state: AppState, listeners: list[Listener], http_done: trio.Event) -> None:
-    """Stop listening and stop every session, within `SHUTDOWN_BUDGET_S`."""
+async def _shut_down(
+    state: AppState, listeners: list[Listener], http_done: trio.Event, intent: EndIntent
+) -> None:
+    """Stop listening and end every session with `intent`, within `SHUTDOWN_BUDGET_S`."""
 
     async def stop_listening() -> None:
         await http_done.wait()
@@ -321,7 +327,7 @@ async def _shut_down(state: AppState, listeners: list[Listener], http_done: trio
     with trio.move_on_after(SHUTDOWN_BUDGET_S) as budget:
         async with trio.open_nursery() as shutdown:
             shutdown.start_soon(stop_listening)
-            await state.sessions.stop_all()
+            await state.sessions.stop_all(intent)
     if budget.cancelled_caught:
         log.error(
             "shutdown budget exceeded; cancelling what is left",
@@ -330,9 +336,17 @@ async def _shut_down(state: AppState, listeners: list[Listener], http_done: trio
 
 
 async def _handle_signals_until_stop(state: AppState, signals: AsyncIterator[int]) -> int:
-    """Reload on SIGHUP; return the first SIGTERM/SIGINT received."""
+    """Reload on SIGHUP; return the first SIGTERM/SIGINT received, or a
+    SIGUSR2 (exit, leaving the workloads for a successor daemon) when the
+    backend can detach. A backend that cannot (the local one) refuses it with
+    an ERROR naming why, and the daemon keeps serving: its workloads would
+    otherwise be left with no owner."""
     async for signum in signals:
-        if signum != signal.SIGHUP:
+        if signum == signal.SIGHUP:
+            await reload_config(state)
+        elif signum != signal.SIGUSR2 or state.backend.detach_supported:
             return signum
-        await reload_config(state)
+        else:
+            refusal = DetachUnsupported(state.backend.name)
+            log.error("SIGUSR2 refused, still serving: %s", refusal.message)
     raise AssertionError("the signal receiver never ends")
