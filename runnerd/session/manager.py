@@ -192,7 +192,7 @@ class SessionManager:
         record.set_status(recovered.status, self._wall_clock())
         spec = RunSpec(identity, None)
         session = Session(record, spec, self._wall_clock, self._metrics, self._backend.name)
-        session.reached_running = True  # counted by the daemon that started it
+        session.running_at = self._wall_clock()  # counted by the daemon that started it
         self._registry.adopt(session)
         log.info("adopted status=%s", recovered.status["kind"], extra={"session_id": session.id})
         nursery.start_soon(self._run_session, session, name=f"session {session.id}")
@@ -304,7 +304,7 @@ class SessionManager:
     def _count_unstarted(self, session: Session, status: RunStatus) -> None:
         """A session that ended without ever running: its start's outcome, and
         for a failure its stage (the `<stage>:` of the message)."""
-        if session.reached_running:
+        if session.running_at is not None:
             return
         self._metrics.session_started(self._backend.name, status["kind"])
         if status["kind"] == "failed":

@@ -179,7 +179,7 @@ def format_timestamp(epoch_s: float) -> str:
 
 
 class SessionRecord:
-    """One session's state: status, timestamps, user-stop mark, event and PTY rings.
+    """One session's state: status, timestamps, event and PTY rings.
 
     Starts `starting`, with that status already emitted as event 1. Terminal
     stickiness lives here: once the status is `exited`, `failed` or `stopped`,
@@ -191,7 +191,6 @@ class SessionRecord:
         self.created_at = now
         self.created_at_iso = format_timestamp(now)
         self.exited_at: float | None = None
-        self.user_stopped = False
         self.events = EventRing(replay_buffer_bytes)
         self.pty = ByteRing(replay_buffer_bytes)
         self.status: RunStatus = starting()

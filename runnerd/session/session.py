@@ -64,9 +64,12 @@ class Session:
         self.spec = spec
         self.metrics = metrics
         self.backend_name = backend_name
-        self.reached_running = False
-        # Why the run is being cancelled, for the backend's teardown.
-        self.end_intent = EndIntent.STOP
+        # When it first ran (wall clock; None: not yet, or never): a value,
+        # not a flag, so the start latency and "ever started" are one fact.
+        self.running_at: float | None = None
+        # The end asked of it (None: none asked; a TTL or a cancelled manager
+        # still ends it, as a stop). What its backend's teardown reads.
+        self.end_requested: EndIntent | None = None
         self._record = record
         self._wall_clock = wall_clock
         self._changed = trio.Event()
@@ -109,7 +112,9 @@ class Session:
 
     @property
     def user_stopped(self) -> bool:
-        return self._record.user_stopped
+        """An end was asked of it (DELETE, shutdown, detach), as opposed to
+        ending on its own, by its TTL or by a failure."""
+        return self.end_requested is not None
 
     @property
     def events(self) -> EventRing:
@@ -147,8 +152,8 @@ class Session:
         now = self._wall_clock()
         changed = self._record.set_status(status, now)
         if changed:
-            if status["kind"] == "running" and not self.reached_running:
-                self.reached_running = True
+            if status["kind"] == "running" and self.running_at is None:
+                self.running_at = now
                 self.metrics.session_started(self.backend_name, "running")
                 self.metrics.start_latency(self.backend_name, now - self._record.created_at)
             self._notify()
@@ -223,15 +228,14 @@ class Session:
         not opened it yet, it cancels it on entry)."""
         if self.is_terminal:
             return
-        self.end_intent = intent
-        self._record.user_stopped = True
+        self.end_requested = intent
         if self._stop_scope is not None:
             self._stop_scope.cancel()
 
     def set_stop_scope(self, scope: trio.CancelScope | None) -> None:
         """The scope `request_stop` cancels; cancelled at once if a stop came first."""
         self._stop_scope = scope
-        if scope is not None and self._record.user_stopped:
+        if scope is not None and self.end_requested is not None:
             scope.cancel()
 
     def close(self, status: RunStatus) -> None:
@@ -279,7 +283,7 @@ class SessionSink:
             self._session._notify()
 
     def end_intent(self) -> EndIntent:
-        return self._session.end_intent
+        return self._session.end_requested or EndIntent.STOP
 
 
 class AttachOnStart:
