@@ -1,4 +1,4 @@
-"""One real runnerd for a whole test module: `shared_daemon(tmp_path_factory)`.
+"""One real runnerd for a whole test module: the `runnerd` fixture here.
 
 For checks that need a real daemon but not a fresh one: requests a daemon
 answers without keeping state (health, capabilities, probe, the OpenAPI
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.harness import (
     READY_TIMEOUT_S,
@@ -118,3 +119,11 @@ def shared_daemon(
     finally:
         if remove_sock_dir:
             shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", name="runnerd")
+def shared_runnerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDaemon]:
+    """`runnerd`, one per module: import it into a test module (or a
+    conftest) whose tests share a daemon."""
+    with shared_daemon(tmp_path_factory.mktemp("runnerd")) as daemon:
+        yield daemon

@@ -9,14 +9,6 @@ stops or signals the daemon, starts its own with `tests.harness.start_daemon`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from tests.shared_daemon import shared_runnerd
 
-import pytest
-
-from tests.shared_daemon import SharedDaemon, shared_daemon
-
-
-@pytest.fixture(scope="module")
-def runnerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDaemon]:
-    with shared_daemon(tmp_path_factory.mktemp("runnerd")) as daemon:
-        yield daemon
+__all__ = ["shared_runnerd"]  # the `runnerd` fixture of every module here
