@@ -32,8 +32,10 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
 
+# One worker per core (pytest-xdist); `make pytest PYTEST_WORKERS=0` runs serially.
+PYTEST_WORKERS ?= auto
 pytest: $(VENV)/.installed-test
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS)
 
 test: lint typecheck pytest
 

@@ -39,7 +39,7 @@ async def one_session(i: int, client: KubeClient, informer: PodInformer, tokens:
                       base: str) -> tuple[float, float, float]:
     """(create → pod exists, → running, → exited) in seconds for one session."""
     sid = f"bench{i:07d}"
-    spec = RunSpec(session_id=sid, image=ImageSpec("telorun/node:latest-slim", "missing"),
+    spec = RunSpec.create(session_id=sid, image=ImageSpec("telorun/node:latest-slim", "missing"),
                    env={}, limits=LIMITS,
                    bundle=BundleSpec("main.telo", (("main.telo", "print hello\nexit 0\n"),)))
     t0 = trio.current_time()

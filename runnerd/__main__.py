@@ -2,6 +2,6 @@
 
 import sys
 
-from runnerd.cli import main
+from runnerd.cli.main import main
 
 sys.exit(main())

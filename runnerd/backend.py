@@ -1,24 +1,45 @@
 """The backend seam: what a backend is given, and what it promises.
 
 Owns the `Backend` protocol and the data it exchanges with the session
-machinery (`RunSpec` in, `Sink` and `WorkloadHandle` out). Each backend
+machinery (`RunSpec` in, `Sink` and `Started` out). Each backend
 (`runnerd.local`, later `runnerd.kube`) implements it; nothing above this
-seam knows which one runs.
+seam knows which one runs. What the core asks of a backend *package*
+(config check, offered images, stop timeout, `open_backend`) is
+`runnerd.backends.Provider`.
 
-The shape (see docs/style.md): `run()` is started in the session's nursery
-with `nursery.start(backend.run, spec, sink)`. It reports
-`task_status.started(handle)` once the workload exists (so stdin and resizes
-have somewhere to go), reports everything after that through the sink, and
-returns the workload's `Outcome` when it ends on its own. Cancellation is the
-only way to stop it: a DELETE, the session TTL and daemon shutdown all cancel
-the session's scope, and `run()` must stop the workload before it lets the
-`Cancelled` propagate (a stop during start takes the same path, so there is
-no special race code). The session machinery, not the backend, turns the
-outcome, a `StartError` or a cancellation into the terminal status.
+The guarantees, member by member:
+
+- Lifetime: a backend is opened once for the daemon's lifetime (an async
+  context manager entered in the root nursery before the session manager
+  runs, left after every session has ended), so it may own long-lived tasks
+  (a shared watch, an endpoint, an orphan sweep).
+- `run(spec, sink, task_status=...)` is started in the session's nursery. It
+  reports `task_status.started(Started(handle, endpoints, inspect_url))` once
+  the workload exists; the manager attaches the handle and publishes
+  `running` inside that call, so `running` is the first event after
+  `starting` and stdin sent on seeing it always has somewhere to go. It
+  reports everything after that through the sink and returns the workload's
+  `Outcome` when it ends on its own.
+- Cancellation is the only way to end it. `sink.end_intent()` says why: STOP
+  (a DELETE, the TTL, shutdown: the workload is gone before `Cancelled`
+  propagates; a stop during start takes the same path, so there is no special
+  race code) or DETACH (leave it running for a successor daemon; asked only
+  of a backend with `detach_supported`).
+- The TTL is a deadline from `identity.created_at`, not a timer restarted
+  when a daemon takes the session over.
+- `recover()` lists the workloads a previous daemon left; the manager's
+  `adopt()` admits each with its original id, creation time and status, past
+  the capacity check, and runs `run()` with `spec.creation` None to re-attach.
+- `RunSpec` is `identity` (id, created_at, limits, ports, inspect, app: never
+  a secret, what a backend may store and rebuild) plus `creation` (image,
+  env with secrets, bundle: needed once, never stored).
+- The session machinery, not the backend, turns the outcome, a `StartError`
+  or a cancellation into the terminal status.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -31,6 +52,7 @@ from runnerd.contract import (
     PortMapping,
     PullPolicy,
     Reachability,
+    RunnerEndpoint,
     RunPhase,
     RunStatus,
 )
@@ -61,23 +83,126 @@ class Limits:
 
 
 @dataclass(frozen=True)
-class RunSpec:
-    """Everything a backend needs to run one session. Immutable, validated.
+class SessionIdentity:
+    """Who a session is: everything a backend may store with the workload
+    (a pod's annotations, say) and rebuild on `recover()`. Never a secret.
 
-    `bundle` is None for an app session (`app` set): the catalog image runs its
-    own entrypoint. `env` is final (catalog values merged, TELO_REGISTRY_URL
-    added): the backend passes it on as is and adds only its own plumbing.
+    `created_at` (epoch seconds) is None only in a spec not yet started: the
+    manager stamps it when it registers the session, so `run()` always sees
+    it set, and the TTL is a deadline from it (`created_at + limits.ttl_s`).
     """
 
     session_id: str
-    image: ImageSpec
-    # May hold catalog secrets: kept out of repr so no log line can print it.
-    env: Mapping[str, str] = field(repr=False)
     limits: Limits
-    bundle: BundleSpec | None = None
     app: str | None = None
     ports: tuple[PortMapping, ...] = ()
     inspect: bool = False
+    created_at: float | None = None
+
+
+@dataclass(frozen=True)
+class CreationSpec:
+    """What creating the workload needs and nothing after: the image, the
+    final env (catalog values merged, TELO_REGISTRY_URL added; it may hold
+    catalog secrets, so it is kept out of repr and never stored by a
+    backend) and the bundle (None for an app session: the catalog image runs
+    its own entrypoint). The backend passes `env` on as is and adds only its
+    own plumbing."""
+
+    image: ImageSpec
+    env: Mapping[str, str] = field(repr=False)
+    bundle: BundleSpec | None = None
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a backend needs to run one session. Immutable, validated.
+
+    `creation` is None for an adopted session (`SessionManager.adopt`): the
+    workload exists already and `run()` re-attaches to it. The read-only
+    properties below are shorthands for the two parts.
+    """
+
+    identity: SessionIdentity
+    creation: CreationSpec | None
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        session_id: str,
+        image: ImageSpec,
+        env: Mapping[str, str],
+        limits: Limits,
+        bundle: BundleSpec | None = None,
+        app: str | None = None,
+        ports: tuple[PortMapping, ...] = (),
+        inspect: bool = False,
+    ) -> RunSpec:
+        """A spec for a new workload (`created_at` is stamped on start)."""
+        identity = SessionIdentity(session_id, limits, app, ports, inspect)
+        return cls(identity, CreationSpec(image, env, bundle))
+
+    @property
+    def session_id(self) -> str:
+        return self.identity.session_id
+
+    @property
+    def limits(self) -> Limits:
+        return self.identity.limits
+
+    @property
+    def app(self) -> str | None:
+        return self.identity.app
+
+    @property
+    def ports(self) -> tuple[PortMapping, ...]:
+        return self.identity.ports
+
+    @property
+    def inspect(self) -> bool:
+        return self.identity.inspect
+
+    def _creation(self) -> CreationSpec:
+        if self.creation is None:
+            raise ValueError(f"session {self.session_id} was adopted: nothing to create")
+        return self.creation
+
+    @property
+    def image(self) -> ImageSpec:
+        """Raises ValueError for an adopted session (nothing to create)."""
+        return self._creation().image
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        """Raises ValueError for an adopted session (nothing to create)."""
+        return self._creation().env
+
+    @property
+    def bundle(self) -> BundleSpec | None:
+        """Raises ValueError for an adopted session (nothing to create)."""
+        return self._creation().bundle
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """A live workload `recover()` found: the identity it stored (with its
+    original `created_at`) and its status now (non-terminal)."""
+
+    identity: SessionIdentity
+    status: RunStatus
+
+
+class EndIntent(enum.Enum):
+    """Why a session's run is being cancelled, as `Sink.end_intent()` says.
+
+    STOP: the workload must be gone before `run()` returns (DELETE, TTL,
+    shutdown). DETACH: leave the workload running for a successor daemon to
+    `recover()`; only asked of a backend whose `detach_supported` is True.
+    """
+
+    STOP = "stop"
+    DETACH = "detach"
 
 
 @dataclass(frozen=True)
@@ -118,8 +243,10 @@ class Sink(Protocol):
     blocks, never raises, and is a no-op once the session is terminal."""
 
     def status(self, status: RunStatus) -> None:
-        """A non-terminal status (`running`, with endpoints). Terminal statuses
-        are the session machinery's to set; a backend returns an `Outcome`."""
+        """A later non-terminal status (e.g. `running` with new endpoints).
+        The first `running` is the manager's to publish (from `Started`);
+        terminal statuses are the manager's too: a backend returns an
+        `Outcome`."""
 
     def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None: ...
 
@@ -130,6 +257,10 @@ class Sink(Protocol):
 
     def debug(self, frame: dict[str, Any]) -> None:
         """A kernel debug frame; non-event frames are dropped downstream."""
+
+    def end_intent(self) -> EndIntent:
+        """Why the run is being cancelled; read it in teardown. STOP unless
+        the daemon asked to detach (and only from a backend that can)."""
 
 
 class WorkloadHandle(Protocol):
@@ -142,11 +273,26 @@ class WorkloadHandle(Protocol):
 
 
 class Backend(Protocol):
+    """A backend, open for the daemon's lifetime (its package's
+    `open_backend`, see `runnerd.backends.Provider`): it may own long-lived
+    tasks and endpoints shared by every session until it is closed, which
+    happens after every session has ended."""
+
     name: str
     # What this backend cannot guarantee on this host (e.g. a weaker
     # containment), one sentence each: logged once at start-up by the
     # backend and appended to `/v1/capabilities`' description.
     notices: tuple[str, ...]
+    # Whether `run()` can leave its workload running on `EndIntent.DETACH`
+    # (for a successor daemon to `recover()`). The manager refuses a detach
+    # from a backend without it rather than leave workloads unowned.
+    detach_supported: bool
+
+    async def recover(self) -> list[Recovered]:
+        """The live workloads a previous daemon left for this one to adopt,
+        each with the identity it stored. Called once, before any session
+        starts. Never raises for one bad workload (it is skipped and logged);
+        raises only when the backend itself cannot answer."""
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         """Could a session with this image start right now? Never raises."""
@@ -156,18 +302,35 @@ class Backend(Protocol):
         spec: RunSpec,
         sink: Sink,
         *,
-        task_status: trio.TaskStatus[WorkloadHandle] = ...,
+        task_status: trio.TaskStatus[Started] = ...,
     ) -> Outcome:
         """Run the workload to its end.
 
-        Reports `task_status.started(handle)` once the workload exists.
+        Reports `task_status.started(Started(handle, endpoints, inspect_url))`
+        once the workload exists, and never reports `running` itself before.
+        `spec.creation` None: the workload was adopted (`recover()`);
+        re-attach to it instead of creating one.
 
         Raises:
             StartError: before `started`, the workload could not be created.
-            trio.Cancelled: stop requested; the workload is gone before this
-                propagates (teardown runs shielded, bounded by a grace period).
+            trio.Cancelled: the run was ended; with `sink.end_intent()` STOP
+                the workload is gone before this propagates (teardown runs
+                shielded, bounded by a grace period); with DETACH it is left
+                running.
         """
         ...
+
+
+@dataclass(frozen=True)
+class Started:
+    """What `run()` reports with `task_status.started(...)`: the workload
+    exists. The manager attaches `handle` and only then publishes `running`
+    with these endpoints and debug URL, so a client that has seen `running`
+    always has somewhere for its stdin to go."""
+
+    handle: WorkloadHandle
+    endpoints: tuple[RunnerEndpoint, ...] = ()
+    inspect_url: str | None = None
 
 
 class NullHandle:

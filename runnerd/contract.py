@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict, TypeVar, get
 import msgspec
 from msgspec import Meta, Struct
 
+from runnerd.errors import RunnerdError
 from runnerd.json_checks import MAX_JSON_DEPTH as MAX_JSON_DEPTH
 from runnerd.json_checks import JsonCheckError, check_tree
 
@@ -104,12 +105,11 @@ class ProbeRequest(Body, frozen=True):
 M = TypeVar("M", bound=Body)
 
 
-class RequestError(ValueError):
+class RequestError(RunnerdError, ValueError):
     """A body that is not JSON or breaks the schema. `message` names the field."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    status_hint = 400
+    code = "invalid_request"
 
 
 # msgspec's error text is "<problem> - at `$<path>`"; each problem it can

@@ -9,8 +9,10 @@ One module per concern:
 - `pty_channel`: the attach loop (output out, stdin and resizes in);
 - `progress`: the start-up status line on stderr;
 - `verbs`, `run`: the verbs; `args`: their argparse definitions;
-- `completion`: bash and zsh completion scripts.
+- `completion`: bash and zsh completion scripts;
+- `attach`: `attach`/`run`'s end: the session's status as an exit code.
 
 Start-up cost matters (a user types these): nothing here imports quart or
-hypercorn, and only the verbs that stream (run, attach, logs) import trio.
+hypercorn, nothing imports another runnerd package, and only the verbs
+that stream (run, attach, logs) import trio.
 """

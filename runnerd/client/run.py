@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from runnerd.client.bundle import BundleError, body_size, collect_bundle
 from runnerd.client.outcome import EXIT_ERROR, EXIT_OK
-from runnerd.client.transport import Api, ApiError, ClientError
+from runnerd.client.transport import Api, ApiError, ClientError, default_image
 
 if TYPE_CHECKING:
     from runnerd.client.pty_channel import ChannelEnd
@@ -82,7 +82,6 @@ def build_request(api: Api, args: argparse.Namespace) -> tuple[str, dict[str, An
         raise ClientError(str(exc)) from None
     for skipped in bundle.skipped:
         print(f"runnerd: left out {skipped}: not UTF-8 text", file=sys.stderr)
-    from runnerd.client.verbs import default_image
 
     image = args.image or default_image(api)
     body["bundle"] = bundle.as_json()
@@ -139,7 +138,7 @@ def run_session(api: Api, args: argparse.Namespace) -> int:
         return EXIT_OK
     import trio
 
-    from runnerd.attach import finish, stdin_mode
+    from runnerd.client.attach import finish, stdin_mode
     from runnerd.client.pty_channel import ChannelEnd, Ended, follow_channel
     from runnerd.client.wait import wait_started
 

@@ -224,3 +224,10 @@ def _parse_sse(response: http.client.HTTPResponse) -> Iterator[tuple[int | None,
             event = value
         elif name == "data":
             data.append(value)
+
+
+def default_image(api: Api) -> str:
+    """The runner's default image, as its capabilities advertise it."""
+    schema = api.get("/v1/capabilities")["config"]["schema"]
+    image: str = schema["properties"]["image"]["default"]
+    return image

@@ -16,7 +16,7 @@ from typing import Any
 
 from runnerd.client.outcome import EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from runnerd.client.table import age, ports_text, status_text, table
-from runnerd.client.transport import Api, ApiError, ClientError, resolve_endpoint
+from runnerd.client.transport import Api, ApiError, ClientError, default_image, resolve_endpoint
 
 LIVE = ("starting", "running")
 
@@ -121,7 +121,7 @@ def cmd_events(api: Api, args: argparse.Namespace) -> int:
 
 
 def cmd_attach(api: Api, args: argparse.Namespace) -> int:
-    from runnerd.attach import run_attach
+    from runnerd.client.attach import run_attach
 
     return run_attach(api.endpoint, args.session_id, args.last_seq)
 
@@ -136,12 +136,6 @@ def cmd_apps(api: Api, args: argparse.Namespace) -> int:
         rows = [[a["name"], a.get("title") or "", a.get("description") or ""] for a in apps]
         print(table(["NAME", "TITLE", "DESCRIPTION"], rows))
     return EXIT_OK
-
-
-def default_image(api: Api) -> str:
-    schema = api.get("/v1/capabilities")["config"]["schema"]
-    image: str = schema["properties"]["image"]["default"]
-    return image
 
 
 def cmd_probe(api: Api, args: argparse.Namespace) -> int:

@@ -1,8 +1,13 @@
 """The HTTP edge of runnerd: quart-trio routes for the `/v1` contract.
 
-One module per concern: `errors` (JSON error bodies), `cors`, `meta` (health,
-capabilities, probe, the OpenAPI document), `sessions` (start, inspect, stop),
-`events` (Server-Sent Events), `io` (the WebSocket PTY channel), `waiting`
-(how a stream writer waits on a session), `openapi` (the pure document
-builder). `runnerd.app.create_app` wires them together.
+One module per concern: `app` (`create_app` wires the rest together),
+`state` (`AppState`, what the routes share), `errors` (JSON error bodies),
+`guard` (Host/Origin checks), `cors`, `meta` (health, capabilities, probe,
+the OpenAPI document), `sessions` (start, inspect, stop), `listing`, `events`
+(Server-Sent Events), `io` (the WebSocket PTY channel), `waiting` (how a
+stream writer waits on a session), `openapi` (the pure document builder),
+`counting` (HTTP metrics), `server` (hypercorn).
+
+May import: `contract`, `errors`, `metrics`, `backend`, `config`, `session`.
+Never a backend package, `daemon` or `cli`.
 """

@@ -1,9 +1,10 @@
 """Error answers: every error response is `{"error": code, "message": text}`.
 
 Owns the one translation of failures into the contract's JSON error body:
-framework errors (unknown route, wrong method, oversized body), runnerd's own
-errors raised by routes (a bad body, an admission check, a full registry, a
-failed stop) and unexpected exceptions. No route builds its own error answer
+framework errors (unknown route, wrong method, oversized body), every
+`runnerd.errors.RunnerdError` a route raises (a bad body, an admission check,
+an unknown session, a full registry, a failed stop: one handler, reading the
+error's own status hint) and unexpected exceptions. No route builds its own error answer
 for these, and no framework default ever answers with HTML.
 """
 
@@ -18,10 +19,8 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.routing import WebsocketMismatch
 
-from runnerd.admission import AdmissionError
-from runnerd.contract import RequestError, error_body
-from runnerd.registry import RegistryFull
-from runnerd.sessions import ManagerClosed, StopFailed
+from runnerd.contract import error_body
+from runnerd.errors import RunnerdError
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +74,6 @@ def strip_bodyless(response: Response) -> Response:
     return response
 
 
-# Seconds a client should wait before retrying a start refused during shutdown
-# (a restarting daemon is back within a few seconds under systemd).
-SHUTDOWN_RETRY_AFTER_S = 5
-
-
 def register_error_handlers(app: QuartTrio, *, max_body_bytes: int) -> None:
     """Turn framework errors and runnerd's own exceptions into JSON bodies."""
 
@@ -91,11 +85,7 @@ def register_error_handlers(app: QuartTrio, *, max_body_bytes: int) -> None:
 
     app.after_request(without_body_headers)
     app.register_error_handler(HTTPException, on_http_exception)
-    app.register_error_handler(RequestError, on_request_error)
-    app.register_error_handler(AdmissionError, on_admission_error)
-    app.register_error_handler(RegistryFull, on_registry_full)
-    app.register_error_handler(ManagerClosed, on_manager_closed)
-    app.register_error_handler(StopFailed, on_stop_failed)
+    app.register_error_handler(RunnerdError, on_runnerd_error)
     app.register_error_handler(Exception, on_exception)
 
 
@@ -125,34 +115,20 @@ def build_http_error(exc: HTTPException, max_body_bytes: int) -> Response:
     return error_response(status, code, message)
 
 
-async def on_request_error(exc: RequestError) -> Response:
-    return error_response(400, "invalid_request", exc.message)
-
-
-async def on_admission_error(exc: AdmissionError) -> Response:
-    return error_response(exc.status, exc.code, exc.message, **exc.extra)
-
-
-async def on_registry_full(exc: RegistryFull) -> Response:
-    return error_response(409, "too_many_sessions", str(exc))
-
-
-async def on_manager_closed(exc: ManagerClosed) -> Response:
-    # Expected during shutdown: no traceback, and a hint to come back.
-    response = error_response(
-        503, "shutting_down", "runnerd is shutting down and accepts no new sessions; retry later"
-    )
-    response.headers["retry-after"] = str(SHUTDOWN_RETRY_AFTER_S)
+async def on_runnerd_error(exc: RunnerdError) -> Response:
+    """The one mapping of runnerd's errors to answers: the error's own status
+    hint, code, message, extra body fields and headers."""
+    if exc.log_as_error:
+        log.error(
+            "%s: answering %d %s",
+            exc.message,
+            exc.status_hint,
+            exc.code,
+            extra={"session_id": getattr(exc, "session_id", None)},
+        )
+    response = error_response(exc.status_hint, exc.code, exc.message, **exc.extra)
+    response.headers.update(exc.headers)
     return response
-
-
-async def on_stop_failed(exc: StopFailed) -> Response:
-    log.error("stop failed: answering 500 stop_failed", extra={"session_id": exc.session_id})
-    return error_response(
-        500,
-        "stop_failed",
-        f"session '{exc.session_id}' did not stop within {exc.timeout_s:g} s",
-    )
 
 
 async def on_exception(exc: Exception) -> Response:

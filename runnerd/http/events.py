@@ -18,15 +18,14 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from runnerd.contract import RunEvent, is_terminal
-from runnerd.http.errors import error_response
 from runnerd.http.waiting import Wake, wait_for_change
 from runnerd.metrics import Metrics
 
 if TYPE_CHECKING:
     import trio
 
-    from runnerd.app import AppState
-    from runnerd.sessions import Session
+    from runnerd.http.state import AppState
+    from runnerd.session.manager import Session
 
 GAP_FRAME = b'event: gap\ndata: {"reason":"buffer_evicted"}\n\n'
 HEARTBEAT_FRAME = b": heartbeat\n\n"
@@ -109,9 +108,7 @@ async def counted_sse(frames: AsyncIterator[bytes], metrics: Metrics) -> AsyncIt
 
 def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float) -> None:
     async def session_events(session_id: str) -> Response:
-        session = state.sessions.get(session_id)
-        if session is None:
-            return error_response(404, "not_found", f"no session with id '{session_id}'")
+        session = state.sessions.require(session_id)
         # The header wins over the query (a reconnecting EventSource sends it).
         raw = request.headers.get("last-event-id")
         cursor = parse_cursor(raw if raw is not None else request.args.get("lastEventId"))

@@ -41,7 +41,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from runnerd.config import Config
-from runnerd.config_server import is_loopback_host
+from runnerd.config.server import is_loopback_host
 from runnerd.contract import error_body
 from runnerd.http.cors import origin_permitted
 from runnerd.http.errors import close_if_body_unread, error_response

@@ -22,14 +22,15 @@ from quart import websocket
 from quart_trio import QuartTrio
 
 from runnerd.contract import is_terminal
+from runnerd.errors import RunnerdError
 from runnerd.http.events import parse_cursor
 from runnerd.http.guard import edge_refusal, server_address
 from runnerd.http.waiting import Wake, wait_for_change
 from runnerd.metrics import Metrics
 
 if TYPE_CHECKING:
-    from runnerd.app import AppState
-    from runnerd.sessions import Session
+    from runnerd.http.state import AppState
+    from runnerd.session.manager import Session
 
 # The contract's terminal size bounds; this is the one place they are applied.
 MAX_TERMINAL_DIMENSION = 10_000
@@ -146,10 +147,11 @@ def register_io_route(app: QuartTrio, state: AppState) -> None:
             await websocket.accept()
             await _close(4403, refusal[0])
             return
-        session = state.sessions.get(session_id)
-        if session is None:
+        try:
+            session = state.sessions.require(session_id)
+        except RunnerdError as exc:
             await websocket.accept()
-            await _close(4404, f"no session with id '{session_id}'")
+            await _close(4000 + exc.status_hint, exc.message)
             return
         last_seq = parse_cursor(websocket.args.get("lastSeq"))
         if is_terminal(session.status) and not session.pty.since(last_seq).items:

@@ -24,8 +24,8 @@ from quart_trio import QuartTrio
 from runnerd.http.errors import json_response
 
 if TYPE_CHECKING:
-    from runnerd.app import AppState
-    from runnerd.sessions import Session
+    from runnerd.http.state import AppState
+    from runnerd.session.manager import Session
 
 MAX_BODY_HEADER = "x-runnerd-max-body-bytes"
 

@@ -14,13 +14,14 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from runnerd.backend import ImageSpec
-from runnerd.capabilities import build_capabilities, check_image
+from runnerd.config.images import check_image
 from runnerd.contract import ProbeRequest, parse_body, unavailable
 from runnerd.http.errors import json_response, read_body
 from runnerd.http.openapi import build_openapi
+from runnerd.session.capabilities import build_capabilities
 
 if TYPE_CHECKING:
-    from runnerd.app import AppState
+    from runnerd.http.state import AppState
 
 
 def register_meta_routes(app: QuartTrio, state: AppState) -> None:
@@ -28,14 +29,15 @@ def register_meta_routes(app: QuartTrio, state: AppState) -> None:
         return json_response({"ok": True, "version": state.version})
 
     async def capabilities() -> Response:
-        return json_response(build_capabilities(state.config, state.backend.notices))
+        document = build_capabilities(state.config, state.offered(), state.backend.notices)
+        return json_response(document)
 
     async def probe() -> Response:
         body = parse_body(ProbeRequest, await read_body())
         # The start gate first: a probe answers what a start would do, and an
         # image a session may not pick (a catalog app's, say) is never probed,
         # so its existence does not leak.
-        problem = check_image(state.config, body.config.image)
+        problem = check_image(state.config, body.config.image, state.offered())
         if problem is not None:
             return json_response(unavailable(problem))
         image = ImageSpec(image=body.config.image, pull_policy=body.config.pullPolicy)

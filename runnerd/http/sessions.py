@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from runnerd.admission import admit, admit_app, new_session_id
 from runnerd.backend import RunSpec
 from runnerd.contract import (
     ACCEPTED_TERMS_HEADER,
@@ -25,11 +24,12 @@ from runnerd.contract import (
     StartSessionRequest,
     parse_body,
 )
-from runnerd.http.errors import error_response, json_response, read_body
+from runnerd.http.errors import json_response, read_body
+from runnerd.session.admission import admit, admit_app, new_session_id
 
 if TYPE_CHECKING:
-    from runnerd.app import AppState
-    from runnerd.sessions import Session
+    from runnerd.http.state import AppState
+    from runnerd.session.manager import Session
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,13 @@ def register_session_routes(app: QuartTrio, state: AppState) -> None:
     async def start_session() -> Response:
         body = parse_body(StartSessionRequest, await read_body())
         terms = request.headers.get(ACCEPTED_TERMS_HEADER)
-        spec = admit(body, state.config, accepted_terms=terms, session_id=fresh_session_id(state))
+        spec = admit(
+            body,
+            state.config,
+            accepted_terms=terms,
+            session_id=fresh_session_id(state),
+            offered=state.offered(),
+        )
         return launch(state, spec)
 
     async def start_app_session(name: str) -> Response:
@@ -84,10 +90,7 @@ def register_session_routes(app: QuartTrio, state: AppState) -> None:
         return launch(state, spec)
 
     async def get_session(session_id: str) -> Response:
-        session = state.sessions.get(session_id)
-        if session is None:
-            return error_response(404, "not_found", f"no session with id '{session_id}'")
-        return json_response(session_summary(session))
+        return json_response(session_summary(state.sessions.require(session_id)))
 
     async def delete_session(session_id: str) -> Response:
         await state.sessions.stop(session_id)  # StopFailed → 500 stop_failed

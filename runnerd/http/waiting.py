@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from runnerd.sessions import Session
+    from runnerd.session.manager import Session
 
 
 class Wake(enum.Enum):

@@ -6,6 +6,9 @@ watch), `attach` (the PTY bridge over trio-websocket). No httpx name escapes
 this package: every apiserver answer that is not 2xx becomes an
 `errors.KubeError` whose `str()` is client-safe.
 
+May import: `contract`, `errors`, `backend`, `config`, `workload`. Never
+`session`, `http`, `daemon`, `cli` or another backend.
+
 How a backend puts them together (the seam step wires this):
 
 - At start (off the event loop): `kubeconfig.load_connection(settings,

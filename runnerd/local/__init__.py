@@ -1,9 +1,34 @@
 """The local backend package: sessions as processes on this host under a PTY.
 
 `LocalBackend` (in `backend`) is the public entry; `pty` owns the PTY child,
-`launch` the argv/env, `workdir` the session directory.
+`launch` the argv/env, `workdir` the session directory. What the core asks
+of a backend package (`runnerd.backends.Provider`: config check, offered
+images, stop timeout, `open_backend`) is `provider`'s, re-exported here.
+
+May import: `contract`, `errors`, `backend`, `config`, `workload`. Never
+`session`, `http`, `daemon`, `cli` or another backend.
 """
 
 from runnerd.local.backend import LocalBackend
+from runnerd.local.provider import (
+    NAME,
+    bound_changes,
+    check_config,
+    config_warnings,
+    keep_bound,
+    offered_images,
+    open_backend,
+    stop_timeout_s,
+)
 
-__all__ = ["LocalBackend"]
+__all__ = [
+    "NAME",
+    "LocalBackend",
+    "bound_changes",
+    "check_config",
+    "config_warnings",
+    "keep_bound",
+    "offered_images",
+    "open_backend",
+    "stop_timeout_s",
+]

@@ -36,14 +36,14 @@ from runnerd.backend import (
     Failed,
     ImageSpec,
     Outcome,
+    Recovered,
     RunSpec,
     Sink,
+    Started,
     StartError,
-    WorkloadHandle,
 )
 from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
-from runnerd.config_warnings import runtime_problems
-from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, running, unavailable
+from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
 from runnerd.local.containment import SessionView, probe_containment
 from runnerd.local.launch import (
@@ -55,6 +55,7 @@ from runnerd.local.launch import (
     search_path,
 )
 from runnerd.local.pty import PtyProcess
+from runnerd.local.runtimes import runtime_problems
 from runnerd.local.spawn import spawn_pty_process
 from runnerd.local.workdir import (
     SessionDir,
@@ -64,7 +65,7 @@ from runnerd.local.workdir import (
     remove_session_dir,
     sweep_workdir,
 )
-from runnerd.reachability import watch_reachability
+from runnerd.workload.reachability import watch_reachability
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,11 @@ class LocalBackend:
     """`runnerd.backend.Backend` running sessions as local PTY processes."""
 
     name = "local"
+    # Detach is not supported: a session's processes live in the daemon's
+    # PID namespace or process group and its workdir, so they cannot outlive
+    # the daemon or be found by a successor (whose start sweeps what a killed
+    # daemon left). The manager refuses a detach rather than leave them.
+    detach_supported = False
 
     def __init__(
         self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]
@@ -149,6 +155,12 @@ class LocalBackend:
                 extra={"workdir": str(workdir)},
             )
 
+    async def recover(self) -> list[Recovered]:
+        """Always empty: nothing of a previous daemon's survives it (see
+        `detach_supported`)."""
+        await trio.lowlevel.checkpoint()
+        return []
+
     def _resolve(self, image: str) -> tuple[RuntimeConfig, str] | Unresolved:
         return resolve_runtime(self._local.runtimes, image, search_path(os.environ.get("PATH")))
 
@@ -163,7 +175,7 @@ class LocalBackend:
         spec: RunSpec,
         sink: Sink,
         *,
-        task_status: trio.TaskStatus[WorkloadHandle] = trio.TASK_STATUS_IGNORED,
+        task_status: trio.TaskStatus[Started] = trio.TASK_STATUS_IGNORED,
     ) -> Outcome:
         runtime, executable = self._start_checks(spec)
         session_dir = await self._prepare(spec)
@@ -237,6 +249,8 @@ class LocalBackend:
         return Exited(code)
 
     def _start_checks(self, spec: RunSpec) -> tuple[RuntimeConfig, str]:
+        if spec.creation is None:  # `recover()` never offers one to adopt
+            raise StartError("provision", "the local backend cannot re-attach to a workload")
         if spec.app is not None and spec.app not in self._apps():
             raise StartError("provision", f"app '{spec.app}' is no longer offered by this runner")
         resolved = self._resolve(spec.image.image)
@@ -258,7 +272,7 @@ class LocalBackend:
         sink: Sink,
         proc: PtyProcess,
         inspect_port: int | None,
-        task_status: trio.TaskStatus[WorkloadHandle],
+        task_status: trio.TaskStatus[Started],
     ) -> int:
         """Pump the PTY while the process runs; return its exit code once all
         its output is through."""
@@ -266,16 +280,15 @@ class LocalBackend:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(proc.run_reader, sink.output, output_done)
             nursery.start_soon(proc.run_writer)
-            task_status.started(proc)
             inspect_url = None if inspect_port is None else f"http://{LOOPBACK}:{inspect_port}"
-            sink.status(running(_endpoints(spec), inspect_url))
+            task_status.started(Started(proc, _endpoints(spec), inspect_url))
             tcp_ports = [p.port for p in spec.ports if p.protocol == "tcp"]
             if tcp_ports:
                 nursery.start_soon(watch_reachability, LOOPBACK, tcp_ports, sink.reachability)
             if inspect_url is not None:
                 # Imported here: the relay pulls in httpx, which only inspect
                 # sessions need, and the daemon's start-up time is a target.
-                from runnerd.debug_relay import relay_debug_stream
+                from runnerd.workload.debug_relay import relay_debug_stream
 
                 nursery.start_soon(relay_debug_stream, f"{inspect_url}/events", sink.debug)
             code = await proc.wait()
@@ -285,9 +298,9 @@ class LocalBackend:
         return code
 
 
-def _endpoints(spec: RunSpec) -> list[RunnerEndpoint]:
+def _endpoints(spec: RunSpec) -> tuple[RunnerEndpoint, ...]:
     # The host is left empty: the client knows how it reached the runner.
-    return [{"host": "", "port": p.port, "protocol": p.protocol} for p in spec.ports]
+    return tuple({"host": "", "port": p.port, "protocol": p.protocol} for p in spec.ports)
 
 
 def _free_loopback_port() -> int:

@@ -34,7 +34,7 @@ from decimal import ROUND_CEILING
 from pathlib import Path
 
 from runnerd.backend import Limits
-from runnerd.limits import parse_quantity
+from runnerd.config.quantities import parse_quantity
 
 log = logging.getLogger(__name__)
 

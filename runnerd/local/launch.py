@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runnerd.config import RuntimeConfig
-from runnerd.config_warnings import INSTALL_HINTS
-from runnerd.config_warnings import MINIMAL_PATH as MINIMAL_PATH
-from runnerd.config_warnings import search_path as search_path
-from runnerd.envnames import is_env_name
+from runnerd.config.envnames import is_env_name
+from runnerd.local.runtimes import INSTALL_HINTS
+from runnerd.local.runtimes import MINIMAL_PATH as MINIMAL_PATH
+from runnerd.local.runtimes import search_path as search_path
 
 ENTRY = "{entry}"
 INSPECT_PORT = "{inspect_port}"

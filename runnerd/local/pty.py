@@ -34,6 +34,7 @@ orphaned (a daemonising double fork) is out of reach.
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
 import fcntl
 import logging
@@ -72,6 +73,16 @@ def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+class PtyState(enum.Enum):
+    """A `PtyProcess`'s lifecycle; it only moves forward. EXITED: the child is
+    reaped (`exit_code` set), the terminal still open for the last output.
+    CLOSED: the fds are closed (whether or not the child was reaped)."""
+
+    RUNNING = "running"
+    EXITED = "exited"
+    CLOSED = "closed"
+
+
 class PtyProcess:
     """The live child and its terminal. Implements `backend.WorkloadHandle`."""
 
@@ -96,7 +107,7 @@ class PtyProcess:
         self._pending = bytearray()
         self._pending_lot = trio.lowlevel.ParkingLot()
         self._exit_code: int | None = None
-        self._closed = False
+        self._state = PtyState.RUNNING
 
     @property
     def pid(self) -> int:
@@ -106,11 +117,15 @@ class PtyProcess:
     def exit_code(self) -> int | None:
         return self._exit_code
 
+    @property
+    def state(self) -> PtyState:
+        return self._state
+
     # -- WorkloadHandle ----------------------------------------------------
 
     def write(self, data: bytes) -> None:
         """Queue bytes for the workload's stdin. Never blocks; no-op after exit."""
-        if self._exit_code is not None or self._closed or not data:
+        if self._state is not PtyState.RUNNING or not data:
             return
         if len(self._pending) + len(data) > MAX_PENDING_STDIN_BYTES:
             log.warning("stdin backlog full, dropped %d bytes", len(data), extra=self._log_extra)
@@ -120,7 +135,7 @@ class PtyProcess:
 
     def resize(self, cols: int, rows: int) -> None:
         """Set the terminal size; the kernel sends SIGWINCH. No-op after exit."""
-        if self._exit_code is not None or self._closed:
+        if self._state is not PtyState.RUNNING:
             return
         with contextlib.suppress(OSError):
             set_window_size(self._master, max(1, min(cols, 0xFFFF)), max(1, min(rows, 0xFFFF)))
@@ -289,12 +304,14 @@ class PtyProcess:
     def _reap(self) -> int:
         # The pidfd is readable: the child has exited, so this does not block.
         self._exit_code = _exit_code(self._popen.wait())
+        if self._state is PtyState.RUNNING:
+            self._state = PtyState.EXITED
         return self._exit_code
 
     def _close_fds(self) -> None:
-        if self._closed:
+        if self._state is PtyState.CLOSED:
             return
-        self._closed = True
+        self._state = PtyState.CLOSED
         self._pending.clear()
         for fd in (self._master, self._pidfd):
             trio.lowlevel.notify_closing(fd)

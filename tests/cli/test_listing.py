@@ -96,7 +96,7 @@ async def test_plain_verbs_load_no_server_stack_and_no_trio(runnerd: Daemon) -> 
     # verbs speak HTTP with the standard library and import nothing heavy.
     program = (
         "import sys\n"
-        "from runnerd.cli import main\n"
+        "from runnerd.cli.main import main\n"
         f"code = main(['ls', '-a', '--socket', {str(runnerd.socket_path)!r}])\n"
         "heavy = ('quart', 'hypercorn', 'trio', 'httpx', 'msgspec', 'runnerd.config')\n"
         "print('loaded:', [m for m in heavy if m in sys.modules], code)\n"

@@ -6,6 +6,7 @@ import json
 
 from tests.cli.helpers import background_cli, cli, start, wait_status
 from tests.harness import Daemon, open_ws, read_pty_until
+from tests.shared_daemon import shared_runnerd  # noqa: F401  (the module's `runnerd`)
 
 
 async def test_logs_prints_what_is_there_and_returns_while_the_session_runs(

@@ -6,7 +6,7 @@ import logging
 import re
 from pathlib import Path
 
-from runnerd.logs import LineFormatter
+from runnerd.daemon.logs import LineFormatter
 from tests.harness import read_pty_until, start_daemon
 
 SECRET = "log-secret-7d0e"

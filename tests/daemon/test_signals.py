@@ -1,4 +1,5 @@
-"""SIGTERM / SIGINT: every workload gone, socket files removed, exit 0 in 10 s."""
+"""SIGTERM / SIGINT: every workload gone, socket files removed, exit 0 in 10 s.
+SIGUSR2 (detach) on the local backend: refused, nothing changes."""
 
 from __future__ import annotations
 
@@ -113,3 +114,21 @@ async def test_repeated_sigterm_during_and_after_shutdown_still_exits_0(tmp_path
             daemon.send_signal(signal.SIGINT)
         assert await daemon.stop() == 0
     assert all(process_gone(pid) for pid in pids)
+
+
+async def test_sigusr2_detach_is_refused_by_the_local_backend_and_nothing_is_left(
+    tmp_path: Path,
+) -> None:
+    async with start_daemon(tmp_path) as daemon:
+        pids = await start_sleepers(daemon, 1)
+        daemon.send_signal(signal.SIGUSR2)
+        await daemon.wait_for_stderr("SIGUSR2 refused, still serving")
+        assert "the local backend cannot leave sessions running" in daemon.stderr_text()
+        # Still serving, the workload still running: a refused detach changes nothing.
+        async with daemon.client() as client:
+            assert (await client.get("/v1/health")).status_code == 200
+        assert not process_gone(pids[0])
+        assert daemon.count_notifications("STOPPING=1") == 0
+        code = await daemon.stop(signal.SIGTERM, timeout_s=10)
+        assert code == 0, daemon.stderr_text()
+        assert process_gone(pids[0])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runnerd.systemd import parse_listen_fds, parse_notify_address, parse_watchdog_interval
+from runnerd.daemon.systemd import parse_listen_fds, parse_notify_address, parse_watchdog_interval
 from tests.harness import DaemonExited, start_daemon
 
 # Stands in for systemd: put the passed socket at fd 3, set LISTEN_FDS and

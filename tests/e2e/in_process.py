@@ -20,12 +20,13 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
-from runnerd.app import AppState, create_app
 from runnerd.backend import Backend
 from runnerd.config import parse_config
+from runnerd.http.app import create_app
 from runnerd.http.events import DEFAULT_HEARTBEAT_S
-from runnerd.local import LocalBackend
-from runnerd.sessions import SessionManager
+from runnerd.http.state import AppState
+from runnerd.local import LocalBackend, offered_images
+from runnerd.session.manager import SessionManager
 
 
 @contextlib.asynccontextmanager
@@ -57,7 +58,9 @@ async def open_app(
         exit_ttl_s=config.runner.exit_ttl_s,
         replay_buffer_bytes=config.runner.replay_buffer_bytes,
     )
-    state = AppState(config, backend, sessions, "test", trio.Event())
+    state = AppState(
+        config, backend, sessions, "test", trio.Event(), offered_images=offered_images
+    )
     hypercorn = HypercornConfig()
     hypercorn.bind = [f"unix:{socket_path}"]
     hypercorn.accesslog = None

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from runnerd.contract import MAX_JSON_DEPTH
-from runnerd.paths import MAX_PATH_DEPTH
+from runnerd.session.paths import MAX_PATH_DEPTH
 from tests.e2e.contract_client import bundle_body, read_pty, resize_message, start_session
 from tests.harness import open_ws
 

@@ -191,13 +191,14 @@ async def test_origin_outside_allowlist_closes_4403(tmp_path: Path) -> None:
         assert b"hi" in transcript.output
 
 
-async def test_streams_end_promptly_when_the_daemon_shuts_down(runnerd) -> None:
+async def test_streams_end_promptly_when_the_daemon_shuts_down(tmp_path: Path) -> None:
     codes: list[int] = []
 
     async def stop() -> None:
         codes.append(await runnerd.stop())
 
-    async with runnerd.client() as client:
+    # Its own daemon: this test stops it.
+    async with start_daemon(tmp_path) as runnerd, runnerd.client() as client:
         session_id = await start_session(client, "echo ready; exec sleep 30")
         async with open_ws(runnerd.socket_path, _io(session_id)) as ws, trio.open_nursery() as n:
             transcript = await read_pty(ws, until=b"ready")

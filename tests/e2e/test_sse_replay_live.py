@@ -21,8 +21,8 @@ import httpx
 import trio
 import trio.lowlevel
 
-from runnerd.backend import Exited, ImageSpec, NullHandle, Outcome, RunSpec, Sink
-from runnerd.contract import AvailabilityReport, ready, running
+from runnerd.backend import Exited, ImageSpec, NullHandle, Outcome, RunSpec, Sink, Started
+from runnerd.contract import AvailabilityReport, ready
 from tests.e2e.contract_client import SSE_TIMEOUT, start_session
 from tests.e2e.in_process import open_app, open_client
 from tests.harness import SseFrame, iter_sse
@@ -46,8 +46,7 @@ class ProgressBurstBackend:
         return ready()
 
     async def run(self, spec: RunSpec, sink: Sink, *, task_status: Any) -> Outcome:
-        sink.status(running())
-        task_status.started(NullHandle())
+        task_status.started(Started(NullHandle()))
         for n in range(BEFORE):
             sink.progress("boot", f"n {n}")
         sink.progress("boot", "half")

@@ -200,7 +200,7 @@ async def test_a_401_rereads_the_token_and_retries_once(kubesim: KubeSim, tmp_pa
 async def test_session_pod_fetches_its_bundle_and_runs(kubesim: KubeSim, tmp_path: Path) -> None:
     assert kubesim.kubelet is not None
     tokens = BundleTokens()
-    spec = RunSpec(
+    spec = RunSpec.create(
         session_id="e2e234567890",
         image=ImageSpec("telorun/node:latest-slim", "missing"),
         env={"GREETING": "hi"},

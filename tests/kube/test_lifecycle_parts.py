@@ -20,13 +20,21 @@ from tests.kube.helpers import FAST, open_client, serve_bundles
 from tests.kubesim.server import KubeSim
 
 SETTINGS = KubeSettings()
-SPEC = RunSpec(
+SPEC = RunSpec.create(
     session_id="life23456789",
     image=ImageSpec("telorun/node:latest-slim", "missing"),
     env={},
     limits=Limits(cpu="500m", memory="512Mi", ephemeral_storage="1Gi", ttl_s=60),
     bundle=BundleSpec("main.telo", (("main.telo", "print up\nwait\n"),)),
 )
+
+
+def variant(session_id: str, *, image: ImageSpec | None = None,
+            limits: Limits | None = None) -> RunSpec:
+    """SPEC under another session id, with another image or limits."""
+    assert SPEC.creation is not None
+    identity = replace(SPEC.identity, session_id=session_id, limits=limits or SPEC.limits)
+    return RunSpec(identity, replace(SPEC.creation, image=image or SPEC.image))
 
 
 async def verdicts(client: KubeClient, informer: PodInformer, spec: RunSpec, url: str | None,
@@ -67,20 +75,20 @@ async def test_verdicts_from_real_pods(kubesim: KubeSim, tmp_path: Path) -> None
         await client.delete_pod(pod_name(SPEC.session_id), operation="delete")
 
         # A reference that never parses fails at once, with the kubelet's reason.
-        bad = replace(SPEC, session_id="bad234567890", image=ImageSpec("Bad//Image", "missing"))
+        bad = variant("bad234567890", image=ImageSpec("Bad//Image", "missing"))
         last = (await verdicts(client, informer, bad, url(bad),
                                lambda v: not isinstance(v, Progress)))[-1]
         assert isinstance(last, StartFailed)
         assert last.message.startswith("container session: InvalidImageName: ")
 
         # Never pulled under `never`: permanent too.
-        never = replace(SPEC, session_id="nev234567890", image=ImageSpec("acme/none:1", "never"))
+        never = variant("nev234567890", image=ImageSpec("acme/none:1", "never"))
         last = (await verdicts(client, informer, never, url(never),
                                lambda v: not isinstance(v, Progress)))[-1]
         assert isinstance(last, StartFailed) and "ErrImageNeverPull" in last.message
 
         # An unknown image backs off; the start fails only once the grace is over.
-        pull = replace(SPEC, session_id="pul234567890", image=ImageSpec("acme/none:1", "always"))
+        pull = variant("pul234567890", image=ImageSpec("acme/none:1", "always"))
         seen = await verdicts(client, informer, pull, url(pull),
                               lambda v: not isinstance(v, Progress), grace_s=0.5)
         assert any(isinstance(v, Progress) and "ErrImagePull" in v.message
@@ -89,14 +97,14 @@ async def test_verdicts_from_real_pods(kubesim: KubeSim, tmp_path: Path) -> None
         assert "ErrImagePull" in seen[-1].message or "ImagePullBackOff" in seen[-1].message
 
         # A bundle URL whose token is wrong: the init container fails the pod.
-        fetch = replace(SPEC, session_id="fet234567890")
+        fetch = variant("fet234567890")
         last = (await verdicts(client, informer, fetch, f"{base}/internal/bundles/x?token=no",
                                lambda v: isinstance(v, Failed | Exited)))[-1]
         assert isinstance(last, Failed)
         assert last.message.startswith("init container body-fetch failed (Error, exit 1)")
 
         # The TTL as activeDeadlineSeconds: failed, not exited, whatever the exit code.
-        ttl = replace(SPEC, session_id="ttl234567890",
+        ttl = variant("ttl234567890",
                       limits=replace(SPEC.limits, ttl_s=1))
         last = (await verdicts(client, informer, ttl, url(ttl),
                                lambda v: isinstance(v, Failed | Exited)))[-1]

@@ -27,7 +27,7 @@ URL = "http://runnerd.runnerd.svc:8063/internal/bundles/abcdefgh2345?token=0f1e2
 CREATED = "2026-12-01T00:00:00Z"
 SETTINGS = KubeSettings(self_url="http://runnerd.runnerd.svc:8063")
 LIMITS = Limits(cpu="500m", memory="512Mi", ephemeral_storage="1Gi", ttl_s=21600.5)
-SPEC = RunSpec(
+SPEC = RunSpec.create(
     session_id="abcdefgh2345",
     image=ImageSpec("telorun/node:0.30.1-slim", "always"),
     env={"API_TOKEN": "tok-secret", "HOME": "/root"},
@@ -35,8 +35,19 @@ SPEC = RunSpec(
     bundle=BundleSpec(entry="telo.yaml", files=(("telo.yaml", "kind: x"),)),
     ports=(PortMapping(port=3000, protocol="tcp"), PortMapping(port=5353, protocol="udp")),
 )
-APP_SPEC = replace(SPEC, bundle=None, app="tool", image=ImageSpec("acme/tool:1", "missing"),
-                   env={"SERVICE_TOKEN": "tok-operator"}, inspect=False)
+APP_SPEC = RunSpec.create(
+    session_id=SPEC.session_id,
+    image=ImageSpec("acme/tool:1", "missing"),
+    env={"SERVICE_TOKEN": "tok-operator"},
+    limits=LIMITS,
+    app="tool",
+    ports=SPEC.ports,
+)
+
+
+def reshaped(spec: RunSpec, **identity: Any) -> RunSpec:
+    """`spec` with some of its identity changed (ports, inspect, ...)."""
+    return RunSpec(replace(spec.identity, **identity), spec.creation)
 
 
 def validate(pod: dict[str, Any]) -> None:
@@ -51,7 +62,7 @@ def container(pod: dict[str, Any]) -> dict[str, Any]:
 
 def test_session_pod_is_valid_in_strict_mode_with_every_option() -> None:
     full = replace(SETTINGS, runtime_class="gvisor", image_pull_secret="regcred")
-    for spec in (SPEC, replace(SPEC, inspect=True, ports=())):
+    for spec in (SPEC, reshaped(SPEC, inspect=True, ports=())):
         validate(build_session_pod(full, spec, bundle_url=URL, created_at=CREATED))
         validate(build_session_pod(SETTINGS, spec, bundle_url=URL, created_at=CREATED))
 
@@ -72,7 +83,7 @@ def test_session_pod_runs_the_entry_on_the_kernel_image_under_the_pull_policy() 
     assert c["command"] == ["telo", "run", "/app/telo.yaml"]
     assert c["workingDir"] == "/work"
     assert c["stdin"] is True and c["tty"] is True and "stdinOnce" not in c
-    inspected = build_session_pod(SETTINGS, replace(SPEC, inspect=True), bundle_url=URL,
+    inspected = build_session_pod(SETTINGS, reshaped(SPEC, inspect=True), bundle_url=URL,
                                   created_at=CREATED)
     assert container(inspected)["command"][3:] == ["--inspect", "0.0.0.0:9230", "--no-open"]
     assert c["ports"] == [{"containerPort": 3000, "protocol": "TCP"},
@@ -132,7 +143,7 @@ def test_pull_secret_and_runtime_class_when_set() -> None:
 
 
 def test_labels_select_and_annotations_rebuild_but_never_carry_env() -> None:
-    pod = build_session_pod(SETTINGS, replace(SPEC, inspect=True), bundle_url=URL,
+    pod = build_session_pod(SETTINGS, reshaped(SPEC, inspect=True), bundle_url=URL,
                             created_at=CREATED)
     meta = pod["metadata"]
     assert meta["name"] == pod_name("abcdefgh2345") == "runnerd-abcdefgh2345"

@@ -12,7 +12,8 @@ from typing import Any
 
 import trio
 
-from runnerd.backend import Backend, Outcome, RunSpec, WorkloadHandle
+from runnerd.backend import Backend, Outcome, RunSpec, Started
+from runnerd.contract import running
 
 
 class RecordingSink:
@@ -82,13 +83,16 @@ async def start_session(
     async def runner(*, task_status: trio.TaskStatus[RunningSession]) -> None:
         session = RunningSession(scope=trio.CancelScope())
 
-        async def inner(*, task_status: trio.TaskStatus[WorkloadHandle]) -> None:
+        async def inner(*, task_status: trio.TaskStatus[Started]) -> None:
             with session.scope:
                 session.outcome = await backend.run(spec, sink, task_status=task_status)
 
         try:
             async with trio.open_nursery() as inner_nursery:
-                session.handle = await inner_nursery.start(inner)
+                started: Started = await inner_nursery.start(inner)
+                session.handle = started.handle
+                # As the manager does: `running` once the handle is in place.
+                sink.status(running(list(started.endpoints), started.inspect_url))
                 task_status.started(session)
         finally:
             session.done.set()

@@ -24,7 +24,7 @@ def bundle_spec(
     inspect: bool = False,
 ) -> RunSpec:
     files = {entry: textwrap.dedent(source), **(extra_files or {})}
-    return RunSpec(
+    return RunSpec.create(
         session_id=f"sess{next(_ids):08d}",
         image=ImageSpec(image=runtime, pull_policy="missing"),
         env=dict(env or {}),
@@ -36,7 +36,7 @@ def bundle_spec(
 
 
 def app_spec(app: str, image: str, env: Mapping[str, str] | None = None) -> RunSpec:
-    return RunSpec(
+    return RunSpec.create(
         session_id=f"app{next(_ids):09d}",
         image=ImageSpec(image=image, pull_policy="missing"),
         env=dict(env or {}),

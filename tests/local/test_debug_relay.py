@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from runnerd.debug_relay import SseDecoder, parse_frame, relay_debug_stream
+from runnerd.workload.debug_relay import SseDecoder, parse_frame, relay_debug_stream
 
 
 def decode(lines: list[str]) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from runnerd.reachability import watch_reachability
+from runnerd.workload.reachability import watch_reachability
 
 
 @contextmanager

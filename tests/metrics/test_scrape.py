@@ -84,9 +84,12 @@ async def test_live_subscribers_and_replay_gaps_are_counted(tmp_path: Path) -> N
     config = overrides(tmp_path, runner={"default_image": "sh", "replay_buffer_bytes": 256})
     async with start_daemon(tmp_path, config) as daemon:
         # Two bursts, the second only after input: at least two chunks, and the
-        # first is evicted from the 256-byte ring by the second.
-        burst = "printf '{}%.0s' $(seq 300)"
-        script = f"{burst.format('a')}; echo; read x; {burst.format('b')}; echo END; read y"
+        # first is evicted from the 256-byte ring by the second. Each burst is
+        # ONE write (its line end included): two writes could reach the ring as
+        # two chunks, the second evicting the first before the first reader
+        # connects, which would count a gap of its own (seen under load).
+        burst = "printf '%s{}\\n' \"$(printf '{}%.0s' $(seq 300))\""
+        script = f"{burst.format('', 'a')}; read x; {burst.format('END', 'b')}; read y"
         session_id = await start(daemon, script)
         await read_pty_until(daemon.socket_path, session_id, rb"a{300}")
         async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as first:

@@ -1,0 +1,144 @@
+"""The `runnerd` command line: `serve`, `check-config`, and the client verbs.
+
+Owns argument parsing and the exit codes:
+- 0: `serve` shut down cleanly, or `check-config` found the config valid;
+- 2: the operator must fix something first (a config error, naming the key
+  path, or a listener that cannot be set up); nothing was left listening;
+- 1: anything unexpected (logged with its traceback).
+
+The client verbs (`run`, `ls`, `logs`, `events`, `attach`, `stop`, `apps`,
+`probe`, `completion`) live in `runnerd.client`; `run` and `attach` exit with
+the session's code (see `runnerd.attach`). Imports are lazy: a client verb
+never loads the daemon's stack, and `check-config` never loads trio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runnerd import __version__
+from runnerd.client.args import CLIENT_VERBS, add_client_verbs
+
+if TYPE_CHECKING:
+    from runnerd.config import Config
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+
+log = logging.getLogger("runnerd")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="runnerd",
+        description="Serve the Telo runner /v1 contract on this host, and use it.",
+    )
+    parser.add_argument("--version", action="version", version=f"runnerd {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, text in (
+        ("serve", "run the daemon until SIGTERM/SIGINT (SIGHUP reloads the config)"),
+        ("check-config", "validate the config and print it, secrets masked"),
+    ):
+        sub = commands.add_parser(name, help=text, description=text)
+        sub.add_argument(
+            "--config",
+            required=True,
+            type=Path,
+            metavar="PATH",
+            help="the TOML config file (apps.d/ next to it is read too)",
+        )
+    add_client_verbs(commands)
+    return parser
+
+
+def read_config(path: Path) -> Config:
+    """Load and validate `path`. Raises ConfigError naming the key path."""
+    from runnerd.backends import check_config
+    from runnerd.config import ConfigError, load_config
+
+    try:
+        config = check_config(load_config(path))
+    except OSError as exc:
+        raise ConfigError("", f"cannot read config {path}: {exc.strerror or exc}") from exc
+    # SIGHUP re-reads this file, whatever load_config recorded.
+    return config if config.source is not None else replace(config, source=path)
+
+
+def read_config_or_report(path: Path) -> Config | None:
+    """`read_config`, with a config error printed to stderr (None then)."""
+    from runnerd.config import ConfigError
+
+    try:
+        return read_config(path)
+    except ConfigError as exc:
+        print(f"runnerd: {path}: {exc}", file=sys.stderr)
+        return None
+
+
+def check_config(path: Path) -> int:
+    from runnerd.backends import provider_for
+    from runnerd.config import render_config
+    from runnerd.config.server import server_warnings
+
+    config = read_config_or_report(path)
+    if config is None:
+        return EXIT_CONFIG
+    provider = provider_for(config)
+    print(render_config(config, provider.offered_images(config)))
+    for warning in provider.config_warnings(config, os.environ.get("PATH")):
+        print(f"runnerd: warning: {warning}", file=sys.stderr)
+    for warning in server_warnings(config.server):
+        print(f"runnerd: warning: {warning}", file=sys.stderr)
+    return EXIT_OK
+
+
+def serve(path: Path) -> int:
+    # Imported here: `check-config` must not pay for hypercorn and quart.
+    import trio
+
+    from runnerd.config import ConfigError
+    from runnerd.daemon.listeners import ListenError
+    from runnerd.daemon.logs import setup_logging
+    from runnerd.daemon.main import run_daemon
+
+    config = read_config_or_report(path)
+    if config is None:
+        return EXIT_CONFIG
+    setup_logging(config.server.log_level)
+    try:
+        trio.run(run_daemon, config)
+    except (ConfigError, ListenError) as exc:
+        log.error("cannot start: %s", exc)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        # Ctrl-C before the signal handlers were in place: nothing was serving.
+        return EXIT_INTERRUPTED
+    except Exception:
+        log.exception("runnerd crashed")
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "check-config":
+        return check_config(args.config)
+    if args.command in CLIENT_VERBS:
+        from runnerd.client.verbs import dispatch
+
+        return dispatch(args, parser)
+    return serve(args.config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Operator configuration: the entry point every other module imports from.
+
+The package: `model` (the frozen dataclasses, `ConfigError`), `table` (the
+strict TOML table reader), `parse` (a dict in, a `Config` out), `server`
+(`[server]`), `listen` (listen addresses), `quantities` (Kubernetes
+quantities), `envnames`, `images` (the image allowlist), `lines` (error line
+numbers), `render` (the masked rendering). All
+pure but this module's file reads. May import: `contract`, `errors`,
+`backend`; nothing above.
+
+Owns `load_config` (reads the TOML file, the `apps.d/*.toml` drop-ins and the
+terms file) and re-exports the rest, so `from runnerd.config import ...` is
+the one place to get it: the `Config` dataclasses and `ConfigError`
+(`runnerd.config.model`), `parse_config` (pure: a dict in, a Config out, file
+reads injected; `runnerd.config.parse`) and `render_config` (the effective
+config with every secret masked, `runnerd check-config`;
+`runnerd.config.render`).
+
+Every error names the key path and the problem, e.g.
+`runner.max_sessions: must be a positive integer, got 'x'`. Strict: an
+unknown key is an error (a typo never silently falls back to a default), and a
+malformed catalog entry fails the whole load (never a silently shorter catalog).
+
+Decisions (documented for operators in config/runnerd.toml):
+- Relative paths (unix sockets, `local.workdir`, `terms.file`) resolve against
+  the directory of the config file, never the CWD, so a systemd unit and a
+  shell in another directory read the same file the same way. `Config` holds
+  them absolute.
+- Drop-ins `apps.d/*.toml` (next to the config file, read in sorted order,
+  dotfiles skipped) hold `[apps.NAME]` tables only: the same syntax as the
+  main file, so an entry moves between files verbatim. An app defined twice
+  (in any two files) is an error naming both files.
+- On the local backend an "image" is a `[local.runtimes.NAME]`. A runtime
+  whose command contains `{entry}` runs bundles; one without runs as is and is
+  what a catalog app names (an app session has no bundle). So
+  `default_image` and `allowed_images` must name `{entry}` runtimes, and an
+  app's `image` a runtime without `{entry}`.
+- `allowed_images = []` means "not configured" (the issue's example writes it
+  that way); a non-empty list must include `default_image`.
+- `local.stop_grace_seconds` is at most `MAX_STOP_GRACE_S` (5 s): SIGTERM
+  must end the daemon within 10 s, workloads included.
+- Environment variable names (catalog env, session env) follow one rule,
+  `runnerd.config.envnames.is_env_name`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from pathlib import Path
+
+from runnerd.config.lines import find_key_line
+from runnerd.config.listen import ListenAddress as ListenAddress
+from runnerd.config.listen import format_listen as format_listen
+from runnerd.config.listen import parse_listen as parse_listen
+from runnerd.config.model import DEFAULT_APP_LIMITS as DEFAULT_APP_LIMITS
+from runnerd.config.model import DEFAULT_LISTEN as DEFAULT_LISTEN
+from runnerd.config.model import DEFAULT_SESSION_LIMITS as DEFAULT_SESSION_LIMITS
+from runnerd.config.model import ENTRY as ENTRY
+from runnerd.config.model import MAX_STOP_GRACE_S as MAX_STOP_GRACE_S
+from runnerd.config.model import AppEntry as AppEntry
+from runnerd.config.model import Config as Config
+from runnerd.config.model import ConfigError as ConfigError
+from runnerd.config.model import LocalConfig as LocalConfig
+from runnerd.config.model import MetricsConfig as MetricsConfig
+from runnerd.config.model import RunnerConfig as RunnerConfig
+from runnerd.config.model import RuntimeConfig as RuntimeConfig
+from runnerd.config.model import ServerConfig as ServerConfig
+from runnerd.config.model import TermsConfig as TermsConfig
+from runnerd.config.model import TierLimits as TierLimits
+from runnerd.config.model import toml_key
+from runnerd.config.parse import parse_config as parse_config
+from runnerd.config.render import MASK as MASK
+from runnerd.config.render import render_config as render_config
+from runnerd.config.table import show
+
+DROP_IN_DIR = "apps.d"
+
+
+def _read_toml(path: Path, *, named: bool) -> tuple[dict[str, object], str]:
+    """The parsed file and its text. `named`: say which file in the message
+    (the main file's name is already in front of every error the CLI prints)."""
+    what = f"{str(path)!r} " if named else ""
+    try:
+        text = path.read_bytes().decode("utf-8")
+        return tomllib.loads(text), text
+    except OSError as exc:
+        raise ConfigError("", f"cannot read {what}".strip() + f": {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib's message carries "(at line N, column M)".
+        raise ConfigError("", f"{what}is not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            "", f"{what}is not valid UTF-8 (byte {exc.start}: {exc.reason})"
+        ) from exc
+
+
+def _merge_drop_ins(
+    data: dict[str, object], path: Path, texts: dict[Path, str]
+) -> dict[str, Path]:
+    """Add every `apps.d/*.toml` app to `data["apps"]` (and each file's text
+    to `texts`); returns app → file."""
+    apps = data.setdefault("apps", {})
+    if not isinstance(apps, dict):
+        raise ConfigError("apps", f"must be a table, got {show(apps)}")
+    origin = {name: path for name in apps}
+    drop_dir = path.parent / DROP_IN_DIR
+    files = sorted(drop_dir.glob("*.toml")) if drop_dir.is_dir() else []
+    for file in (f for f in files if not f.name.startswith(".") and f.is_file()):
+        extra, texts[file] = _read_toml(file, named=True)
+        for key in extra:
+            if key != "apps":
+                raise ConfigError(
+                    key, f"not allowed in {file}: a drop-in holds only [apps.NAME] tables"
+                )
+        more = extra.get("apps", {})
+        if not isinstance(more, dict):
+            raise ConfigError("apps", f"must be a table in {file}, got {show(more)}")
+        for name, entry in more.items():
+            if name in origin:
+                raise ConfigError(f"apps.{name}", f"defined in both {origin[name]} and {file}")
+            origin[name] = file
+            apps[name] = entry
+    return origin
+
+
+def load_config(path: Path) -> Config:
+    """Read the config file, its `apps.d/*.toml` drop-ins and the terms file.
+
+    Raises:
+        ConfigError: unreadable or invalid TOML, or any problem `parse_config`
+            finds; an error inside a drop-in's app names that file.
+    """
+    path = Path(os.path.abspath(path))
+    data, text = _read_toml(path, named=False)
+    texts = {path: text}
+    origin = _merge_drop_ins(data, path, texts)
+    try:
+        config = parse_config(
+            data, base_dir=path.parent, read_text=lambda p: p.read_text(encoding="utf-8")
+        )
+    except ConfigError as exc:
+        for name, file in origin.items():
+            key = f"apps.{toml_key(name)}"
+            if file != path and (exc.key == key or exc.key.startswith(f"{key}.")):
+                line = find_key_line(texts[file], exc.key)
+                where = f"{file}" if line is None else f"{file}, line {line}"
+                raise ConfigError(exc.key, f"{exc.problem} (in {where})") from exc
+        line = find_key_line(text, exc.key) if exc.key else None
+        raise ConfigError(exc.key, exc.problem, line) from exc
+    return dataclasses.replace(config, source=path)

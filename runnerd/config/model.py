@@ -1,0 +1,155 @@
+"""The typed shape of the operator configuration, and its error type.
+
+Owns the `Config` dataclasses (frozen: a reload builds a new one and swaps it
+whole), `ConfigError`, and the defaults and limits parsing applies. Pure data:
+parsing is `runnerd.config_parse`, files are `runnerd.config`, printing is
+`runnerd.config_render`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from runnerd.contract import PullPolicy
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be run on. `key` is the dotted key path;
+    `line`, when known, where it is in the file the error is about."""
+
+    def __init__(self, key: str, problem: str, line: int | None = None) -> None:
+        text = f"{key}: {problem}" if key else problem
+        super().__init__(text if line is None else f"line {line}: {text}")
+        self.key = key
+        self.problem = problem
+        self.line = line
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    # "unix:/path", "tcp:HOST:PORT", "fd:N", or "systemd" (LISTEN_FDS).
+    listen: tuple[str, ...]
+    socket_mode: int = 0o660
+    # "*" or an explicit allowlist of origins. Default: no browser origin at
+    # all (curl and other non-browser clients send none and are unaffected).
+    cors_origins: Literal["*"] | tuple[str, ...] = ()
+    max_body_bytes: int = 16 * 1024 * 1024
+    log_level: str = "info"
+    # Host names (beyond loopback addresses and `localhost`) a TCP request's
+    # Host header may name: the DNS-rebinding guard. Lowercase, no port.
+    allowed_hosts: tuple[str, ...] = ()
+    # A TCP bind to a non-loopback address must be asked for explicitly.
+    allow_remote: bool = False
+    # An idle keep-alive connection (no request in flight) is closed after this.
+    idle_timeout_s: float = 5.0
+    # A request's headers, and then its body, must arrive within this.
+    request_timeout_s: float = 10.0
+    # Connections served at once per listener (streams included); the rest
+    # wait in the listen backlog.
+    max_connections: int = 1000
+
+
+@dataclass(frozen=True)
+class TermsConfig:
+    version: str
+    title: str
+    body: str
+
+
+@dataclass(frozen=True)
+class TierLimits:
+    """Ceilings for one tier, as Kubernetes quantities plus a TTL in seconds."""
+
+    cpu: str
+    memory: str
+    ephemeral_storage: str
+    ttl_s: float
+
+
+@dataclass(frozen=True)
+class AppEntry:
+    name: str
+    image: str
+    pull_policy: PullPolicy = "missing"
+    title: str | None = None
+    description: str | None = None
+    # Operator values; may be secrets. Never logged, never sent to a client
+    # (repr=False: a logged config or entry must not carry them either).
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """A local-backend "image": a command line with `{entry}` substituted."""
+
+    name: str
+    command: tuple[str, ...]
+    # Extra argv when the session asks for `inspect`; `{inspect_port}` substituted.
+    inspect_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    workdir: Path = Path("/var/lib/runnerd/sessions")
+    stop_grace_s: float = 2.0
+    runtimes: Mapping[str, RuntimeConfig] = field(default_factory=dict)
+    # "auto": a PID namespace per session where the kernel allows it, else
+    # the process group (announced); "process-group": always the latter.
+    containment: Literal["auto", "process-group"] = "auto"
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    backend: Literal["local", "kubernetes"] = "local"
+    display_name: str = "Telo Runner"
+    description: str = "Runs Telo applications on this host."
+    default_image: str = "telorun/node:latest-slim"
+    # None: not configured (backend default applies, see
+    # `runnerd.capabilities.allowed_images`).
+    allowed_images: tuple[str, ...] | None = None
+    registry_url: str | None = None
+    max_sessions: int = 32
+    exit_ttl_s: float = 4 * 3600.0
+    replay_buffer_bytes: int = 5_000_000
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    # `server.listen` grammar ("unix:/path", "tcp:HOST:PORT", "fd:N"); empty: off.
+    listen: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig
+    runner: RunnerConfig
+    session_limits: TierLimits
+    app_limits: TierLimits
+    local: LocalConfig
+    terms: TermsConfig | None = None
+    apps: Mapping[str, AppEntry] = field(default_factory=dict)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    # The file this was loaded from (SIGHUP re-reads it), None when built in code.
+    source: Path | None = None
+
+
+# Production default: the systemd unit's RuntimeDirectory, reachable only
+# through the socket's group. TCP is opt-in: it has no peer credentials.
+DEFAULT_LISTEN = ("unix:/run/runnerd/runnerd.sock",)
+DEFAULT_SESSION_LIMITS = TierLimits("50m", "100Mi", "512Mi", 3600.0)
+DEFAULT_APP_LIMITS = TierLimits("500m", "512Mi", "1Gi", 21600.0)
+ENTRY = "{entry}"
+# SIGTERM must end the daemon within 10 s (the contract): each workload gets
+# this much grace after SIGTERM before SIGKILL, and the shutdown budget must
+# still cover it plus the kill and the cleanup.
+MAX_STOP_GRACE_S = 5.0
+
+
+def toml_key(name: str) -> str:
+    """A TOML key as written: bare when it can be, quoted otherwise."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)

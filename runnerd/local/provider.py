@@ -1,0 +1,161 @@
+"""What the local backend exports to the core (`runnerd.backends.Provider`).
+
+Owns the local backend's answers to what the daemon, the CLI and the HTTP
+edge ask of whichever backend is configured, so no core module names it:
+its config check (every image names a `[local.runtimes]` entry: `{entry}`
+runtimes for bundle sessions, runtimes without it for catalog apps), the
+images it offers, its stop timeout, its start-up warnings, what of the config
+is bound at start (the whole `[local]` section), and `open_backend` (the
+backend for the daemon's lifetime: the workdir claimed and swept on entry).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
+
+from runnerd.config import AppEntry, Config, ConfigError, LocalConfig, RunnerConfig
+from runnerd.config.model import ENTRY
+from runnerd.local.backend import LocalBackend
+from runnerd.local.runtimes import SERVICE_PATH, runtime_problems, search_path
+from runnerd.local.workdir import WorkdirError
+
+NAME = "local"
+# A stop waits the workload's SIGTERM grace plus this for the SIGKILL, the
+# drain and the cleanup (cgroup, session directory).
+STOP_HEADROOM_S = 3.0
+
+
+def check_config(config: Config, *, reloaded: bool = False) -> None:
+    """Every image the config names is a runtime the right kind of session can run.
+
+    `reloaded`: `config` is a reloaded catalog against the `[local]` the
+    daemon started with (runtimes change only on restart); the error says so.
+
+    Raises:
+        ConfigError: naming the key of the first image that breaks the rule.
+    """
+    try:
+        check_images(config.runner, config.local, config.apps)
+    except ConfigError as exc:
+        if not reloaded:
+            raise
+        raise ConfigError(
+            exc.key,
+            f"{exc.problem} in the running [local]; [local.runtimes] changes need a restart",
+        ) from exc
+
+
+def check_images(
+    runner: RunnerConfig, local: LocalConfig, apps: Mapping[str, AppEntry]
+) -> None:
+    """On the local backend every image names a runtime: `{entry}` runtimes for
+    bundle sessions, runtimes without it for catalog apps (no bundle).
+
+    Raises:
+        ConfigError: naming the key of the first image that breaks the rule.
+    """
+    defined = ", ".join(local.runtimes) or "none"
+
+    def runtime(key: str, image: str, bundle: bool) -> None:
+        rt = local.runtimes.get(image)
+        if rt is None and image == RunnerConfig.default_image:
+            # The built-in default is a container image (the Kubernetes
+            # backend's): say what to write instead of only what is wrong.
+            raise ConfigError(
+                key,
+                f"the default {image!r} is a container image, which the local backend cannot"
+                f" run; name a [local.runtimes] entry (defined: {defined}), e.g."
+                f' default_image = "telo" with [local.runtimes.telo]'
+                f' command = ["telo", "run", "{ENTRY}"]',
+            )
+        if rt is None:
+            raise ConfigError(
+                key, f"{image!r} is not a [local.runtimes] entry (defined: {defined})"
+            )
+        if bundle != any(ENTRY in arg for arg in rt.command):
+            need = "must contain" if bundle else "must not contain"
+            use = "a bundle session" if bundle else "an app session, which has no bundle"
+            raise ConfigError(
+                key, f"runtime {image!r} is used by {use}: its command {need} {ENTRY}"
+            )
+
+    runtime("runner.default_image", runner.default_image, True)
+    for i, image in enumerate(runner.allowed_images or ()):
+        runtime(f"runner.allowed_images[{i}]", image, True)
+    for app in apps.values():
+        runtime(f"apps.{app.name}.image", app.image, False)
+
+
+def offered_images(config: Config) -> tuple[str, ...]:
+    """The images a bundle session may pick when the operator lists none:
+    every runtime that runs bundles (`{entry}` in its command) and that no
+    catalog app uses (a catalog image is never offered, so a client cannot
+    launch an app's runtime with its own bundle)."""
+    app_images = {app.image for app in config.apps.values()}
+    return tuple(
+        name
+        for name, rt in config.local.runtimes.items()
+        if name not in app_images and any(ENTRY in arg for arg in rt.command)
+    )
+
+
+def stop_timeout_s(config: Config) -> float:
+    """How long a stop may take: SIGTERM grace, then SIGKILL and the cleanup."""
+    return config.local.stop_grace_s + STOP_HEADROOM_S
+
+
+def config_warnings(config: Config, daemon_path: str | None) -> list[str]:
+    """`runtime_problems` with the filesystem: the runtimes' executables are
+    looked up as the daemon would (`daemon_path`, then the minimal PATH) and
+    on the PATH systemd gives a service."""
+    path = search_path(daemon_path)
+    return runtime_problems(
+        config.local, find=_find_executable, path=path, service_path=SERVICE_PATH
+    )
+
+
+def _find_executable(program: str, path: str) -> str | None:
+    if "/" in program:
+        return program if os.path.isfile(program) and os.access(program, os.X_OK) else None
+    return shutil.which(program, path=path)
+
+
+def keep_bound(old: Config, new: Config) -> Config:
+    """`new` with what is bound at start (the `[local]` section) kept from `old`."""
+    return replace(new, local=old.local)
+
+
+def bound_changes(old: Config, new: Config) -> list[str]:
+    """The sections that changed but only take effect on restart."""
+    return ["local"] if old.local != new.local else []
+
+
+def open_backend(
+    config: Config, apps: Callable[[], Mapping[str, AppEntry]]
+) -> contextlib.AbstractAsyncContextManager[LocalBackend]:
+    """The local backend for the daemon's lifetime.
+
+    On entry it takes `local.workdir` (one runnerd per workdir) and removes
+    what a killed predecessor left; the lock is held until the process exits.
+    Nothing to close on exit: every session's teardown is its own.
+
+    Raises:
+        ConfigError: `local.workdir` is unusable or another runnerd holds it.
+    """
+    return _open_backend(config, apps)
+
+
+@contextlib.asynccontextmanager
+async def _open_backend(
+    config: Config, apps: Callable[[], Mapping[str, AppEntry]]
+) -> AsyncIterator[LocalBackend]:
+    backend = LocalBackend(config.local, apps=apps)
+    try:
+        backend.claim_workdir()
+    except WorkdirError as exc:
+        raise ConfigError("local.workdir", str(exc)) from exc
+    yield backend

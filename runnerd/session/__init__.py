@@ -1,0 +1,14 @@
+"""The core: sessions and the manager that runs them.
+
+Owns the session registry and its replay rings (`registry`, pure), one
+session's state (`session`), the `SessionManager` (`manager`: one nursery
+per session, the only place a session's lifecycle is decided; `ending`: its
+terminal status; `errors`: its refusals), admission
+(`admission`: a request body to a `RunSpec`, with `limits` clamping and
+`paths` bundle-path normalisation, pure) and the capabilities document
+(`capabilities`, pure).
+
+May import: `contract`, `errors`, `metrics`, `backend`, `config`. Never a
+backend package, `http`, `daemon` or `cli`: a backend reaches the core only
+through the `runnerd.backend` seam.
+"""

@@ -1,0 +1,235 @@
+"""Session admission: from a validated request body to a `RunSpec`. Pure.
+
+Owns the checks of `POST /v1/sessions` and `POST /v1/apps/{name}/sessions`
+that come after the schema (msgspec's, in `contract.parse_body`) and before
+capacity (the registry's), in the contract's order, each with its own answer:
+
+  2. terms: `x-telo-accepted-terms` must equal the terms version → 428
+  3. `app` names no catalog entry → 400 unknown_app
+  4. no `app`, and `bundle` or `config` missing → 400 invalid_request
+  5. a bundle path escapes the bundle → 400 invalid_bundle
+  6. `config.image` not allowed → 400 invalid_config (not for app sessions)
+
+and what the workload then gets: its image, its final env (catalog values
+win over the client's, TELO_REGISTRY_URL added), and its clamped limits.
+
+A rejection raises `AdmissionError` and has touched nothing: admission only
+reads the config, so a rejected request changes no state.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+from runnerd.backend import BundleSpec, ImageSpec, RunSpec
+from runnerd.config import AppEntry, Config, TermsConfig
+from runnerd.config.envnames import is_env_name
+from runnerd.config.images import Offered, check_image
+from runnerd.contract import (
+    ACCEPTED_TERMS_HEADER,
+    RunBundle,
+    SessionConfig,
+    StartAppSessionRequest,
+    StartSessionRequest,
+    error_body,
+)
+from runnerd.errors import RunnerdError
+from runnerd.session.limits import clamp_limits
+from runnerd.session.paths import BundlePathError, normalise_bundle_path
+
+REGISTRY_ENV = "TELO_REGISTRY_URL"
+
+
+class AdmissionError(RunnerdError):
+    """A request the runner refuses: its status, code and message (and extra
+    body fields) are the answer. `to_body()` is the JSON error body."""
+
+    def __init__(
+        self, status: int, code: str, message: str, extra: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(message, status_hint=status, code=code, extra=extra)
+
+    @property
+    def status(self) -> int:
+        return self.status_hint
+
+    def to_body(self) -> dict[str, Any]:
+        return error_body(self.code, self.message, **self.extra)
+
+
+def new_session_id() -> str:
+    """12 characters of lowercase RFC 4648 base32 (`a-z2-7`) from the CSPRNG:
+    60 random bits, valid in DNS labels and Kubernetes names."""
+    # 10 bytes encode to exactly 16 base32 characters (no padding); keep 12.
+    return base64.b32encode(secrets.token_bytes(10)).decode("ascii")[:12].lower()
+
+
+def _check_env(env: Mapping[str, str]) -> None:
+    """A name outside the one env-name rule (`runnerd.envnames`, the rule the
+    config and the backends apply too) or a value execve cannot carry is a
+    schema error, caught up front (before terms, like every schema error)
+    rather than as a start failure."""
+    for key, value in env.items():
+        if not is_env_name(key):
+            raise AdmissionError(
+                400, "invalid_request", f"body.env key {key!r} is not a valid variable name"
+            )
+        if "\0" in value:
+            raise AdmissionError(400, "invalid_request", f"body.env.{key} contains a NUL byte")
+
+
+def _check_terms(terms: TermsConfig | None, accepted: str | None) -> None:
+    if terms is None or accepted == terms.version:
+        return
+    raise AdmissionError(
+        428,
+        "terms_required",
+        f"this runner requires accepting its terms (version {terms.version}): resend with "
+        f"the header {ACCEPTED_TERMS_HEADER}: {terms.version}",
+        {"terms": {"version": terms.version, "title": terms.title, "body": terms.body}},
+    )
+
+
+def _unknown_app(name: str, config: Config, status: int) -> AdmissionError:
+    offered = ", ".join(config.apps)
+    where = f"offered apps: {offered}" if offered else "it offers no predefined applications"
+    return AdmissionError(
+        status,
+        "unknown_app",
+        f"app {name!r} is not offered by this runner; {where} (see /v1/capabilities)",
+    )
+
+
+def _bundle_spec(bundle: RunBundle) -> BundleSpec:
+    """Every path normalised; duplicates and a file nested under another file
+    are refused too, since writing them would silently lose one."""
+    try:
+        entry = normalise_bundle_path(bundle.entryRelativePath)
+        files: dict[str, str] = {}
+        for file in bundle.files:
+            path = normalise_bundle_path(file.relativePath)
+            if path in files:
+                raise BundlePathError(f"bundle path {file.relativePath!r} is given twice")
+            files[path] = file.contents
+    except BundlePathError as exc:
+        raise AdmissionError(400, "invalid_bundle", str(exc)) from None
+    for path in files:
+        parent = path.rpartition("/")[0]
+        while parent:
+            if parent in files:
+                raise AdmissionError(
+                    400, "invalid_bundle", f"bundle path {path!r} is inside file {parent!r}"
+                )
+            parent = parent.rpartition("/")[0]
+    return BundleSpec(entry=entry, files=tuple(files.items()))
+
+
+def _registry_env(
+    env: dict[str, str], session_config: SessionConfig | None, config: Config
+) -> dict[str, str]:
+    """Add TELO_REGISTRY_URL unless the env has it: `config.registryUrl`
+    (trimmed, blank = unset), else the runner's default, else nothing."""
+    if REGISTRY_ENV in env:
+        return env
+    requested = (session_config.registryUrl or "").strip() if session_config else ""
+    url = requested or config.runner.registry_url
+    return {**env, REGISTRY_ENV: url} if url else env
+
+
+def _app_spec(
+    app: AppEntry,
+    client_env: Mapping[str, str],
+    body: StartSessionRequest | StartAppSessionRequest,
+    config: Config,
+    session_id: str,
+) -> RunSpec:
+    # Drop every client key the catalog defines, then add the operator's
+    # values: a client can never override (or learn) an operator value.
+    env = {k: v for k, v in client_env.items() if k not in app.env}
+    env.update(app.env)
+    return RunSpec.create(
+        session_id=session_id,
+        image=ImageSpec(app.image, app.pull_policy),
+        env=_registry_env(env, None, config),
+        limits=clamp_limits(None, config.app_limits),
+        bundle=None,
+        app=app.name,
+        ports=tuple(body.ports or ()),
+        inspect=bool(body.inspect),
+    )
+
+
+def admit(
+    body: StartSessionRequest,
+    config: Config,
+    *,
+    accepted_terms: str | None,
+    session_id: str,
+    offered: Offered,
+) -> RunSpec:
+    """Admit a `POST /v1/sessions` body (already schema-valid) or refuse it.
+
+    `offered`: the backend's images, for the image allowlist
+    (`runnerd.config.images`).
+
+    Anonymous (bundle) sessions get the session tier's limits; the contract's
+    "session pods run with the app tier's ceilings" is about the Kubernetes
+    pod's resources, which the Kubernetes backend applies itself. An app
+    session ignores `bundle` and `config` if the client also sent them, as
+    the original runner does.
+
+    Raises:
+        AdmissionError: the first failing check, in the contract's order.
+    """
+    _check_env(body.env)
+    _check_terms(config.terms, accepted_terms)
+    if body.app is not None:
+        app = config.apps.get(body.app)
+        if app is None:
+            raise _unknown_app(body.app, config, 400)
+        return _app_spec(app, body.env, body, config, session_id)
+    if body.bundle is None or body.config is None:
+        raise AdmissionError(
+            400,
+            "invalid_request",
+            "'bundle' and 'config' are required unless launching a predefined app via 'app'",
+        )
+    bundle = _bundle_spec(body.bundle)
+    problem = check_image(config, body.config.image, offered)
+    if problem is not None:
+        raise AdmissionError(400, "invalid_config", problem)
+    return RunSpec.create(
+        session_id=session_id,
+        image=ImageSpec(body.config.image, body.config.pullPolicy),
+        env=_registry_env(dict(body.env), body.config, config),
+        limits=clamp_limits(None, config.session_limits),
+        bundle=bundle,
+        ports=tuple(body.ports or ()),
+        inspect=bool(body.inspect),
+    )
+
+
+def admit_app(
+    name: str,
+    body: StartAppSessionRequest,
+    config: Config,
+    *,
+    accepted_terms: str | None,
+    session_id: str,
+) -> RunSpec:
+    """Admit `POST /v1/apps/{name}/sessions`. An unknown name is `404
+    unknown_app`, checked before terms (the path names a resource).
+
+    Raises:
+        AdmissionError: 404 unknown_app, 428 terms_required, 400 invalid_request.
+    """
+    app = config.apps.get(name)
+    if app is None:
+        raise _unknown_app(name, config, 404)
+    env = body.env or {}
+    _check_env(env)
+    _check_terms(config.terms, accepted_terms)
+    return _app_spec(app, env, body, config, session_id)

@@ -1,0 +1,370 @@
+"""The session manager: every session as a task tree under one nursery.
+
+Owns the IO side of sessions: the sessions nursery (started by the daemon),
+one cancel scope and workload nursery per session, the terminal-status
+decision, user stops, shutdown and exit-TTL expiry. The state itself
+(status, rings, capacity) is the pure `runnerd.registry`; the workload is
+the `Backend`'s.
+
+How a session runs: `start()` registers it (`starting`, event 1) and starts
+its task at once, so the 201 goes out before the backend does anything. The
+task opens a cancel scope (a user stop cancels it), a TTL deadline
+(`spec.limits.ttl_s`), and a workload nursery in which
+`nursery.start(backend.run, spec, sink)` returns the `WorkloadHandle` for
+stdin and resizes. Whatever ends it becomes exactly one terminal status:
+
+    outcome Exited(code)         -> exited {code}
+    outcome Failed(message)      -> failed message
+    user stop (any time)         -> stopped (never failed)
+    spec.limits.ttl_s elapsed    -> failed "ttl: session exceeded its time limit of N s"
+    StartError(stage, message)   -> failed "<stage>: <message>"
+    anything else                -> failed "internal: ..." (traceback to the log only)
+
+A failing session never takes down the manager or another session: every
+exception (ExceptionGroups too) is classified inside the session's own task.
+
+The per-session object (`Session`, `SessionSink`) is runnerd.session.
+
+PTY output decision: the backend's `output(bytes)` goes to the session's
+`ByteRing` only (the WebSocket PTY channel); it is NOT also emitted as
+`stdout` SSE events. The Telo runner does the same for its `tty` stream
+(`stdout`/`stderr` events are for non-PTY streams, which no runnerd backend
+has), doubling every byte into the event ring would halve the replay that
+fits in `replay_buffer_bytes`, and the contract already drops debug log
+frames because "the same bytes already arrive on the PTY channel".
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import trio
+
+from runnerd.backend import (
+    Backend,
+    EndIntent,
+    Outcome,
+    Recovered,
+    RunSpec,
+    StartError,
+)
+from runnerd.contract import RunStatus, stopped
+from runnerd.errors import SessionNotFound
+from runnerd.metrics import NULL_METRICS, Metrics
+from runnerd.session.ending import WorkloadRun, classify, leaves
+from runnerd.session.errors import DetachUnsupported, ManagerClosed, StopFailed
+from runnerd.session.registry import RegistryFull, SessionRecord, SessionRegistry
+from runnerd.session.session import AttachOnStart, Session, SessionSink
+
+__all__ = [
+    "DetachUnsupported",
+    "ManagerClosed",
+    "RegistryFull",
+    "Session",
+    "SessionManager",
+    "StopFailed",
+]
+
+log = logging.getLogger("runnerd.sessions")
+
+
+class ManagerState(enum.Enum):
+    """IDLE: `run()` is not running (no session can start). SERVING: sessions
+    start and are adopted. CLOSING: `stop_all()` began; nothing new enters
+    until `run()` ends (back to IDLE)."""
+
+    IDLE = "idle"
+    SERVING = "serving"
+    CLOSING = "closing"
+
+
+class SessionManager:
+    """Starts, tracks, stops and expires sessions. See the module docstring.
+
+    Resource handling: every session task runs in the nursery `run()` owns;
+    cancelling `run()` cancels every session (each backend tears its
+    workload down before the cancellation propagates). Call `stop_all()`
+    first for an orderly shutdown that records `stopped` for each.
+
+    Error handling: nothing a backend does escapes its session's task;
+    `start()` raises only `RegistryFull`, `ManagerClosed` and (for a caller
+    that reuses an id) `ValueError`; `stop()` only `StopFailed`.
+
+    The registry holds the `Session` objects themselves: it is the one map of
+    sessions, so eviction and expiry cannot leave a stale copy anywhere.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        max_sessions: int,
+        exit_ttl_s: float,
+        replay_buffer_bytes: int,
+        stop_timeout_s: float = 10.0,
+        wall_clock: Callable[[], float] = time.time,
+        metrics: Metrics = NULL_METRICS,
+    ) -> None:
+        """`stop_timeout_s` bounds how long `stop()` waits for a session to end
+        (the backend's own stop grace plus headroom). `wall_clock` gives epoch
+        seconds for timestamps and exit-TTL expiry (injectable for tests).
+        `metrics` counts starts, start failures and PTY bytes."""
+        self._backend = backend
+        self._registry: SessionRegistry[Session] = SessionRegistry(max_sessions, exit_ttl_s)
+        self._replay_buffer_bytes = replay_buffer_bytes
+        self._stop_timeout_s = stop_timeout_s
+        self._wall_clock = wall_clock
+        self._metrics = metrics
+        self._nursery: trio.Nursery | None = None
+        self._state = ManagerState.IDLE
+        self._expiry_wakeup = trio.Event()
+
+    @property
+    def live_count(self) -> int:
+        return self._registry.live_count
+
+    def sessions(self) -> list[Session]:
+        """Every registered session (live and retained), oldest first."""
+        return list(self._registry)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the sessions nursery and the exit-TTL expiry loop until cancelled."""
+        if self._state is not ManagerState.IDLE:
+            raise RuntimeError("SessionManager.run is already running")
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._state = ManagerState.SERVING
+                nursery.start_soon(self._run_expiry)
+                task_status.started()
+        finally:
+            self._nursery, self._state = None, ManagerState.IDLE
+
+    def start(self, spec: RunSpec) -> Session:
+        """Register a session for `spec` and start it; return at once.
+
+        The session is `starting` (event 1) when this returns; everything
+        after that arrives on its event stream.
+
+        Raises:
+            RegistryFull: every slot is held by a live session (nothing changed).
+            ManagerClosed: `run()` is not running, or shutdown has begun.
+            ValueError: `spec.session_id` is already registered (nothing
+                changed; ids are the caller's to pick, see `get`).
+        """
+        nursery = self._open_nursery()
+        now = self._wall_clock()
+        spec = replace(spec, identity=replace(spec.identity, created_at=now))
+        record = SessionRecord(spec.session_id, now, self._replay_buffer_bytes)
+        session = Session(record, spec, self._wall_clock, self._metrics, self._backend.name)
+        for evicted in self._registry.add(session, now):
+            log.info("evicted to make room", extra={"session_id": evicted})
+        log.info(
+            "starting image=%s app=%s",
+            spec.image.image,
+            spec.app,
+            extra={"session_id": session.id},
+        )
+        nursery.start_soon(self._run_session, session, name=f"session {session.id}")
+        return session
+
+    def adopt(self, recovered: Recovered) -> Session:
+        """Take over a live workload `Backend.recover()` found: register it
+        with its original id, creation time and status, past the capacity
+        check (it exists already; refusing it would orphan it), and run it
+        (`run()` with no creation: the backend re-attaches). Its TTL stays a
+        deadline from the original `created_at`.
+
+        Raises:
+            ManagerClosed: `run()` is not running, or shutdown has begun.
+            ValueError: the id is already registered, or `created_at` is unset.
+        """
+        nursery = self._open_nursery()
+        identity = recovered.identity
+        if identity.created_at is None:
+            raise ValueError(f"session {identity.session_id}: adopted without created_at")
+        record = SessionRecord(identity.session_id, identity.created_at, self._replay_buffer_bytes)
+        record.set_status(recovered.status, self._wall_clock())
+        spec = RunSpec(identity, None)
+        session = Session(record, spec, self._wall_clock, self._metrics, self._backend.name)
+        session.running_at = self._wall_clock()  # counted by the daemon that started it
+        self._registry.adopt(session)
+        log.info("adopted status=%s", recovered.status["kind"], extra={"session_id": session.id})
+        nursery.start_soon(self._run_session, session, name=f"session {session.id}")
+        return session
+
+    def _open_nursery(self) -> trio.Nursery:
+        if self._state is not ManagerState.SERVING or self._nursery is None:
+            raise ManagerClosed()
+        return self._nursery
+
+    def get(self, session_id: str) -> Session | None:
+        return self._registry.get(session_id)
+
+    def require(self, session_id: str) -> Session:
+        """The session with this id.
+
+        Raises:
+            SessionNotFound: no such session (never was, or evicted).
+        """
+        session = self._registry.get(session_id)
+        if session is None:
+            raise SessionNotFound(session_id)
+        return session
+
+    async def stop(self, session_id: str, intent: EndIntent = EndIntent.STOP) -> None:
+        """User stop: mark the session user-stopped, cancel it, and return once
+        it is terminal (`stopped`, or whatever it had already ended as).
+
+        Idempotent; an unknown id is fine. A stop that lands while the workload
+        is still being created cancels the creation, which stops it.
+
+        Raises:
+            StopFailed: the session was not terminal within `stop_timeout_s`.
+        """
+        session = self._registry.get(session_id)
+        if session is None:
+            return
+        if not session.is_terminal:
+            log.info("stop requested", extra={"session_id": session_id})
+            session.request_stop(intent)
+        with trio.move_on_after(self._stop_timeout_s):
+            await session.wait_terminal()
+            return
+        raise StopFailed(session_id, self._stop_timeout_s)
+
+    async def stop_all(self, intent: EndIntent = EndIntent.STOP) -> list[str]:
+        """Shutdown: refuse new sessions and end every live one, concurrently,
+        with `intent` (STOP: every workload gone; DETACH: left running for a
+        successor daemon).
+
+        Returns the ids that could not be ended in time (logged; their tasks
+        are still running and end when `run()` is cancelled).
+
+        Raises:
+            DetachUnsupported: DETACH from a backend that cannot; nothing
+                changed (the manager still accepts sessions).
+        """
+        if intent is EndIntent.DETACH and not self._backend.detach_supported:
+            raise DetachUnsupported(self._backend.name)
+        self._state = ManagerState.CLOSING
+        stuck: list[str] = []
+
+        async def stop_one(session_id: str) -> None:
+            try:
+                await self.stop(session_id, intent)
+            except StopFailed as exc:
+                extra = {"session_id": session_id}
+                log.error("did not stop within %g s", exc.timeout_s, extra=extra)
+                stuck.append(session_id)
+
+        async with trio.open_nursery() as nursery:
+            for session in self._registry:
+                if not session.is_terminal:
+                    nursery.start_soon(stop_one, session.id)
+        return stuck
+
+    def reconfigure(
+        self,
+        *,
+        max_sessions: int | None = None,
+        exit_ttl_s: float | None = None,
+        replay_buffer_bytes: int | None = None,
+    ) -> None:
+        """Change limits for what comes next; a smaller capacity never stops a
+        live session, and `replay_buffer_bytes` applies to new sessions."""
+        self._registry.reconfigure(max_sessions=max_sessions, exit_ttl_s=exit_ttl_s)
+        if replay_buffer_bytes is not None:
+            self._replay_buffer_bytes = replay_buffer_bytes
+        self._expiry_wakeup.set()
+
+    # -- one session -------------------------------------------------------
+
+    async def _run_session(self, session: Session) -> None:
+        # Kept only if `run()` itself is cancelled (shutdown past its budget):
+        # the workload is gone with the scope, so the session is stopped.
+        status: RunStatus = stopped()
+        try:
+            status = await self._drive(session)
+        finally:
+            session.close(status)
+            self._expiry_wakeup.set()
+            self._count_unstarted(session, status)
+        log.info(
+            "ended %s",
+            status["kind"],
+            extra={"session_id": session.id, "status": status},
+        )
+
+    def _count_unstarted(self, session: Session, status: RunStatus) -> None:
+        """A session that ended without ever running: its start's outcome, and
+        for a failure its stage (the `<stage>:` of the message)."""
+        if session.running_at is not None:
+            return
+        self._metrics.session_started(self._backend.name, status["kind"])
+        if status["kind"] == "failed":
+            stage, sep, _ = status["message"].partition(":")
+            self._metrics.start_failed(stage if sep and stage.isidentifier() else "unknown")
+
+    async def _drive(self, session: Session) -> RunStatus:
+        """Run the workload under the stop scope and TTL; return the terminal status."""
+        spec = session.spec
+        run = WorkloadRun()
+        with trio.CancelScope() as stop_scope:
+            session.set_stop_scope(stop_scope)  # cancels at once if already stopped
+            with trio.move_on_at(self._ttl_deadline(spec)) as ttl_scope:
+                try:
+                    run.outcome = await self._run_workload(session, SessionSink(session))
+                except* StartError as group:
+                    first = leaves(group)[0]
+                    assert isinstance(first, StartError)
+                    run.start_error = first
+                except* Exception as group:
+                    run.internal = group
+        session.set_stop_scope(None)
+        run.ttl_expired = ttl_scope.cancelled_caught
+        return classify(session, run)
+
+    def _ttl_deadline(self, spec: RunSpec) -> float:
+        """`created_at + ttl_s` on trio's clock: a deadline from creation, so
+        an adopted session keeps the time it had left, not a fresh TTL."""
+        created_at = spec.identity.created_at
+        elapsed_s = 0.0 if created_at is None else self._wall_clock() - created_at
+        return trio.current_time() + spec.limits.ttl_s - max(0.0, elapsed_s)
+
+    async def _run_workload(self, session: Session, sink: SessionSink) -> Outcome | None:
+        """Start the backend and wait for it; return its outcome (None when
+        the run was cancelled before the backend returned one)."""
+        outcome: Outcome | None = None
+
+        async def run_backend(*, task_status: trio.TaskStatus[None]) -> None:
+            nonlocal outcome
+            attach = AttachOnStart(session, nursery, task_status)
+            outcome = await self._backend.run(session.spec, sink, task_status=attach)
+            # Nothing outlives the workload: a pending resize flush goes with it.
+            nursery.cancel_scope.cancel()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(run_backend)
+        finally:
+            session.detach()
+        return outcome
+
+    # -- expiry ------------------------------------------------------------
+
+    async def _run_expiry(self) -> None:
+        """Drop terminal sessions `exit_ttl_s` after their exit, to the second."""
+        while True:
+            now = self._wall_clock()
+            for session_id in self._registry.expire(now):
+                log.info("expired", extra={"session_id": session_id})
+            due = self._registry.next_expiry()
+            self._expiry_wakeup = trio.Event()
+            with trio.move_on_after(math.inf if due is None else max(due - now, 0.0)):
+                await self._expiry_wakeup.wait()

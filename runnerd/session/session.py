@@ -1,0 +1,307 @@
+"""One session as the rest of runnerd sees it, and the sink its backend reports to.
+
+Owns the per-session IO state around the pure `SessionRecord`: the wake-up
+that stream readers wait on, the live workload's handle (stdin, resizes with
+their 50 ms coalescing), and the stop scope a user stop cancels. The
+`SessionManager` (runnerd.sessions) creates sessions and drives their
+lifecycle through the methods under "the manager's side".
+
+Reader contract (SSE, WebSocket): read `ring.since(cursor)`, send, then
+`await session.wait_change()` with no checkpoint between the read and the
+call. `wait_change` parks the caller before any other task can run, and
+every append or status change wakes every parked reader, so nothing is lost
+or delivered twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from runnerd.backend import EndIntent, RunSpec, Started, WorkloadHandle
+from runnerd.contract import (
+    Reachability,
+    RunPhase,
+    RunStatus,
+    debug_event,
+    is_event_frame,
+    is_terminal,
+    progress_event,
+    reachability_event,
+    running,
+)
+from runnerd.metrics import NULL_METRICS, Metrics
+from runnerd.session.registry import ByteRing, EventRing, SessionRecord
+
+log = logging.getLogger("runnerd.sessions")
+
+# At most one resize per this interval reaches the workload; the latest wins.
+RESIZE_INTERVAL_S = 0.05
+
+
+class Session:
+    """One session as the HTTP side sees it: state, rings, stdin, resize, wake-ups.
+
+    Stdin and resizes go to the live workload's handle; both are safe to call
+    at any time (stdin is dropped before the workload exists and after it
+    ends; the latest resize before it exists is applied when it does).
+    """
+
+    def __init__(
+        self,
+        record: SessionRecord,
+        spec: RunSpec,
+        wall_clock: Callable[[], float],
+        metrics: Metrics = NULL_METRICS,
+        backend_name: str = "",
+    ):
+        """`metrics` counts the start (POST → running) and PTY bytes, labelled
+        with `backend_name`."""
+        self.spec = spec
+        self.metrics = metrics
+        self.backend_name = backend_name
+        # When it first ran (wall clock; None: not yet, or never): a value,
+        # not a flag, so the start latency and "ever started" are one fact.
+        self.running_at: float | None = None
+        # The end asked of it (None: none asked; a TTL or a cancelled manager
+        # still ends it, as a stop). What its backend's teardown reads.
+        self.end_requested: EndIntent | None = None
+        self._record = record
+        self._wall_clock = wall_clock
+        self._changed = trio.Event()
+        self._done = trio.Event()
+        self._stop_scope: trio.CancelScope | None = None
+        self._handle: WorkloadHandle | None = None
+        self._nursery: trio.Nursery | None = None  # workload nursery (resize flushes)
+        self._pending_size: tuple[int, int] | None = None
+        self._last_resize_at = -math.inf
+        self._flush_scheduled = False
+
+    # -- state -------------------------------------------------------------
+
+    @property
+    def record(self) -> SessionRecord:
+        """The pure state; this is what `SessionRegistry` keys and evicts by."""
+        return self._record
+
+    @property
+    def id(self) -> str:
+        return self._record.id
+
+    @property
+    def created_at(self) -> str:
+        """ISO-8601 UTC, e.g. `2026-11-29T16:00:00.123Z`."""
+        return self._record.created_at_iso
+
+    @property
+    def exited_at(self) -> str | None:
+        """ISO-8601 UTC of the terminal transition, None while live."""
+        return self._record.exited_at_iso
+
+    @property
+    def status(self) -> RunStatus:
+        return self._record.status
+
+    @property
+    def is_terminal(self) -> bool:
+        return self._record.is_terminal
+
+    @property
+    def user_stopped(self) -> bool:
+        """An end was asked of it (DELETE, shutdown, detach), as opposed to
+        ending on its own, by its TTL or by a failure."""
+        return self.end_requested is not None
+
+    @property
+    def events(self) -> EventRing:
+        return self._record.events
+
+    @property
+    def pty(self) -> ByteRing:
+        return self._record.pty
+
+    async def wait_change(self) -> None:
+        """Return after the next event, PTY chunk or status change.
+
+        Returns at once when the session is already terminal (nothing will
+        change again), so a reader must end its loop on a terminal status.
+        The caller is parked before any other task runs, so a change made
+        after the caller's last `since()` always wakes it.
+        """
+        if self._record.is_terminal:
+            await trio.lowlevel.checkpoint()
+            return
+        await self._changed.wait()
+
+    async def wait_terminal(self) -> None:
+        """Return once the session's task has ended (status terminal, workload gone)."""
+        await self._done.wait()
+
+    def _notify(self) -> None:
+        # Swap only when someone waits: a busy PTY would otherwise build one
+        # Event per read for nobody.
+        if self._changed.statistics().tasks_waiting:
+            self._changed.set()
+            self._changed = trio.Event()
+
+    def _set_status(self, status: RunStatus) -> bool:
+        now = self._wall_clock()
+        changed = self._record.set_status(status, now)
+        if changed:
+            if status["kind"] == "running" and self.running_at is None:
+                self.running_at = now
+                self.metrics.session_started(self.backend_name, "running")
+                self.metrics.start_latency(self.backend_name, now - self._record.created_at)
+            self._notify()
+        return changed
+
+    # -- terminal ----------------------------------------------------------
+
+    def write_stdin(self, data: bytes) -> None:
+        """Send bytes to the workload's stdin; dropped before it exists and after it ends.
+
+        `running` is published only once the handle is attached (`attach`),
+        so a client that has seen `running` never loses its stdin.
+        """
+        if not data or self.is_terminal:
+            return
+        self.metrics.pty_bytes("input", len(data))
+        if self._handle is not None:
+            self._handle.write(data)
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Resize the workload's terminal, coalesced: at most one resize per
+        `RESIZE_INTERVAL_S` reaches it, and the latest size wins.
+
+        The values are the caller's to validate (the WebSocket route clamps
+        them per the contract in `runnerd.http.io.parse_resize`)."""
+        if self.is_terminal:
+            return
+        self._pending_size = (cols, rows)
+        if self._handle is None or self._nursery is None or self._flush_scheduled:
+            return  # applied on attach, or by the flush already scheduled
+        due = self._last_resize_at + RESIZE_INTERVAL_S
+        if trio.current_time() >= due:
+            self._apply_resize()
+        else:
+            self._flush_scheduled = True
+            self._nursery.start_soon(self._flush_resize, due)
+
+    async def _flush_resize(self, due: float) -> None:
+        await trio.sleep_until(due)
+        self._flush_scheduled = False
+        self._apply_resize()
+
+    def _apply_resize(self) -> None:
+        size, self._pending_size = self._pending_size, None
+        if size is None or self._handle is None:
+            return
+        self._last_resize_at = trio.current_time()
+        try:
+            self._handle.resize(*size)
+        except Exception:  # the handle promises not to raise; a bug must not kill a route
+            log.exception("resize failed", extra={"session_id": self.id})
+
+    # -- the manager's side ------------------------------------------------
+
+    def attach(self, started: Started, nursery: trio.Nursery) -> None:
+        """The workload exists: route stdin and resizes to its handle, run
+        deferred resize flushes in `nursery` (the workload's, so none outlives
+        it), then publish `running` (in that order: load-bearing, see
+        `write_stdin`)."""
+        self._handle, self._nursery = started.handle, nursery
+        if self._pending_size is not None:
+            self.resize(*self._pending_size)
+        self._set_status(running(list(started.endpoints), started.inspect_url))
+
+    def detach(self) -> None:
+        """The workload is gone: stdin and resizes are dropped from now on."""
+        self._handle, self._nursery = None, None
+
+    def request_stop(self, intent: EndIntent = EndIntent.STOP) -> None:
+        """End on request: mark user-stopped, record `intent` for the backend's
+        teardown, and cancel the session's stop scope (if the session task has
+        not opened it yet, it cancels it on entry)."""
+        if self.is_terminal:
+            return
+        self.end_requested = intent
+        if self._stop_scope is not None:
+            self._stop_scope.cancel()
+
+    def set_stop_scope(self, scope: trio.CancelScope | None) -> None:
+        """The scope `request_stop` cancels; cancelled at once if a stop came first."""
+        self._stop_scope = scope
+        if scope is not None and self.end_requested is not None:
+            scope.cancel()
+
+    def close(self, status: RunStatus) -> None:
+        """The session task has ended: record `status` (terminal) unless one is
+        already recorded, drop the workload, and release `wait_terminal`."""
+        self.detach()
+        self._set_status(status)
+        self._done.set()
+
+
+class SessionSink:
+    """The `Sink` a backend reports through: synchronous, never raises, and a
+    no-op once the session is terminal (the record enforces that)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._record = session._record
+
+    def status(self, status: RunStatus) -> None:
+        if is_terminal(status):
+            # Terminal statuses are the manager's to decide (from the outcome).
+            log.warning(
+                "backend reported terminal status %s; ignored",
+                status["kind"],
+                extra={"session_id": self._session.id},
+            )
+            return
+        self._session._set_status(status)
+
+    def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
+        if self._record.emit(progress_event(phase, message, done)) is not None:
+            self._session._notify()
+
+    def output(self, data: bytes) -> None:
+        if self._record.output(data) is not None:
+            self._session.metrics.pty_bytes("output", len(data))
+            self._session._notify()
+
+    def reachability(self, port: int, state: Reachability) -> None:
+        if self._record.emit(reachability_event(port, state)) is not None:
+            self._session._notify()
+
+    def debug(self, frame: dict[str, Any]) -> None:
+        if is_event_frame(frame) and self._record.emit(debug_event(frame)) is not None:
+            self._session._notify()
+
+    def end_intent(self) -> EndIntent:
+        return self._session.end_requested or EndIntent.STOP
+
+
+class AttachOnStart:
+    """The `task_status` a backend's `run()` is given. `started(Started)`
+    attaches the handle and publishes `running` inside the backend's own call,
+    before the backend can report anything else: load-bearing, so `running`
+    is always the first event after `starting` and stdin sent after it is
+    never lost."""
+
+    def __init__(
+        self, session: Session, nursery: trio.Nursery, task_status: trio.TaskStatus[None]
+    ) -> None:
+        self._session = session
+        self._nursery = nursery
+        self._task_status = task_status
+
+    def started(self, value: Started | None = None) -> None:
+        if not isinstance(value, Started):
+            raise TypeError(f"a backend reports Started, not {type(value).__name__}")
+        self._session.attach(value, self._nursery)
+        self._task_status.started()

@@ -1,0 +1,105 @@
+"""Relay a workload's debug Server-Sent-Events stream as frames.
+
+Owns the client side of the kernel's debug stream (`GET <url>`, SSE): connect,
+parse frames, hand each JSON object to the caller, and keep at it. The debug
+server comes up some time after the process starts and may restart, so a
+refused connection or a dropped stream is retried every `retry_s` until the
+session ends.
+
+Every decoded object frame is passed on; choosing event frames over log
+frames is the sink's job (`contract.is_event_frame`), so this module has no
+opinion on frame kinds. Data that is not a JSON object (or nests too deep to
+decode) is skipped.
+
+`SseDecoder` is the pure part (lines in, data payloads out); the relay is the
+IO around it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import trio
+
+log = logging.getLogger("runnerd.debug_relay")
+
+
+class SseDecoder:
+    """Incremental SSE parser (the `data` field only): feed it one line at a
+    time, without the line ending; a blank line completes a frame.
+
+    Per the SSE spec: `data:` lines of one frame are joined with "\\n", a
+    single space after the colon is dropped, comment lines (`:`) and other
+    fields are ignored, and a frame with no data line dispatches nothing.
+    """
+
+    def __init__(self) -> None:
+        self._data: list[str] = []
+
+    def feed(self, line: str) -> str | None:
+        """The frame's data when `line` completes one, else None."""
+        if line == "":
+            if not self._data:
+                return None
+            data = "\n".join(self._data)
+            self._data = []
+            return data
+        field, sep, value = line.partition(":")
+        if field == "data" and sep:
+            self._data.append(value[1:] if value.startswith(" ") else value)
+        elif field == "data":
+            self._data.append("")
+        return None
+
+
+def parse_frame(data: str) -> dict[str, Any] | None:
+    """The JSON object carried by one frame's data, or None if it is not one."""
+    try:
+        frame = json.loads(data)
+    except (ValueError, RecursionError):
+        # RecursionError: nesting deeper than the interpreter's limit. The
+        # workload writes this stream, so it must not be able to raise out of
+        # the relay and fail its own session as an internal error.
+        return None
+    return frame if isinstance(frame, dict) else None
+
+
+async def relay_debug_stream(
+    url: str, on_frame: Callable[[dict[str, Any]], None], *, retry_s: float = 0.5
+) -> None:
+    """Read the SSE stream at `url` and call `on_frame` for every object frame.
+
+    Runs until cancelled: connection failures, error statuses and dropped
+    streams are retried every `retry_s`. `on_frame` must not block or raise.
+    """
+    # trust_env=False: the daemon's proxy settings must not route a loopback
+    # debug stream elsewhere. No read timeout: the stream may idle for long.
+    timeout = httpx.Timeout(5.0, read=None)
+    async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+        while True:
+            try:
+                await _relay_once(client, url, on_frame)
+            except (httpx.HTTPError, httpx.StreamError) as exc:
+                log.debug("debug stream %s: %s; retrying", url, exc)
+            await trio.sleep(retry_s)
+
+
+async def _relay_once(
+    client: httpx.AsyncClient, url: str, on_frame: Callable[[dict[str, Any]], None]
+) -> None:
+    headers = {"accept": "text/event-stream", "cache-control": "no-cache"}
+    async with client.stream("GET", url, headers=headers) as response:
+        if response.status_code != 200:
+            return
+        decoder = SseDecoder()
+        async for line in response.aiter_lines():
+            data = decoder.feed(line)
+            if data is None:
+                continue
+            frame = parse_frame(data)
+            if frame is not None:
+                on_frame(frame)

@@ -1,0 +1,149 @@
+"""The package layout holds: data flows one way, and the pure modules stay pure.
+
+`runnerd/__init__.py` lists the layers; this reads every module's imports
+(module level, inside functions and under `TYPE_CHECKING` alike: a type-only
+import is still a dependency a reader must follow) and checks each against it.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2] / "runnerd"
+
+# Lowest first. A module may import its own package and any package of a
+# lower rank; two packages of the same rank never import each other.
+RANKS: dict[str, int] = {
+    "runnerd": 0,  # __init__: the version
+    "json_checks": 0,
+    "errors": 0,
+    "metrics": 0,
+    "contract": 1,
+    "backend": 2,
+    "config": 3,
+    "workload": 4,
+    "session": 5,
+    "local": 5,
+    "kube": 5,
+    "backends": 6,
+    "http": 7,
+    "daemon": 8,
+    "cli": 9,
+    "__main__": 10,
+}
+# The client verbs talk HTTP to a daemon: they import no server package.
+CLIENT = "client"
+
+PURE = (
+    "runnerd.contract",
+    "runnerd.json_checks",
+    "runnerd.errors",
+    "runnerd.backend",
+    "runnerd.config",
+    "runnerd.config.render",
+    "runnerd.config.images",
+    "runnerd.session.registry",
+    "runnerd.session.admission",
+    "runnerd.session.limits",
+    "runnerd.session.paths",
+    "runnerd.session.capabilities",
+    "runnerd.http.openapi",
+    "runnerd.kube.settings",
+    "runnerd.kube.errors",
+    "runnerd.kube.podstatus",
+    "runnerd.kube.podspec",
+    "runnerd.kube.bundle",
+    "runnerd.kube.kubeconfig",
+)
+IO_LIBRARIES = ("trio", "httpx", "quart", "quart_trio", "hypercorn")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every runnerd module `path` imports, anywhere in the file."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return {name for name in found if name == "runnerd" or name.startswith("runnerd.")}
+
+
+def _graph() -> dict[str, set[str]]:
+    return {_module_name(p): _imports(p) for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "runnerd"
+
+
+def test_layers_every_import_points_down() -> None:
+    graph = _graph()
+    wrong = []
+    for module, imports in graph.items():
+        here = _package(module)
+        for target in imports:
+            there = _package(target)
+            if here == CLIENT or there == CLIENT:
+                ok = here == there or (here in ("cli", "__main__") and there == CLIENT)
+            else:
+                ok = here == there or RANKS[there] < RANKS[here]
+            if not ok:
+                wrong.append(f"{module} -> {target}")
+    assert wrong == []
+
+
+def test_layers_every_package_is_ranked() -> None:
+    packages = {_package(module) for module in _graph()}
+    assert packages - set(RANKS) - {CLIENT} == set()
+
+
+def test_layers_no_import_cycles() -> None:
+    graph = _graph()
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        if module in path:
+            return [*path[path.index(module) :], module]
+        if module in done:
+            return None
+        for target in sorted(graph.get(module, ())):
+            cycle = visit(target, [*path, module])
+            if cycle:
+                return cycle
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        assert visit(module, []) is None
+
+
+def test_layers_every_package_has_its_docstring() -> None:
+    for init in ROOT.rglob("__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc, f"{init} has no docstring"
+        if init.parent != ROOT:
+            assert "import" in doc, f"{init} does not say what it may import"
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_layers_pure_modules_import_no_io_library(module: str) -> None:
+    code = (
+        f"import sys, {module}\n"
+        f"print(','.join(m for m in {IO_LIBRARIES!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30
+    )
+    assert out.stdout.strip() == ""

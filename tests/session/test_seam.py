@@ -1,0 +1,163 @@
+"""The backend seam as the manager drives it: `running` published once the
+manager holds the handle, adoption, the TTL as a deadline, the end intent."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import trio
+import trio.lowlevel
+import trio.testing
+
+from runnerd.backend import (
+    EndIntent,
+    Exited,
+    ImageSpec,
+    Limits,
+    NullHandle,
+    Outcome,
+    Recovered,
+    RunSpec,
+    SessionIdentity,
+    Sink,
+    Started,
+)
+from runnerd.contract import AvailabilityReport, exited, failed, ready, running
+from runnerd.session.ending import format_ttl_failure
+from runnerd.session.manager import DetachUnsupported
+from runnerd.session.registry import RegistryFull
+
+from .backends import InProcessBackend
+from .test_manager import build_spec, open_manager, status_kinds, wait_terminal
+
+
+async def test_seam_stdin_sent_on_seeing_running_reaches_the_workload() -> None:
+    received = trio.open_memory_channel[bytes](math.inf)
+
+    async def body(sink: Sink) -> Outcome:
+        sink.progress("boot", "reported right after started")
+        return Exited(0) if await received[1].receive() == b"hi" else Exited(1)
+
+    backend = InProcessBackend(body)
+    backend.handle.stdin = received[0]
+    async with open_manager(backend) as manager:
+        session = manager.start(build_spec())
+        with trio.fail_after(10):
+            while session.status["kind"] != "running":
+                await session.wait_change()
+        # No checkpoint since `running` was seen: the handle is already there.
+        session.write_stdin(b"hi")
+        assert await wait_terminal(session) == exited(0)
+    # `running` comes before anything the backend reports after `started`.
+    events = [event for _, event in session.events.since(0).items]
+    kinds = [(e["type"], e["status"]["kind"] if e["type"] == "status" else None) for e in events]
+    assert kinds[:3] == [("status", "starting"), ("status", "running"), ("progress", None)]
+    assert status_kinds(session) == ["starting", "running", "exited"]
+
+
+class AdoptingBackend:
+    """Re-attaches to adopted workloads (records each spec it ran), can
+    detach, and records the end intent each run saw in its teardown."""
+
+    name = "adopting"
+    notices: tuple[str, ...] = ()
+    detach_supported = True
+
+    def __init__(self) -> None:
+        self.specs: list[RunSpec] = []
+        self.intents: list[EndIntent] = []
+
+    async def probe(self, image: ImageSpec) -> AvailabilityReport:
+        return ready()
+
+    async def recover(self) -> list[Recovered]:
+        return []
+
+    async def run(self, spec: RunSpec, sink: Sink, *, task_status: Any) -> Outcome:
+        self.specs.append(spec)
+        task_status.started(Started(NullHandle()))
+        try:
+            await trio.sleep_forever()
+        finally:
+            self.intents.append(sink.end_intent())
+        raise AssertionError("unreachable")
+
+
+EPOCH = 1_700_000_000.0
+
+
+def wall_clock() -> float:
+    """Epoch seconds that move with trio's (fake) clock."""
+    return EPOCH + trio.current_time()
+
+
+def recovered(session_id: str, *, age_s: float, ttl_s: float = 60.0) -> Recovered:
+    identity = SessionIdentity(
+        session_id, Limits("50m", "100Mi", "512Mi", ttl_s), created_at=wall_clock() - age_s
+    )
+    return Recovered(identity, running())
+
+
+async def test_seam_adopt_keeps_id_creation_time_and_status_past_capacity() -> None:
+    backend = AdoptingBackend()
+    async with open_manager(backend, max_sessions=1, wall_clock=wall_clock) as manager:
+        live = manager.start(build_spec())
+        with pytest.raises(RegistryFull):
+            manager.start(build_spec())
+        found = recovered("adoptedaaaa1", age_s=30)
+        session = manager.adopt(found)
+        assert manager.get("adoptedaaaa1") is session
+        assert session.record.created_at == found.identity.created_at
+        assert session.status == running()
+        with trio.fail_after(10):
+            while len(backend.specs) < 2:
+                await trio.lowlevel.checkpoint()
+        [adopted_spec] = [spec for spec in backend.specs if spec.session_id == "adoptedaaaa1"]
+        assert adopted_spec.creation is None
+        assert adopted_spec.identity == found.identity
+        assert not live.is_terminal
+        with pytest.raises(ValueError):
+            manager.adopt(found)
+
+
+async def test_seam_ttl_is_a_deadline_from_created_at(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = AdoptingBackend()
+    async with open_manager(backend, wall_clock=wall_clock) as manager:
+        fresh = manager.start(build_spec(ttl_s=60))
+        adopted = manager.adopt(recovered("adoptedaaaa2", age_s=50, ttl_s=60))
+        start = trio.current_time()
+        assert await wait_terminal(adopted, timeout_s=1000) == failed(format_ttl_failure(60))
+        assert trio.current_time() - start == pytest.approx(10)
+        assert await wait_terminal(fresh, timeout_s=1000) == failed(format_ttl_failure(60))
+        assert trio.current_time() - start == pytest.approx(60)
+    assert backend.intents == [EndIntent.STOP, EndIntent.STOP]
+
+
+async def test_seam_detach_is_refused_by_a_backend_that_cannot() -> None:
+    backend = InProcessBackend()  # like the local backend: detach_supported False
+    backend.detach_supported = False  # type: ignore[attr-defined]
+    async with open_manager(backend) as manager:
+        session = manager.start(build_spec())
+        with trio.fail_after(10):
+            while session.status["kind"] != "running":
+                await session.wait_change()
+        with pytest.raises(DetachUnsupported, match="detach is not supported"):
+            await manager.stop_all(EndIntent.DETACH)
+        # Nothing changed: the session runs and new ones are still accepted.
+        assert session.status == running()
+        manager.start(build_spec())
+
+
+async def test_seam_detach_reaches_the_backend_as_the_end_intent() -> None:
+    backend = AdoptingBackend()
+    async with open_manager(backend) as manager:
+        session = manager.start(build_spec())
+        with trio.fail_after(10):
+            while session.status["kind"] != "running":
+                await session.wait_change()
+        assert await manager.stop_all(EndIntent.DETACH) == []
+    assert backend.intents == [EndIntent.DETACH]
