@@ -43,8 +43,8 @@ def session_entry(session: Session) -> dict[str, Any]:
         entry["exitedAt"] = session.exited_at
     if spec.app is not None:
         entry["app"] = spec.app
-    else:
-        entry["image"] = spec.image.image
+    elif session.image is not None:
+        entry["image"] = session.image
     entry["ports"] = [{"port": p.port, "protocol": p.protocol} for p in spec.ports]
     entry["lastEventId"] = session.events.last_id
     entry["lastOutputSeq"] = session.pty.last_seq

@@ -292,6 +292,7 @@ class SessionManager:
         try:
             status = await self._drive(session)
         finally:
+            session.release_creation()
             session.close(status)
             self._expiry_wakeup.set()
             self._count_unstarted(session, status)

@@ -62,6 +62,13 @@ class Session:
         """`metrics` counts the start (POST → running) and PTY bytes, labelled
         with `backend_name`."""
         self.spec = spec
+        # The image a client asked for, for listings (None: an app session,
+        # or one adopted from a previous daemon, which stored no creation).
+        self.image: str | None = (
+            spec.creation.image.image
+            if spec.creation is not None and spec.app is None
+            else None
+        )
         self.metrics = metrics
         self.backend_name = backend_name
         # When it first ran (wall clock; None: not yet, or never): a value,
@@ -221,6 +228,12 @@ class Session:
     def detach(self) -> None:
         """The workload is gone: stdin and resizes are dropped from now on."""
         self._handle, self._nursery = None, None
+
+    def release_creation(self) -> None:
+        """Forget what creating the workload needed (its bundle, its env with
+        catalog secrets): an ended session stays `exit_ttl_seconds` for
+        replay, and must not pin a 16 MiB bundle or a secret that long."""
+        self.spec = RunSpec(self.spec.identity, None)
 
     def request_stop(self, intent: EndIntent = EndIntent.STOP) -> None:
         """End on request: mark user-stopped, record `intent` for the backend's

@@ -25,6 +25,7 @@ from runnerd.backend import (
     Started,
 )
 from runnerd.contract import AvailabilityReport, exited, failed, ready, running
+from runnerd.http.listing import session_entry
 from runnerd.session.ending import format_ttl_failure
 from runnerd.session.manager import DetachUnsupported
 from runnerd.session.registry import RegistryFull
@@ -120,6 +121,26 @@ async def test_seam_adopt_keeps_id_creation_time_and_status_past_capacity() -> N
         assert not live.is_terminal
         with pytest.raises(ValueError):
             manager.adopt(found)
+        # Listed without an image: the adopted session's creation was never stored.
+        entry = session_entry(session)
+        assert entry["sessionId"] == "adoptedaaaa1" and "image" not in entry
+        assert session_entry(live)["image"] == "sh"
+
+
+async def test_seam_an_ended_session_keeps_neither_bundle_nor_env() -> None:
+    # Retained for exit_ttl_seconds (hours) for replay: it must not pin a
+    # 16 MiB bundle or a catalog secret that long.
+    backend = InProcessBackend(lambda sink: _exit_at_once())
+    async with open_manager(backend) as manager:
+        session = manager.start(build_spec())
+        assert session.spec.creation is not None
+        assert await wait_terminal(session) == exited(0)
+        assert session.spec.creation is None
+        assert session_entry(session)["image"] == "sh"  # still listed as it ran
+
+
+async def _exit_at_once() -> Outcome:
+    return Exited(0)
 
 
 async def test_seam_ttl_is_a_deadline_from_created_at(
