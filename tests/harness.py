@@ -159,8 +159,27 @@ class _Changes:
         await self._event.wait()
 
 
+class DaemonClient:
+    """What every real-daemon handle offers its tests (per-test and shared)."""
+
+    socket_path: Path
+    workdir: Path
+
+    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        kwargs.setdefault("timeout", httpx.Timeout(10.0))
+        return httpx.AsyncClient(
+            transport=httpx.AsyncHTTPTransport(uds=str(self.socket_path)),
+            base_url="http://runnerd",
+            **kwargs,
+        )
+
+    def session_dirs(self) -> list[str]:
+        """The session directories in the workdir (its lock file is not one)."""
+        return sorted(p.name for p in self.workdir.iterdir() if p.name != ".runnerd.lock")
+
+
 @dataclass
-class Daemon:
+class Daemon(DaemonClient):
     socket_path: Path
     config_path: Path
     workdir: Path
@@ -172,20 +191,8 @@ class Daemon:
     _stopped: bool = False
     _stderr_closed: trio.Event = field(default_factory=trio.Event)
 
-    def client(self, **kwargs: Any) -> httpx.AsyncClient:
-        kwargs.setdefault("timeout", httpx.Timeout(10.0))
-        return httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(uds=str(self.socket_path)),
-            base_url="http://runnerd",
-            **kwargs,
-        )
-
     def stderr_text(self) -> str:
         return self._stderr.decode(errors="replace")
-
-    def session_dirs(self) -> list[str]:
-        """The session directories in the workdir (its lock file is not one)."""
-        return sorted(p.name for p in self.workdir.iterdir() if p.name != ".runnerd.lock")
 
     def write_config(self, overrides: Mapping[str, Any] | None = None) -> None:
         """Rewrite the config file (same harness base, new overrides)."""

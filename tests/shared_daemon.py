@@ -25,12 +25,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.harness import (
     READY_TIMEOUT_S,
     STOP_TIMEOUT_S,
+    DaemonClient,
     DaemonExited,
     _short_base,
     build_config,
@@ -39,7 +39,7 @@ from tests.harness import (
 )
 
 
-class SharedDaemon:
+class SharedDaemon(DaemonClient):
     """The parts of `tests.harness.Daemon` a shared daemon can offer."""
 
     def __init__(self, base: Path, socket_path: Path, stderr_path: Path) -> None:
@@ -48,20 +48,8 @@ class SharedDaemon:
         self.workdir = base / "sessions"
         self._stderr_path = stderr_path
 
-    def client(self, **kwargs: Any) -> httpx.AsyncClient:
-        kwargs.setdefault("timeout", httpx.Timeout(10.0))
-        return httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(uds=str(self.socket_path)),
-            base_url="http://runnerd",
-            **kwargs,
-        )
-
     def stderr_text(self) -> str:
         return self._stderr_path.read_text(errors="replace")
-
-    def session_dirs(self) -> list[str]:
-        """The session directories in the workdir (its lock file is not one)."""
-        return sorted(p.name for p in self.workdir.iterdir() if p.name != ".runnerd.lock")
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], notify: socket.socket, stderr: Path) -> None:

@@ -22,6 +22,7 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from runnerd.http.errors import json_response
+from runnerd.http.sessions import session_summary
 
 if TYPE_CHECKING:
     from runnerd.http.state import AppState
@@ -34,13 +35,7 @@ def session_entry(session: Session) -> dict[str, Any]:
     """One list entry: `{sessionId, status, createdAt, exitedAt?, image | app,
     ports, lastEventId, lastOutputSeq}`."""
     spec = session.spec
-    entry: dict[str, Any] = {
-        "sessionId": session.id,
-        "status": session.status,
-        "createdAt": session.created_at,
-    }
-    if session.exited_at is not None:
-        entry["exitedAt"] = session.exited_at
+    entry = session_summary(session)
     if spec.app is not None:
         entry["app"] = spec.app
     elif session.image is not None:
