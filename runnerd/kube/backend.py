@@ -1,0 +1,245 @@
+"""The Kubernetes backend: each session is a pod in the session namespace.
+
+Owns a session's pod from create to delete (`run`), built from the parts in
+this package (see its docstring): the pod is created (classified errors,
+stage `create`), its start followed through the one shared informer
+(`progress` while Pending; a permanent cause, or a pull back-off past the
+grace, fails the start; not Running by `start_deadline_seconds` fails it
+too), `Started` reported the moment it runs (a `terminal.Relay` as the
+handle), its terminal kept attached (`terminal.keep_attached`), its end read
+by `podstatus.terminal_outcome`, and the pod deleted on every path: as soon
+as its status is read, or on cancellation (DELETE, TTL, shutdown).
+
+`probe` answers whether sessions could start now (ready, unreachable,
+forbidden, namespace missing), each with what the operator should do.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import trio
+
+import runnerd.kube.errors as errors
+from runnerd.backend import (
+    Failed,
+    ImageSpec,
+    Outcome,
+    Recovered,
+    RunSpec,
+    Sink,
+    Started,
+    StartError,
+)
+from runnerd.config import AppEntry, KubeSettings
+from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavailable
+from runnerd.kube.bundle import BundleArchiveError, BundleTokens, build_bundle_archive
+from runnerd.kube.client import KubeClient, Retry
+from runnerd.kube.informer import GONE, PodInformer, PodState, PodSubscription
+from runnerd.kube.podspec import build_pod, is_ours, pod_name
+from runnerd.kube.podstatus import Progress, StartFailed, StartWatch, terminal_outcome
+from runnerd.kube.terminal import Relay, Splice, keep_attached, read_log
+from runnerd.workload.reachability import watch_reachability
+
+log = logging.getLogger(__name__)
+
+# A stopped session's pod gets this long to end (SIGTERM, then the kubelet's
+# SIGKILL); runnerd waits for it to be gone at most STOP_WAIT_S, so a
+# shutdown stays within the contract's 10 s whatever the cluster does.
+STOP_GRACE_S = 1
+STOP_WAIT_S = 5.0
+# After the container ends, how long the attach may take to deliver the rest.
+DRAIN_TIMEOUT_S = 2.0
+
+
+def _pod(state: PodState) -> Mapping[str, Any] | None:
+    return None if state is GONE else state  # type: ignore[return-value]
+
+
+class KubeBackend:
+    """`runnerd.backend.Backend` running sessions as pods."""
+
+    name = "kubernetes"
+    notices: tuple[str, ...] = ()
+    # Adoption of a previous daemon's pods is issue 11's; until then a
+    # detach is refused and a restart reaps what the last process left.
+    detach_supported = False
+
+    def __init__(self, settings: KubeSettings, client: KubeClient, informer: PodInformer,
+                 tokens: BundleTokens, *, apps: Callable[[], Mapping[str, AppEntry]]) -> None:
+        self._settings = settings
+        self.client = self._client = client
+        self._informer = informer
+        self._tokens = tokens
+        self._apps = apps
+        # Pods this process created and has not deleted: the reaper spares them.
+        self.live: set[str] = set()
+
+    async def recover(self) -> list[Recovered]:
+        """Always empty until adoption lands (issue 11); the reaper deletes
+        what a previous process left."""
+        await trio.lowlevel.checkpoint()
+        return []
+
+    async def probe(self, image: ImageSpec) -> AvailabilityReport:
+        namespace = self._client.namespace
+        try:
+            await self._client.request(
+                "GET", self._client.pods_path(), operation="could not list the session pods",
+                retry=Retry.READ, params={"limit": "1"},
+            )
+        except errors.NotFound:
+            return unavailable(f"the session namespace {namespace!r} does not exist",
+                               f"create it (kubectl create namespace {namespace}) or set"
+                               " kubernetes.namespace")
+        except (errors.Forbidden, errors.Unauthorized) as exc:
+            return unavailable(str(exc), "grant the runner's identity the RBAC in the README"
+                               " (pods, pods/log, pods/attach in the session namespace)")
+        except errors.KubeError as exc:
+            return unavailable(str(exc), "check that the apiserver is up and that"
+                               " kubernetes.kubeconfig / context point at it")
+        return ready()
+
+    async def run(
+        self,
+        spec: RunSpec,
+        sink: Sink,
+        *,
+        task_status: trio.TaskStatus[Started] = trio.TASK_STATUS_IGNORED,
+    ) -> Outcome:
+        if spec.creation is None:  # `recover()` offers none until issue 11
+            raise StartError("provision", "this runner cannot re-attach to a session pod")
+        if spec.app is not None and spec.app not in self._apps():
+            raise StartError("provision", f"app '{spec.app}' is no longer offered by this runner")
+        name = pod_name(spec.session_id)
+        ids = {"session_id": spec.session_id}
+        stopped = True
+        with self._informer.subscribe(name) as sub:
+            try:
+                outcome = await self._run(spec, sink, sub, task_status)
+                stopped = False
+                return outcome
+            finally:
+                self._tokens.drop(spec.session_id)
+                with trio.CancelScope(shield=True):
+                    await self._delete(name, sub, wait=stopped)
+                log.info("session pod deleted", extra={**ids, "pod": name})
+
+    async def _run(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
+                   task_status: trio.TaskStatus[Started]) -> Outcome:
+        first = await self._create(spec, sink)
+        running = await self._await_running(sub, first, sink)
+        relay = Relay()
+        endpoints = _endpoints(spec)
+        task_status.started(Started(relay, endpoints))
+        return await self._supervise(spec, sink, sub, running, relay)
+
+    async def _create(self, spec: RunSpec, sink: Sink) -> Mapping[str, Any]:
+        url = None
+        if spec.bundle is not None:
+            try:
+                archive = await trio.to_thread.run_sync(build_bundle_archive, spec.bundle)
+            except BundleArchiveError as exc:
+                raise StartError("build", str(exc)) from exc
+            token = self._tokens.stage(spec.session_id, archive, trio.current_time())
+            url = f"{self._settings.self_url}/internal/bundles/{spec.session_id}?token={token}"
+        created_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        pod = build_pod(self._settings, spec, bundle_url=url, created_at=created_at)
+        sink.progress("provision", "creating the session pod")
+        self.live.add(pod["metadata"]["name"])
+        try:
+            return await self._client.create_pod(
+                pod, operation="could not create the session pod",
+                is_ours=lambda p: is_ours(p, self._settings, spec.session_id))
+        except errors.KubeError as exc:
+            log.warning("pod create failed: %r", exc.__cause__ or exc,
+                        extra={"session_id": spec.session_id})
+            raise errors.start_error(exc, "create") from exc
+
+    async def _await_running(self, sub: PodSubscription, first: Mapping[str, Any],
+                             sink: Sink) -> Mapping[str, Any] | None:
+        """The pod once it runs (or has already ended: None or its last state).
+
+        Raises:
+            StartError: a permanent cause, a pull back-off past the grace, or
+                the start deadline.
+        """
+        watch = StartWatch(self._settings.pull_backoff_grace_s)
+        pod: Mapping[str, Any] | None = _pod(sub.latest() or first)
+        said = ""
+        deadline_s = self._settings.start_deadline_s
+        with trio.move_on_after(deadline_s):
+            while True:
+                verdict = watch.observe(pod, trio.current_time())
+                if isinstance(verdict, StartFailed):
+                    raise StartError("provision", verdict.message)
+                if isinstance(verdict, Progress):
+                    if verdict.message != said:
+                        sink.progress(verdict.phase, verdict.message)
+                        said = verdict.message
+                else:  # running, or ended before it was seen running
+                    return pod
+                pod = _pod(await sub.next())
+        raise StartError("provision", f"the session pod was not running after {deadline_s:g} s"
+                         f" (last: {said or 'waiting'})")
+
+    async def _supervise(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
+                         pod: Mapping[str, Any] | None, relay: Relay) -> Outcome:
+        name = pod_name(spec.session_id)
+        splice = Splice(sink.output)
+        state: dict[str, Mapping[str, Any] | None] = {"pod": pod}
+        outcome = terminal_outcome(pod) if pod is not None else Failed("the session pod is gone")
+        if outcome is not None:  # it ended before it was seen running
+            splice.release(await read_log(self._client, name))
+            return outcome
+
+        def pod_runs() -> bool:
+            return terminal_outcome(state["pod"]) is None and state["pod"] is not None
+
+        async with trio.open_nursery() as nursery:
+            attached = trio.Event()
+
+            async def attach() -> None:
+                try:
+                    await keep_attached(self._client, name, relay, splice, sink.output, pod_runs)
+                finally:
+                    attached.set()
+
+            nursery.start_soon(attach)
+            ip = (pod.get("status") or {}).get("podIP") if pod else None
+            tcp = [p.port for p in spec.ports if p.protocol == "tcp"]
+            if tcp and isinstance(ip, str) and ip:
+                nursery.start_soon(watch_reachability, ip, tcp, sink.reachability)
+            while (outcome := terminal_outcome(state["pod"])) is None and state["pod"] is not None:
+                state["pod"] = _pod(await sub.next())
+            with trio.move_on_after(DRAIN_TIMEOUT_S):
+                await attached.wait()
+            nursery.cancel_scope.cancel()
+        if not splice.released:  # no attach ever came up: the log has it all
+            splice.release(await read_log(self._client, name))
+        return outcome if outcome is not None else Failed("the session pod was deleted outside"
+                                                          " runnerd")
+
+    async def _delete(self, name: str, sub: PodSubscription, *, wait: bool) -> None:
+        """Delete the pod; with `wait`, until it is gone (at most STOP_WAIT_S)."""
+        with trio.move_on_after(STOP_WAIT_S):
+            try:
+                existed = await self._client.delete_pod(
+                    name, operation="could not delete the session pod",
+                    grace_period_s=STOP_GRACE_S if wait else 0)
+            except errors.KubeError as exc:
+                log.warning("could not delete pod %s: %r", name, exc.__cause__ or exc)
+                return
+            finally:
+                self.live.discard(name)
+            while wait and existed and sub.latest() is not GONE:
+                await sub.next()
+
+
+def _endpoints(spec: RunSpec) -> tuple[RunnerEndpoint, ...]:
+    # The pod's own ports: the client reaches them through the cluster.
+    return tuple({"host": "", "port": p.port, "protocol": p.protocol} for p in spec.ports)
+
