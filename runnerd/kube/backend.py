@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import trio
 
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 # shutdown stays within the contract's 10 s whatever the cluster does.
 STOP_GRACE_S = 1
 STOP_WAIT_S = 5.0
+RBAC_REMEDY = ("grant the runner's identity the RBAC in the README (pods, pods/log,"
+               " pods/attach in the session namespace)")
 # After the container ends, how long the attach may take to deliver the rest.
 DRAIN_TIMEOUT_S = 2.0
 
@@ -91,13 +94,22 @@ class KubeBackend:
                 "GET", self._client.pods_path(), operation="could not list the session pods",
                 retry=Retry.READ, params={"limit": "1"},
             )
+            # A list in a missing namespace is an empty list: ask for the
+            # namespace itself. Reading it may be forbidden (the RBAC in the
+            # README does not need it): then it is taken to exist.
+            await self._client.request(
+                "GET", f"/api/v1/namespaces/{quote(namespace, safe='')}",
+                operation="could not read the session namespace", retry=Retry.READ)
+        except errors.Forbidden as exc:
+            if exc.operation == "could not read the session namespace":
+                return ready()
+            return unavailable(str(exc), RBAC_REMEDY)
         except errors.NotFound:
             return unavailable(f"the session namespace {namespace!r} does not exist",
                                f"create it (kubectl create namespace {namespace}) or set"
                                " kubernetes.namespace")
-        except (errors.Forbidden, errors.Unauthorized) as exc:
-            return unavailable(str(exc), "grant the runner's identity the RBAC in the README"
-                               " (pods, pods/log, pods/attach in the session namespace)")
+        except errors.Unauthorized as exc:
+            return unavailable(str(exc), RBAC_REMEDY)
         except errors.KubeError as exc:
             return unavailable(str(exc), "check that the apiserver is up and that"
                                " kubernetes.kubeconfig / context point at it")
@@ -151,13 +163,18 @@ class KubeBackend:
         sink.progress("provision", "creating the session pod")
         self.live.add(pod["metadata"]["name"])
         try:
-            return await self._client.create_pod(
-                pod, operation="could not create the session pod",
-                is_ours=lambda p: is_ours(p, self._settings, spec.session_id))
+            # Shielded (the client bounds every call): a create cancelled in
+            # flight may still land, and the teardown's delete must come
+            # after it, or the pod would outlive its session.
+            with trio.CancelScope(shield=True):
+                created = await self._client.create_pod(
+                    pod, operation="could not create the session pod",
+                    is_ours=lambda p: is_ours(p, self._settings, spec.session_id))
         except errors.KubeError as exc:
             log.warning("pod create failed: %r", exc.__cause__ or exc,
                         extra={"session_id": spec.session_id})
             raise errors.start_error(exc, "create") from exc
+        return created
 
     async def _await_running(self, sub: PodSubscription, first: Mapping[str, Any],
                              sink: Sink) -> Mapping[str, Any] | None:
