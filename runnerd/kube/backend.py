@@ -40,9 +40,10 @@ from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavaila
 from runnerd.kube.bundle import BundleArchiveError, BundleTokens, build_bundle_archive
 from runnerd.kube.client import KubeClient, Retry
 from runnerd.kube.informer import GONE, PodInformer, PodState, PodSubscription
-from runnerd.kube.podspec import build_pod, is_ours, pod_name
+from runnerd.kube.podspec import INSPECT_PORT, build_pod, is_ours, pod_name
 from runnerd.kube.podstatus import Progress, StartFailed, StartWatch, terminal_outcome
 from runnerd.kube.terminal import Relay, Splice, keep_attached, read_log
+from runnerd.workload.debug_relay import relay_debug_stream
 from runnerd.workload.reachability import watch_reachability
 
 log = logging.getLogger(__name__)
@@ -145,9 +146,11 @@ class KubeBackend:
         first = await self._create(spec, sink)
         running = await self._await_running(sub, first, sink)
         relay = Relay()
-        endpoints = _endpoints(spec)
-        task_status.started(Started(relay, endpoints))
-        return await self._supervise(spec, sink, sub, running, relay)
+        ip = _pod_ip(running)
+        # The kernel's debug server on the pod's own address (never published).
+        inspect_url = f"http://{ip}:{INSPECT_PORT}" if spec.inspect and ip else None
+        task_status.started(Started(relay, _endpoints(spec), inspect_url))
+        return await self._supervise(spec, sink, sub, running, relay, inspect_url)
 
     async def _create(self, spec: RunSpec, sink: Sink) -> Mapping[str, Any]:
         url = None
@@ -204,7 +207,8 @@ class KubeBackend:
                          f" (last: {said or 'waiting'})")
 
     async def _supervise(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
-                         pod: Mapping[str, Any] | None, relay: Relay) -> Outcome:
+                         pod: Mapping[str, Any] | None, relay: Relay,
+                         inspect_url: str | None) -> Outcome:
         name = pod_name(spec.session_id)
         splice = Splice(sink.output)
         state: dict[str, Mapping[str, Any] | None] = {"pod": pod}
@@ -226,10 +230,12 @@ class KubeBackend:
                     attached.set()
 
             nursery.start_soon(attach)
-            ip = (pod.get("status") or {}).get("podIP") if pod else None
+            ip = _pod_ip(pod)
             tcp = [p.port for p in spec.ports if p.protocol == "tcp"]
-            if tcp and isinstance(ip, str) and ip:
+            if tcp and ip:
                 nursery.start_soon(watch_reachability, ip, tcp, sink.reachability)
+            if inspect_url is not None:
+                nursery.start_soon(relay_debug_stream, f"{inspect_url}/events", sink.debug)
             while (outcome := terminal_outcome(state["pod"])) is None and state["pod"] is not None:
                 state["pod"] = _pod(await sub.next())
             with trio.move_on_after(DRAIN_TIMEOUT_S):
@@ -254,6 +260,11 @@ class KubeBackend:
                 self.live.discard(name)
             while wait and existed and sub.latest() is not GONE:
                 await sub.next()
+
+
+def _pod_ip(pod: Mapping[str, Any] | None) -> str | None:
+    ip = (pod.get("status") or {}).get("podIP") if pod else None
+    return ip if isinstance(ip, str) and ip else None
 
 
 def _endpoints(spec: RunSpec) -> tuple[RunnerEndpoint, ...]:
