@@ -50,11 +50,14 @@ def kube_overrides(sim: KubeSim, tmp_path: Path, **kubernetes: Any) -> dict[str,
 
 @asynccontextmanager
 async def kube_daemon(sim: KubeSim, tmp_path: Path, *, limits: dict[str, Any] | None = None,
+                      runner: dict[str, Any] | None = None,
                       **kubernetes: Any) -> AsyncIterator[Daemon]:
-    """runnerd on `sim`; `kubernetes` keys and `[limits]` tables override the defaults."""
+    """runnerd on `sim`; `kubernetes` keys, `[runner]` keys and `[limits]`
+    tables override the defaults."""
     overrides = kube_overrides(sim, tmp_path, **kubernetes)
     if limits is not None:
         overrides["limits"] = limits
+    overrides["runner"].update(runner or {})
     async with start_daemon(tmp_path, overrides) as daemon:
         yield daemon
 
