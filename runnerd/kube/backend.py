@@ -17,6 +17,7 @@ forbidden, namespace missing), each with what the operator should do.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -129,14 +130,14 @@ class KubeBackend:
             raise StartError("provision", f"app '{spec.app}' is no longer offered by this runner")
         name = pod_name(spec.session_id)
         ids = {"session_id": spec.session_id}
-        stopped = True
         with self._informer.subscribe(name) as sub:
             try:
-                outcome = await self._run(spec, sink, sub, task_status)
-                stopped = False
-                return outcome
+                return await self._run(spec, sink, sub, task_status)
             finally:
                 self._tokens.drop(spec.session_id)
+                # Cancelled (it may arrive wrapped in a group): a stop, so the
+                # pod is gone before the cancellation propagates.
+                stopped = trio.current_effective_deadline() == -math.inf
                 with trio.CancelScope(shield=True):
                     await self._delete(name, sub, wait=stopped)
                 log.info("session pod deleted", extra={**ids, "pod": name})
@@ -247,7 +248,9 @@ class KubeBackend:
                                                           " runnerd")
 
     async def _delete(self, name: str, sub: PodSubscription, *, wait: bool) -> None:
-        """Delete the pod; with `wait`, until it is gone (at most STOP_WAIT_S)."""
+        """Delete the pod; with `wait` (a stop), with a grace and until it is
+        gone (at most STOP_WAIT_S); without (it ended, or never started), at
+        once: there is nothing left in it to let finish."""
         with trio.move_on_after(STOP_WAIT_S):
             try:
                 existed = await self._client.delete_pod(

@@ -150,7 +150,11 @@ async def keep_attached(client: KubeClient, pod: str, relay: Relay, splice: Spli
     delay = REATTACH_FIRST_S
     async with trio.open_nursery() as nursery:
 
+        refusals_said = False
+
         def up(terminal: Terminal) -> None:
+            nonlocal refusals_said
+            refusals_said = False
             relay.attached(terminal)
             if not splice.released:
                 nursery.start_soon(_splice_log, client, pod, splice)
@@ -165,7 +169,11 @@ async def keep_attached(client: KubeClient, pod: str, relay: Relay, splice: Spli
             relay.attached(None)
             if end is AttachEnd.ENDED or not pod_runs():
                 return
-            emit(DROPPED_LINE if refused is None else notice(str(refused)))
+            if refused is None:
+                emit(DROPPED_LINE)
+            elif not refusals_said:  # once per run of refusals, not once per retry
+                emit(notice(str(refused)))
+                refusals_said = True
             log.warning("attach %s; re-attaching in %.1f s", refused or "dropped", delay,
                         extra={"pod": pod})
             await trio.sleep(delay)

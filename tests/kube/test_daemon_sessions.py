@@ -79,10 +79,12 @@ async def test_delete_during_start_and_while_running_ends_stopped(kubesim: KubeS
         await wait_pods(kubesim, lambda pods: len(pods) == 2, TIMEOUT_S)
         assert (await client.delete(f"/v1/sessions/{starting}")).status_code == 204
         assert await wait_terminal(client, starting) == {"kind": "stopped"}
+        # `stopped` is published once the pod is gone, not merely asked to go.
+        assert session_pods(kubesim) == [f"runnerd-{running}"]
         await wait_status(client, running, "running", timeout_s=TIMEOUT_S)
         assert (await client.delete(f"/v1/sessions/{running}")).status_code == 204
         assert await wait_terminal(client, running) == {"kind": "stopped"}
-        await wait_no_pods(kubesim)
+        assert session_pods(kubesim) == []
 
 
 async def test_dropped_attach_is_restored_and_says_so(kubesim: KubeSim,
