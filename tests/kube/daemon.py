@@ -51,10 +51,13 @@ def kube_overrides(sim: KubeSim, tmp_path: Path, **kubernetes: Any) -> dict[str,
 @asynccontextmanager
 async def kube_daemon(sim: KubeSim, tmp_path: Path, *, limits: dict[str, Any] | None = None,
                       runner: dict[str, Any] | None = None,
+                      apps: dict[str, Any] | None = None,
                       **kubernetes: Any) -> AsyncIterator[Daemon]:
-    """runnerd on `sim`; `kubernetes` keys, `[runner]` keys and `[limits]`
-    tables override the defaults."""
+    """runnerd on `sim`; `kubernetes` keys, `[runner]` keys, `[limits]` and
+    `[apps]` tables override the defaults."""
     overrides = kube_overrides(sim, tmp_path, **kubernetes)
+    if apps is not None:
+        overrides["apps"] = apps
     if limits is not None:
         overrides["limits"] = limits
     overrides["runner"].update(runner or {})

@@ -51,6 +51,23 @@ async def test_bundle_session_runs_to_exited_with_its_output(kubesim: KubeSim,
         await wait_no_pods(kubesim)
 
 
+async def test_catalog_app_runs_its_image_entrypoint(kubesim: KubeSim, tmp_path: Path) -> None:
+    # The kernel image's own entrypoint is `telo --help`: an app pod has no
+    # bundle and no init container, and runs the image as it is.
+    apps = {"kernel-help": {"image": "telorun/node:latest-slim", "env": {"TOKEN": "s3cret"}}}
+    async with kube_daemon(kubesim, tmp_path, apps=apps) as daemon, daemon.client() as client:
+        response = await client.post("/v1/apps/kernel-help/sessions", json={})
+        assert response.status_code == 201, response.text
+        session_id = response.json()["sessionId"]
+        assert await wait_terminal(client, session_id, timeout_s=TIMEOUT_S) == {
+            "kind": "exited", "code": 0}
+        async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
+            transcript = await read_pty(ws, timeout_s=TIMEOUT_S)
+        assert b"usage: telo run ENTRY" in transcript.output
+        assert "s3cret" not in daemon.stderr_text()
+        await wait_no_pods(kubesim)
+
+
 async def test_stdin_resize_and_exit_zero(kubesim: KubeSim, tmp_path: Path) -> None:
     script = "print ready\necho got:\nprint bye\n"
     async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
@@ -104,6 +121,26 @@ async def test_dropped_attach_is_restored_and_says_so(kubesim: KubeSim,
             await read_pty(ws, transcript, until=b"got:after", timeout_s=TIMEOUT_S)
             await ws.send_message(b"quit\n")
         assert await wait_terminal(client, session_id) == {"kind": "exited", "code": 0}
+
+
+async def test_refused_attach_writes_its_reason_once(kubesim: KubeSim, tmp_path: Path) -> None:
+    kubesim.faults.deny("create", "pods/attach")
+    kubesim.faults.deny("get", "pods/attach")
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        session_id = await start_telo(client, "print hi\nwait\n")
+        await wait_status(client, session_id, "running", timeout_s=TIMEOUT_S)
+        async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
+            transcript = await read_pty(ws, until=b"RBAC.]", timeout_s=TIMEOUT_S)
+        assert b"[runnerd: could not attach" in transcript.output
+        assert b"not permitted" in transcript.output
+        assert b"serviceaccount" not in transcript.output
+        # Retried with backoff, said once.
+        await kubesim.stats.wait_until(lambda s: s.responses[403] >= 3)
+        assert (await client.delete(f"/v1/sessions/{session_id}")).status_code == 204
+        async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
+            replay = await read_pty(ws, timeout_s=TIMEOUT_S)
+        assert replay.output.count(b"[runnerd: could not attach") == 1
+        await wait_no_pods(kubesim)
 
 
 async def _failure(client: httpx.AsyncClient, session_id: str) -> str:
