@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 # shutdown stays within the contract's 10 s whatever the cluster does.
 STOP_GRACE_S = 1
 STOP_WAIT_S = 5.0
+# A probe is a client's request: answered within this, whatever the apiserver does.
+PROBE_TIMEOUT_S = 5.0
 RBAC_REMEDY = ("grant the runner's identity the RBAC in the README (pods, pods/log,"
                " pods/attach in the session namespace)")
 # After the container ends, how long the attach may take to deliver the rest.
@@ -90,6 +92,14 @@ class KubeBackend:
         return []
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
+        """Ready, or unavailable with a remediation line; within PROBE_TIMEOUT_S
+        whatever the apiserver does (a client is waiting on it)."""
+        with trio.move_on_after(PROBE_TIMEOUT_S):
+            return await self._probe()
+        return unavailable(f"the Kubernetes API did not answer within {PROBE_TIMEOUT_S:g} s",
+                           "check that the apiserver is up and reachable from this host")
+
+    async def _probe(self) -> AvailabilityReport:
         namespace = self._client.namespace
         try:
             await self._client.request(

@@ -220,6 +220,14 @@ async def test_health_answers_while_the_apiserver_is_silent(kubesim: KubeSim,
         with trio.fail_after(5):
             response = await client.get("/v1/health")
         assert response.status_code == 200 and response.json()["ok"] is True
+        # The probe is bounded too, and says what to check.
+        with trio.fail_after(15):
+            probe = await client.post("/v1/probe", json={"config": KERNEL_CONFIG})
+        assert probe.json() == {
+            "status": "unavailable",
+            "message": "the Kubernetes API did not answer within 5 s",
+            "remediation": "check that the apiserver is up and reachable from this host",
+        }
         kubesim.faults.resume()
 
 
