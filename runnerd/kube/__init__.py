@@ -14,7 +14,7 @@ trio or httpx. `backend` is `KubeBackend`, the parts put together.
 May import: `contract`, `errors`, `backend`, `config`, `workload`. Never
 `session`, `http`, `daemon`, `cli` or another backend.
 
-How a backend puts them together (the seam step wires this):
+How `backend.KubeBackend` and `provider` put them together:
 
 - At start (off the event loop): `kubeconfig.load_connection(settings,
   os.environ, Path.home())` → `Connection`; then `async with

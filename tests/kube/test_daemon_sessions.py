@@ -83,6 +83,7 @@ async def test_stdin_resize_and_exit_zero(kubesim: KubeSim, tmp_path: Path) -> N
             await read_pty(ws, transcript, timeout_s=TIMEOUT_S)
         assert b"bye" in transcript.output
         assert transcript.output.count(b"ready") == 1  # the log splice adds no duplicate
+        assert b"[runnerd:" not in transcript.output  # the attach ended, it did not drop
         assert await wait_terminal(client, session_id) == {"kind": "exited", "code": 0}
         await wait_no_pods(kubesim)
 
