@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= config/dev.toml
 
-.PHONY: run test lint typecheck pytest bench check-unit check-unit-files check-config clean
+.PHONY: run run-kube test lint typecheck pytest bench check-unit check-unit-files check-config clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,6 +22,20 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 run: $(VENV)/.installed
 	mkdir -p run
 	$(BIN)/runnerd serve --config $(CONFIG)
+
+# The test cluster (tests/kubesim) on a free loopback port, then runnerd on
+# config/dev-kube.toml against it; Ctrl-C stops both. The cluster prints its
+# URL once its kubeconfig is written, so runnerd starts only then.
+run-kube: $(VENV)/.installed-test
+	mkdir -p run
+	rm -f run/kubesim.url run/kubesim.kubeconfig
+	$(BIN)/python -m tests.kubesim --listen 127.0.0.1:0 \
+		--kubeconfig-out run/kubesim.kubeconfig > run/kubesim.url & sim=$$!; \
+	trap 'kill $$sim 2>/dev/null; wait $$sim' EXIT INT TERM; \
+	for i in $$(seq 100); do [ -s run/kubesim.url ] && break; sleep 0.1; done; \
+	[ -s run/kubesim.url ] || { echo "the test cluster did not start" >&2; exit 1; }; \
+	echo "test cluster at $$(cat run/kubesim.url)"; \
+	$(BIN)/runnerd serve --config config/dev-kube.toml
 
 check-config: $(VENV)/.installed
 	$(BIN)/runnerd check-config --config $(CONFIG)

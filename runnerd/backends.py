@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Protocol, cast
 from runnerd.backend import Backend
 from runnerd.config import AppEntry, Config, ConfigError
 
-# Name → package. The Kubernetes backend joins with its issue.
-BUILT: Mapping[str, str] = {"local": "runnerd.local"}
+# Name → the module exporting the package's Provider (the Kubernetes one is
+# its `provider` module, so its pure parts import without trio or httpx).
+BUILT: Mapping[str, str] = {"local": "runnerd.local", "kubernetes": "runnerd.kube.provider"}
 
 
 class Provider(Protocol):
@@ -81,6 +82,8 @@ def check_config(config: Config) -> Config:
 
 
 if TYPE_CHECKING:  # every built package satisfies the protocol
+    import runnerd.kube.provider
     import runnerd.local
 
+    _kube: Provider = runnerd.kube.provider
     _local: Provider = runnerd.local

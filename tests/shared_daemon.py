@@ -47,6 +47,7 @@ class SharedDaemon(DaemonClient):
         self.socket_path = socket_path
         self.workdir = base / "sessions"
         self._stderr_path = stderr_path
+        self.backend = "local"
 
     def stderr_text(self) -> str:
         return self._stderr_path.read_text(errors="replace")
@@ -114,4 +115,74 @@ def shared_runnerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedD
     """`runnerd`, one per module: import it into a test module (or a
     conftest) whose tests share a daemon."""
     with shared_daemon(tmp_path_factory.mktemp("runnerd")) as daemon:
+        yield daemon
+
+
+# -- the same daemon on the Kubernetes backend ---------------------------------
+
+KUBESIM_READY_S = 20.0
+BACKENDS = ("local", "kubernetes")
+
+
+@contextlib.contextmanager
+def standalone_kubesim(base: Path) -> Iterator[Path]:
+    """The test cluster as a subprocess (`python -m tests.kubesim`) for a
+    module's life; yields its kubeconfig (TLS and its token)."""
+    kubeconfig = base / "kubesim.kubeconfig"
+    argv = [sys.executable, "-m", "tests.kubesim", "--listen", "127.0.0.1:0",
+            "--kubeconfig-out", str(kubeconfig)]
+    with (base / "kubesim.stderr").open("wb") as stderr:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr,
+                                stdin=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        # It prints its URL once listening with the kubeconfig written.
+        ready = _readline_within(proc.stdout, KUBESIM_READY_S)
+        assert ready.startswith("https://"), (base / "kubesim.stderr").read_text()
+        yield kubeconfig
+    finally:
+        _stop(proc)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _readline_within(stream: Any, timeout_s: float) -> str:
+    import selectors
+
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        if not selector.select(timeout_s):
+            raise TimeoutError(f"no line within {timeout_s} s")
+    return str(stream.readline().decode())
+
+
+def kube_overrides(base: Path, kubeconfig: Path) -> dict[str, Any]:
+    """The harness config on the kubernetes backend, whose `sh` and `python`
+    images run bundles as the local runtimes of those names do."""
+    with socket.socket() as sock:  # self_url must name the port: not 0
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return {
+        "runner": {"backend": "kubernetes", "default_image": "sh",
+                   "allowed_images": ["sh", "python"]},
+        "local": None,
+        "kubernetes": {"kubeconfig": str(kubeconfig), "self_url": f"http://127.0.0.1:{port}",
+                       "bundle_listen": f"tcp:127.0.0.1:{port}"},
+    }
+
+
+@pytest.fixture(scope="module", name="runnerd", params=BACKENDS)
+def shared_runnerd_on_each_backend(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SharedDaemon]:
+    """`runnerd` once per backend: a module that imports this as its
+    `runnerd` runs each of its tests on both (the same `/v1` promises)."""
+    base = tmp_path_factory.mktemp(f"runnerd-{request.param}")
+    if request.param == "local":
+        with shared_daemon(base) as daemon:
+            yield daemon
+        return
+    with standalone_kubesim(base) as kubeconfig, \
+            shared_daemon(base, kube_overrides(base, kubeconfig)) as daemon:
+        daemon.backend = "kubernetes"
         yield daemon

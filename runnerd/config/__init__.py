@@ -62,6 +62,7 @@ from runnerd.config.model import MAX_STOP_GRACE_S as MAX_STOP_GRACE_S
 from runnerd.config.model import AppEntry as AppEntry
 from runnerd.config.model import Config as Config
 from runnerd.config.model import ConfigError as ConfigError
+from runnerd.config.model import KubeSettings as KubeSettings
 from runnerd.config.model import LocalConfig as LocalConfig
 from runnerd.config.model import MetricsConfig as MetricsConfig
 from runnerd.config.model import RunnerConfig as RunnerConfig

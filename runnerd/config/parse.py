@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal, cast
 
 from runnerd.config.envnames import is_env_name
+from runnerd.config.kubernetes import KUBERNETES_KEYS, parse_kubernetes
 from runnerd.config.listen import format_listen, parse_listen
 from runnerd.config.model import (
     DEFAULT_APP_LIMITS,
@@ -40,7 +41,9 @@ from runnerd.config.server import SERVER_KEYS, check_loopback, parse_server, sam
 from runnerd.config.table import Table, show
 from runnerd.contract import PullPolicy
 
-_ROOT_KEYS = ("server", "runner", "terms", "limits", "apps", "local", "metrics")
+_ROOT_KEYS = (
+    "server", "runner", "terms", "limits", "apps", "local", "kubernetes", "metrics",
+)  # fmt: skip
 _RUNNER_KEYS = (
     "backend", "display_name", "description", "default_image", "allowed_images",
     "registry_url", "max_sessions", "exit_ttl_seconds", "replay_buffer_bytes",
@@ -234,6 +237,7 @@ def parse_config(
     apps_table = root.table("apps", None)
     apps = {name: _parse_app(apps_table.table(name, _APP_KEYS), name) for name in apps_table.data}
     local = _parse_local(root.table("local", _LOCAL_KEYS), base_dir)
+    kubernetes = parse_kubernetes(root.table("kubernetes", KUBERNETES_KEYS), base_dir)
     metrics = _parse_metrics(root.table("metrics", ("listen",)), base_dir, server)
     if runner.allowed_images and runner.default_image not in runner.allowed_images:
         raise ConfigError(
@@ -245,6 +249,7 @@ def parse_config(
         session_limits=session_limits,
         app_limits=app_limits,
         local=local,
+        kubernetes=kubernetes,
         terms=terms,
         apps=apps,
         metrics=metrics,

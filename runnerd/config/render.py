@@ -96,4 +96,12 @@ def render_config(config: Config, offered: Offered) -> str:
         out += _section(f"local.runtimes.{toml_key(rt.name)}", {
             "command": rt.command, "inspect_args": rt.inspect_args,
         })  # fmt: skip
+    k = config.kubernetes
+    out += _section("kubernetes", {
+        "kubeconfig": k.kubeconfig, "context": k.context, "namespace": k.namespace,
+        "self_url": k.self_url, "bundle_listen": k.bundle_listen, "init_image": k.init_image,
+        "runtime_class": k.runtime_class, "image_pull_secret": k.image_pull_secret,
+        "managed_by": k.managed_by, "start_deadline_seconds": k.start_deadline_s,
+        "pull_backoff_grace_seconds": k.pull_backoff_grace_s,
+    })  # fmt: skip
     return "\n".join(out)

@@ -6,10 +6,15 @@ watch), `attach` (the PTY bridge over trio-websocket). No httpx name escapes
 this package: every apiserver answer that is not 2xx becomes an
 `errors.KubeError` whose `str()` is client-safe.
 
+What the core asks of a backend package (`runnerd.backends.Provider`) is
+`provider`'s; `runnerd.backends.BUILT` names that module rather than this
+package, so importing a pure part (`settings`, `podstatus`) never pulls in
+trio or httpx. `backend` is `KubeBackend`, the parts put together.
+
 May import: `contract`, `errors`, `backend`, `config`, `workload`. Never
 `session`, `http`, `daemon`, `cli` or another backend.
 
-How a backend puts them together (the seam step wires this):
+How `backend.KubeBackend` and `provider` put them together:
 
 - At start (off the event loop): `kubeconfig.load_connection(settings,
   os.environ, Path.home())` → `Connection`; then `async with
@@ -38,3 +43,4 @@ How a backend puts them together (the seam step wires this):
 - Teardown: `await kube.delete_pod(name, operation=…, grace_period_s=…)`
   (idempotent: False when already gone).
 """
+

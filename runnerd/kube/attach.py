@@ -45,7 +45,7 @@ from trio_websocket import (
     wrap_client_stream,
 )
 
-from runnerd.kube import errors
+import runnerd.kube.errors as errors
 from runnerd.kube.client import KubeClient
 
 log = logging.getLogger(__name__)

@@ -45,7 +45,7 @@ from urllib.parse import quote
 import httpx
 import trio
 
-from runnerd.kube import errors
+import runnerd.kube.errors as errors
 from runnerd.kube.credentials import Credentials, CredentialsUnavailable
 from runnerd.kube.kubeconfig import Connection, build_ssl_context
 

@@ -48,7 +48,7 @@ from typing import Any, Final
 
 import trio
 
-from runnerd.kube import errors
+import runnerd.kube.errors as errors
 from runnerd.kube.client import KubeClient, Policy, backoff_s
 
 log = logging.getLogger(__name__)

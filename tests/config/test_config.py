@@ -109,9 +109,10 @@ def test_config_empty_file_on_local_backend_says_what_to_write() -> None:
     )
 
 
-def test_config_kubernetes_backend_is_refused_until_built() -> None:
+def test_config_kubernetes_backend_needs_self_url() -> None:
     assert error_of({"runner": {"backend": "kubernetes"}}) == (
-        "runner.backend: 'kubernetes' is not available in this build yet; use 'local'"
+        'kubernetes.self_url: is required with backend = "kubernetes": the URL session pods'
+        " use to reach bundle_listen (e.g. http://10.0.0.5:8063)"
     )
 
 

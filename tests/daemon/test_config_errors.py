@@ -23,9 +23,9 @@ def listing(directory: Path) -> set[str]:
         ({"runner": {"max_sesions": 3}}, "runner.max_sesions"),
         ({"runner": {"max_sessions": "x"}}, "runner.max_sessions: must be a positive integer"),
         ({"terms": {"file": "missing-terms.md"}}, "terms.file"),
-        ({"runner": {"backend": "kubernetes"}}, "runner.backend"),
+        ({"runner": {"backend": "kubernetes"}}, "kubernetes.self_url: is required"),
     ],
-    ids=["unknown-key", "bad-type", "unreadable-terms", "kubernetes-not-built"],
+    ids=["unknown-key", "bad-type", "unreadable-terms", "kubernetes-without-self-url"],
 )
 async def test_serve_exits_2_on_config_error_before_listening(
     tmp_path: Path, overrides: dict[str, Any], expected: str

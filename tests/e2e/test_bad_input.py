@@ -15,8 +15,12 @@ from runnerd.contract import MAX_JSON_DEPTH
 from runnerd.session.paths import MAX_PATH_DEPTH
 from tests.e2e.contract_client import bundle_body, read_pty, resize_message, start_session
 from tests.harness import open_ws
+from tests.shared_daemon import shared_runnerd_on_each_backend
 
 JSON = {"content-type": "application/json"}
+
+# Every test taking `runnerd` runs on both backends.
+__all__ = ["shared_runnerd_on_each_backend"]
 
 
 @pytest.mark.parametrize("path", ["/v1/sessions", "/v1/apps/x/sessions", "/v1/probe"])

@@ -19,6 +19,7 @@ from tests.e2e.contract_client import (
     wait_terminal,
 )
 from tests.harness import open_ws, start_daemon
+from tests.shared_daemon import shared_runnerd_on_each_backend
 
 # Twenty lines, one per burst: the workload blocks on `read` after each, and
 # `_run_paced` sends the next stdin line only once the burst has arrived, so
@@ -27,6 +28,10 @@ PACED_LINES = (
     'stty -echo; i=0; while [ $i -lt 20 ]; do echo "line $i"; read go; i=$((i+1)); done'
 )
 PACED_COUNT = 20
+
+# Every test taking `runnerd` runs on both backends (the kubernetes one on the
+# test cluster, whose `sh` image runs these bundles as the local runtime does).
+__all__ = ["shared_runnerd_on_each_backend"]
 
 
 def _io(session_id: str, last_seq: int | None = None) -> str:

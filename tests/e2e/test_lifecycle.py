@@ -22,6 +22,11 @@ from tests.e2e.contract_client import (
 )
 from tests.escapes import HOST_PID, host_pid
 from tests.harness import iter_sse, open_ws, start_daemon
+from tests.shared_daemon import shared_runnerd_on_each_backend
+
+# Every test taking `runnerd` runs on both backends (the kubernetes one on the
+# test cluster, whose `sh` image runs these bundles as the local runtime does).
+__all__ = ["shared_runnerd_on_each_backend"]
 
 
 def _process_gone(pid: int) -> bool:
@@ -158,9 +163,11 @@ async def test_declared_ports_appear_as_endpoints_and_reachability(runnerd) -> N
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    # The pod's own address on the test cluster (its kubelet sets POD_IP, as a
+    # pod's network namespace would give it one); loopback on this host.
     script = (
-        "import socket, sys\n"
-        f"s = socket.create_server(('127.0.0.1', {port}))\n"
+        "import os, socket, sys\n"
+        f"s = socket.create_server((os.environ.get('POD_IP', '127.0.0.1'), {port}))\n"
         "sys.stdin.readline()\n"
     )
     body = bundle_body("", ports=[{"port": port, "protocol": "tcp"}])

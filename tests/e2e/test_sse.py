@@ -17,6 +17,10 @@ from tests.e2e.contract_client import (
     wait_terminal,
 )
 from tests.harness import iter_sse, open_ws, start_daemon
+from tests.shared_daemon import shared_runnerd_on_each_backend
+
+# Every test taking `runnerd` runs on both backends.
+__all__ = ["shared_runnerd_on_each_backend"]
 
 
 async def test_sse_headers_and_exact_frames(runnerd) -> None:

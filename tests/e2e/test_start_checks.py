@@ -12,10 +12,14 @@ from tests.e2e.contract_client import (
     wait_terminal,
 )
 from tests.harness import start_daemon
+from tests.shared_daemon import shared_runnerd_on_each_backend
 
 TERMS = {"body": "Be excellent to each other.", "title": "House rules", "version": "v7"}
 APPS = {"demo": {"image": "hello", "env": {"GREETING": "op"}}}
 RUNTIMES = {"hello": {"command": ["/bin/sh", "-c", "echo hello $GREETING"]}}
+
+# Every test taking `runnerd` runs on both backends.
+__all__ = ["shared_runnerd_on_each_backend"]
 
 
 async def test_schema_errors_are_400_naming_the_field(runnerd) -> None:

@@ -57,11 +57,12 @@ class Stats:
     _changed: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
 
     def note(self) -> None:
-        """Wake `wait_until` callers: a stream opened or closed."""
+        """Wake `wait_until` callers: a stream opened or closed, or a response went out."""
         self._changed.unpark_all()
 
     async def wait_until(self, predicate: Callable[[Stats], bool]) -> None:
-        """Return once `predicate(self)` holds (checked at every open/close of a stream)."""
+        """Return once `predicate(self)` holds (checked at every open/close of a stream
+        and every response)."""
         while not predicate(self):
             await self._changed.park()
 
@@ -70,6 +71,7 @@ class Stats:
 
     def count_response(self, code: int) -> None:
         self.responses[code] += 1
+        self.note()
 
     def snapshot(self) -> dict[str, Any]:
         by_verb: collections.Counter[str] = collections.Counter()

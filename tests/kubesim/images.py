@@ -48,6 +48,16 @@ SHELL_IMAGE = Image(cmd=("sh",), programs={"wget": WGET_PROGRAM})
 KERNEL_IMAGE = Image(entrypoint=("telo",), cmd=("--help",), programs={"telo": KERNEL_PROGRAM})
 
 
+# Images whose `telo run ENTRY` runs ENTRY under a host interpreter instead of
+# the stand-in kernel: runnerd's end-to-end tests run the same `sh` and
+# `python` bundles on both backends (the local backend's runtimes of those names).
+INTERPRETER_IMAGES = {
+    name: Image(entrypoint=("telo",), programs={"telo": (
+        "/bin/sh", "-c", f'[ "$1" = run ] || exit 2; exec {shlex.join(argv)} "$2"', "telo")})
+    for name, argv in (("sh", ("/bin/sh",)), ("python", (sys.executable, "-u")))
+}
+
+
 def build_app_image(entry: Path) -> Image:
     """A catalog-style app image whose own entrypoint runs the kernel on `entry` (a host path)."""
     return Image(entrypoint=("telo", "run", str(entry)), programs={"telo": KERNEL_PROGRAM})
@@ -81,6 +91,7 @@ def build_default_images() -> ImageMap:
             ("*/busybox", SHELL_IMAGE),
             ("*/alpine", SHELL_IMAGE),
             ("telorun/node", KERNEL_IMAGE),
+            *INTERPRETER_IMAGES.items(),
         ]
     )
 

@@ -1,0 +1,286 @@
+"""The Kubernetes backend: each session is a pod in the session namespace.
+
+Owns a session's pod from create to delete (`run`), built from the parts in
+this package (see its docstring): the pod is created (classified errors,
+stage `create`), its start followed through the one shared informer
+(`progress` while Pending; a permanent cause, or a pull back-off past the
+grace, fails the start; not Running by `start_deadline_seconds` fails it
+too), `Started` reported the moment it runs (a `terminal.Relay` as the
+handle), its terminal kept attached (`terminal.keep_attached`), its end read
+by `podstatus.terminal_outcome`, and the pod deleted on every path: as soon
+as its status is read, or on cancellation (DELETE, TTL, shutdown).
+
+`probe` answers whether sessions could start now (ready, unreachable,
+forbidden, namespace missing), each with what the operator should do.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+import trio
+
+import runnerd.kube.errors as errors
+from runnerd.backend import (
+    Failed,
+    ImageSpec,
+    Outcome,
+    Recovered,
+    RunSpec,
+    Sink,
+    Started,
+    StartError,
+)
+from runnerd.config import AppEntry, KubeSettings
+from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavailable
+from runnerd.kube.bundle import BundleArchiveError, BundleTokens, build_bundle_archive
+from runnerd.kube.client import KubeClient, Retry
+from runnerd.kube.informer import GONE, PodInformer, PodState, PodSubscription
+from runnerd.kube.podspec import INSPECT_PORT, build_pod, is_ours, pod_name
+from runnerd.kube.podstatus import Progress, StartFailed, StartWatch, terminal_outcome
+from runnerd.kube.terminal import Relay, Splice, keep_attached, read_log
+from runnerd.workload.debug_relay import relay_debug_stream
+from runnerd.workload.reachability import watch_reachability
+
+log = logging.getLogger(__name__)
+
+# A stopped session's pod gets this long to end (SIGTERM, then the kubelet's
+# SIGKILL); runnerd waits for it to be gone at most STOP_WAIT_S, so a
+# shutdown stays within the contract's 10 s whatever the cluster does.
+STOP_GRACE_S = 1
+STOP_WAIT_S = 5.0
+# A probe is a client's request: answered within this, whatever the apiserver does.
+PROBE_TIMEOUT_S = 5.0
+RBAC_REMEDY = ("grant the runner's identity the RBAC in the README (pods, pods/log,"
+               " pods/attach in the session namespace)")
+# After the container ends, how long the attach may take to deliver the rest.
+DRAIN_TIMEOUT_S = 2.0
+
+
+def _pod(state: PodState) -> Mapping[str, Any] | None:
+    return None if state is GONE else state  # type: ignore[return-value]
+
+
+class KubeBackend:
+    """`runnerd.backend.Backend` running sessions as pods."""
+
+    name = "kubernetes"
+    notices: tuple[str, ...] = ()
+    # Adoption of a previous daemon's pods is issue 11's; until then a
+    # detach is refused and a restart reaps what the last process left.
+    detach_supported = False
+
+    def __init__(self, settings: KubeSettings, client: KubeClient, informer: PodInformer,
+                 tokens: BundleTokens, *, apps: Callable[[], Mapping[str, AppEntry]]) -> None:
+        self._settings = settings
+        self.client = self._client = client
+        self._informer = informer
+        self._tokens = tokens
+        self._apps = apps
+        # Pods this process created and has not deleted: the reaper spares them.
+        self.live: set[str] = set()
+
+    async def recover(self) -> list[Recovered]:
+        """Always empty until adoption lands (issue 11); the reaper deletes
+        what a previous process left."""
+        await trio.lowlevel.checkpoint()
+        return []
+
+    async def probe(self, image: ImageSpec) -> AvailabilityReport:
+        """Ready, or unavailable with a remediation line; within PROBE_TIMEOUT_S
+        whatever the apiserver does (a client is waiting on it)."""
+        with trio.move_on_after(PROBE_TIMEOUT_S):
+            return await self._probe()
+        return unavailable(f"the Kubernetes API did not answer within {PROBE_TIMEOUT_S:g} s",
+                           "check that the apiserver is up and reachable from this host")
+
+    async def _probe(self) -> AvailabilityReport:
+        namespace = self._client.namespace
+        try:
+            await self._client.request(
+                "GET", self._client.pods_path(), operation="could not list the session pods",
+                retry=Retry.READ, params={"limit": "1"},
+            )
+            # A list in a missing namespace is an empty list: ask for the
+            # namespace itself. Reading it may be forbidden (the RBAC in the
+            # README does not need it): then it is taken to exist.
+            await self._client.request(
+                "GET", f"/api/v1/namespaces/{quote(namespace, safe='')}",
+                operation="could not read the session namespace", retry=Retry.READ)
+        except errors.Forbidden as exc:
+            if exc.operation == "could not read the session namespace":
+                return ready()
+            return unavailable(str(exc), RBAC_REMEDY)
+        except errors.NotFound:
+            return unavailable(f"the session namespace {namespace!r} does not exist",
+                               f"create it (kubectl create namespace {namespace}) or set"
+                               " kubernetes.namespace")
+        except errors.Unauthorized as exc:
+            return unavailable(str(exc), RBAC_REMEDY)
+        except errors.KubeError as exc:
+            return unavailable(str(exc), "check that the apiserver is up and that"
+                               " kubernetes.kubeconfig / context point at it")
+        return ready()
+
+    async def run(
+        self,
+        spec: RunSpec,
+        sink: Sink,
+        *,
+        task_status: trio.TaskStatus[Started] = trio.TASK_STATUS_IGNORED,
+    ) -> Outcome:
+        if spec.creation is None:  # `recover()` offers none until issue 11
+            raise StartError("provision", "this runner cannot re-attach to a session pod")
+        if spec.app is not None and spec.app not in self._apps():
+            raise StartError("provision", f"app '{spec.app}' is no longer offered by this runner")
+        name = pod_name(spec.session_id)
+        ids = {"session_id": spec.session_id}
+        with self._informer.subscribe(name) as sub:
+            try:
+                return await self._run(spec, sink, sub, task_status)
+            finally:
+                self._tokens.drop(spec.session_id)
+                # Cancelled (it may arrive wrapped in a group): a stop, so the
+                # pod is gone before the cancellation propagates.
+                stopped = trio.current_effective_deadline() == -math.inf
+                with trio.CancelScope(shield=True):
+                    await self._delete(name, sub, wait=stopped)
+                log.info("session pod deleted", extra={**ids, "pod": name})
+
+    async def _run(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
+                   task_status: trio.TaskStatus[Started]) -> Outcome:
+        first = await self._create(spec, sink)
+        running = await self._await_running(sub, first, sink)
+        relay = Relay()
+        ip = _pod_ip(running)
+        # The kernel's debug server on the pod's own address (never published).
+        inspect_url = f"http://{ip}:{INSPECT_PORT}" if spec.inspect and ip else None
+        task_status.started(Started(relay, _endpoints(spec), inspect_url))
+        return await self._supervise(spec, sink, sub, running, relay, inspect_url)
+
+    async def _create(self, spec: RunSpec, sink: Sink) -> Mapping[str, Any]:
+        url = None
+        if spec.bundle is not None:
+            try:
+                archive = await trio.to_thread.run_sync(build_bundle_archive, spec.bundle)
+            except BundleArchiveError as exc:
+                raise StartError("build", str(exc)) from exc
+            token = self._tokens.stage(spec.session_id, archive, trio.current_time())
+            url = f"{self._settings.self_url}/internal/bundles/{spec.session_id}?token={token}"
+        created_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        pod = build_pod(self._settings, spec, bundle_url=url, created_at=created_at)
+        sink.progress("provision", "creating the session pod")
+        self.live.add(pod["metadata"]["name"])
+        try:
+            # Shielded (the client bounds every call): a create cancelled in
+            # flight may still land, and the teardown's delete must come
+            # after it, or the pod would outlive its session.
+            with trio.CancelScope(shield=True):
+                created = await self._client.create_pod(
+                    pod, operation="could not create the session pod",
+                    is_ours=lambda p: is_ours(p, self._settings, spec.session_id))
+        except errors.KubeError as exc:
+            log.warning("pod create failed: %r", exc.__cause__ or exc,
+                        extra={"session_id": spec.session_id})
+            raise errors.start_error(exc, "create") from exc
+        return created
+
+    async def _await_running(self, sub: PodSubscription, first: Mapping[str, Any],
+                             sink: Sink) -> Mapping[str, Any] | None:
+        """The pod once it runs (or has already ended: None or its last state).
+
+        Raises:
+            StartError: a permanent cause, a pull back-off past the grace, or
+                the start deadline.
+        """
+        watch = StartWatch(self._settings.pull_backoff_grace_s)
+        pod: Mapping[str, Any] | None = _pod(sub.latest() or first)
+        said = ""
+        deadline_s = self._settings.start_deadline_s
+        with trio.move_on_after(deadline_s):
+            while True:
+                verdict = watch.observe(pod, trio.current_time())
+                if isinstance(verdict, StartFailed):
+                    raise StartError("provision", verdict.message)
+                if isinstance(verdict, Progress):
+                    if verdict.message != said:
+                        sink.progress(verdict.phase, verdict.message)
+                        said = verdict.message
+                else:  # running, or ended before it was seen running
+                    return pod
+                pod = _pod(await sub.next())
+        raise StartError("provision", f"the session pod was not running after {deadline_s:g} s"
+                         f" (last: {said or 'waiting'})")
+
+    async def _supervise(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
+                         pod: Mapping[str, Any] | None, relay: Relay,
+                         inspect_url: str | None) -> Outcome:
+        name = pod_name(spec.session_id)
+        splice = Splice(sink.output)
+        state: dict[str, Mapping[str, Any] | None] = {"pod": pod}
+        outcome = terminal_outcome(pod) if pod is not None else Failed("the session pod is gone")
+        if outcome is not None:  # it ended before it was seen running
+            splice.release(await read_log(self._client, name))
+            return outcome
+
+        def pod_runs() -> bool:
+            return terminal_outcome(state["pod"]) is None and state["pod"] is not None
+
+        async with trio.open_nursery() as nursery:
+            attached = trio.Event()
+
+            async def attach() -> None:
+                try:
+                    await keep_attached(self._client, name, relay, splice, sink.output, pod_runs)
+                finally:
+                    attached.set()
+
+            nursery.start_soon(attach)
+            ip = _pod_ip(pod)
+            tcp = [p.port for p in spec.ports if p.protocol == "tcp"]
+            if tcp and ip:
+                nursery.start_soon(watch_reachability, ip, tcp, sink.reachability)
+            if inspect_url is not None:
+                nursery.start_soon(relay_debug_stream, f"{inspect_url}/events", sink.debug)
+            while (outcome := terminal_outcome(state["pod"])) is None and state["pod"] is not None:
+                state["pod"] = _pod(await sub.next())
+            with trio.move_on_after(DRAIN_TIMEOUT_S):
+                await attached.wait()
+            nursery.cancel_scope.cancel()
+        if not splice.released:  # no attach ever came up: the log has it all
+            splice.release(await read_log(self._client, name))
+        return outcome if outcome is not None else Failed("the session pod was deleted outside"
+                                                          " runnerd")
+
+    async def _delete(self, name: str, sub: PodSubscription, *, wait: bool) -> None:
+        """Delete the pod; with `wait` (a stop), with a grace and until it is
+        gone (at most STOP_WAIT_S); without (it ended, or never started), at
+        once: there is nothing left in it to let finish."""
+        with trio.move_on_after(STOP_WAIT_S):
+            try:
+                existed = await self._client.delete_pod(
+                    name, operation="could not delete the session pod",
+                    grace_period_s=STOP_GRACE_S if wait else 0)
+            except errors.KubeError as exc:
+                log.warning("could not delete pod %s: %r", name, exc.__cause__ or exc)
+                return
+            finally:
+                self.live.discard(name)
+            while wait and existed and sub.latest() is not GONE:
+                await sub.next()
+
+
+def _pod_ip(pod: Mapping[str, Any] | None) -> str | None:
+    ip = (pod.get("status") or {}).get("podIP") if pod else None
+    return ip if isinstance(ip, str) and ip else None
+
+
+def _endpoints(spec: RunSpec) -> tuple[RunnerEndpoint, ...]:
+    # The pod's own ports: the client reaches them through the cluster.
+    return tuple({"host": "", "port": p.port, "protocol": p.protocol} for p in spec.ports)
+

@@ -1,0 +1,153 @@
+"""What the Kubernetes backend exports to the core (`runnerd.backends.Provider`).
+
+Owns the backend's answers to what the daemon, the CLI and the HTTP edge ask
+of whichever backend is configured: its config check (`kubernetes.self_url`
+is required: no default can be right), the images it offers (only
+`default_image`, or the operator's `allowed_images`), its stop timeout, what
+of the config is bound at start (the whole `[kubernetes]` section), and
+`open_backend`: the client, the shared informer, the bundle listener and
+the reaper, for the daemon's lifetime. Nothing in it waits for the
+apiserver: a silent or absent apiserver never holds up the boot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+import trio
+
+import runnerd.kube.errors as errors
+from runnerd.config import AppEntry, Config, ConfigError, parse_listen
+from runnerd.kube.backend import STOP_WAIT_S, KubeBackend
+from runnerd.kube.bundle import BundleTokens
+from runnerd.kube.bundlehttp import bind_bundle_listener, serve_bundles
+from runnerd.kube.client import open_kube_client
+from runnerd.kube.informer import PodInformer
+from runnerd.kube.kubeconfig import KubeconfigError, load_connection
+from runnerd.kube.podspec import managed_by_selector
+
+NAME = "kubernetes"
+log = logging.getLogger(__name__)
+# Staged bundles past their five minutes are swept this often.
+TOKEN_SWEEP_S = 60.0
+
+
+def check_config(config: Config, *, reloaded: bool = False) -> None:
+    """`kubernetes.self_url` is set: pods fetch their bundle from it.
+
+    Raises:
+        ConfigError: naming `kubernetes.self_url`.
+    """
+    if not config.kubernetes.self_url:
+        raise ConfigError(
+            "kubernetes.self_url",
+            "is required with backend = \"kubernetes\": the URL session pods use to reach"
+            " bundle_listen (e.g. http://10.0.0.5:8063)",
+        )
+
+
+def offered_images(config: Config) -> tuple[str, ...] | None:
+    """None: a bundle session runs `default_image` unless the operator lists more."""
+    return None
+
+
+def stop_timeout_s(config: Config) -> float:
+    """The pod's delete and its wait to be gone, plus the request's own time."""
+    return STOP_WAIT_S + 2.0
+
+
+def config_warnings(config: Config, daemon_path: str | None) -> list[str]:
+    """What a valid `[kubernetes]` may still get wrong: a loopback `self_url`
+    (no pod can reach it unless the cluster runs on this host)."""
+    url = config.kubernetes.self_url
+    if "://127." in url or "://localhost" in url or "://[::1]" in url:
+        return [f"kubernetes.self_url {url!r} is a loopback address: only a cluster on this"
+                " host can reach it"]
+    return []
+
+
+def keep_bound(old: Config, new: Config) -> Config:
+    """`new` with the `[kubernetes]` section kept from `old` (bound at start)."""
+    return replace(new, kubernetes=old.kubernetes)
+
+
+def bound_changes(old: Config, new: Config) -> list[str]:
+    return ["kubernetes"] if old.kubernetes != new.kubernetes else []
+
+
+def open_backend(
+    config: Config, apps: Callable[[], Mapping[str, AppEntry]]
+) -> contextlib.AbstractAsyncContextManager[KubeBackend]:
+    """The Kubernetes backend for the daemon's lifetime.
+
+    On entry: the connection resolved (kubeconfig files read), the client
+    opened, the bundle listener bound; then the informer, the bundle server
+    and the reaper run in the background. None of it waits on the apiserver.
+
+    Raises:
+        ConfigError: no usable kubeconfig, or `bundle_listen` cannot be bound.
+    """
+    return _open_backend(config, apps)
+
+
+@contextlib.asynccontextmanager
+async def _open_backend(
+    config: Config, apps: Callable[[], Mapping[str, AppEntry]]
+) -> AsyncIterator[KubeBackend]:
+    settings = config.kubernetes
+    try:
+        conn = await trio.to_thread.run_sync(
+            load_connection, settings, dict(os.environ), Path.home())
+    except KubeconfigError as exc:
+        raise ConfigError("kubernetes.kubeconfig", str(exc)) from exc
+    address = parse_listen(settings.bundle_listen)
+    try:
+        listener = await bind_bundle_listener(address.host or "", address.port or 0)
+    except OSError as exc:
+        raise ConfigError("kubernetes.bundle_listen",
+                          f"cannot listen on {settings.bundle_listen}: {exc.strerror}") from exc
+    try:
+        async with open_kube_client(conn) as client, trio.open_nursery() as nursery:
+            informer = PodInformer(client, managed_by_selector(settings))
+            tokens = BundleTokens()
+            backend = KubeBackend(settings, client, informer, tokens, apps=apps)
+            await nursery.start(informer.run)
+            nursery.start_soon(serve_bundles, listener, tokens)
+            nursery.start_soon(_sweep_tokens, tokens)
+            nursery.start_soon(_reap, backend, informer)
+            log.info("kubernetes backend: namespace %s via %s; bundles on %s",
+                     client.namespace, conn.source, settings.bundle_listen)
+            yield backend
+            nursery.cancel_scope.cancel()
+    except errors.NoCredentials as exc:
+        raise ConfigError("kubernetes.kubeconfig", str(exc)) from exc
+    finally:
+        with trio.CancelScope(shield=True):
+            await listener.aclose()
+
+
+async def _sweep_tokens(tokens: BundleTokens) -> None:
+    while True:
+        await trio.sleep(TOKEN_SWEEP_S)
+        tokens.expire(trio.current_time())
+
+
+async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
+    """Delete the pods a previous process left (none is adopted until issue 11),
+    once the informer has listed them; this process's own pods are spared."""
+    await informer.wait_synced()
+    left = [str(p["metadata"]["name"]) for p in informer.pods()
+            if str(p["metadata"]["name"]) not in backend.live]
+    for name in left:
+        try:
+            await backend.client.delete_pod(name, operation="could not delete a stale pod",
+                                            grace_period_s=0)
+        except errors.KubeError as exc:
+            log.warning("could not delete pod %s left by a previous run: %s", name, exc)
+    if left:
+        log.warning("deleted %d session pods left by a previous run", len(left))

@@ -1,0 +1,186 @@
+"""A session pod's terminal for the session: the attach kept up, nothing lost.
+
+Owns three things between `attach.run_attach` and the session's sink:
+
+- `Relay`, the `WorkloadHandle` the manager gets as soon as the pod runs:
+  stdin and resizes go to the current attach; before the first attach is up
+  they are held (bounded), so stdin sent on seeing `running` is not lost.
+- `Splice`: output the container wrote before the attach was up is read from
+  `pods/log` and put ahead of the attach stream. The attach's bytes are held
+  until that read is back; the longest tail of the log that is also the head
+  of the held bytes is written once (the container's output from the attach's
+  start to the log read is in both). Chosen over holding the workload until
+  the attach is up: that needs a wrapper in the session image, and a fast
+  `print; exit` ends before any attach could connect.
+- `keep_attached`: an attach that drops while the pod runs is re-attached
+  with capped backoff, and one line in the terminal says output may have
+  been missed; a refused attach writes its classified reason the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import cast
+
+import trio
+
+import runnerd.kube.errors as errors
+from runnerd.kube.attach import AttachEnd, Terminal, run_attach
+from runnerd.kube.client import KubeClient
+
+log = logging.getLogger(__name__)
+
+# Stdin held before the first attach is up; beyond it, input is dropped
+# (as the attach's own queue does).
+MAX_HELD_STDIN_BYTES = 1024 * 1024
+# Attach output held while the log is read; beyond it the splice gives up
+# looking for an overlap (and may repeat a little output rather than lose it).
+MAX_HELD_OUTPUT_BYTES = 4 * 1024 * 1024
+REATTACH_FIRST_S = 0.2
+REATTACH_CAP_S = 5.0
+DROPPED_LINE = (
+    b"\r\n[runnerd: the terminal connection to the session pod dropped; reconnecting."
+    b" Output may have been missed.]\r\n"
+)
+LOG_OPERATION = "could not read the session's output"
+
+
+def notice(text: str) -> bytes:
+    """One line of runnerd's own in the terminal stream."""
+    return f"\r\n[runnerd: {text}]\r\n".encode()
+
+
+class Relay:
+    """The session's `WorkloadHandle`: forwards to the current attach."""
+
+    def __init__(self) -> None:
+        self._terminal: Terminal | None = None
+        self._held: list[bytes] = []
+        self._held_bytes = 0
+        self._size: tuple[int, int] | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._terminal is not None:
+            self._terminal.write(data)
+        elif self._held_bytes + len(data) <= MAX_HELD_STDIN_BYTES:
+            self._held.append(data)
+            self._held_bytes += len(data)
+
+    def resize(self, cols: int, rows: int) -> None:
+        self._size = (cols, rows)
+        if self._terminal is not None:
+            self._terminal.resize(cols, rows)
+
+    def attached(self, terminal: Terminal | None) -> None:
+        """A new attach is up (None: it ended): flush what was held, re-send the size."""
+        self._terminal = terminal
+        if terminal is None:
+            return
+        if self._size is not None:
+            terminal.resize(*self._size)
+        for data in self._held:
+            terminal.write(data)
+        self._held, self._held_bytes = [], 0
+
+
+def overlap(log_bytes: bytes, held: bytes) -> int:
+    """The length of the longest tail of `log_bytes` that is a head of `held`."""
+    for size in range(min(len(log_bytes), len(held)), 0, -1):
+        if log_bytes.endswith(held[:size]):
+            return size
+    return 0
+
+
+class Splice:
+    """Output in order: the log read ahead of the attach stream, once."""
+
+    def __init__(self, emit: Callable[[bytes], None]) -> None:
+        self._emit = emit
+        self._held: bytearray | None = bytearray()
+
+    @property
+    def released(self) -> bool:
+        return self._held is None
+
+    def feed(self, data: bytes) -> None:
+        if self._held is None:
+            self._emit(data)
+        else:
+            self._held += data
+
+    def release(self, log_bytes: bytes) -> None:
+        """The log is back: write it, then the held attach bytes it lacks."""
+        if self._held is None:
+            return
+        held, self._held = bytes(self._held), None
+        skip = overlap(log_bytes, held) if len(held) <= MAX_HELD_OUTPUT_BYTES else 0
+        if log_bytes:
+            self._emit(log_bytes)
+        if held[skip:]:
+            self._emit(held[skip:])
+
+
+async def read_log(client: KubeClient, pod: str) -> bytes:
+    """The container's output so far; empty when it cannot be read (logged)."""
+    try:
+        return await client.read_log(pod, container="session", operation=LOG_OPERATION)
+    except errors.KubeError as exc:
+        log.warning("could not read the pod's log: %s", exc, extra={"pod": pod})
+        return b""
+
+
+class _OnAttached:
+    """`run_attach`'s task_status: called when an attach is up."""
+
+    def __init__(self, callback: Callable[[Terminal], None]) -> None:
+        self._callback = callback
+
+    def started(self, value: Terminal) -> None:
+        self._callback(value)
+
+
+async def keep_attached(client: KubeClient, pod: str, relay: Relay, splice: Splice,
+                        emit: Callable[[bytes], None], pod_runs: Callable[[], bool]) -> None:
+    """Attach to `pod` until its terminal ends, re-attaching while `pod_runs()`.
+
+    The first attach that comes up also starts the log read for the splice.
+    Returns when an attach ends with the container, or the pod stops running.
+    """
+    delay = REATTACH_FIRST_S
+    async with trio.open_nursery() as nursery:
+
+        refusals_said = False
+
+        def up(terminal: Terminal) -> None:
+            nonlocal refusals_said
+            refusals_said = False
+            relay.attached(terminal)
+            if not splice.released:
+                nursery.start_soon(_splice_log, client, pod, splice)
+
+        while True:
+            status = cast("trio.TaskStatus[Terminal]", _OnAttached(up))
+            refused: errors.KubeError | None = None
+            try:
+                end = await run_attach(client, pod, on_output=splice.feed, task_status=status)
+            except errors.KubeError as exc:
+                end, refused = AttachEnd.DROPPED, exc
+            relay.attached(None)
+            if end is AttachEnd.ENDED or not pod_runs():
+                return
+            if refused is None:
+                emit(DROPPED_LINE)
+            elif not refusals_said:  # once per run of refusals, not once per retry
+                emit(notice(str(refused)))
+                refusals_said = True
+            log.warning("attach %s; re-attaching in %.1f s", refused or "dropped", delay,
+                        extra={"pod": pod})
+            await trio.sleep(delay)
+            delay = min(delay * 2, REATTACH_CAP_S)
+            if not pod_runs():
+                return
+
+
+async def _splice_log(client: KubeClient, pod: str, splice: Splice) -> None:
+    splice.release(await read_log(client, pod))

@@ -1,0 +1,119 @@
+"""The Kubernetes backend through a real daemon when the cluster misbehaves or
+time runs out: deadlines, back-offs, the TTL, API errors, watch cuts, an
+apiserver restart, a shutdown, and the pods a previous process left."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from tests.e2e.contract_client import wait_status, wait_terminal
+from tests.kube.daemon import (
+    NOT_PRESENT,
+    kube_daemon,
+    session_pods,
+    start_telo,
+    wait_no_pods,
+    wait_pods,
+)
+from tests.kubesim.conftest import seed_pod
+from tests.kubesim.server import KubeSim
+
+TIMEOUT_S = 20.0
+
+
+async def test_pull_back_off_fails_after_the_grace_and_the_deadline_after_its_time(
+        kubesim: KubeSim, tmp_path: Path) -> None:
+    assert kubesim.kubelet is not None
+    kubesim.kubelet.image_pull_backoff_s = 0.2
+    async with kube_daemon(kubesim, tmp_path, pull_backoff_grace_seconds=1) as daemon, \
+            daemon.client() as client:
+        session_id = await start_telo(client, "print x\n", image=NOT_PRESENT)
+        final = await wait_terminal(client, session_id, timeout_s=TIMEOUT_S)
+        assert final["kind"] == "failed"
+        assert final["message"].startswith("provision: container session: ")
+        assert "ImagePullBackOff" in final["message"] or "ErrImagePull" in final["message"]
+        await wait_no_pods(kubesim)
+    async with kube_daemon(kubesim, tmp_path, start_deadline_seconds=1) as daemon, \
+            daemon.client() as client:
+        session_id = await start_telo(client, "print x\n", image=NOT_PRESENT)
+        final = await wait_terminal(client, session_id, timeout_s=TIMEOUT_S)
+        assert final["kind"] == "failed"
+        assert final["message"].startswith("provision: the session pod was not running after 1 s")
+        await wait_no_pods(kubesim)
+
+
+async def test_ttl_ends_the_session_and_deletes_its_pod(kubesim: KubeSim,
+                                                       tmp_path: Path) -> None:
+    ttl = {"ttl_seconds": 2}
+    async with kube_daemon(kubesim, tmp_path, limits={"session": ttl, "app": ttl}) as daemon, \
+            daemon.client() as client:
+        session_id = await start_telo(client, "print up\nwait\n")
+        final = await wait_terminal(client, session_id, timeout_s=TIMEOUT_S)
+        assert final == {"kind": "failed", "message": "ttl: session exceeded its time limit of 2 s"}
+        await wait_no_pods(kubesim)
+
+
+async def test_ports_are_dialled_on_the_pod_and_debug_events_relayed(kubesim: KubeSim,
+                                                                     tmp_path: Path) -> None:
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        session_id = await start_telo(
+            client, "listen 8080\nevent ready {\"n\":1}\nwait\n",
+            ports=[{"port": 8080, "protocol": "tcp"}], inspect=True)
+        with trio.fail_after(TIMEOUT_S):
+            async with client.stream("GET", f"/v1/sessions/{session_id}/events",
+                                     timeout=None) as response:
+                seen: set[str] = set()
+                async for line in response.aiter_lines():
+                    if '"state":"reachable"' in line.replace(" ", ""):
+                        seen.add("reachable")
+                    if line.startswith("data:") and '"type":"debug"' in line.replace(" ", ""):
+                        seen.add("debug")
+                    if seen == {"reachable", "debug"}:
+                        break
+        got = (await client.get(f"/v1/sessions/{session_id}")).json()
+        assert got["status"]["kind"] == "running"
+        assert got["status"]["inspectUrl"].endswith(":9230")
+        assert (await client.delete(f"/v1/sessions/{session_id}")).status_code == 204
+        await wait_no_pods(kubesim)
+
+
+async def test_api_errors_watch_cuts_and_a_restart_do_not_end_a_session(
+        kubesim: KubeSim, tmp_path: Path) -> None:
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        # 429 with Retry-After on the create: retried (the server said when).
+        kubesim.faults.fail_next(2, 429, verb="create")
+        session_id = await start_telo(client, "print up\nsleep 6\nexit 4\n")
+        await wait_status(client, session_id, "running", timeout_s=TIMEOUT_S)
+        # A watch cut whose resume is answered 410: the re-list meets a burst
+        # of 500s (a read: retried with backoff) and gets through.
+        kubesim.faults.fail_next(3, 500, retry_after_s=None, verb="list")
+        kubesim.faults.expire_next_watch()
+        kubesim.faults.cut_watches()
+        await kubesim.stats.wait_until(lambda s: s.responses[500] >= 3 and s.watches_open == 1)
+        # Cut abruptly too.
+        kubesim.faults.cut_watches(abrupt=True)
+        # The apiserver down for 3 s: the watch reconnects with backoff.
+        await kubesim.faults.restart(down_s=3)
+        async with daemon.client() as again:
+            got = await again.get(f"/v1/sessions/{session_id}")
+        assert got.json()["status"] == {"kind": "running"}
+        # The session still ends on its own, and is seen to.
+        final = await wait_terminal(client, session_id, timeout_s=TIMEOUT_S)
+        assert final == {"kind": "exited", "code": 4}
+        await wait_no_pods(kubesim)
+
+
+async def test_shutdown_deletes_live_pods_and_start_reaps_stale_ones(kubesim: KubeSim,
+                                                                    tmp_path: Path) -> None:
+    stale = {"app.kubernetes.io/managed-by": "runnerd"}
+    await seed_pod(kubesim, "runnerd-stale2345678", labels=stale)
+    await seed_pod(kubesim, "someone-elses", labels={"app.kubernetes.io/managed-by": "other"})
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        await wait_pods(kubesim, lambda pods: "runnerd-stale2345678" not in pods, TIMEOUT_S)
+        session_id = await start_telo(client, "print up\nwait\n")
+        await wait_status(client, session_id, "running", timeout_s=TIMEOUT_S)
+        assert f"runnerd-{session_id}" in session_pods(kubesim)
+        assert await daemon.stop() == 0
+    assert session_pods(kubesim) == ["someone-elses"]
