@@ -9,7 +9,7 @@ list (`tests/layout/test_layers.py` checks it, and that the pure ones stay pure)
 - `config`: the operator's file, read into frozen dataclasses (pure);
 - `workload`: IO helpers any backend uses (reachability, debug relay);
 - `session`: sessions, their rings, the manager, admission (the core);
-- `local`, `kube` (its parts below the seam, not yet wired): the backends;
+- `local`, `kube`: the backends;
   they import the seam, config and workload, never the core or the edges,
   and never each other;
 - `http`: the quart-trio edge;
