@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import trio
 from runnerd.backend import Exited
 from runnerd.config import LocalConfig
 from runnerd.local import LocalBackend
-from tests.escapes import HOST_PID, host_pid, wait_token_gone
+from tests.escapes import HOST_PID, host_pid, wait_gone, wait_token_gone
 
 from .conftest import runtimes
 from .recording import RecordingSink, start_session
@@ -30,19 +29,6 @@ def is_gone(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return True
     return state in ("Z", "X")
-
-
-async def wait_gone(pid: int) -> None:
-    """Return once `pid` has exited (a pidfd turns readable then, child or not)."""
-    try:
-        pidfd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    try:
-        await trio.lowlevel.wait_readable(pidfd)
-    finally:
-        trio.lowlevel.notify_closing(pidfd)
-        os.close(pidfd)
 
 
 async def test_stop_sends_sigterm_then_sigkill_after_grace(
