@@ -12,6 +12,7 @@ this scanner misreads gets no line number, never a wrong error.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -45,47 +46,31 @@ def split_key(path: str) -> list[str] | None:
     return parts
 
 
-def _code(line: str) -> str:
-    """`line` without its comment (a `#` outside quotes)."""
+def _unquoted(text: str) -> Iterator[tuple[int, str]]:
+    """Each character of `text` outside a quoted string, with its index."""
     quote = ""
-    for i, char in enumerate(line):
+    for i, char in enumerate(text):
         if quote:
             if char == quote:
                 quote = ""
         elif char in "\"'":
             quote = char
-        elif char == "#":
-            return line[:i]
-    return line
+        else:
+            yield i, char
+
+
+def _code(line: str) -> str:
+    """`line` without its comment (a `#` outside quotes)."""
+    return next((line[:i] for i, char in _unquoted(line) if char == "#"), line)
 
 
 def _opens(value: str) -> int:
     """How many brackets/braces `value` leaves open (outside strings)."""
-    depth, quote = 0, ""
-    for char in value:
-        if quote:
-            if char == quote:
-                quote = ""
-        elif char in "\"'":
-            quote = char
-        elif char in "[{":
-            depth += 1
-        elif char in "]}":
-            depth -= 1
-    return depth
+    return sum(1 if char in "[{" else -1 for _, char in _unquoted(value) if char in "[{]}")
 
 
 def _key_and_value(code: str) -> tuple[str, str] | None:
-    quote = ""
-    for i, char in enumerate(code):
-        if quote:
-            if char == quote:
-                quote = ""
-        elif char in "\"'":
-            quote = char
-        elif char == "=":
-            return code[:i], code[i + 1 :]
-    return None
+    return next(((code[:i], code[i + 1 :]) for i, char in _unquoted(code) if char == "="), None)
 
 
 def _paths(text: str) -> list[tuple[int, list[str]]]:
