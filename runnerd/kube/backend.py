@@ -2,7 +2,9 @@
 
 Owns a session's pod from create to delete (`run`), built from the parts in
 this package (see its docstring): the pod is created (classified errors,
-stage `create`), its start followed through the one shared informer
+stage `create`), its ports published (`endpoints.publish_endpoints`: a
+Service and an Ingress the pod owns, when `ingress_base_domain` is set), its
+start followed through the one shared informer
 (`progress` while Pending; a permanent cause, or a pull back-off past the
 grace, fails the start; not Running by `start_deadline_seconds` fails it
 too), `Started` reported the moment it runs (a `terminal.Relay` as the

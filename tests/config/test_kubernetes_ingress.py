@@ -4,6 +4,7 @@ check-config and bound at start like the rest of the section."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 import runnerd.kube.provider
 from runnerd.backends import check_config
 from runnerd.config import load_config, parse_config, render_config
-from runnerd.config.kubernetes import HOST_PREFIX_MAX
+from runnerd.config.kubernetes import HOST_PREFIX_MAX, KUBERNETES_KEYS
 from tests.config.test_kubernetes import BASE, error_of, kube, no_files, settings
 
 
@@ -83,3 +84,10 @@ def test_check_config_renders_them_and_they_parse_back(tmp_path: Path) -> None:
                                         base_dir=BASE, read_text=no_files))
     assert runnerd.kube.provider.bound_changes(config, changed) == ["kubernetes"]
     assert runnerd.kube.provider.keep_bound(config, changed).kubernetes.ingress_class == "nginx"
+
+
+def test_every_key_of_the_section_is_documented_in_the_shipped_config() -> None:
+    text = (Path(__file__).parents[2] / "config" / "runnerd.toml").read_text()
+    section = text.split("\n[kubernetes]\n", 1)[1]
+    for key in KUBERNETES_KEYS:
+        assert re.search(rf"^(# )?{key} = ", section, re.M), key
