@@ -208,7 +208,8 @@ async def _ensure(client: KubeClient, collection: str, obj: dict[str, Any],
     path = f"{collection}/{quote(obj['metadata']['name'], safe='')}"
     existing = await client.request("GET", path, operation=operation, retry=Retry.READ)
     meta = existing.get("metadata") or {}
-    if (meta.get("labels") or {}) != {**(meta.get("labels") or {}), **obj["metadata"]["labels"]}:
+    labels = meta.get("labels") or {}
+    if any(labels.get(key) != value for key, value in obj["metadata"]["labels"].items()):
         raise conflict  # a same-named object that is not this session's: left alone
     if _is_current(existing, obj):
         return
