@@ -284,5 +284,3 @@ class KubeBackend:
 def _pod_ip(pod: Mapping[str, Any] | None) -> str | None:
     ip = (pod.get("status") or {}).get("podIP") if pod else None
     return ip if isinstance(ip, str) and ip else None
-
-
