@@ -1,13 +1,15 @@
 """The Kubernetes backend's figures through a real daemon, on the test cluster.
 
-`.venv/bin/python -m bench.kube [--sessions N]` runs the test cluster
+`.venv/bin/python -m bench.kube [--sessions N] [--endpoints]` runs the test cluster
 (tests/kubesim, kubelet included) in this process and a real `runnerd serve`
 on it (the kubernetes backend over TLS and the cluster's token), then drives
 N sequential sessions over `/v1` (`print hello` then `exit 0`, the upstream
 runner's bar): POST → the pod exists in the cluster, POST → `running` on SSE,
 POST → `exited`; the apiserver requests and new connections per session; the
 PTY throughput through the attach; `/v1/health` while the apiserver is
-silent. Printed, never asserted.
+silent. With `--endpoints`, runnerd has `ingress_base_domain` set and each
+session declares two tcp ports (so publishes a Service and an Ingress).
+Printed, never asserted.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tests.kubesim.server import KubeSim, open_kubesim
 
 PTY_LINES = 20_000
 LINE = "x" * 99
+ENDPOINT_PORTS = [{"port": 8080, "protocol": "tcp"}, {"port": 9000, "protocol": "tcp"}]
 
 
 def _ms(values: list[float]) -> str:
@@ -43,9 +46,11 @@ async def _pod_added(sim: KubeSim, seen: dict[str, float]) -> None:
                 seen.setdefault(obj["metadata"]["name"], time.perf_counter())
 
 
-async def one_session(client: httpx.AsyncClient, seen: dict[str, float]) -> tuple[float, ...]:
+async def one_session(client: httpx.AsyncClient, seen: dict[str, float],
+                      ports: list[dict[str, Any]]) -> tuple[float, ...]:
     t0 = time.perf_counter()
-    response = await client.post("/v1/sessions", json=telo_body("print hello\nexit 0\n"))
+    body = telo_body("print hello\nexit 0\n", ports=ports)
+    response = await client.post("/v1/sessions", json=body)
     sid = response.json()["sessionId"]
     running = exited = 0.0
     async with client.stream("GET", f"/v1/sessions/{sid}/events", timeout=None) as events:
@@ -83,23 +88,27 @@ async def health_when_silent(sim: KubeSim, tmp: Path) -> float:
         sim.faults.resume()
 
 
-async def measure(sim: KubeSim, tmp: Path, sessions: int) -> None:
+async def measure(sim: KubeSim, tmp: Path, sessions: int, endpoints: bool) -> None:
     seen: dict[str, float] = {}
     (tmp / "daemon").mkdir()
     (tmp / "silent").mkdir()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_pod_added, sim, seen)
-        async with kube_daemon(sim, tmp / "daemon") as daemon, daemon.client() as client:
+        keys = {"ingress_base_domain": "sessions.example.test"} if endpoints else {}
+        ports = ENDPOINT_PORTS if endpoints else []
+        async with kube_daemon(sim, tmp / "daemon", **keys) as daemon, \
+                daemon.client() as client:
             await sim.stats.wait_until(lambda s: s.watches_open == 1)
             before = sim.stats.snapshot()
-            results = [await one_session(client, seen) for _ in range(sessions)]
+            results = [await one_session(client, seen, ports) for _ in range(sessions)]
             after = sim.stats.snapshot()
             throughput = await pty_throughput(daemon, client)
         health = await health_when_silent(sim, tmp)
         nursery.cancel_scope.cancel()
     requests = sum(after["requestsByVerb"].values()) - sum(before["requestsByVerb"].values())
     conns = after["connections"]["accepted"] - before["connections"]["accepted"]
-    print(f"runnerd (kubernetes backend), {sessions} sequential sessions (print; exit 0)")
+    print(f"runnerd (kubernetes backend), {sessions} sequential sessions (print; exit 0)"
+          + (", each publishing 2 tcp ports (Service + Ingress)" if endpoints else ""))
     print(f"  POST → pod exists      {_ms([r[0] for r in results])}")
     print(f"  POST → running         {_ms([r[1] for r in results])}")
     print(f"  POST → exited          {_ms([r[2] for r in results])}")
@@ -112,16 +121,19 @@ async def measure(sim: KubeSim, tmp: Path, sessions: int) -> None:
     print(f"  /v1/health, apiserver silent    {health * 1000:.1f} ms")
 
 
-async def run(sessions: int) -> None:
+async def run(sessions: int, endpoints: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         async with open_kubesim(Path(tmp)) as sim:
-            await measure(sim, Path(tmp), sessions)
+            await measure(sim, Path(tmp), sessions, endpoints)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, default=20)
-    trio.run(run, parser.parse_args().sessions)
+    parser.add_argument("--endpoints", action="store_true",
+                        help="publish each session's ports (ingress_base_domain set)")
+    args = parser.parse_args()
+    trio.run(run, args.sessions, args.endpoints)
 
 
 if __name__ == "__main__":

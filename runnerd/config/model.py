@@ -145,6 +145,18 @@ class KubeSettings:
     # before the start fails. A registry hiccup heals within the kubelet's
     # first retries (10 s, 20 s); a wrong image name never does.
     pull_backoff_grace_s: float = 30.0
+    # The DNS name session endpoints are published under: a session's tcp
+    # port P is `https://P-<session id>.<ingress_base_domain>` through one
+    # Ingress. Unset: nothing is published (the ports are reachable only
+    # inside the cluster), since only the operator knows a name whose
+    # wildcard record points at the cluster's ingress controller.
+    ingress_base_domain: str | None = None
+    # The Ingress's `ingressClassName`. Unset: the cluster's default class.
+    ingress_class: str | None = None
+    # A TLS Secret (a wildcard certificate for `*.<ingress_base_domain>`) in the
+    # session namespace, named in the Ingress for every host. Unset: no TLS
+    # block (the controller's default certificate, if it has one, applies).
+    ingress_tls_secret: str | None = None
 
 
 @dataclass(frozen=True)

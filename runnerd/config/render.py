@@ -103,5 +103,7 @@ def render_config(config: Config, offered: Offered) -> str:
         "runtime_class": k.runtime_class, "image_pull_secret": k.image_pull_secret,
         "managed_by": k.managed_by, "start_deadline_seconds": k.start_deadline_s,
         "pull_backoff_grace_seconds": k.pull_backoff_grace_s,
+        "ingress_base_domain": k.ingress_base_domain, "ingress_class": k.ingress_class,
+        "ingress_tls_secret": k.ingress_tls_secret,
     })  # fmt: skip
     return "\n".join(out)

@@ -30,6 +30,9 @@ How `backend.KubeBackend` and `provider` put them together:
 - `pod = podspec.build_pod(settings, spec, bundle_url=…, created_at=…)`;
   `await kube.create_pod(pod, operation=…, is_ours=lambda p:
   podspec.is_ours(p, settings, sid))` (raise `errors.start_error(err, "create")`).
+- `await endpoints.publish_endpoints(kube, settings, spec.identity, pod, sink)`
+  → the endpoints `running` announces (with `ingress_base_domain`: a Service
+  and an Ingress owned by the pod; a refusal is a terminal line, never raised).
 - `with informer.subscribe(podspec.pod_name(sid)) as sub:` then feed
   `podstatus.StartWatch(settings.pull_backoff_grace_s).observe(pod_or_None, now)`
   with the create response and each `await sub.next()` (`GONE` → None):

@@ -2,7 +2,9 @@
 
 Owns a session's pod from create to delete (`run`), built from the parts in
 this package (see its docstring): the pod is created (classified errors,
-stage `create`), its start followed through the one shared informer
+stage `create`), its ports published (`endpoints.publish_endpoints`: a
+Service and an Ingress the pod owns, when `ingress_base_domain` is set), its
+start followed through the one shared informer
 (`progress` while Pending; a permanent cause, or a pull back-off past the
 grace, fails the start; not Running by `start_deadline_seconds` fails it
 too), `Started` reported the moment it runs (a `terminal.Relay` as the
@@ -37,9 +39,10 @@ from runnerd.backend import (
     StartError,
 )
 from runnerd.config import AppEntry, KubeSettings
-from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavailable
+from runnerd.contract import AvailabilityReport, ready, unavailable
 from runnerd.kube.bundle import BundleArchiveError, BundleTokens, build_bundle_archive
 from runnerd.kube.client import KubeClient, Retry
+from runnerd.kube.endpoints import publish_endpoints
 from runnerd.kube.informer import GONE, PodInformer, PodState, PodSubscription
 from runnerd.kube.podspec import INSPECT_PORT, build_pod, is_ours, pod_name
 from runnerd.kube.podstatus import Progress, StartFailed, StartWatch, terminal_outcome
@@ -155,12 +158,15 @@ class KubeBackend:
     async def _run(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
                    task_status: trio.TaskStatus[Started]) -> Outcome:
         first = await self._create(spec, sink)
+        # Published while the pod starts; owned by it, so collected with it.
+        endpoints = await publish_endpoints(self._client, self._settings, spec.identity, first,
+                                            sink)
         running = await self._await_running(sub, first, sink)
         relay = Relay()
         ip = _pod_ip(running)
         # The kernel's debug server on the pod's own address (never published).
         inspect_url = f"http://{ip}:{INSPECT_PORT}" if spec.inspect and ip else None
-        task_status.started(Started(relay, _endpoints(spec), inspect_url))
+        task_status.started(Started(relay, endpoints, inspect_url))
         return await self._supervise(spec, sink, sub, running, relay, inspect_url)
 
     async def _create(self, spec: RunSpec, sink: Sink) -> Mapping[str, Any]:
@@ -278,9 +284,3 @@ class KubeBackend:
 def _pod_ip(pod: Mapping[str, Any] | None) -> str | None:
     ip = (pod.get("status") or {}).get("podIP") if pod else None
     return ip if isinstance(ip, str) and ip else None
-
-
-def _endpoints(spec: RunSpec) -> tuple[RunnerEndpoint, ...]:
-    # The pod's own ports: the client reaches them through the cluster.
-    return tuple({"host": "", "port": p.port, "protocol": p.protocol} for p in spec.ports)
-

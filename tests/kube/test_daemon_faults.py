@@ -75,6 +75,10 @@ async def test_ports_are_dialled_on_the_pod_and_debug_events_relayed(kubesim: Ku
         got = (await client.get(f"/v1/sessions/{session_id}")).json()
         assert got["status"]["kind"] == "running"
         assert got["status"]["inspectUrl"].endswith(":9230")
+        # No ingress_base_domain: nothing published, the port announced without a host.
+        assert got["status"]["endpoints"] == [{"host": "", "port": 8080, "protocol": "tcp"}]
+        assert not kubesim.store.list("services", "runnerd")
+        assert not kubesim.store.list("ingresses", "runnerd")
         assert (await client.delete(f"/v1/sessions/{session_id}")).status_code == 204
         await wait_no_pods(kubesim)
 

@@ -17,6 +17,8 @@ Telo manifest can carry its simulated behaviour in YAML comments:
     echo [PREFIX]     read stdin lines and print PREFIX+line each, until EOF or `quit`
     listen PORT [BODY]  serve HTTP on the pod IP: every GET answers 200 BODY (default `ok`)
     event NAME [JSON] publish `{"kind":"event","event":NAME,"data":JSON}` on the inspect stream
+    debug-restart SECONDS  take the debug server down (its clients' streams cut, new
+                      connections refused) for SECONDS, then serve it again
     write PATH TEXT   write TEXT and a newline to PATH, both with `$VAR`s expanded
                       (relative paths: the working directory; `$HOME/x`: the home mount)
     sleep SECONDS     pause
@@ -54,6 +56,7 @@ VERSION = "telo 0.0.0-kubesim"
 EMBEDDED = re.compile(r"^\s*#\s*kubesim:\s?(.*)$")  # directives inside a YAML manifest
 TEXT_DIRECTIVES = {"print", "stderr", "echo"}
 DIRECTIVES = {
+    "debug-restart",
     "print",
     "stderr",
     "env",
@@ -115,9 +118,41 @@ class _Server(ThreadingHTTPServer):
     address_family = socket.AF_INET
 
 
-def serve(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> None:
+def serve(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> _Server:
     server = _Server((bind_host(host), port), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+class Inspector:
+    """The debug server (`--inspect`), and the streams it has open, so that
+    `debug-restart` can take both down and bring the server back."""
+
+    def __init__(self) -> None:
+        self.server: _Server | None = None
+        self.streams: set[socket.socket] = set()
+        self.lock = threading.Lock()
+
+    def start(self, host: str, port: int) -> None:
+        self.server = serve(host, port, EventsHandler)
+
+    def restart(self, down_s: float) -> None:
+        if self.server is None:
+            raise SystemExit("telo: debug-restart needs --inspect")
+        host, port = self.server.server_address[:2]
+        self.server.shutdown()
+        self.server.server_close()
+        with self.lock:
+            for stream in self.streams:
+                try:
+                    stream.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        time.sleep(down_s)
+        self.start(str(host), int(port))
+
+
+INSPECTOR = Inspector()
 
 
 def body_handler(body: bytes) -> type[BaseHTTPRequestHandler]:
@@ -150,6 +185,8 @@ class EventsHandler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         sent = 0
+        with INSPECTOR.lock:
+            INSPECTOR.streams.add(self.connection)
         try:
             while True:
                 batch = DEBUG.after(sent, 15)
@@ -159,6 +196,9 @@ class EventsHandler(BaseHTTPRequestHandler):
                 self.wfile.flush()
         except OSError:
             return
+        finally:
+            with INSPECTOR.lock:
+                INSPECTOR.streams.discard(self.connection)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -210,6 +250,8 @@ def run_step(verb: str, rest: str) -> None:
     elif verb == "event":
         name, _, data = rest.partition(" ")
         DEBUG.publish({"kind": "event", "event": name, "data": json.loads(data or "null")})
+    elif verb == "debug-restart":
+        INSPECTOR.restart(float(rest))
     elif verb == "write":
         target, _, text = rest.partition(" ")
         Path(os.path.expandvars(target)).write_text(os.path.expandvars(text) + "\n")
@@ -251,7 +293,7 @@ def main(argv: list[str]) -> int:
     # os.write, not say(): a handler re-entering sys.stdout's buffer raises RuntimeError.
     signal.signal(signal.SIGWINCH, lambda *_: os.write(1, f"resize {terminal_size()}\n".encode()))
     if inspect is not None:
-        serve(inspect[0], inspect[1], EventsHandler)
+        INSPECTOR.start(*inspect)
     DEBUG.publish({"kind": "event", "event": "kernel.started", "data": {"entry": str(entry)}})
     code = 0
     try:

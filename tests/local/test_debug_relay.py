@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from runnerd.workload.debug_relay import SseDecoder, parse_frame, relay_debug_stream
+from runnerd.workload.debug_relay import ReplayFilter, SseDecoder, parse_frame, relay_debug_stream
 
 
 def decode(lines: list[str]) -> list[str]:
@@ -23,6 +23,35 @@ def test_decoder_joins_data_lines_and_skips_comments_and_other_fields() -> None:
 
 def test_decoder_keeps_spaces_beyond_the_first_and_bare_data_lines() -> None:
     assert decode(["data:  two spaces", "data", ""]) == [" two spaces\n"]
+
+
+def new_frames(replay: ReplayFilter, *connections: list[str]) -> list[str]:
+    """What the filter lets through of each connection's frames, in order."""
+    out: list[str] = []
+    for frames in connections:
+        replay.connected()
+        out += [f for f in frames if replay.is_new(f)]
+    return out
+
+
+def test_replay_filter_drops_a_reconnected_streams_replay_and_keeps_what_is_new() -> None:
+    # The server replays everything since its start to each new client.
+    assert new_frames(ReplayFilter(), ["a", "b"], ["a", "b", "c"], ["a", "b", "c", "a"]) == [
+        "a", "b", "c", "a"]
+
+
+def test_replay_filter_survives_a_drop_in_the_middle_of_a_replay() -> None:
+    assert new_frames(ReplayFilter(), ["a", "b", "c"], ["a"], ["a", "b", "c", "d"]) == [
+        "a", "b", "c", "d"]
+
+
+def test_replay_filter_passes_a_server_that_does_not_replay() -> None:
+    assert new_frames(ReplayFilter(), ["a", "b"], ["c"], ["d", "e"]) == ["a", "b", "c", "d", "e"]
+
+
+def test_replay_filter_memory_is_bounded_and_only_the_tail_beyond_it_repeats() -> None:
+    assert new_frames(ReplayFilter(max_frames=2), ["a", "b", "c"], ["a", "b", "c", "d"]) == [
+        "a", "b", "c", "c", "d"]
 
 
 def test_parse_frame_accepts_only_json_objects() -> None:
