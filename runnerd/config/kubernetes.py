@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Literal, cast
 from urllib.parse import urlsplit
 
 from runnerd.config.listen import format_listen, parse_listen
@@ -23,7 +24,7 @@ from runnerd.config.table import Table, show
 KUBERNETES_KEYS = (
     "kubeconfig", "context", "namespace", "self_url", "bundle_listen", "init_image",
     "runtime_class", "image_pull_secret", "managed_by", "start_deadline_seconds",
-    "pull_backoff_grace_seconds",
+    "pull_backoff_grace_seconds", "on_restart",
 )  # fmt: skip
 # RFC 1123 label (namespaces, secret and runtime class names).
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -89,4 +90,6 @@ def parse_kubernetes(t: Table, base_dir: Path) -> KubeSettings:
         or d.managed_by,
         start_deadline_s=t.seconds("start_deadline_seconds", d.start_deadline_s),
         pull_backoff_grace_s=t.seconds("pull_backoff_grace_seconds", d.pull_backoff_grace_s),
+        on_restart=cast(Literal["adopt", "reap"],
+                        t.choice("on_restart", d.on_restart, ("adopt", "reap"))),
     )

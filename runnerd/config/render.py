@@ -52,6 +52,7 @@ def _render_head(config: Config, offered: Offered) -> list[str]:
         "default_image": r.default_image, "allowed_images": r.allowed_images,
         "registry_url": r.registry_url, "max_sessions": r.max_sessions,
         "exit_ttl_seconds": r.exit_ttl_s, "replay_buffer_bytes": r.replay_buffer_bytes,
+        "state_dir": r.state_dir,
     })  # fmt: skip
     if r.allowed_images is None:
         effective = allowed_images(config, offered)
@@ -102,6 +103,6 @@ def render_config(config: Config, offered: Offered) -> str:
         "self_url": k.self_url, "bundle_listen": k.bundle_listen, "init_image": k.init_image,
         "runtime_class": k.runtime_class, "image_pull_secret": k.image_pull_secret,
         "managed_by": k.managed_by, "start_deadline_seconds": k.start_deadline_s,
-        "pull_backoff_grace_seconds": k.pull_backoff_grace_s,
+        "pull_backoff_grace_seconds": k.pull_backoff_grace_s, "on_restart": k.on_restart,
     })  # fmt: skip
     return "\n".join(out)
