@@ -235,10 +235,10 @@ class SessionManager:
         """Recovery has started: `find` waits for it on an unknown id."""
         self._recovered = trio.Event()
 
-    def end_recovery(self) -> None:
-        """Recovery is over (done or failed): drop the state files of sessions
-        that are not here (their workload is gone), release `find`."""
-        if self._files is not None:
+    def end_recovery(self, *, prune: bool) -> None:
+        """Recovery is over: release `find`; with `prune` (it succeeded),
+        drop the state files of sessions not live here (no workload left)."""
+        if prune and self._files is not None:
             live = {s.id for s in self._registry if not s.is_terminal}
             for session_id in self._files.prune(live):
                 log.info("removed a stale state file", extra={"session_id": session_id})
