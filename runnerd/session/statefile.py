@@ -27,7 +27,8 @@ which every client of the session may read anyway.
 Error handling: a file that cannot be written is logged at ERROR (the
 session goes on; a successor may then have to skip far ahead, see
 `UNKNOWN_FLOOR`); one that cannot be read or parsed is logged and treated as
-missing. Nothing here raises to its caller but `StateDir.open`.
+missing. `StateDir`'s methods never raise but `open`; `decode` raises
+ValueError for what is not a state file.
 """
 
 from __future__ import annotations
