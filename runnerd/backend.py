@@ -29,7 +29,9 @@ The guarantees, member by member:
   when a daemon takes the session over.
 - `recover()` lists the workloads a previous daemon left; the manager's
   `adopt()` admits each with its original id, creation time and status, past
-  the capacity check, and runs `run()` with `spec.creation` None to re-attach.
+  the capacity check, and runs `run()` with `spec.creation` None to re-attach
+  (a terminal one is only registered, for replay). Its replay continues from
+  the previous daemon's state file (`runnerd.session.statefile`).
 - `RunSpec` is `identity` (id, created_at, limits, ports, inspect, app: never
   a secret, what a backend may store and rebuild) plus `creation` (image,
   env with secrets, bundle: needed once, never stored).
@@ -186,8 +188,10 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class Recovered:
-    """A live workload `recover()` found: the identity it stored (with its
-    original `created_at`) and its status now (non-terminal)."""
+    """A workload `recover()` found: the identity it stored (with its
+    original `created_at`) and its status now: `running` for a live one
+    (adopted and re-attached), or terminal for one that ended while no
+    daemon ran (registered for replay, never run)."""
 
     identity: SessionIdentity
     status: RunStatus
@@ -289,10 +293,13 @@ class Backend(Protocol):
     detach_supported: bool
 
     async def recover(self) -> list[Recovered]:
-        """The live workloads a previous daemon left for this one to adopt,
-        each with the identity it stored. Called once, before any session
-        starts. Never raises for one bad workload (it is skipped and logged);
-        raises only when the backend itself cannot answer."""
+        """The workloads a previous daemon left for this one to adopt, each
+        with the identity it stored: live ones, and ones that ended meanwhile
+        (terminal status; the backend removes their workload). Called once,
+        in the background while the daemon already serves (new sessions may
+        start meanwhile). Never raises for one bad workload (it is removed or
+        skipped, and logged); raises only when the backend itself cannot
+        answer."""
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         """Could a session with this image start right now? Never raises."""

@@ -82,7 +82,7 @@ def build_config(
     """The harness's default config as a dict, with `overrides` deep-merged."""
     config: dict[str, Any] = {
         "server": {"listen": [f"unix:{socket_path}"], "socket_mode": "0660", "log_level": "info"},
-        "runner": {"backend": "local", "default_image": "sh"},
+        "runner": {"backend": "local", "default_image": "sh", "state_dir": str(base / "state")},
         "local": {
             "workdir": str(base / "sessions"),
             "stop_grace_seconds": 1,

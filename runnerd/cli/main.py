@@ -4,7 +4,10 @@ Owns argument parsing and the exit codes:
 - 0: `serve` shut down cleanly, or `check-config` found the config valid;
 - 2: the operator must fix something first (a config error, naming the key
   path, or a listener that cannot be set up); nothing was left listening;
-- 1: anything unexpected (logged with its traceback).
+- 1: anything unexpected (logged with its traceback);
+- 75 (`EXIT_DETACHED`): `serve` detached on SIGUSR2, leaving its sessions
+  running for a successor; the unit's `RestartForceExitStatus=` starts it
+  again at once (README.md, "Restarts and upgrades").
 
 The client verbs (`run`, `ls`, `logs`, `events`, `attach`, `stop`, `apps`,
 `probe`, `completion`) live in `runnerd.client`; `run` and `attach` exit with
@@ -33,6 +36,8 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+# EX_TEMPFAIL (sysexits.h): not an error, and "start me again" to a supervisor.
+EXIT_DETACHED = 75
 
 log = logging.getLogger("runnerd")
 
@@ -108,14 +113,14 @@ def serve(path: Path) -> int:
     from runnerd.config import ConfigError
     from runnerd.daemon.listeners import ListenError
     from runnerd.daemon.logs import setup_logging
-    from runnerd.daemon.main import run_daemon
+    from runnerd.daemon.main import Ended, run_daemon
 
     config = read_config_or_report(path)
     if config is None:
         return EXIT_CONFIG
     setup_logging(config.server.log_level)
     try:
-        trio.run(run_daemon, config)
+        ended = trio.run(run_daemon, config)
     except (ConfigError, ListenError) as exc:
         log.error("cannot start: %s", exc)
         return EXIT_CONFIG
@@ -125,7 +130,7 @@ def serve(path: Path) -> int:
     except Exception:
         log.exception("runnerd crashed")
         return EXIT_FAILURE
-    return EXIT_OK
+    return EXIT_DETACHED if ended is Ended.DETACHED else EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,6 +16,7 @@ import ipaddress
 import os
 import re
 from pathlib import Path
+from typing import Literal, cast
 from urllib.parse import urlsplit
 
 from runnerd.config.listen import format_listen, parse_listen
@@ -26,6 +27,7 @@ KUBERNETES_KEYS = (
     "kubeconfig", "context", "namespace", "self_url", "bundle_listen", "init_image",
     "runtime_class", "image_pull_secret", "managed_by", "start_deadline_seconds",
     "pull_backoff_grace_seconds", "ingress_base_domain", "ingress_class", "ingress_tls_secret",
+    "on_restart",
 )  # fmt: skip
 # RFC 1123 label (namespaces, secret and runtime class names).
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -143,4 +145,6 @@ def parse_kubernetes(t: Table, base_dir: Path) -> KubeSettings:
         ingress_base_domain=domain,
         ingress_class=ingress_class,
         ingress_tls_secret=tls_secret,
+        on_restart=cast(Literal["adopt", "reap"],
+                        t.choice("on_restart", d.on_restart, ("adopt", "reap"))),
     )

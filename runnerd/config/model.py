@@ -157,6 +157,11 @@ class KubeSettings:
     # session namespace, named in the Ingress for every host. Unset: no TLS
     # block (the controller's default certificate, if it has one, applies).
     ingress_tls_secret: str | None = None
+    # What a starting runnerd does with the session pods a previous process
+    # left: "adopt" them (live ones become sessions again, finished ones are
+    # reported and deleted), or "reap" them (delete every one). Adopt: a
+    # restart or an upgrade should not cost users their running sessions.
+    on_restart: Literal["adopt", "reap"] = "adopt"
 
 
 @dataclass(frozen=True)
@@ -172,6 +177,11 @@ class RunnerConfig:
     max_sessions: int = 32
     exit_ttl_s: float = 4 * 3600.0
     replay_buffer_bytes: int = 5_000_000
+    # Where runnerd keeps what a successor daemon needs to continue a session
+    # it adopts (replay high-water marks, a detached session's replay
+    # buffers; never env). Used only by a backend whose sessions can outlive
+    # the daemon. The unit's StateDirectory, next to local.workdir.
+    state_dir: Path = Path("/var/lib/runnerd/state")
 
 
 @dataclass(frozen=True)

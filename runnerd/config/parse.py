@@ -46,7 +46,7 @@ _ROOT_KEYS = (
 )  # fmt: skip
 _RUNNER_KEYS = (
     "backend", "display_name", "description", "default_image", "allowed_images",
-    "registry_url", "max_sessions", "exit_ttl_seconds", "replay_buffer_bytes",
+    "registry_url", "max_sessions", "exit_ttl_seconds", "replay_buffer_bytes", "state_dir",
 )  # fmt: skip
 _TIER_KEYS = ("cpu", "memory", "ephemeral_storage", "ttl_seconds")
 _APP_KEYS = ("image", "pull_policy", "title", "description", "env")
@@ -96,7 +96,7 @@ def _backend(t: Table) -> str:
     return t.choice("backend", "local", ("local", "kubernetes"))
 
 
-def _parse_runner(t: Table) -> RunnerConfig:
+def _parse_runner(t: Table, base_dir: Path) -> RunnerConfig:
     d = RunnerConfig()
     allowed = t.string_list("allowed_images")
     for i, image in enumerate(allowed or ()):
@@ -112,6 +112,7 @@ def _parse_runner(t: Table) -> RunnerConfig:
         max_sessions=t.positive_int("max_sessions", d.max_sessions),
         exit_ttl_s=t.seconds("exit_ttl_seconds", d.exit_ttl_s),
         replay_buffer_bytes=t.positive_int("replay_buffer_bytes", d.replay_buffer_bytes),
+        state_dir=Path(os.path.normpath(base_dir / t.string("state_dir", str(d.state_dir)))),
     )
 
 
@@ -226,7 +227,7 @@ def parse_config(
     """
     root = Table(dict(data), "", _ROOT_KEYS)
     server = parse_server(root.table("server", SERVER_KEYS), base_dir)
-    runner = _parse_runner(root.table("runner", _RUNNER_KEYS))
+    runner = _parse_runner(root.table("runner", _RUNNER_KEYS), base_dir)
     limits = root.table("limits", ("session", "app"))
     session_limits = _parse_tier(limits.table("session", _TIER_KEYS), DEFAULT_SESSION_LIMITS)
     app_limits = _parse_tier(limits.table("app", _TIER_KEYS), DEFAULT_APP_LIMITS)

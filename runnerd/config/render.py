@@ -52,6 +52,7 @@ def _render_head(config: Config, offered: Offered) -> list[str]:
         "default_image": r.default_image, "allowed_images": r.allowed_images,
         "registry_url": r.registry_url, "max_sessions": r.max_sessions,
         "exit_ttl_seconds": r.exit_ttl_s, "replay_buffer_bytes": r.replay_buffer_bytes,
+        "state_dir": r.state_dir,
     })  # fmt: skip
     if r.allowed_images is None:
         effective = allowed_images(config, offered)
@@ -105,5 +106,6 @@ def render_config(config: Config, offered: Offered) -> str:
         "pull_backoff_grace_seconds": k.pull_backoff_grace_s,
         "ingress_base_domain": k.ingress_base_domain, "ingress_class": k.ingress_class,
         "ingress_tls_secret": k.ingress_tls_secret,
+        "on_restart": k.on_restart,
     })  # fmt: skip
     return "\n".join(out)

@@ -9,6 +9,16 @@ tell systemd we are ready, and handle signals:
   workload gone), remove our unix socket and lock files, return (exit 0). The
   whole shutdown is bounded by `SHUTDOWN_BUDGET_S`; after that the session
   nursery is cancelled, which still stops every workload (stop means cancel).
+- SIGUSR2 (a backend with `detach_supported`): the same, except that every
+  workload is left running and each session's replay saved in
+  `runner.state_dir` for the successor, which adopts them; returns
+  `Ended.DETACHED` (the CLI exits `EXIT_DETACHED`, which the unit restarts
+  on). Refused, logged, by a backend that cannot.
+
+Recovery (`Backend.recover()`: what a previous daemon left) runs in the
+background once the listeners serve: `/v1/health` answers at once however
+slow the backend is, and a request for an unknown session id waits for it
+(bounded, `SessionManager.find`) rather than answering a spurious 404.
 - SIGHUP (`runnerd.daemon.reload`): re-read the config file and swap in its catalog, terms, image
   allowlist, limits, CORS origins, log level and registry sizing (capacity,
   exit TTL, replay size). What is bound at start (listeners, socket mode,
@@ -23,6 +33,7 @@ listens; the CLI turns them into exit 2.
 from __future__ import annotations
 
 import ctypes
+import enum
 import logging
 import os
 import resource
@@ -38,6 +49,7 @@ from runnerd.backend import Backend, EndIntent
 from runnerd.backends import Provider, provider_for
 from runnerd.config import AppEntry, Config, ServerConfig
 from runnerd.config.server import server_warnings
+from runnerd.daemon.adoption import open_state_dir, recover_sessions
 from runnerd.daemon.listeners import Listener, bind_listeners, close_listeners, refuse_remote
 from runnerd.daemon.reload import reload_config
 from runnerd.daemon.systemd import (
@@ -60,6 +72,7 @@ from runnerd.http.state import AppState
 from runnerd.metrics import NULL_METRICS, Metrics, PrometheusMetrics, metrics_asgi_app
 from runnerd.session.errors import DetachUnsupported
 from runnerd.session.manager import SessionManager
+from runnerd.session.statefile import StateDir
 
 log = logging.getLogger("runnerd.daemon")
 
@@ -90,8 +103,17 @@ def build_hypercorn_config(server: ServerConfig) -> HypercornConfig:
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2)
 
 
-async def run_daemon(config: Config) -> None:
-    """Serve until SIGTERM/SIGINT, then shut down cleanly and return.
+class Ended(enum.Enum):
+    """How `run_daemon` ended: every session stopped, or (SIGUSR2) every
+    workload left running for a successor daemon to adopt."""
+
+    STOPPED = "stopped"
+    DETACHED = "detached"
+
+
+async def run_daemon(config: Config) -> Ended:
+    """Serve until SIGTERM/SIGINT (or a detach, SIGUSR2), then shut down
+    cleanly and return how.
 
     Raises:
         ConfigError: the backend cannot be built (nothing was bound).
@@ -120,17 +142,19 @@ async def run_daemon(config: Config) -> None:
         # Open for the daemon's lifetime: entered before the session manager
         # runs, left after every session has ended (`_serve` returns then).
         async with provider.open_backend(config, apps) as backend:
+            files = open_state_dir(config, backend)
             listeners = _bind_listeners(config)
             metrics_listeners: list[Listener] = []
             try:
                 metrics_listeners = _bind_metrics_listeners(config)
                 _hide_from_sessions(backend, config, [*listeners, *metrics_listeners])
-                state = build_state(config, backend, provider, metrics)
-                await _serve(state, listeners, signals, metrics_listeners)
+                state = build_state(config, backend, provider, metrics, files)
+                ended = await _serve(state, listeners, signals, metrics_listeners)
             finally:
                 close_listeners(metrics_listeners)
                 close_listeners(listeners)
-    log.info("runnerd stopped")
+    log.info("runnerd stopped", extra={"sessions": ended.value})
+    return ended
 
 
 # glibc's mallopt parameter number for the mmap threshold (malloc.h).
@@ -218,7 +242,11 @@ def _bind_metrics_listeners(config: Config) -> list[Listener]:
 
 
 def build_state(
-    config: Config, backend: Backend, provider: Provider, metrics: Metrics = NULL_METRICS
+    config: Config,
+    backend: Backend,
+    provider: Provider,
+    metrics: Metrics = NULL_METRICS,
+    files: StateDir | None = None,
 ) -> AppState:
     sessions = SessionManager(
         backend,
@@ -227,6 +255,7 @@ def build_state(
         replay_buffer_bytes=config.runner.replay_buffer_bytes,
         stop_timeout_s=provider.stop_timeout_s(config),
         metrics=metrics,
+        state=files,
     )
     metrics.watch_sessions(lambda: [s.status["kind"] for s in sessions.sessions()])
     return AppState(
@@ -245,15 +274,15 @@ async def _serve(
     listeners: list[Listener],
     signals: AsyncIterator[int],
     metrics_listeners: list[Listener] | None = None,
-) -> None:
+) -> Ended:
     stop_http = trio.Event()
     http_done = trio.Event()
     async with trio.open_nursery() as nursery:
         await nursery.start(state.sessions.run)
-        # What a previous daemon left running, before any new session starts.
-        for recovered in await state.backend.recover():
-            state.sessions.adopt(recovered)
+        # Before the first request: an unknown id waits for the recovery.
+        state.sessions.begin_recovery()
         await nursery.start(_run_http, state, listeners, stop_http, http_done)
+        nursery.start_soon(recover_sessions, state)
         if isinstance(state.metrics, PrometheusMetrics) and metrics_listeners:
             await nursery.start(_serve_metrics, state.metrics, state, metrics_listeners, stop_http)
         await _announce_ready(state, listeners, nursery, metrics_listeners or [])
@@ -267,6 +296,7 @@ async def _serve(
         stop_http.set()
         await _shut_down(state, listeners, http_done, intent)
         nursery.cancel_scope.cancel()
+    return Ended.DETACHED if intent is EndIntent.DETACH else Ended.STOPPED
 
 
 async def _run_http(

@@ -28,7 +28,7 @@ def build_reloaded(old: Config, new: Config) -> Config:
     """The config to run on after SIGHUP: `new`'s catalog, terms, image list,
     limits and registry sizing, with what is bound at start (listeners, the
     backend and its own settings) kept from `old`."""
-    runner = replace(new.runner, backend=old.runner.backend)
+    runner = replace(new.runner, backend=old.runner.backend, state_dir=old.runner.state_dir)
     kept = replace(
         new,
         server=_reloadable_server(old, new),
@@ -66,6 +66,8 @@ def restart_only_changes(old: Config, new: Config) -> list[str]:
     changed += provider_for(old).bound_changes(old, new)
     if old.runner.backend != new.runner.backend:
         changed.append("runner.backend")
+    if old.runner.state_dir != new.runner.state_dir:
+        changed.append("runner.state_dir")
     if old.metrics != new.metrics:
         changed.append("metrics")
     return changed

@@ -108,7 +108,7 @@ async def counted_sse(frames: AsyncIterator[bytes], metrics: Metrics) -> AsyncIt
 
 def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float) -> None:
     async def session_events(session_id: str) -> Response:
-        session = state.sessions.require(session_id)
+        session = await state.sessions.lookup(session_id)
         # The header wins over the query (a reconnecting EventSource sends it).
         raw = request.headers.get("last-event-id")
         cursor = parse_cursor(raw if raw is not None else request.args.get("lastEventId"))

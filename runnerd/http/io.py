@@ -148,7 +148,7 @@ def register_io_route(app: QuartTrio, state: AppState) -> None:
             await _close(4403, refusal[0])
             return
         try:
-            session = state.sessions.require(session_id)
+            session = await state.sessions.lookup(session_id)
         except RunnerdError as exc:
             await websocket.accept()
             await _close(4000 + exc.status_hint, exc.message)

@@ -90,7 +90,7 @@ def register_session_routes(app: QuartTrio, state: AppState) -> None:
         return launch(state, spec)
 
     async def get_session(session_id: str) -> Response:
-        return json_response(session_summary(state.sessions.require(session_id)))
+        return json_response(session_summary(await state.sessions.lookup(session_id)))
 
     async def delete_session(session_id: str) -> Response:
         await state.sessions.stop(session_id)  # StopFailed → 500 stop_failed

@@ -44,6 +44,10 @@ How `backend.KubeBackend` and `provider` put them together:
   `AttachEnd.ENDED` / `DROPPED` (re-attach while the pod runs) or raises a
   classified `KubeError`. `kube.read_log(...)` has what was written earlier.
 - Teardown: `await kube.delete_pod(name, operation=…, grace_period_s=…)`
-  (idempotent: False when already gone).
+  (idempotent: False when already gone); none on a detach (SIGUSR2).
+- After a restart (`on_restart = "adopt"`): `recovery.left_pods(informer.pods(),
+  ours)` reads each left pod back (`read_left_pod`: identity and status, or
+  unreadable), `recovery.recover_pods` deletes the ended and unreadable ones
+  and returns the `Recovered` to adopt; `run()` with no creation re-attaches.
 """
 

@@ -10,7 +10,13 @@ grace, fails the start; not Running by `start_deadline_seconds` fails it
 too), `Started` reported the moment it runs (a `terminal.Relay` as the
 handle), its terminal kept attached (`terminal.keep_attached`), its end read
 by `podstatus.terminal_outcome`, and the pod deleted on every path: as soon
-as its status is read, or on cancellation (DELETE, TTL, shutdown).
+as its status is read, or on cancellation (DELETE, TTL, shutdown), except a
+detach (SIGUSR2), which leaves it running for a successor daemon.
+
+Restarts (`runnerd.kube.recovery`): `recover()` reads back the pods a
+previous process left; `run()` with no creation re-attaches to one (no log
+splice: its client saw that output already; one notice line says output
+from while runnerd was away may be missing) and supervises it as usual.
 
 `probe` answers whether sessions could start now (ready, unreachable,
 forbidden, namespace missing), each with what the operator should do.
@@ -20,8 +26,8 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -29,6 +35,7 @@ import trio
 
 import runnerd.kube.errors as errors
 from runnerd.backend import (
+    EndIntent,
     Failed,
     ImageSpec,
     Outcome,
@@ -42,11 +49,12 @@ from runnerd.config import AppEntry, KubeSettings
 from runnerd.contract import AvailabilityReport, ready, unavailable
 from runnerd.kube.bundle import BundleArchiveError, BundleTokens, build_bundle_archive
 from runnerd.kube.client import KubeClient, Retry
-from runnerd.kube.endpoints import publish_endpoints
+from runnerd.kube.endpoints import announced, publish_endpoints
 from runnerd.kube.informer import GONE, PodInformer, PodState, PodSubscription
-from runnerd.kube.podspec import INSPECT_PORT, build_pod, is_ours, pod_name
+from runnerd.kube.podspec import INSPECT_PORT, build_pod, format_created_at, is_ours, pod_name
 from runnerd.kube.podstatus import Progress, StartFailed, StartWatch, terminal_outcome
-from runnerd.kube.terminal import Relay, Splice, keep_attached, read_log
+from runnerd.kube.recovery import left_pods, recover_pods
+from runnerd.kube.terminal import Relay, Splice, keep_attached, notice, read_log
 from runnerd.workload.debug_relay import relay_debug_stream
 from runnerd.workload.reachability import watch_reachability
 
@@ -63,6 +71,8 @@ RBAC_REMEDY = ("grant the runner's identity the RBAC in the README (pods, pods/l
                " pods/attach in the session namespace)")
 # After the container ends, how long the attach may take to deliver the rest.
 DRAIN_TIMEOUT_S = 2.0
+RESTARTED_LINE = notice("runnerd restarted and re-attached; output from while it was away"
+                        " may have been missed")
 
 
 def _pod(state: PodState) -> Mapping[str, Any] | None:
@@ -74,9 +84,8 @@ class KubeBackend:
 
     name = "kubernetes"
     notices: tuple[str, ...] = ()
-    # Adoption of a previous daemon's pods is issue 11's; until then a
-    # detach is refused and a restart reaps what the last process left.
-    detach_supported = False
+    # A pod outlives its daemon: a detach leaves it for a successor to adopt.
+    detach_supported = True
 
     def __init__(self, settings: KubeSettings, client: KubeClient, informer: PodInformer,
                  tokens: BundleTokens, *, apps: Callable[[], Mapping[str, AppEntry]]) -> None:
@@ -89,10 +98,15 @@ class KubeBackend:
         self.live: set[str] = set()
 
     async def recover(self) -> list[Recovered]:
-        """Always empty until adoption lands (issue 11); the reaper deletes
-        what a previous process left."""
-        await trio.lowlevel.checkpoint()
-        return []
+        """With `on_restart = "adopt"`, once the informer has listed them:
+        the pods a previous process left, live and ended (the ended ones, and
+        the unreadable ones, deleted); see `runnerd.kube.recovery`. Empty
+        with "reap" (the provider's reaper deletes them)."""
+        if self._settings.on_restart != "adopt":
+            await trio.lowlevel.checkpoint()
+            return []
+        await self._informer.wait_synced()
+        return await recover_pods(self._client, left_pods(self._informer.pods(), self.live))
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         """Ready, or unavailable with a remediation line; within PROBE_TIMEOUT_S
@@ -137,9 +151,7 @@ class KubeBackend:
         *,
         task_status: trio.TaskStatus[Started] = trio.TASK_STATUS_IGNORED,
     ) -> Outcome:
-        if spec.creation is None:  # `recover()` offers none until issue 11
-            raise StartError("provision", "this runner cannot re-attach to a session pod")
-        if spec.app is not None and spec.app not in self._apps():
+        if spec.creation is not None and spec.app is not None and spec.app not in self._apps():
             raise StartError("provision", f"app '{spec.app}' is no longer offered by this runner")
         name = pod_name(spec.session_id)
         ids = {"session_id": spec.session_id}
@@ -149,14 +161,20 @@ class KubeBackend:
             finally:
                 self._tokens.drop(spec.session_id)
                 # Cancelled (it may arrive wrapped in a group): a stop, so the
-                # pod is gone before the cancellation propagates.
+                # pod is gone before the cancellation propagates; or a detach.
                 stopped = trio.current_effective_deadline() == -math.inf
-                with trio.CancelScope(shield=True):
-                    await self._delete(name, sub, wait=stopped)
-                log.info("session pod deleted", extra={**ids, "pod": name})
+                if stopped and sink.end_intent() is EndIntent.DETACH:
+                    log.info("session pod left running for a successor",
+                             extra={**ids, "pod": name})
+                else:
+                    with trio.CancelScope(shield=True):
+                        await self._delete(name, sub, wait=stopped)
+                    log.info("session pod deleted", extra={**ids, "pod": name})
 
     async def _run(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
                    task_status: trio.TaskStatus[Started]) -> Outcome:
+        if spec.creation is None:
+            return await self._readopt(spec, sink, sub, task_status)
         first = await self._create(spec, sink)
         # Published while the pod starts; owned by it, so collected with it.
         endpoints = await publish_endpoints(self._client, self._settings, spec.identity, first,
@@ -169,6 +187,24 @@ class KubeBackend:
         task_status.started(Started(relay, endpoints, inspect_url))
         return await self._supervise(spec, sink, sub, running, relay, inspect_url)
 
+    async def _readopt(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
+                       task_status: trio.TaskStatus[Started]) -> Outcome:
+        """An adopted pod (`recover()` saw it running): `Started` at once, then
+        supervised as a pod this process started."""
+        self.live.add(pod_name(spec.session_id))
+        pod = _pod(sub.latest() or GONE)
+        relay = Relay()
+        ip = _pod_ip(pod)
+        inspect_url = f"http://{ip}:{INSPECT_PORT}" if spec.inspect and ip else None
+        # Re-announced (and re-created if they went missing) for the same pod.
+        endpoints = (await publish_endpoints(self._client, self._settings, spec.identity, pod,
+                                             sink)
+                     if pod is not None else announced(self._settings, spec.identity,
+                                                       published=False))
+        task_status.started(Started(relay, endpoints, inspect_url))
+        sink.output(RESTARTED_LINE)
+        return await self._supervise(spec, sink, sub, pod, relay, inspect_url, adopted=True)
+
     async def _create(self, spec: RunSpec, sink: Sink) -> Mapping[str, Any]:
         url = None
         if spec.bundle is not None:
@@ -178,7 +214,9 @@ class KubeBackend:
                 raise StartError("build", str(exc)) from exc
             token = self._tokens.stage(spec.session_id, archive, trio.current_time())
             url = f"{self._settings.self_url}/internal/bundles/{spec.session_id}?token={token}"
-        created_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        # The session's own creation time (stamped by the manager), to the
+        # millisecond: an adopted session keeps its createdAt and its TTL.
+        created_at = format_created_at(spec.identity.created_at or time.time())
         pod = build_pod(self._settings, spec, bundle_url=url, created_at=created_at)
         sink.progress("provision", "creating the session pod")
         self.live.add(pod["metadata"]["name"])
@@ -225,13 +263,16 @@ class KubeBackend:
 
     async def _supervise(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
                          pod: Mapping[str, Any] | None, relay: Relay,
-                         inspect_url: str | None) -> Outcome:
+                         inspect_url: str | None, *, adopted: bool = False) -> Outcome:
         name = pod_name(spec.session_id)
         splice = Splice(sink.output)
+        if adopted:  # the log is output its clients saw from the previous daemon
+            splice.release(b"")
         state: dict[str, Mapping[str, Any] | None] = {"pod": pod}
         outcome = terminal_outcome(pod) if pod is not None else Failed("the session pod is gone")
         if outcome is not None:  # it ended before it was seen running
-            splice.release(await read_log(self._client, name))
+            if not splice.released:
+                splice.release(await read_log(self._client, name))
             return outcome
 
         def pod_runs() -> bool:

@@ -29,6 +29,7 @@ import json
 import math
 import shlex
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from runnerd.backend import Limits, RunSpec
@@ -305,3 +306,21 @@ def parse_annotations(pod: Mapping[str, Any]) -> dict[str, Any]:
         "inspect": get("inspect") == "true",
         "app": get("app"),
     }
+
+
+def format_created_at(epoch_s: float) -> str:
+    """The created-at annotation: RFC 3339 UTC with milliseconds, as the
+    session's `createdAt` (an adopted session keeps it to the millisecond)."""
+    moment = datetime.fromtimestamp(epoch_s, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def parse_created_at(text: str) -> float | None:
+    """Epoch seconds from a created-at annotation (with or without a
+    fraction); None when it is not one."""
+    for pattern in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return datetime.strptime(text, pattern).replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            continue
+    return None

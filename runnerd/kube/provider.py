@@ -6,8 +6,8 @@ is required: no default can be right), the images it offers (only
 `default_image`, or the operator's `allowed_images`), its stop timeout, what
 of the config is bound at start (the whole `[kubernetes]` section), and
 `open_backend`: the client, the shared informer, the bundle listener and
-the reaper, for the daemon's lifetime. Nothing in it waits for the
-apiserver: a silent or absent apiserver never holds up the boot.
+(with `on_restart = "reap"`) the reaper, for the daemon's lifetime.
+Nothing in it waits for the apiserver: a silent or absent apiserver never holds up the boot.
 """
 
 from __future__ import annotations
@@ -119,7 +119,8 @@ async def _open_backend(
             await nursery.start(informer.run)
             nursery.start_soon(serve_bundles, listener, tokens)
             nursery.start_soon(_sweep_tokens, tokens)
-            nursery.start_soon(_reap, backend, informer)
+            if settings.on_restart == "reap":  # else `recover()` adopts them
+                nursery.start_soon(_reap, backend, informer)
             log.info("kubernetes backend: namespace %s via %s; bundles on %s",
                      client.namespace, conn.source, settings.bundle_listen)
             yield backend
@@ -138,8 +139,8 @@ async def _sweep_tokens(tokens: BundleTokens) -> None:
 
 
 async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
-    """Delete the pods a previous process left (none is adopted until issue 11),
-    once the informer has listed them; this process's own pods are spared."""
+    """`on_restart = "reap"`: delete the pods a previous process left, once
+    the informer has listed them; this process's own pods are spared."""
     await informer.wait_synced()
     left = [str(p["metadata"]["name"]) for p in informer.pods()
             if str(p["metadata"]["name"]) not in backend.live]

@@ -19,6 +19,7 @@ stdin and resizes. Whatever ends it becomes exactly one terminal status:
     spec.limits.ttl_s elapsed    -> failed "ttl: session exceeded its time limit of N s"
     StartError(stage, message)   -> failed "<stage>: <message>"
     anything else                -> failed "internal: ..." (traceback to the log only)
+    a detach (SIGUSR2)           -> none: the workload runs on for a successor
 
 A failing session never takes down the manager or another session: every
 exception (ExceptionGroups too) is classified inside the session's own task.
@@ -53,13 +54,14 @@ from runnerd.backend import (
     RunSpec,
     StartError,
 )
-from runnerd.contract import RunStatus, stopped
+from runnerd.contract import RunStatus, is_terminal, stopped
 from runnerd.errors import SessionNotFound
 from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.session.ending import WorkloadRun, classify, leaves
 from runnerd.session.errors import DetachUnsupported, ManagerClosed, StopFailed
 from runnerd.session.registry import RegistryFull, SessionRecord, SessionRegistry
 from runnerd.session.session import AttachOnStart, Session, SessionSink
+from runnerd.session.statefile import StateDir, describe
 
 __all__ = [
     "DetachUnsupported",
@@ -71,6 +73,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("runnerd.sessions")
+
+# A request for an unknown id made while recovery runs waits this long for it
+# (an id a client knew from before a restart must not get a spurious 404).
+RECOVERY_WAIT_S = 5.0
 
 
 class ManagerState(enum.Enum):
@@ -109,11 +115,15 @@ class SessionManager:
         stop_timeout_s: float = 10.0,
         wall_clock: Callable[[], float] = time.time,
         metrics: Metrics = NULL_METRICS,
+        state: StateDir | None = None,
     ) -> None:
         """`stop_timeout_s` bounds how long `stop()` waits for a session to end
         (the backend's own stop grace plus headroom). `wall_clock` gives epoch
         seconds for timestamps and exit-TTL expiry (injectable for tests).
-        `metrics` counts starts, start failures and PTY bytes."""
+        `metrics` counts starts, start failures and PTY bytes. `state`, for a
+        backend whose workloads outlive the daemon: where each session's
+        replay marks (and a detached one's replay) are kept for a successor
+        (`runnerd.session.statefile`)."""
         self._backend = backend
         self._registry: SessionRegistry[Session] = SessionRegistry(max_sessions, exit_ttl_s)
         self._replay_buffer_bytes = replay_buffer_bytes
@@ -123,6 +133,9 @@ class SessionManager:
         self._nursery: trio.Nursery | None = None
         self._state = ManagerState.IDLE
         self._expiry_wakeup = trio.Event()
+        self._files = state
+        self._recovered = trio.Event()
+        self._recovered.set()  # no recovery pending until `begin_recovery`
 
     @property
     def live_count(self) -> int:
@@ -160,7 +173,8 @@ class SessionManager:
         nursery = self._open_nursery()
         now = self._wall_clock()
         spec = replace(spec, identity=replace(spec.identity, created_at=now))
-        record = SessionRecord(spec.session_id, now, self._replay_buffer_bytes)
+        reserver = None if self._files is None else self._files.reserver(spec.session_id)
+        record = SessionRecord(spec.session_id, now, self._replay_buffer_bytes, reserver=reserver)
         session = Session(record, spec, self._wall_clock, self._metrics, self._backend.name)
         for evicted in self._registry.add(session, now):
             log.info("evicted to make room", extra={"session_id": evicted})
@@ -174,11 +188,14 @@ class SessionManager:
         return session
 
     def adopt(self, recovered: Recovered) -> Session:
-        """Take over a live workload `Backend.recover()` found: register it
-        with its original id, creation time and status, past the capacity
-        check (it exists already; refusing it would orphan it), and run it
-        (`run()` with no creation: the backend re-attaches). Its TTL stays a
-        deadline from the original `created_at`.
+        """Take over a workload `Backend.recover()` found: register it with
+        its original id, creation time and status, past the capacity check
+        (it exists already; refusing it would orphan it). A live one runs
+        (`run()` with no creation: the backend re-attaches), its TTL still a
+        deadline from the original `created_at`; a terminal one (it ended
+        while no daemon ran) is only kept for replay, `exit_ttl_s`. Its rings
+        continue the previous daemon's (its state file: the saved replay, or
+        ids above every one it may have issued).
 
         Raises:
             ManagerClosed: `run()` is not running, or shutdown has begun.
@@ -186,17 +203,71 @@ class SessionManager:
         """
         nursery = self._open_nursery()
         identity = recovered.identity
+        session_id = identity.session_id
         if identity.created_at is None:
-            raise ValueError(f"session {identity.session_id}: adopted without created_at")
-        record = SessionRecord(identity.session_id, identity.created_at, self._replay_buffer_bytes)
-        record.set_status(recovered.status, self._wall_clock())
-        spec = RunSpec(identity, None)
-        session = Session(record, spec, self._wall_clock, self._metrics, self._backend.name)
+            raise ValueError(f"session {session_id}: adopted without created_at")
+        if session_id in self._registry:
+            raise ValueError(f"session {session_id} is already registered")
+        resumed, reserver = None, None
+        if self._files is not None:
+            resumed = self._files.resume(session_id)
+            reserver = self._files.reserver(session_id)
+            log.info("replay resumed", extra={"session_id": session_id, **describe(resumed)})
+        record = SessionRecord(session_id, identity.created_at, self._replay_buffer_bytes,
+                               reserver=reserver, resumed=resumed)
+        session = Session(record, RunSpec(identity, None), self._wall_clock, self._metrics,
+                          self._backend.name)
         session.running_at = self._wall_clock()  # counted by the daemon that started it
         self._registry.adopt(session)
-        log.info("adopted status=%s", recovered.status["kind"], extra={"session_id": session.id})
-        nursery.start_soon(self._run_session, session, name=f"session {session.id}")
+        log.info("adopted status=%s", recovered.status["kind"], extra={"session_id": session_id})
+        if is_terminal(recovered.status):
+            session.close(recovered.status)
+            self._forget_files(session_id)
+            self._expiry_wakeup.set()
+        else:
+            record.resume_status(recovered.status)
+            nursery.start_soon(self._run_session, session, name=f"session {session_id}")
         return session
+
+    # -- recovery ------------------------------------------------------------
+
+    def begin_recovery(self) -> None:
+        """Recovery has started: `find` waits for it on an unknown id."""
+        self._recovered = trio.Event()
+
+    def end_recovery(self, *, prune: bool) -> None:
+        """Recovery is over: release `find`; with `prune` (it succeeded),
+        drop the state files of sessions not live here (no workload left)."""
+        if prune and self._files is not None:
+            live = {s.id for s in self._registry if not s.is_terminal}
+            for session_id in self._files.prune(live):
+                log.info("removed a stale state file", extra={"session_id": session_id})
+        self._recovered.set()
+
+    async def find(self, session_id: str) -> Session | None:
+        """`get`, except that while recovery runs an unknown id waits for it
+        (at most `RECOVERY_WAIT_S`): it may be a session being adopted."""
+        session = self._registry.get(session_id)
+        if session is None and not self._recovered.is_set():
+            with trio.move_on_after(RECOVERY_WAIT_S):
+                await self._recovered.wait()
+            session = self._registry.get(session_id)
+        return session
+
+    async def lookup(self, session_id: str) -> Session:
+        """`require`, waiting for recovery as `find` does.
+
+        Raises:
+            SessionNotFound: no such session (never was, or evicted).
+        """
+        session = await self.find(session_id)
+        if session is None:
+            raise SessionNotFound(session_id)
+        return session
+
+    def _forget_files(self, session_id: str) -> None:
+        if self._files is not None:
+            self._files.remove(session_id)
 
     def _open_nursery(self) -> trio.Nursery:
         if self._state is not ManagerState.SERVING or self._nursery is None:
@@ -227,7 +298,7 @@ class SessionManager:
         Raises:
             StopFailed: the session was not terminal within `stop_timeout_s`.
         """
-        session = self._registry.get(session_id)
+        session = await self.find(session_id)
         if session is None:
             return
         if not session.is_terminal:
@@ -288,19 +359,32 @@ class SessionManager:
     async def _run_session(self, session: Session) -> None:
         # Kept only if `run()` itself is cancelled (shutdown past its budget):
         # the workload is gone with the scope, so the session is stopped.
-        status: RunStatus = stopped()
+        status: RunStatus | None = stopped()
         try:
             status = await self._drive(session)
         finally:
             session.release_creation()
+            if status is None:
+                self._save_detached(session)
+            else:
+                self._forget_files(session.id)
             session.close(status)
             self._expiry_wakeup.set()
-            self._count_unstarted(session, status)
+            if status is not None:
+                self._count_unstarted(session, status)
+        if status is None:
+            log.info("detached", extra={"session_id": session.id})
+            return
         log.info(
             "ended %s",
             status["kind"],
             extra={"session_id": session.id, "status": status},
         )
+
+    def _save_detached(self, session: Session) -> None:
+        """Its workload runs on for a successor: leave it the exact replay."""
+        if self._files is not None and self._files.save_replay(session.record):
+            log.info("replay saved for a successor", extra={"session_id": session.id})
 
     def _count_unstarted(self, session: Session, status: RunStatus) -> None:
         """A session that ended without ever running: its start's outcome, and
@@ -312,8 +396,9 @@ class SessionManager:
             stage, sep, _ = status["message"].partition(":")
             self._metrics.start_failed(stage if sep and stage.isidentifier() else "unknown")
 
-    async def _drive(self, session: Session) -> RunStatus:
-        """Run the workload under the stop scope and TTL; return the terminal status."""
+    async def _drive(self, session: Session) -> RunStatus | None:
+        """Run the workload under the stop scope and TTL; return the terminal
+        status, or None when it was detached (left running for a successor)."""
         spec = session.spec
         run = WorkloadRun()
         with trio.CancelScope() as stop_scope:
@@ -329,6 +414,8 @@ class SessionManager:
                     run.internal = group
         session.set_stop_scope(None)
         run.ttl_expired = ttl_scope.cancelled_caught
+        if session.end_requested is EndIntent.DETACH and run.outcome is None:
+            return None
         return classify(session, run)
 
     def _ttl_deadline(self, spec: RunSpec) -> float:

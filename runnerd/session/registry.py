@@ -3,8 +3,8 @@
 Owns the data the `/v1` streams replay from and the rules that keep it
 bounded (contract.md, "Session registry semantics"):
 
-- `EventRing`: a session's run events, each sized by its compact JSON length.
-- `ByteRing`: a session's PTY bytes, in chunks of at most 64 KiB.
+- `EventRing` / `ByteRing` (`runnerd.session.rings`): a session's run events
+  and PTY bytes.
 - `SessionRecord`: one session's status, timestamps and its two rings, with
   terminal stickiness enforced in one place.
 - `SessionRegistry`: every known session, with capacity, eviction of the
@@ -13,163 +13,33 @@ bounded (contract.md, "Session registry semantics"):
 Time is passed in as `now` (epoch seconds) so everything here is testable
 without a clock. The IO side (tasks, wake-ups) is `runnerd.sessions`.
 
-Ring invariants (both rings):
-- Ids/seqs start at 1 and grow by one per entry; they are never reused, even
-  after eviction. Retained ids are therefore contiguous: `first..last`.
-- Eviction drops the oldest entries while the total size is over the cap, but
-  always keeps the newest entry, even if it alone is over the cap (a client
-  must always be able to see the latest event).
-- `since(after)` answers everything with a larger id, and `gap=True` iff some
-  entry with an id larger than `after` was already evicted.
+The rings themselves, with their invariants, are `runnerd.session.rings`.
 """
 
 from __future__ import annotations
 
-import json
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import islice
 from typing import Generic, Protocol, TypeVar
 
 from runnerd.contract import RunEvent, RunStatus, is_terminal, starting, status_event
 from runnerd.errors import RunnerdError
+from runnerd.session.rings import CHUNK_BYTES, ByteRing, EventRing, Replay
 
-CHUNK_BYTES = 64 * 1024
-
-X = TypeVar("X")
-
-
-@dataclass(frozen=True)
-class Replay(Generic[X]):
-    """What a reader gets from `since(after)`: `(id, item)` pairs in id order.
-
-    `gap` is True when entries after `after` were evicted before this read, so
-    the reader must tell its client that something is missing (`event: gap`,
-    `{"type":"gap"}`) before sending `items`.
-    """
-
-    gap: bool
-    items: list[tuple[int, X]]
-
-
-class _Ring(Generic[X]):
-    """A byte-capped FIFO with contiguous ids. Subclasses say how big an item is."""
-
-    def __init__(self, cap_bytes: int) -> None:
-        if cap_bytes < 0:
-            raise ValueError(f"cap_bytes must be >= 0, got {cap_bytes}")
-        self._cap_bytes = cap_bytes
-        self._items: deque[X] = deque()
-        self._total_bytes = 0
-        self._last = 0
-
-    @property
-    def total_bytes(self) -> int:
-        """Bytes currently retained (by this ring's own measure)."""
-        return self._total_bytes
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def _push(self, item: X, size: int) -> int:
-        self._items.append(item)
-        self._total_bytes += size
-        self._last += 1
-        self._record_size(size)
-        # `len > 1`: the newest entry is never evicted, whatever its size.
-        while self._total_bytes > self._cap_bytes and len(self._items) > 1:
-            self._total_bytes -= self._drop_oldest()
-        return self._last
-
-    def _record_size(self, size: int) -> None:
-        """Hook for rings that cannot recompute an item's size cheaply."""
-
-    def _drop_oldest(self) -> int:
-        """Remove the oldest item; return its size."""
-        raise NotImplementedError
-
-    def _since(self, after: int) -> Replay[X]:
-        first = self._last - len(self._items) + 1
-        after = max(after, 0)
-        # Evicted ids are exactly 1..first-1; the reader lost some iff any of
-        # them is > after.
-        gap = after < first - 1
-        count = self._last - max(after, first - 1)
-        if count <= 0:
-            return Replay(gap, [])
-        # Take from the right: a caught-up live reader asks for a short tail,
-        # and that must not cost a walk over the whole buffer.
-        tail = list(islice(reversed(self._items), count))
-        tail.reverse()
-        start = self._last - count + 1
-        return Replay(gap, list(zip(range(start, self._last + 1), tail, strict=True)))
-
-
-class EventRing(_Ring[RunEvent]):
-    """Run events with SSE ids. Each event is sized by `json.dumps` (compact)."""
-
-    def __init__(self, cap_bytes: int) -> None:
-        super().__init__(cap_bytes)
-        # Sizes kept alongside: re-serialising on eviction would double the cost.
-        self._sizes: deque[int] = deque()
-
-    @property
-    def last_id(self) -> int:
-        """The id of the newest event ever appended (0 when none)."""
-        return self._last
-
-    def append(self, event: RunEvent) -> int:
-        """Append `event`; return its id."""
-        size = len(json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode())
-        return self._push(event, size)
-
-    def since(self, after: int) -> Replay[RunEvent]:
-        return self._since(after)
-
-    def _record_size(self, size: int) -> None:
-        self._sizes.append(size)
-
-    def _drop_oldest(self) -> int:
-        self._items.popleft()
-        return self._sizes.popleft()
-
-
-class ByteRing(_Ring[bytes]):
-    """PTY output as chunks of at most `CHUNK_BYTES`, each with its own seq.
-
-    Every `append` makes at least one chunk of its own (writes are never
-    coalesced: a seq is what a client resumes from, so it must name bytes
-    that were delivered together). Per-chunk overhead is one `bytes` object.
-    """
-
-    @property
-    def last_seq(self) -> int:
-        """The seq of the newest chunk ever appended (0 when none)."""
-        return self._last
-
-    def append(self, data: bytes | bytearray | memoryview) -> int:
-        """Append `data` (split into ≤64 KiB chunks); return the last seq.
-
-        Empty data makes no chunk and returns the current `last_seq`.
-        """
-        if len(data) <= CHUNK_BYTES:
-            if len(data) == 0:
-                return self._last
-            chunk = data if isinstance(data, bytes) else bytes(data)
-            return self._push(chunk, len(chunk))
-        view = memoryview(data)
-        for start in range(0, len(view), CHUNK_BYTES):
-            piece = bytes(view[start : start + CHUNK_BYTES])
-            self._push(piece, len(piece))
-        return self._last
-
-    def since(self, after_seq: int) -> Replay[bytes]:
-        return self._since(after_seq)
-
-    def _drop_oldest(self) -> int:
-        return len(self._items.popleft())
+__all__ = [
+    "CHUNK_BYTES",
+    "ByteRing",
+    "EventRing",
+    "RegistryEntry",
+    "RegistryFull",
+    "Replay",
+    "Reserver",
+    "Resumed",
+    "SessionRecord",
+    "SessionRegistry",
+    "format_timestamp",
+]
 
 
 def format_timestamp(epoch_s: float) -> str:
@@ -178,23 +48,75 @@ def format_timestamp(epoch_s: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
+class Reserver(Protocol):
+    """Where a record claims its ids before handing them out (a state file
+    the next daemon reads, so it never reuses one): `claim` is called with
+    the highest event id and PTY seq about to be issued, before they are."""
+
+    def claim(self, last_event_id: int, last_seq: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What a record continues from when a previous daemon ran its session:
+    ids continue above the floors (those up to them count as evicted), and
+    the replay the previous daemon saved follows them (contiguous ids)."""
+
+    event_floor: int
+    seq_floor: int
+    events: tuple[RunEvent, ...] = ()
+    chunks: tuple[bytes, ...] = ()
+
+
 class SessionRecord:
     """One session's state: status, timestamps, event and PTY rings.
 
-    Starts `starting`, with that status already emitted as event 1. Terminal
-    stickiness lives here: once the status is `exited`, `failed` or `stopped`,
-    every later status, event and output is dropped.
+    Starts `starting`, with that status already emitted as event 1 (unless
+    `resumed`: then its rings continue a previous daemon's, and the status,
+    `starting` until set, has no event yet). Terminal stickiness lives here:
+    once the status is `exited`, `failed` or `stopped`, every later status,
+    event and output is dropped. `reserver`, when given, is told of every id
+    before it is issued.
     """
 
-    def __init__(self, session_id: str, now: float, replay_buffer_bytes: int) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        now: float,
+        replay_buffer_bytes: int,
+        *,
+        reserver: Reserver | None = None,
+        resumed: Resumed | None = None,
+    ) -> None:
         self.id = session_id
         self.created_at = now
         self.created_at_iso = format_timestamp(now)
         self.exited_at: float | None = None
-        self.events = EventRing(replay_buffer_bytes)
-        self.pty = ByteRing(replay_buffer_bytes)
         self.status: RunStatus = starting()
-        self.events.append(status_event(self.status))
+        if resumed is None:
+            self.events = EventRing(replay_buffer_bytes)
+            self.pty = ByteRing(replay_buffer_bytes)
+        else:
+            self.events = EventRing(replay_buffer_bytes, resumed.event_floor)
+            self.pty = ByteRing(replay_buffer_bytes, resumed.seq_floor)
+            for event in resumed.events:
+                self.events.append(event)
+            for chunk in resumed.chunks:
+                self.pty.append(chunk)
+        # Attached after the restore: those ids were the previous daemon's to claim.
+        self._reserver = reserver
+        if resumed is None:
+            self._claim(events=1)
+            self.events.append(status_event(self.status))
+
+    def _claim(self, events: int = 0, chunks: int = 0) -> None:
+        if self._reserver is not None:
+            self._reserver.claim(self.events.last_id + events, self.pty.last_seq + chunks)
+
+    def resume_status(self, status: RunStatus) -> None:
+        """Set the status a resumed session has without an event: the next
+        one (the adopter's `running`, with its endpoints) says it."""
+        self.status = status
 
     @property
     def record(self) -> SessionRecord:
@@ -217,6 +139,7 @@ class SessionRecord:
         self.status = status
         if is_terminal(status):
             self.exited_at = now
+        self._claim(events=1)
         self.events.append(status_event(status))
         return True
 
@@ -231,12 +154,14 @@ class SessionRecord:
             raise ValueError("status events go through set_status")
         if self.is_terminal:
             return None
+        self._claim(events=1)
         return self.events.append(event)
 
     def output(self, data: bytes) -> int | None:
         """Append PTY bytes; return the last seq, or None once terminal or empty."""
         if self.is_terminal or not data:
             return None
+        self._claim(chunks=ByteRing.chunks_for(len(data)))
         return self.pty.append(data)
 
 

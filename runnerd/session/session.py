@@ -251,11 +251,14 @@ class Session:
         if scope is not None and self.end_requested is not None:
             scope.cancel()
 
-    def close(self, status: RunStatus) -> None:
+    def close(self, status: RunStatus | None) -> None:
         """The session task has ended: record `status` (terminal) unless one is
-        already recorded, drop the workload, and release `wait_terminal`."""
+        already recorded, drop the workload, and release `wait_terminal`.
+        None: it was detached (its workload runs on for a successor daemon,
+        which reports how it ends), so no status is recorded here."""
         self.detach()
-        self._set_status(status)
+        if status is not None:
+            self._set_status(status)
         self._done.set()
 
 

@@ -97,6 +97,7 @@ def test_config_defaults_are_the_documented_ones() -> None:
     assert config.terms is None
     assert dict(config.apps) == {}
     assert config.local.workdir == Path("/var/lib/runnerd/sessions")
+    assert config.runner.state_dir == Path("/var/lib/runnerd/state")
     assert config.local.stop_grace_s == 2.0
 
 
@@ -154,6 +155,11 @@ ERRORS: list[tuple[str, dict[str, Any], str]] = [
         "replay buffer negative",
         minimal(runner={"replay_buffer_bytes": -1}),
         "runner.replay_buffer_bytes: must be a positive integer, got -1",
+    ),
+    (
+        "state dir empty",
+        minimal(runner={"state_dir": ""}),
+        "runner.state_dir: must be a non-empty string, got ''",
     ),
     (
         "exit ttl string",
@@ -437,6 +443,7 @@ def test_config_relative_paths_resolve_against_the_config_directory() -> None:
         minimal(
             server={"listen": ["unix:run/a.sock", "unix:../run/b.sock", "unix:/abs/c.sock"]},
             local={"workdir": "../state/sessions"},
+            runner={"default_image": "sh", "state_dir": "../state/adopt"},
             terms={"file": "terms/../terms.md"},
         ),
         read_text,
@@ -447,6 +454,7 @@ def test_config_relative_paths_resolve_against_the_config_directory() -> None:
         "unix:/abs/c.sock",
     )
     assert config.local.workdir == Path("/etc/state/sessions")
+    assert config.runner.state_dir == Path("/etc/state/adopt")
     assert read == [Path("/etc/runnerd/terms.md")]
 
 

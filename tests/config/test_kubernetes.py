@@ -39,6 +39,8 @@ def test_defaults_are_the_documented_ones() -> None:
     assert settings().bundle_listen == "tcp:0.0.0.0:8063"
     assert settings().start_deadline_s == 120.0
     assert settings().pull_backoff_grace_s == 30.0
+    assert settings().on_restart == "adopt"
+    assert settings(on_restart="reap").on_restart == "reap"
 
 
 def test_every_key_is_read() -> None:
@@ -73,6 +75,7 @@ def test_every_key_is_read() -> None:
      " got 3"),
     ({"start_deadline_seconds": 0},
      "kubernetes.start_deadline_seconds: must be a positive number of seconds, got 0"),
+    ({"on_restart": "keep"}, "kubernetes.on_restart: must be one of adopt, reap, got 'keep'"),
     ({"pull_backoff_grace_seconds": "30"},
      "kubernetes.pull_backoff_grace_seconds: must be a positive number of seconds, got '30'"),
 ])

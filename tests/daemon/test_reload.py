@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from runnerd.config import parse_config
+from runnerd.daemon.reload import build_reloaded, restart_only_changes
 from tests.e2e.edge import tcp_daemon
 from tests.harness import session_body, start_daemon
 
@@ -172,3 +175,16 @@ async def test_reload_applies_allowed_hosts_to_the_next_request(tmp_path: Path) 
             await daemon.wait_for_notification("STATUS=config reloaded")
             after = await client.get("/v1/health", headers={"host": "runner.example"})
     assert before.status_code == 403 and after.status_code == 200
+
+
+def test_reload_keeps_state_dir_and_says_it_needs_a_restart() -> None:
+    def no_files(path: Path) -> str:
+        raise FileNotFoundError(path)
+
+    data: dict[str, Any] = {"runner": {"default_image": "sh", "state_dir": "/srv/a"},
+                            "local": {"runtimes": {"sh": {"command": ["/bin/sh", "{entry}"]}}}}
+    old = parse_config(data, base_dir=Path("/etc/runnerd"), read_text=no_files)
+    new = replace(old, runner=replace(old.runner, state_dir=Path("/srv/b"), max_sessions=3))
+    reloaded = build_reloaded(old, new)
+    assert reloaded.runner.state_dir == Path("/srv/a") and reloaded.runner.max_sessions == 3
+    assert restart_only_changes(old, new) == ["runner.state_dir"]

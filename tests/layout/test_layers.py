@@ -48,6 +48,7 @@ PURE = (
     "runnerd.config.render",
     "runnerd.config.images",
     "runnerd.session.registry",
+    "runnerd.session.rings",
     "runnerd.session.admission",
     "runnerd.session.limits",
     "runnerd.session.paths",

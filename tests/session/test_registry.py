@@ -22,6 +22,7 @@ from runnerd.session.registry import (
     ByteRing,
     EventRing,
     RegistryFull,
+    Resumed,
     SessionRecord,
     SessionRegistry,
     format_timestamp,
@@ -321,3 +322,65 @@ def test_registry_property_never_exceeds_capacity() -> None:
             assert registry.live_count == 5
         assert len(registry) <= 5
         assert all(now - r.exited_at < 30 for r in registry if r.exited_at is not None)
+
+
+# --------------------------------------------------------------------------
+# Rings above a floor (a session a previous daemon ran)
+# --------------------------------------------------------------------------
+
+
+def test_ring_floor_continues_above_it_and_counts_everything_below_as_evicted() -> None:
+    ring = EventRing(10_000, floor=1024)
+    assert ring.since(0).gap and ring.since(1023).gap
+    assert ring.since(1024) == ring.since(5000) == ring.since(0).__class__(False, [])
+    assert ring.append(_progress(1)) == 1025
+    replay = ring.since(17)
+    assert replay.gap and [i for i, _ in replay.items] == [1025]
+    assert ring.since(1024) == type(replay)(False, [(1025, _progress(1))])
+    pty = ByteRing(10 * CHUNK_BYTES, floor=7)
+    assert pty.append(b"x" * (CHUNK_BYTES + 1)) == 9
+    assert ByteRing.chunks_for(CHUNK_BYTES + 1) == 2 and ByteRing.chunks_for(1) == 1
+    assert pty.since(0).gap and [i for i, _ in pty.since(0).items] == [8, 9]
+    with pytest.raises(ValueError):
+        EventRing(10, floor=-1)
+
+
+def test_ring_retained_and_first_name_what_is_replayable() -> None:
+    ring = ByteRing(4)
+    for data in (b"ab", b"cd", b"ef"):
+        ring.append(data)
+    assert ring.first == 2 and ring.retained() == [b"cd", b"ef"]
+    assert ByteRing(4, floor=5).first == 6
+
+
+class CountingReserver:
+    def __init__(self) -> None:
+        self.claims: list[tuple[int, int]] = []
+
+    def claim(self, last_event_id: int, last_seq: int) -> None:
+        self.claims.append((last_event_id, last_seq))
+
+
+def test_record_claims_every_id_before_it_is_issued() -> None:
+    reserver = CountingReserver()
+    record = SessionRecord("s", 0.0, 10_000_000, reserver=reserver)
+    assert reserver.claims == [(1, 0)]  # `starting`, event 1
+    record.output(b"x" * (2 * CHUNK_BYTES + 1))
+    assert reserver.claims[-1] == (1, 3) and record.pty.last_seq == 3
+    record.emit(_progress(1))
+    record.set_status(running(), 1.0)
+    assert reserver.claims[-2:] == [(2, 3), (3, 3)] and record.events.last_id == 3
+
+
+def test_resumed_record_replays_what_was_saved_and_emits_no_starting() -> None:
+    saved = Resumed(40, 9, (status_event(running()), _progress(1)), (b"old",))
+    reserver = CountingReserver()
+    record = SessionRecord("s", 5.0, 10_000, reserver=reserver, resumed=saved)
+    assert reserver.claims == []  # the restored ids were the previous daemon's
+    assert record.events.since(40).items == [(41, status_event(running())), (42, _progress(1))]
+    assert record.events.since(40).gap is False and record.events.since(39).gap is True
+    assert record.pty.since(9).items == [(10, b"old")]
+    record.resume_status(running())
+    assert record.status == running() and record.events.last_id == 42
+    assert record.set_status(exited(0), 6.0)
+    assert record.events.last_id == 43 and reserver.claims == [(43, 10)]

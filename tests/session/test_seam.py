@@ -182,3 +182,19 @@ async def test_seam_detach_reaches_the_backend_as_the_end_intent() -> None:
                 await session.wait_change()
         assert await manager.stop_all(EndIntent.DETACH) == []
     assert backend.intents == [EndIntent.DETACH]
+
+
+async def test_seam_adopting_an_ended_workload_registers_it_for_replay_and_never_runs_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = AdoptingBackend()
+    async with open_manager(backend, wall_clock=wall_clock, exit_ttl_s=60.0) as manager:
+        found = recovered("adoptedaaaa3", age_s=30)
+        session = manager.adopt(Recovered(found.identity, exited(3)))
+        assert session.is_terminal and session.status == exited(3)
+        assert session.exited_at is not None
+        await trio.sleep(1)
+        assert backend.specs == []  # never run: there is nothing to re-attach to
+        assert manager.get("adoptedaaaa3") is session
+        await trio.sleep(60)
+        assert manager.get("adoptedaaaa3") is None  # kept exit_ttl_s, like any ended one

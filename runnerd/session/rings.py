@@ -1,0 +1,182 @@
+"""A session's replay buffers: byte-capped rings with ids. Pure: no trio, no IO.
+
+Owns `EventRing` (run events, each sized by its compact JSON length) and
+`ByteRing` (PTY bytes, in chunks of at most 64 KiB), and `Replay`, what a
+reader gets from them (contract.md, "Session registry semantics").
+
+Ring invariants (both rings):
+- Ids/seqs start at 1 and grow by one per entry; they are never reused, even
+  after eviction. Retained ids are therefore contiguous: `first..last`.
+- Eviction drops the oldest entries while the total size is over the cap, but
+  always keeps the newest entry, even if it alone is over the cap (a client
+  must always be able to see the latest event).
+- `since(after)` answers everything with a larger id, and `gap=True` iff some
+  entry with an id larger than `after` was already evicted.
+- A ring may start above a floor (a session a previous daemon ran): its ids
+  then continue at `floor + 1`, and `1..floor` count as evicted, so a reader
+  from anywhere below the floor is told of the gap and never gets an id twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass
+from itertools import islice
+from typing import Generic, TypeVar
+
+from runnerd.contract import RunEvent
+
+CHUNK_BYTES = 64 * 1024
+
+X = TypeVar("X")
+
+
+@dataclass(frozen=True)
+class Replay(Generic[X]):
+    """What a reader gets from `since(after)`: `(id, item)` pairs in id order.
+
+    `gap` is True when entries after `after` were evicted before this read, so
+    the reader must tell its client that something is missing (`event: gap`,
+    `{"type":"gap"}`) before sending `items`.
+    """
+
+    gap: bool
+    items: list[tuple[int, X]]
+
+
+class _Ring(Generic[X]):
+    """A byte-capped FIFO with contiguous ids. Subclasses say how big an item is.
+
+    `floor`: the first id is `floor + 1`; ids up to the floor count as evicted.
+    """
+
+    def __init__(self, cap_bytes: int, floor: int = 0) -> None:
+        if cap_bytes < 0:
+            raise ValueError(f"cap_bytes must be >= 0, got {cap_bytes}")
+        if floor < 0:
+            raise ValueError(f"floor must be >= 0, got {floor}")
+        self._cap_bytes = cap_bytes
+        self._items: deque[X] = deque()
+        self._total_bytes = 0
+        self._last = floor
+
+    @property
+    def first(self) -> int:
+        """The id of the oldest entry retained (`last + 1` when none is)."""
+        return self._last - len(self._items) + 1
+
+    def retained(self) -> list[X]:
+        """Every retained item, oldest first (ids `first..last`)."""
+        return list(self._items)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes currently retained (by this ring's own measure)."""
+        return self._total_bytes
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _push(self, item: X, size: int) -> int:
+        self._items.append(item)
+        self._total_bytes += size
+        self._last += 1
+        self._record_size(size)
+        # `len > 1`: the newest entry is never evicted, whatever its size.
+        while self._total_bytes > self._cap_bytes and len(self._items) > 1:
+            self._total_bytes -= self._drop_oldest()
+        return self._last
+
+    def _record_size(self, size: int) -> None:
+        """Hook for rings that cannot recompute an item's size cheaply."""
+
+    def _drop_oldest(self) -> int:
+        """Remove the oldest item; return its size."""
+        raise NotImplementedError
+
+    def _since(self, after: int) -> Replay[X]:
+        first = self._last - len(self._items) + 1
+        after = max(after, 0)
+        # Evicted ids are exactly 1..first-1; the reader lost some iff any of
+        # them is > after.
+        gap = after < first - 1
+        count = self._last - max(after, first - 1)
+        if count <= 0:
+            return Replay(gap, [])
+        # Take from the right: a caught-up live reader asks for a short tail,
+        # and that must not cost a walk over the whole buffer.
+        tail = list(islice(reversed(self._items), count))
+        tail.reverse()
+        start = self._last - count + 1
+        return Replay(gap, list(zip(range(start, self._last + 1), tail, strict=True)))
+
+
+class EventRing(_Ring[RunEvent]):
+    """Run events with SSE ids. Each event is sized by `json.dumps` (compact)."""
+
+    def __init__(self, cap_bytes: int, floor: int = 0) -> None:
+        super().__init__(cap_bytes, floor)
+        # Sizes kept alongside: re-serialising on eviction would double the cost.
+        self._sizes: deque[int] = deque()
+
+    @property
+    def last_id(self) -> int:
+        """The id of the newest event ever appended (0 when none)."""
+        return self._last
+
+    def append(self, event: RunEvent) -> int:
+        """Append `event`; return its id."""
+        size = len(json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode())
+        return self._push(event, size)
+
+    def since(self, after: int) -> Replay[RunEvent]:
+        return self._since(after)
+
+    def _record_size(self, size: int) -> None:
+        self._sizes.append(size)
+
+    def _drop_oldest(self) -> int:
+        self._items.popleft()
+        return self._sizes.popleft()
+
+
+class ByteRing(_Ring[bytes]):
+    """PTY output as chunks of at most `CHUNK_BYTES`, each with its own seq.
+
+    Every `append` makes at least one chunk of its own (writes are never
+    coalesced: a seq is what a client resumes from, so it must name bytes
+    that were delivered together). Per-chunk overhead is one `bytes` object.
+    """
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the newest chunk ever appended (0 when none)."""
+        return self._last
+
+    @staticmethod
+    def chunks_for(size: int) -> int:
+        """How many seqs `append` of `size` bytes takes."""
+        return -(-size // CHUNK_BYTES)
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Append `data` (split into ≤64 KiB chunks); return the last seq.
+
+        Empty data makes no chunk and returns the current `last_seq`.
+        """
+        if len(data) <= CHUNK_BYTES:
+            if len(data) == 0:
+                return self._last
+            chunk = data if isinstance(data, bytes) else bytes(data)
+            return self._push(chunk, len(chunk))
+        view = memoryview(data)
+        for start in range(0, len(view), CHUNK_BYTES):
+            piece = bytes(view[start : start + CHUNK_BYTES])
+            self._push(piece, len(piece))
+        return self._last
+
+    def since(self, after_seq: int) -> Replay[bytes]:
+        return self._since(after_seq)
+
+    def _drop_oldest(self) -> int:
+        return len(self._items.popleft())

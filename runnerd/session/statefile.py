@@ -1,0 +1,245 @@
+"""Per-session state files: what a successor daemon needs to continue replay.
+
+Owns the files in `runner.state_dir` (one `<session-id>.json` per session
+whose workload can outlive the daemon) and their one shape:
+
+    {"format": 1, "session_id": ID,
+     "event_floor": N, "events": [RunEvent, ...],
+     "seq_floor": M, "chunks": ["<base64>", ...]}
+
+Ids up to a floor were (or may have been) issued and are not in the file;
+the items that follow have ids `floor + 1, floor + 2, ...`. Two writers:
+
+- `FileReserver` (while a session runs): high-water *reservations*, no
+  items. Before an id above the reservation is issued, the reservation moves
+  a block (`BLOCK`) ahead and the file is rewritten: one small write per
+  1024 events or PTY chunks, never one per chunk. After a SIGKILL the
+  successor starts its rings just above the reservation, so it never reuses
+  an id the old daemon may have sent, and every resuming reader is told of
+  the gap.
+- `StateDir.save_replay` (a clean detach): the exact floors and the rings'
+  contents, so the successor replays everything with no gap.
+
+Writes are atomic (a temporary file, fsync, rename), files 0600 in a 0700
+directory. They never hold env (catalog secrets): only events and PTY bytes,
+which every client of the session may read anyway.
+
+Error handling: a file that cannot be written is logged at ERROR (the
+session goes on; a successor may then have to skip far ahead, see
+`UNKNOWN_FLOOR`); one that cannot be read or parsed is logged and treated as
+missing. `StateDir`'s methods never raise but `open`; `decode` raises
+ValueError for what is not a state file.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runnerd.contract import RunEvent
+from runnerd.session.registry import Resumed, SessionRecord
+
+log = logging.getLogger("runnerd.sessions")
+
+FORMAT = 1
+# Ids reserved ahead of those issued: the file is rewritten once per block.
+BLOCK = 1024
+# Where a session with no readable state file continues: nothing says which
+# ids the previous daemon issued, so skip far past any it plausibly did. A
+# PTY seq is 4 bytes unsigned on the wire: half the space stays ahead.
+UNKNOWN_FLOOR = 1 << 31
+_SUFFIX = ".json"
+# Session ids name the files: only what a session id can be, never a path.
+_SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One state file's contents."""
+
+    session_id: str
+    resumed: Resumed
+
+
+def encode(session_id: str, resumed: Resumed) -> bytes:
+    """The file's bytes (compact JSON)."""
+    data = {
+        "format": FORMAT,
+        "session_id": session_id,
+        "event_floor": resumed.event_floor,
+        "events": list(resumed.events),
+        "seq_floor": resumed.seq_floor,
+        "chunks": [base64.b64encode(c).decode("ascii") for c in resumed.chunks],
+    }
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def decode(raw: bytes) -> Saved:
+    """Read a file's bytes back.
+
+    Raises:
+        ValueError: not a state file of this format (what is wrong, in words).
+    """
+    data = json.loads(raw)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"not a format {FORMAT} state file")
+    session_id, events, chunks = data.get("session_id"), data.get("events"), data.get("chunks")
+    floors = (data.get("event_floor"), data.get("seq_floor"))
+    if not (isinstance(session_id, str) and isinstance(events, list)
+            and isinstance(chunks, list)):
+        raise ValueError("session_id, events or chunks missing")
+    if not all(isinstance(f, int) and not isinstance(f, bool) and f >= 0 for f in floors):
+        raise ValueError("event_floor and seq_floor must be integers >= 0")
+    if not all(isinstance(e, dict) and isinstance(e.get("type"), str) for e in events):
+        raise ValueError("an event is not an object with a type")
+    try:
+        decoded = tuple(base64.b64decode(c, validate=True) for c in chunks)
+    except (TypeError, binascii.Error) as exc:
+        raise ValueError(f"a chunk is not base64: {exc}") from None
+    event_floor, seq_floor = floors
+    assert isinstance(event_floor, int) and isinstance(seq_floor, int)
+    typed: tuple[RunEvent, ...] = tuple(events)
+    return Saved(session_id, Resumed(event_floor, seq_floor, typed, decoded))
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+        # Pods outlive a host crash too: the marks must reach the disk before
+        # the ids they cover are sent.
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class StateDir:
+    """`runner.state_dir`: one state file per session. See the module docstring."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path) -> StateDir:
+        """Create the directory (0700) if needed.
+
+        Raises:
+            OSError: it cannot be created or is not a directory.
+        """
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(PermissionError):
+            path.chmod(0o700)
+        return cls(path)
+
+    def _file(self, session_id: str) -> Path | None:
+        if not _SESSION_ID.fullmatch(session_id):
+            return None
+        return self.path / f"{session_id}{_SUFFIX}"
+
+    def write(self, session_id: str, resumed: Resumed) -> bool:
+        """Replace the session's file; False (logged) when it could not be written."""
+        path = self._file(session_id)
+        if path is None:
+            return False
+        try:
+            _write_atomic(path, encode(session_id, resumed))
+        except OSError as exc:
+            log.error("cannot write the session's state file %s: %s", path, exc,
+                      extra={"session_id": session_id})
+            return False
+        return True
+
+    def load(self, session_id: str) -> Resumed | None:
+        """The session's saved state; None when it has no readable file (logged)."""
+        path = self._file(session_id)
+        if path is None:
+            return None
+        try:
+            saved = decode(path.read_bytes())
+        except FileNotFoundError:
+            log.warning("no state file for an adopted session", extra={"session_id": session_id})
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("unreadable state file %s: %s", path, exc,
+                        extra={"session_id": session_id})
+            return None
+        if saved.session_id != session_id:
+            log.warning("state file %s names session %s", path, saved.session_id,
+                        extra={"session_id": session_id})
+            return None
+        return saved.resumed
+
+    def resume(self, session_id: str) -> Resumed:
+        """Where an adopted session's rings continue: its saved state, else
+        `UNKNOWN_FLOOR` (nothing says which ids were issued)."""
+        return self.load(session_id) or Resumed(UNKNOWN_FLOOR, UNKNOWN_FLOOR)
+
+    def remove(self, session_id: str) -> None:
+        path = self._file(session_id)
+        if path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def session_ids(self) -> list[str]:
+        """Every session with a file here."""
+        try:
+            names = [p.name for p in self.path.iterdir()]
+        except OSError as exc:
+            log.error("cannot list the state directory %s: %s", self.path, exc)
+            return []
+        return sorted(n.removesuffix(_SUFFIX) for n in names
+                      if n.endswith(_SUFFIX) and not n.startswith("."))
+
+    def prune(self, keep: set[str]) -> list[str]:
+        """Remove every file whose session is not in `keep`; return their ids."""
+        stale = [sid for sid in self.session_ids() if sid not in keep]
+        for session_id in stale:
+            self.remove(session_id)
+        return stale
+
+    def save_replay(self, record: SessionRecord) -> bool:
+        """A clean detach: the exact floors and everything the rings retain."""
+        events, pty = record.events, record.pty
+        resumed = Resumed(events.first - 1, pty.first - 1,
+                          tuple(events.retained()), tuple(pty.retained()))
+        return self.write(record.id, resumed)
+
+    def reserver(self, session_id: str) -> FileReserver:
+        return FileReserver(self, session_id)
+
+
+class FileReserver:
+    """A session's `Reserver`: keeps the state file's floors at least
+    `BLOCK` ahead of the ids issued (see the module docstring)."""
+
+    def __init__(self, state: StateDir, session_id: str) -> None:
+        self._state = state
+        self._session_id = session_id
+        # -1: nothing reserved yet, so the first claim reserves both kinds.
+        self.event_floor = -1
+        self.seq_floor = -1
+
+    def claim(self, last_event_id: int, last_seq: int) -> None:
+        if last_event_id <= self.event_floor and last_seq <= self.seq_floor:
+            return
+        if last_event_id > self.event_floor:
+            self.event_floor = last_event_id + BLOCK
+        if last_seq > self.seq_floor:
+            self.seq_floor = last_seq + BLOCK
+        self._state.write(self._session_id, Resumed(self.event_floor, self.seq_floor))
+
+
+def describe(resumed: Resumed) -> dict[str, Any]:
+    """Log fields for a resumed session."""
+    return {"event_floor": resumed.event_floor, "seq_floor": resumed.seq_floor,
+            "events": len(resumed.events), "chunks": len(resumed.chunks)}

@@ -1,0 +1,114 @@
+"""runnerd.session.statefile: what a successor daemon reads to continue replay.
+Real files in a temp dir; no daemon."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from runnerd.contract import progress_event, running, status_event
+from runnerd.session.registry import Resumed, SessionRecord
+from runnerd.session.statefile import BLOCK, UNKNOWN_FLOOR, StateDir, decode, encode
+
+
+def test_statefile_round_trips_floors_events_and_binary_chunks() -> None:
+    saved = Resumed(3, 7, (status_event(running()),), (b"\x00\xffbin", b"x"))
+    back = decode(encode("abc", saved))
+    assert back.session_id == "abc" and back.resumed == saved
+
+
+@pytest.mark.parametrize("raw", [
+    b"", b"[]", b'{"format": 2}', b'{"format":1,"session_id":"a","events":[],"chunks":[]}',
+    b'{"format":1,"session_id":"a","event_floor":-1,"seq_floor":0,"events":[],"chunks":[]}',
+    b'{"format":1,"session_id":"a","event_floor":0,"seq_floor":0,"events":[1],"chunks":[]}',
+    b'{"format":1,"session_id":"a","event_floor":0,"seq_floor":0,"events":[],"chunks":["!"]}',
+])
+def test_statefile_garbled_files_are_refused(raw: bytes) -> None:
+    with pytest.raises(ValueError):
+        decode(raw)
+
+
+def test_statefile_dir_and_files_are_private(tmp_path: Path) -> None:
+    state = StateDir.open(tmp_path / "state")
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+    assert state.write("sess1", Resumed(1, 2))
+    assert stat.S_IMODE((tmp_path / "state" / "sess1.json").stat().st_mode) == 0o600
+    assert state.session_ids() == ["sess1"]
+    # A session id never names a path outside the directory.
+    assert not state.write("../evil", Resumed(1, 2))
+    assert state.load("../evil") is None
+
+
+def test_statefile_reserver_rewrites_once_per_block_ahead_of_issued_ids(tmp_path: Path) -> None:
+    state = StateDir.open(tmp_path)
+    writes: list[Resumed] = []
+    original = state.write
+
+    def counting(session_id: str, resumed: Resumed) -> bool:
+        writes.append(resumed)
+        return original(session_id, resumed)
+
+    state.write = counting  # type: ignore[method-assign]
+    record = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"))
+    for n in range(3 * BLOCK):
+        record.output(b"x")
+        record.emit(progress_event("boot", str(n)))
+    on_disk = state.load("sess1")
+    assert on_disk is not None
+    # Every id issued is at or below what the file reserves ...
+    assert on_disk.event_floor >= record.events.last_id
+    assert on_disk.seq_floor >= record.pty.last_seq
+    # ... at the cost of a handful of writes, not one per item.
+    assert len(writes) <= 8
+    assert on_disk.events == () and on_disk.chunks == ()
+
+
+def test_statefile_a_killed_daemons_successor_never_reuses_an_id(tmp_path: Path) -> None:
+    state = StateDir.open(tmp_path)
+    old = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"))
+    for _ in range(5):
+        old.output(b"seen")
+    seen = old.pty.last_seq
+    # SIGKILL: nothing more is written; the successor reads the reservation.
+    new = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"),
+                        resumed=state.resume("sess1"))
+    new.output(b"after")
+    replay = new.pty.since(seen)
+    assert replay.gap and [c for _, c in replay.items] == [b"after"]
+    assert replay.items[0][0] > old.pty.last_seq
+    assert new.events.since(0).gap
+
+
+def test_statefile_a_detached_replay_continues_with_no_gap(tmp_path: Path) -> None:
+    state = StateDir.open(tmp_path)
+    old = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"))
+    old.set_status(running(), 1.0)
+    old.output(b"one")
+    old.output(b"two")
+    assert state.save_replay(old)
+    new = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"),
+                        resumed=state.resume("sess1"))
+    assert new.pty.since(0) == old.pty.since(0)
+    assert new.events.since(0) == old.events.since(0)
+    assert new.pty.since(1).gap is False
+
+
+def test_statefile_missing_or_garbled_resumes_above_every_plausible_id(tmp_path: Path) -> None:
+    state = StateDir.open(tmp_path)
+    assert state.resume("nosuch") == Resumed(UNKNOWN_FLOOR, UNKNOWN_FLOOR)
+    (tmp_path / "bad.json").write_text("{not json")
+    assert state.resume("bad") == Resumed(UNKNOWN_FLOOR, UNKNOWN_FLOOR)
+    assert UNKNOWN_FLOOR + BLOCK < 2**32  # still a 4-byte seq on the wire
+
+
+def test_statefile_prune_keeps_only_the_named_sessions(tmp_path: Path) -> None:
+    state = StateDir.open(tmp_path)
+    for session_id in ("keep1", "gone1", "gone2"):
+        state.write(session_id, Resumed(0, 0))
+    assert state.prune({"keep1"}) == ["gone1", "gone2"]
+    assert state.session_ids() == ["keep1"]
+    state.remove("keep1")
+    state.remove("keep1")  # idempotent
+    assert state.session_ids() == []
