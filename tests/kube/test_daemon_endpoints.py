@@ -4,6 +4,7 @@ with the pod, and a refused create that leaves the session running."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -138,3 +139,23 @@ async def test_a_refused_ingress_is_a_line_in_the_terminal_and_the_session_runs(
         await wait_store(kubesim, lambda: not names(kubesim, "services"))
         await wait_no_pods(kubesim)
 
+
+
+async def test_an_adopted_session_announces_its_endpoints_again(
+        kubesim: KubeSim, tmp_path: Path) -> None:
+    async with kube_daemon(kubesim, tmp_path, **INGRESS_KEYS) as first, \
+            first.client() as client:
+        session_id = await start_telo(client, "print up\nwait\n", ports=PORTS)
+        await wait_status(client, session_id, "running", timeout_s=TIMEOUT_S)
+        assert await first.stop(signal.SIGUSR2) == 75
+    # While no runnerd runs, someone deletes the Ingress.
+    kubesim.store.remove_nowait("ingresses", NS, f"runnerd-{session_id}")
+    async with kube_daemon(kubesim, tmp_path, **INGRESS_KEYS) as second, \
+            second.client() as client:
+        await wait_store(kubesim, lambda: f"runnerd-{session_id}" in names(kubesim, "ingresses"))
+        got = (await client.get(f"/v1/sessions/{session_id}")).json()
+        assert got["status"]["kind"] == "running"
+        assert got["status"]["endpoints"] == expected_endpoints(session_id)
+        check_objects(await read_objects(kubesim, tmp_path, f"runnerd-{session_id}"),
+                      session_id)
+    await wait_no_pods(kubesim)
