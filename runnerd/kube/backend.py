@@ -60,6 +60,9 @@ RBAC_REMEDY = ("grant the runner's identity the RBAC in the README (pods, pods/l
                " pods/attach in the session namespace)")
 # After the container ends, how long the attach may take to deliver the rest.
 DRAIN_TIMEOUT_S = 2.0
+# A session stopped before its attach came up: its output so far is read from
+# the log (shielded) for at most this long before the pod is deleted.
+STOP_LOG_READ_S = 1.0
 
 
 def _pod(state: PodState) -> Mapping[str, Any] | None:
@@ -222,21 +225,36 @@ class KubeBackend:
                          inspect_url: str | None) -> Outcome:
         name = pod_name(spec.session_id)
         splice = Splice(sink.output)
-        state: dict[str, Mapping[str, Any] | None] = {"pod": pod}
         outcome = terminal_outcome(pod) if pod is not None else Failed("the session pod is gone")
         if outcome is not None:  # it ended before it was seen running
             splice.release(await read_log(self._client, name))
             return outcome
+        try:
+            return await self._follow(spec, sink, sub, pod, relay, splice, inspect_url)
+        finally:
+            if not splice.released:  # stopped before the attach came up: keep what it wrote
+                with trio.CancelScope(shield=True), trio.move_on_after(STOP_LOG_READ_S):
+                    splice.release(await read_log(self._client, name))
+
+    async def _follow(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
+                      pod: Mapping[str, Any] | None, relay: Relay, splice: Splice,
+                      inspect_url: str | None) -> Outcome:
+        """The running pod's terminal, reachability and debug stream, to its end."""
+        name = pod_name(spec.session_id)
+        state: dict[str, Mapping[str, Any] | None] = {"pod": pod}
+        outcome: Outcome | None = None
 
         def pod_runs() -> bool:
             return terminal_outcome(state["pod"]) is None and state["pod"] is not None
 
+        delivered: list[bool] = []  # the attach ended with the container
         async with trio.open_nursery() as nursery:
             attached = trio.Event()
 
             async def attach() -> None:
                 try:
-                    await keep_attached(self._client, name, relay, splice, sink.output, pod_runs)
+                    delivered.append(await keep_attached(
+                        self._client, name, relay, splice, sink.output, pod_runs))
                 finally:
                     attached.set()
 
@@ -252,8 +270,10 @@ class KubeBackend:
             with trio.move_on_after(DRAIN_TIMEOUT_S):
                 await attached.wait()
             nursery.cancel_scope.cancel()
-        if not splice.released:  # no attach ever came up: the log has it all
-            splice.release(await read_log(self._client, name))
+        if delivered == [True] and splice.released:
+            splice.flush()
+        else:  # no attach came up, or it was cut short: the log has it all
+            splice.catch_up(await read_log(self._client, name))
         return outcome if outcome is not None else Failed("the session pod was deleted outside"
                                                           " runnerd")
 

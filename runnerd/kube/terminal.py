@@ -93,32 +93,83 @@ def overlap(log_bytes: bytes, held: bytes) -> int:
 
 
 class Splice:
-    """Output in order: the log read ahead of the attach stream, once."""
+    """Output in order: the log read ahead of the attach stream, once.
+
+    The attach stream starts somewhere in the log's tail (it was up before the
+    log was read), but its bytes may arrive after the log is back: until the
+    attach bytes reach past the log's end (or differ from it), they are held
+    as likely repeats of the log (`_pending`), at most the log's length.
+    `emitted` counts the container's bytes written so far, so `catch_up` can
+    add what a cut-short attach never delivered once the container has ended.
+    Content decides what repeats: output identical to the log's tail, sent
+    again right after the attach came up, is taken for a repeat.
+    """
 
     def __init__(self, emit: Callable[[bytes], None]) -> None:
-        self._emit = emit
+        self._emit_raw = emit
         self._held: bytearray | None = bytearray()
+        self._log = b""  # the log read, while attach bytes may still repeat it
+        self._pending = b""
+        self._tracking = True
+        self.emitted = 0
 
     @property
     def released(self) -> bool:
         return self._held is None
 
+    def _emit(self, data: bytes) -> None:
+        self.emitted += len(data)
+        self._emit_raw(data)
+
     def feed(self, data: bytes) -> None:
-        if self._held is None:
-            self._emit(data)
-        else:
+        if self._held is not None:
             self._held += data
+        elif self._log:
+            self._align(self._pending + data)
+        else:
+            self._emit(data)
 
     def release(self, log_bytes: bytes) -> None:
         """The log is back: write it, then the held attach bytes it lacks."""
         if self._held is None:
             return
         held, self._held = bytes(self._held), None
-        skip = overlap(log_bytes, held) if len(held) <= MAX_HELD_OUTPUT_BYTES else 0
         if log_bytes:
             self._emit(log_bytes)
-        if held[skip:]:
-            self._emit(held[skip:])
+        if len(held) > MAX_HELD_OUTPUT_BYTES:  # too much to compare: repeat rather than lose
+            self._emit(held)
+            return
+        self._log = log_bytes
+        self._align(held)
+
+    def _align(self, attach: bytes) -> None:
+        log_bytes = self._log
+        inside = log_bytes.find(attach)
+        if 0 <= inside < len(log_bytes) - len(attach):
+            self._pending = attach  # all of it may repeat the log: wait for more
+            return
+        skip = overlap(log_bytes, attach)
+        self._log, self._pending = b"", b""
+        if attach[skip:]:
+            self._emit(attach[skip:])
+
+    def gap(self) -> None:
+        """The attach dropped: output may be missing, so `emitted` no longer
+        says where the stream is in the log (`catch_up` adds nothing)."""
+        self.flush()
+        self._tracking = False
+
+    def flush(self) -> None:
+        """The attach ended: what it sent that still looked like a repeat was one."""
+        self._log, self._pending = b"", b""
+
+    def catch_up(self, final_log: bytes) -> None:
+        """The container ended but its attach was cut short: `final_log` (its
+        whole output) past what was already written."""
+        self.release(final_log)
+        self.flush()
+        if self._tracking and len(final_log) > self.emitted:
+            self._emit(final_log[self.emitted:])
 
 
 async def read_log(client: KubeClient, pod: str) -> bytes:
@@ -141,11 +192,12 @@ class _OnAttached:
 
 
 async def keep_attached(client: KubeClient, pod: str, relay: Relay, splice: Splice,
-                        emit: Callable[[bytes], None], pod_runs: Callable[[], bool]) -> None:
+                        emit: Callable[[bytes], None], pod_runs: Callable[[], bool]) -> bool:
     """Attach to `pod` until its terminal ends, re-attaching while `pod_runs()`.
 
     The first attach that comes up also starts the log read for the splice.
-    Returns when an attach ends with the container, or the pod stops running.
+    Returns when an attach ends with the container (True: it delivered all
+    the output), or the pod stops running (False).
     """
     delay = REATTACH_FIRST_S
     async with trio.open_nursery() as nursery:
@@ -168,8 +220,9 @@ async def keep_attached(client: KubeClient, pod: str, relay: Relay, splice: Spli
                 end, refused = AttachEnd.DROPPED, exc
             relay.attached(None)
             if end is AttachEnd.ENDED or not pod_runs():
-                return
+                return end is AttachEnd.ENDED
             if refused is None:
+                splice.gap()
                 emit(DROPPED_LINE)
             elif not refusals_said:  # once per run of refusals, not once per retry
                 emit(notice(str(refused)))
@@ -179,7 +232,7 @@ async def keep_attached(client: KubeClient, pod: str, relay: Relay, splice: Spli
             await trio.sleep(delay)
             delay = min(delay * 2, REATTACH_CAP_S)
             if not pod_runs():
-                return
+                return False
 
 
 async def _splice_log(client: KubeClient, pod: str, splice: Splice) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.cli.helpers import background_cli, cli, start, wait_status
 from tests.harness import Daemon, start_daemon
-from tests.shared_daemon import shared_runnerd  # noqa: F401  (the module's `runnerd`)
+from tests.shared_daemon import shared_runnerd_on_each_backend  # noqa: F401  (`runnerd`)
 
 BROKEN = {"local": {"runtimes": {"broken": {"command": ["/nonexistent/tool", "{entry}"]}}}}
 

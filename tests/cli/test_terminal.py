@@ -13,7 +13,7 @@ import trio
 from tests.cli.helpers import RUNNERD, start, wait_status
 from tests.cli.term import Terminal
 from tests.harness import Daemon, start_daemon
-from tests.shared_daemon import shared_runnerd  # noqa: F401  (the module's `runnerd`)
+from tests.shared_daemon import shared_runnerd_on_each_backend  # noqa: F401  (`runnerd`)
 
 # A workload that shows what its terminal does: its size on each SIGWINCH
 # (and when asked), "interrupted" on Ctrl-C (SIGINT), and each line typed.
