@@ -6,6 +6,11 @@ These serve `create_app` in-process (hypercorn on a UNIX socket in
 what a daemon subprocess does not expose: a short heartbeat interval,
 setting `closing` while sessions stay live, and the window between the
 manager refusing sessions and the server closing its listeners.
+
+Local backend only: what they check (the heartbeat, `closing`, the 503
+during shutdown) is the HTTP layer's and the manager's, which never ask
+the backend; the daemon-level shutdown on kubernetes is covered in
+tests/kube/test_daemon_faults.py.
 """
 
 from __future__ import annotations
