@@ -54,6 +54,11 @@ log = logging.getLogger(__name__)
 # shutdown stays within the contract's 10 s whatever the cluster does.
 STOP_GRACE_S = 1
 STOP_WAIT_S = 5.0
+# A pod create cancelled in flight (a stop) is awaited this much longer, then
+# given up on: the reaper deletes the pod if it lands later (kept in mind for
+# ABANDONED_KEEP_S, past the client's own per-call deadline).
+CREATE_GRACE_S = 2.0
+ABANDONED_KEEP_S = 120.0
 # A probe is a client's request: answered within this, whatever the apiserver does.
 PROBE_TIMEOUT_S = 5.0
 RBAC_REMEDY = ("grant the runner's identity the RBAC in the README (pods, pods/log,"
@@ -87,6 +92,9 @@ class KubeBackend:
         self._apps = apps
         # Pods this process created and has not deleted: the reaper spares them.
         self.live: set[str] = set()
+        # Creates given up on at a stop (name → when): the reaper deletes
+        # those pods if they land.
+        self.abandoned: dict[str, float] = {}
 
     async def recover(self) -> list[Recovered]:
         """Always empty until adoption lands (issue 11); the reaper deletes
@@ -178,20 +186,48 @@ class KubeBackend:
         created_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         pod = build_pod(self._settings, spec, bundle_url=url, created_at=created_at)
         sink.progress("provision", "creating the session pod")
-        self.live.add(pod["metadata"]["name"])
-        try:
-            # Shielded (the client bounds every call): a create cancelled in
-            # flight may still land, and the teardown's delete must come
-            # after it, or the pod would outlive its session.
-            with trio.CancelScope(shield=True):
-                created = await self._client.create_pod(
-                    pod, operation="could not create the session pod",
-                    is_ours=lambda p: is_ours(p, self._settings, spec.session_id))
-        except errors.KubeError as exc:
-            log.warning("pod create failed: %r", exc.__cause__ or exc,
+        name = pod["metadata"]["name"]
+        self.live.add(name)
+        # Shielded: a create cancelled in flight may still land, and the
+        # teardown's delete must come after it, or the pod would outlive its
+        # session. But only CREATE_GRACE_S past the cancellation (a stop must
+        # stay bounded whatever the apiserver does): then the name is left to
+        # the reaper, which deletes the pod if it lands later.
+        window = trio.CancelScope(shield=True)
+        created: Mapping[str, Any] | None = None
+        failure: errors.KubeError | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_grace_on_cancel, window)
+            with window:
+                try:
+                    created = await self._client.create_pod(
+                        pod, operation="could not create the session pod",
+                        is_ours=lambda p: is_ours(p, self._settings, spec.session_id))
+                except errors.KubeError as exc:  # raised here, never as a group
+                    failure = exc
+            if window.cancelled_caught:  # given up on: the stop goes on without it
+                log.warning("pod create unanswered %g s after the stop; the reaper deletes"
+                            " the pod if it lands", CREATE_GRACE_S,
+                            extra={"session_id": spec.session_id})
+                self.abandoned[name] = trio.current_time()
+            nursery.cancel_scope.cancel()
+        # A stop that cut the create short ends as a stop, not as its error.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if failure is not None or created is None:
+            error = failure or errors.Unreachable("could not create the session pod")
+            log.warning("pod create failed: %r", error.__cause__ or error,
                         extra={"session_id": spec.session_id})
-            raise errors.start_error(exc, "create") from exc
+            raise errors.start_error(error, "create") from error
         return created
+
+    def take_landed(self, names: set[str], now: float) -> list[str]:
+        """Abandoned creates whose pod is among `names` (to delete); forgets
+        those past ABANDONED_KEEP_S (a create never lands that late)."""
+        landed = [n for n in self.abandoned if n in names and n not in self.live]
+        for name in list(self.abandoned):
+            if name in landed or now - self.abandoned[name] > ABANDONED_KEEP_S:
+                del self.abandoned[name]
+        return landed
 
     async def _await_running(self, sub: PodSubscription, first: Mapping[str, Any],
                              sink: Sink) -> Mapping[str, Any] | None:
@@ -293,6 +329,14 @@ class KubeBackend:
                 self.live.discard(name)
             while wait and existed and sub.latest() is not GONE:
                 await sub.next()
+
+
+async def _grace_on_cancel(window: trio.CancelScope) -> None:
+    """Give `window` CREATE_GRACE_S more once the caller is cancelled."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        window.deadline = min(window.deadline, trio.current_time() + CREATE_GRACE_S)
 
 
 def _pod_ip(pod: Mapping[str, Any] | None) -> str | None:

@@ -23,7 +23,7 @@ import trio
 
 import runnerd.kube.errors as errors
 from runnerd.config import AppEntry, Config, ConfigError, parse_listen
-from runnerd.kube.backend import STOP_WAIT_S, KubeBackend
+from runnerd.kube.backend import CREATE_GRACE_S, STOP_WAIT_S, KubeBackend
 from runnerd.kube.bundle import BundleTokens
 from runnerd.kube.bundlehttp import bind_bundle_listener, serve_bundles
 from runnerd.kube.client import open_kube_client
@@ -35,6 +35,8 @@ NAME = "kubernetes"
 log = logging.getLogger(__name__)
 # Staged bundles past their five minutes are swept this often.
 TOKEN_SWEEP_S = 60.0
+# How often the reaper looks for pods of abandoned creates that landed.
+ABANDONED_SWEEP_S = 2.0
 
 
 def check_config(config: Config, *, reloaded: bool = False) -> None:
@@ -57,8 +59,9 @@ def offered_images(config: Config) -> tuple[str, ...] | None:
 
 
 def stop_timeout_s(config: Config) -> float:
-    """The pod's delete and its wait to be gone, plus the request's own time."""
-    return STOP_WAIT_S + 2.0
+    """A create's grace, the pod's delete and its wait to be gone, plus the
+    request's own time."""
+    return CREATE_GRACE_S + STOP_WAIT_S + 2.0
 
 
 def config_warnings(config: Config, daemon_path: str | None) -> list[str]:
@@ -139,7 +142,9 @@ async def _sweep_tokens(tokens: BundleTokens) -> None:
 
 async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
     """Delete the pods a previous process left (none is adopted until issue 11),
-    once the informer has listed them; this process's own pods are spared."""
+    once the informer has listed them; this process's own pods are spared.
+    Then, for the daemon's life, the pods of creates given up on at a stop
+    (`KubeBackend.abandoned`) once they land."""
     await informer.wait_synced()
     left = [str(p["metadata"]["name"]) for p in informer.pods()
             if str(p["metadata"]["name"]) not in backend.live]
@@ -151,3 +156,12 @@ async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
             log.warning("could not delete pod %s left by a previous run: %s", name, exc)
     if left:
         log.warning("deleted %d session pods left by a previous run", len(left))
+    while True:  # then the pods of creates a stop gave up on, should they land
+        await trio.sleep(ABANDONED_SWEEP_S)
+        names = {str(p["metadata"]["name"]) for p in informer.pods()}
+        for name in backend.take_landed(names, trio.current_time()):
+            try:
+                await backend.client.delete_pod(name, operation="could not delete a stale pod",
+                                                grace_period_s=0)
+            except errors.KubeError as exc:
+                log.warning("could not delete pod %s of an abandoned create: %s", name, exc)

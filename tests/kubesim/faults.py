@@ -57,12 +57,13 @@ class Stats:
     _changed: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
 
     def note(self) -> None:
-        """Wake `wait_until` callers: a stream opened or closed, or a response went out."""
+        """Wake `wait_until` callers: a request arrived, a stream opened or closed, or
+        a response went out."""
         self._changed.unpark_all()
 
     async def wait_until(self, predicate: Callable[[Stats], bool]) -> None:
-        """Return once `predicate(self)` holds (checked at every open/close of a stream
-        and every response)."""
+        """Return once `predicate(self)` holds (checked at every request, every
+        open/close of a stream and every response)."""
         while not predicate(self):
             await self._changed.park()
 
