@@ -165,8 +165,9 @@ class KubeBackend:
 
     async def _run(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
                    task_status: trio.TaskStatus[Started]) -> Outcome:
+        began = trio.current_time()  # the start deadline counts from here (the POST)
         first = await self._create(spec, sink)
-        running = await self._await_running(sub, first, sink)
+        running = await self._await_running(sub, first, sink, began)
         relay = Relay()
         ip = _pod_ip(running)
         # The kernel's debug server on the pod's own address (never published).
@@ -230,8 +231,10 @@ class KubeBackend:
         return landed
 
     async def _await_running(self, sub: PodSubscription, first: Mapping[str, Any],
-                             sink: Sink) -> Mapping[str, Any] | None:
-        """The pod once it runs (or has already ended: None or its last state).
+                             sink: Sink, began: float) -> Mapping[str, Any] | None:
+        """The pod once it runs (or has already ended: None or its last state),
+        within `start_deadline_seconds` of `began` (the session's start, so a
+        slow bundle build or create counts too).
 
         Raises:
             StartError: a permanent cause, a pull back-off past the grace, or
@@ -241,7 +244,7 @@ class KubeBackend:
         pod: Mapping[str, Any] | None = _pod(sub.latest() or first)
         said = ""
         deadline_s = self._settings.start_deadline_s
-        with trio.move_on_after(deadline_s):
+        with trio.move_on_at(began + deadline_s):
             while True:
                 verdict = watch.observe(pod, trio.current_time())
                 if isinstance(verdict, StartFailed):

@@ -1,7 +1,7 @@
 """Stopping on the Kubernetes backend whatever the apiserver does: a stop
 during a create the apiserver holds is bounded, and the pod, should it land
 later, is deleted; a stop before the terminal attached keeps what the
-container had written."""
+container had written; the start deadline counts a held create too."""
 
 from __future__ import annotations
 
@@ -86,4 +86,19 @@ async def test_a_stop_before_the_attach_came_up_keeps_the_output_so_far(
         async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
             replay = await read_pty(ws, timeout_s=TIMEOUT_S)
         assert replay.output.count(b"written before any attach") == 1
+        await wait_no_pods(kubesim)
+
+
+async def test_the_start_deadline_counts_from_the_start_not_from_the_pod_create(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    # The apiserver holds the create past the whole start deadline: when it
+    # answers, the time is up, however fast the pod would run from then on.
+    kubesim.faults.slow_next(1, 2.0, verb="create")
+    async with kube_daemon(kubesim, tmp_path, start_deadline_seconds=1) as daemon, \
+            daemon.client() as client:
+        session_id = await start_telo(client, "print x\nwait\n")
+        final = await wait_terminal(client, session_id, timeout_s=TIMEOUT_S)
+        assert final["kind"] == "failed"
+        assert final["message"].startswith("provision: the session pod was not running after 1 s")
         await wait_no_pods(kubesim)
