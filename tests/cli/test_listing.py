@@ -96,6 +96,7 @@ async def test_stop_stops_each_session_and_names_an_unknown_one(runnerd: Daemon)
             assert status == {"kind": "stopped"}
 
 
+# One backend: no daemon answers (the CLI's own message).
 async def test_a_verb_without_a_daemon_says_where_it_looked(tmp_path) -> None:
     async with start_daemon(tmp_path) as daemon:
         daemon.socket_path = tmp_path / "nothing-here.sock"
