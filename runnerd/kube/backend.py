@@ -309,9 +309,9 @@ class KubeBackend:
             with trio.move_on_after(DRAIN_TIMEOUT_S):
                 await attached.wait()
             nursery.cancel_scope.cancel()
-        if delivered == [True] and splice.released:
+        if delivered == [True] and splice.released and splice.fed:
             splice.flush()
-        else:  # no attach came up, or it was cut short: the log has it all
+        else:  # no attach came up, it was cut short or saw nothing: the log has it all
             splice.catch_up(await read_log(self._client, name))
         return outcome if outcome is not None else Failed("the session pod was deleted outside"
                                                           " runnerd")

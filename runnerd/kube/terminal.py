@@ -100,7 +100,10 @@ class Splice:
     attach bytes reach past the log's end (or differ from it), they are held
     as likely repeats of the log (`_pending`), at most the log's length.
     `emitted` counts the container's bytes written so far, so `catch_up` can
-    add what a cut-short attach never delivered once the container has ended.
+    add what a cut-short attach never delivered once the container has ended,
+    or what neither the log read nor an attach that came up too late saw (an
+    attach subscribes to the output only after its handshake: output written
+    in between is in a later log read only).
     Content decides what repeats: output identical to the log's tail, sent
     again right after the attach came up, is taken for a repeat.
     """
@@ -112,6 +115,7 @@ class Splice:
         self._pending = b""
         self._tracking = True
         self.emitted = 0
+        self.fed = 0  # attach bytes seen: none, and the attach may have come up too late
 
     @property
     def released(self) -> bool:
@@ -122,6 +126,7 @@ class Splice:
         self._emit_raw(data)
 
     def feed(self, data: bytes) -> None:
+        self.fed += len(data)
         if self._held is not None:
             self._held += data
         elif self._log:

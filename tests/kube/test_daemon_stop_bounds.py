@@ -102,3 +102,20 @@ async def test_the_start_deadline_counts_from_the_start_not_from_the_pod_create(
         assert final["kind"] == "failed"
         assert final["message"].startswith("provision: the session pod was not running after 1 s")
         await wait_no_pods(kubesim)
+
+
+async def test_output_neither_the_log_read_nor_a_late_attach_saw_is_shown(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    # The attach joins the container's streams 1 s after its upgrade: the log
+    # is read (empty) at once, the container prints in between, and the
+    # attach then sees only its quiet end.
+    kubesim.faults.attach_lag_s = 1.0
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        script = "sleep 0.3\nprint printed in the gap\nsleep 1.5\n"
+        session_id = await start_telo(client, script)
+        assert await wait_terminal(client, session_id, timeout_s=TIMEOUT_S) == {
+            "kind": "exited", "code": 0}
+        async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
+            replay = await read_pty(ws, timeout_s=TIMEOUT_S)
+        assert replay.output.count(b"printed in the gap") == 1

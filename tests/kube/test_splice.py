@@ -68,3 +68,13 @@ def test_after_a_dropped_attach_catch_up_adds_nothing() -> None:
     sp.feed(b"three\r\n")
     sp.catch_up(b"one\r\ntwo\r\nthree\r\n")
     assert bytes(written) == b"one\r\nthree\r\n"
+
+
+def test_an_attach_that_came_up_too_late_is_made_good_from_the_final_log() -> None:
+    # The log was read before the container wrote; the attach subscribed
+    # after it had: neither saw the output, the log after its end has it.
+    sp, written = splice()
+    sp.release(b"")
+    assert sp.fed == 0
+    sp.catch_up(OUTPUT)
+    assert bytes(written) == OUTPUT

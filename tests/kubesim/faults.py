@@ -109,6 +109,10 @@ class Faults:
         self.watch_cuts: set[Callable[[bool], None]] = set()
         self.attaches: set[Any] = set()  # open WebSocketConn objects
         self.restart_hook: Callable[..., Awaitable[None]] | None = None
+        # The kubelet joins a container's streams this long after an attach's
+        # upgrade: the window a real kubelet has between its 101 and the CRI
+        # attach, in which output reaches the log but not that attach.
+        self.attach_lag_s = 0.0
 
     # ---- watches -------------------------------------------------------------
 
