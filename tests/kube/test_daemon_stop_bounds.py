@@ -119,3 +119,18 @@ async def test_output_neither_the_log_read_nor_a_late_attach_saw_is_shown(
         async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
             replay = await read_pty(ws, timeout_s=TIMEOUT_S)
         assert replay.output.count(b"printed in the gap") == 1
+
+
+async def test_output_between_the_log_read_and_a_late_attach_is_shown_in_order(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    # As above, but the container goes on writing once the attach is in.
+    kubesim.faults.attach_lag_s = 1.0
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        script = "sleep 0.3\nprint in the gap\nsleep 1.2\nprint after the attach\nsleep 0.3\n"
+        session_id = await start_telo(client, script)
+        assert await wait_terminal(client, session_id, timeout_s=TIMEOUT_S) == {
+            "kind": "exited", "code": 0}
+        async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
+            replay = await read_pty(ws, timeout_s=TIMEOUT_S)
+        assert replay.output == b"in the gap\r\nafter the attach\r\n"

@@ -78,3 +78,29 @@ def test_an_attach_that_came_up_too_late_is_made_good_from_the_final_log() -> No
     assert sp.fed == 0
     sp.catch_up(OUTPUT)
     assert bytes(written) == OUTPUT
+
+
+def test_attach_bytes_past_the_log_wait_for_a_second_read_that_fills_the_gap() -> None:
+    # The attach joined after "B" was written past the log read: the second
+    # read has it, and the attach's own bytes are written once after it.
+    sp, written = splice()
+    asked: list[bool] = []
+    sp.reread = lambda: asked.append(True)
+    sp.release(b"A\r\n")
+    sp.feed(b"C\r\n")
+    assert asked == [True] and bytes(written) == b"A\r\n"  # held until the read is back
+    sp.feed(b"D\r\n")
+    sp.reread_done(b"A\r\nB\r\nC\r\n")
+    sp.feed(b"E\r\n")
+    assert bytes(written) == b"A\r\nB\r\nC\r\nD\r\nE\r\n"
+    assert asked == [True]  # one second read, never more
+
+
+def test_output_that_starts_after_the_attach_is_read_again_once_not_repeated() -> None:
+    sp, written = splice()
+    sp.reread = lambda: None
+    sp.release(b"")
+    sp.feed(b"first")
+    sp.reread_done(b"first")
+    sp.feed(b" second")
+    assert bytes(written) == b"first second"
