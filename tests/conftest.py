@@ -4,6 +4,9 @@
 config (local backend, runtimes `sh` and `python`, a UNIX socket). Tests that
 need a different config use `tests.harness.start_daemon(tmp_path, overrides)`
 directly.
+
+`on_backend` (module-scoped, from tests/shared_daemon.py) is each backend in
+turn, for a module that runs its tests on both.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.harness import Daemon, start_daemon
+from tests.shared_daemon import on_each_backend
+
+__all__ = ["on_each_backend"]  # the `on_backend` fixture
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ Its stderr goes to a file, so `stderr_text()` reads what it logged so far.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import socket
 import subprocess
@@ -32,6 +33,7 @@ from tests.harness import (
     STOP_TIMEOUT_S,
     DaemonClient,
     DaemonExited,
+    _merge,
     _short_base,
     build_config,
     daemon_env,
@@ -127,10 +129,11 @@ BACKENDS = ("local", "kubernetes")
 @contextlib.contextmanager
 def standalone_kubesim(base: Path) -> Iterator[Path]:
     """The test cluster as a subprocess (`python -m tests.kubesim`) for a
-    module's life; yields its kubeconfig (TLS and its token)."""
+    module's life; yields its kubeconfig (TLS and its token). Its images are
+    the defaults plus those written to `images_file(kubeconfig)`."""
     kubeconfig = base / "kubesim.kubeconfig"
     argv = [sys.executable, "-m", "tests.kubesim", "--listen", "127.0.0.1:0",
-            "--kubeconfig-out", str(kubeconfig)]
+            "--kubeconfig-out", str(kubeconfig), "--images-file", str(images_file(kubeconfig))]
     with (base / "kubesim.stderr").open("wb") as stderr:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr,
                                 stdin=subprocess.DEVNULL)
@@ -146,6 +149,11 @@ def standalone_kubesim(base: Path) -> Iterator[Path]:
             proc.stdout.close()
 
 
+def images_file(kubeconfig: Path) -> Path:
+    """The standalone cluster's extra images (`tests.kubesim.images.FileImages`)."""
+    return kubeconfig.with_name("images.json")
+
+
 def _readline_within(stream: Any, timeout_s: float) -> str:
     import selectors
 
@@ -158,7 +166,11 @@ def _readline_within(stream: Any, timeout_s: float) -> str:
 
 def kube_overrides(base: Path, kubeconfig: Path) -> dict[str, Any]:
     """The harness config on the kubernetes backend, whose `sh` and `python`
-    images run bundles as the local runtimes of those names do."""
+    images run bundles as the local runtimes of those names do.
+
+    Each daemon gets its own `managed_by`: several daemons share a module's
+    cluster (the module's `runnerd` beside a test's own), and a daemon reaps
+    every managed pod it did not create when it starts."""
     with socket.socket() as sock:  # self_url must name the port: not 0
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -167,22 +179,65 @@ def kube_overrides(base: Path, kubeconfig: Path) -> dict[str, Any]:
                    "allowed_images": ["sh", "python"]},
         "local": None,
         "kubernetes": {"kubeconfig": str(kubeconfig), "self_url": f"http://127.0.0.1:{port}",
-                       "bundle_listen": f"tcp:127.0.0.1:{port}"},
+                       "bundle_listen": f"tcp:127.0.0.1:{port}",
+                       "managed_by": f"runnerd-test-{port}"},
     }
 
 
-@pytest.fixture(scope="module", name="runnerd", params=BACKENDS)
-def shared_runnerd_on_each_backend(
+class OnBackend:
+    """One backend for a module's tests: its name, and `overrides(extra)`,
+    the config a test's own daemon (`start_daemon`) needs to run on it."""
+
+    def __init__(self, name: str, kubeconfig: Path | None = None) -> None:
+        self.name = name
+        self._kubeconfig = kubeconfig
+
+    def overrides(self, extra: Mapping[str, Any] | None = None,
+                  kube: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """`extra` on this backend; on kubernetes `kube` is merged last (what
+        the test needs said differently there, e.g. its catalog's images)."""
+        if self._kubeconfig is None:
+            return _merge({}, extra or {})
+        self._add_images((extra or {}).get("local", {}).get("runtimes", {}))
+        base = kube_overrides(self._kubeconfig.parent, self._kubeconfig)
+        return _merge(_merge(base, {k: v for k, v in (extra or {}).items() if k != "local"}),
+                      kube or {})
+
+    def _add_images(self, runtimes: Mapping[str, Any]) -> None:
+        """A local runtime `NAME` (a catalog app's image) becomes the cluster's
+        image `NAME`, whose entrypoint is the runtime's command."""
+        assert self._kubeconfig is not None
+        path = images_file(self._kubeconfig)
+        images = json.loads(path.read_text()) if path.exists() else {}
+        images.update({name: list(rt["command"]) for name, rt in runtimes.items()})
+        staged = path.with_suffix(".tmp")  # the cluster may read it at any moment
+        staged.write_text(json.dumps(images))
+        staged.replace(path)
+
+
+@pytest.fixture(scope="module", name="on_backend", params=BACKENDS)
+def on_each_backend(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[SharedDaemon]:
-    """`runnerd` once per backend: a module that imports this as its
-    `runnerd` runs each of its tests on both (the same `/v1` promises)."""
-    base = tmp_path_factory.mktemp(f"runnerd-{request.param}")
+) -> Iterator[OnBackend]:
+    """Each backend in turn for a module (the test cluster, on kubernetes,
+    runs for the module's life): a module whose tests start their own
+    daemons runs each of them on both with `on_backend.overrides(...)`."""
     if request.param == "local":
-        with shared_daemon(base) as daemon:
-            yield daemon
+        yield OnBackend("local")
         return
-    with standalone_kubesim(base) as kubeconfig, \
-            shared_daemon(base, kube_overrides(base, kubeconfig)) as daemon:
-        daemon.backend = "kubernetes"
+    base = tmp_path_factory.mktemp("kubesim")
+    with standalone_kubesim(base) as kubeconfig:
+        yield OnBackend("kubernetes", kubeconfig)
+
+
+@pytest.fixture(scope="module", name="runnerd")
+def shared_runnerd_on_each_backend(
+    on_backend: OnBackend, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SharedDaemon]:
+    """`runnerd` once per backend: a module that imports this (and
+    `on_each_backend`) as its `runnerd` runs each of its tests on both (the
+    same `/v1` promises)."""
+    base = tmp_path_factory.mktemp(f"runnerd-{on_backend.name}")
+    with shared_daemon(base, on_backend.overrides()) as daemon:
+        daemon.backend = on_backend.name
         yield daemon

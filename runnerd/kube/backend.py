@@ -65,6 +65,11 @@ log = logging.getLogger(__name__)
 # shutdown stays within the contract's 10 s whatever the cluster does.
 STOP_GRACE_S = 1
 STOP_WAIT_S = 5.0
+# A pod create cancelled in flight (a stop) is awaited this much longer, then
+# given up on: the reaper deletes the pod if it lands later (kept in mind for
+# ABANDONED_KEEP_S, past the client's own per-call deadline).
+CREATE_GRACE_S = 2.0
+ABANDONED_KEEP_S = 120.0
 # A probe is a client's request: answered within this, whatever the apiserver does.
 PROBE_TIMEOUT_S = 5.0
 RBAC_REMEDY = ("grant the runner's identity the RBAC in the README (pods, pods/log,"
@@ -73,6 +78,9 @@ RBAC_REMEDY = ("grant the runner's identity the RBAC in the README (pods, pods/l
 DRAIN_TIMEOUT_S = 2.0
 RESTARTED_LINE = notice("runnerd restarted and re-attached; output from while it was away"
                         " may have been missed")
+# A session stopped before its attach came up: its output so far is read from
+# the log (shielded) for at most this long before the pod is deleted.
+STOP_LOG_READ_S = 1.0
 
 
 def _pod(state: PodState) -> Mapping[str, Any] | None:
@@ -96,6 +104,9 @@ class KubeBackend:
         self._apps = apps
         # Pods this process created and has not deleted: the reaper spares them.
         self.live: set[str] = set()
+        # Creates given up on at a stop (name → when): the reaper deletes
+        # those pods if they land.
+        self.abandoned: dict[str, float] = {}
 
     async def recover(self) -> list[Recovered]:
         """With `on_restart = "adopt"`, once the informer has listed them:
@@ -175,11 +186,12 @@ class KubeBackend:
                    task_status: trio.TaskStatus[Started]) -> Outcome:
         if spec.creation is None:
             return await self._readopt(spec, sink, sub, task_status)
+        began = trio.current_time()  # the start deadline counts from here (the POST)
         first = await self._create(spec, sink)
         # Published while the pod starts; owned by it, so collected with it.
         endpoints = await publish_endpoints(self._client, self._settings, spec.identity, first,
                                             sink)
-        running = await self._await_running(sub, first, sink)
+        running = await self._await_running(sub, first, sink, began)
         relay = Relay()
         ip = _pod_ip(running)
         # The kernel's debug server on the pod's own address (never published).
@@ -219,24 +231,54 @@ class KubeBackend:
         created_at = format_created_at(spec.identity.created_at or time.time())
         pod = build_pod(self._settings, spec, bundle_url=url, created_at=created_at)
         sink.progress("provision", "creating the session pod")
-        self.live.add(pod["metadata"]["name"])
-        try:
-            # Shielded (the client bounds every call): a create cancelled in
-            # flight may still land, and the teardown's delete must come
-            # after it, or the pod would outlive its session.
-            with trio.CancelScope(shield=True):
-                created = await self._client.create_pod(
-                    pod, operation="could not create the session pod",
-                    is_ours=lambda p: is_ours(p, self._settings, spec.session_id))
-        except errors.KubeError as exc:
-            log.warning("pod create failed: %r", exc.__cause__ or exc,
+        name = pod["metadata"]["name"]
+        self.live.add(name)
+        # Shielded: a create cancelled in flight may still land, and the
+        # teardown's delete must come after it, or the pod would outlive its
+        # session. But only CREATE_GRACE_S past the cancellation (a stop must
+        # stay bounded whatever the apiserver does): then the name is left to
+        # the reaper, which deletes the pod if it lands later.
+        window = trio.CancelScope(shield=True)
+        created: Mapping[str, Any] | None = None
+        failure: errors.KubeError | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_grace_on_cancel, window)
+            with window:
+                try:
+                    created = await self._client.create_pod(
+                        pod, operation="could not create the session pod",
+                        is_ours=lambda p: is_ours(p, self._settings, spec.session_id))
+                except errors.KubeError as exc:  # raised here, never as a group
+                    failure = exc
+            if window.cancelled_caught:  # given up on: the stop goes on without it
+                log.warning("pod create unanswered %g s after the stop; the reaper deletes"
+                            " the pod if it lands", CREATE_GRACE_S,
+                            extra={"session_id": spec.session_id})
+                self.abandoned[name] = trio.current_time()
+            nursery.cancel_scope.cancel()
+        # A stop that cut the create short ends as a stop, not as its error.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if failure is not None or created is None:
+            error = failure or errors.Unreachable("could not create the session pod")
+            log.warning("pod create failed: %r", error.__cause__ or error,
                         extra={"session_id": spec.session_id})
-            raise errors.start_error(exc, "create") from exc
+            raise errors.start_error(error, "create") from error
         return created
 
+    def take_landed(self, names: set[str], now: float) -> list[str]:
+        """Abandoned creates whose pod is among `names` (to delete); forgets
+        those past ABANDONED_KEEP_S (a create never lands that late)."""
+        landed = [n for n in self.abandoned if n in names and n not in self.live]
+        for name in list(self.abandoned):
+            if name in landed or now - self.abandoned[name] > ABANDONED_KEEP_S:
+                del self.abandoned[name]
+        return landed
+
     async def _await_running(self, sub: PodSubscription, first: Mapping[str, Any],
-                             sink: Sink) -> Mapping[str, Any] | None:
-        """The pod once it runs (or has already ended: None or its last state).
+                             sink: Sink, began: float) -> Mapping[str, Any] | None:
+        """The pod once it runs (or has already ended: None or its last state),
+        within `start_deadline_seconds` of `began` (the session's start, so a
+        slow bundle build or create counts too).
 
         Raises:
             StartError: a permanent cause, a pull back-off past the grace, or
@@ -246,7 +288,7 @@ class KubeBackend:
         pod: Mapping[str, Any] | None = _pod(sub.latest() or first)
         said = ""
         deadline_s = self._settings.start_deadline_s
-        with trio.move_on_after(deadline_s):
+        with trio.move_on_at(began + deadline_s):
             while True:
                 verdict = watch.observe(pod, trio.current_time())
                 if isinstance(verdict, StartFailed):
@@ -267,23 +309,38 @@ class KubeBackend:
         name = pod_name(spec.session_id)
         splice = Splice(sink.output)
         if adopted:  # the log is output its clients saw from the previous daemon
-            splice.release(b"")
-        state: dict[str, Mapping[str, Any] | None] = {"pod": pod}
+            splice.pass_through()
         outcome = terminal_outcome(pod) if pod is not None else Failed("the session pod is gone")
         if outcome is not None:  # it ended before it was seen running
             if not splice.released:
                 splice.release(await read_log(self._client, name))
             return outcome
+        try:
+            return await self._follow(spec, sink, sub, pod, relay, splice, inspect_url)
+        finally:
+            if not splice.released:  # stopped before the attach came up: keep what it wrote
+                with trio.CancelScope(shield=True), trio.move_on_after(STOP_LOG_READ_S):
+                    splice.release(await read_log(self._client, name))
+
+    async def _follow(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
+                      pod: Mapping[str, Any] | None, relay: Relay, splice: Splice,
+                      inspect_url: str | None) -> Outcome:
+        """The running pod's terminal, reachability and debug stream, to its end."""
+        name = pod_name(spec.session_id)
+        state: dict[str, Mapping[str, Any] | None] = {"pod": pod}
+        outcome: Outcome | None = None
 
         def pod_runs() -> bool:
             return terminal_outcome(state["pod"]) is None and state["pod"] is not None
 
+        delivered: list[bool] = []  # the attach ended with the container
         async with trio.open_nursery() as nursery:
             attached = trio.Event()
 
             async def attach() -> None:
                 try:
-                    await keep_attached(self._client, name, relay, splice, sink.output, pod_runs)
+                    delivered.append(await keep_attached(
+                        self._client, name, relay, splice, sink.output, pod_runs))
                 finally:
                     attached.set()
 
@@ -299,8 +356,10 @@ class KubeBackend:
             with trio.move_on_after(DRAIN_TIMEOUT_S):
                 await attached.wait()
             nursery.cancel_scope.cancel()
-        if not splice.released:  # no attach ever came up: the log has it all
-            splice.release(await read_log(self._client, name))
+        if delivered == [True] and splice.released and splice.fed:
+            splice.flush()
+        else:  # no attach came up, it was cut short or saw nothing: the log has it all
+            splice.catch_up(await read_log(self._client, name))
         return outcome if outcome is not None else Failed("the session pod was deleted outside"
                                                           " runnerd")
 
@@ -320,6 +379,14 @@ class KubeBackend:
                 self.live.discard(name)
             while wait and existed and sub.latest() is not GONE:
                 await sub.next()
+
+
+async def _grace_on_cancel(window: trio.CancelScope) -> None:
+    """Give `window` CREATE_GRACE_S more once the caller is cancelled."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        window.deadline = min(window.deadline, trio.current_time() + CREATE_GRACE_S)
 
 
 def _pod_ip(pod: Mapping[str, Any] | None) -> str | None:

@@ -23,7 +23,7 @@ import trio
 
 import runnerd.kube.errors as errors
 from runnerd.config import AppEntry, Config, ConfigError, parse_listen
-from runnerd.kube.backend import STOP_WAIT_S, KubeBackend
+from runnerd.kube.backend import CREATE_GRACE_S, STOP_WAIT_S, KubeBackend
 from runnerd.kube.bundle import BundleTokens
 from runnerd.kube.bundlehttp import bind_bundle_listener, serve_bundles
 from runnerd.kube.client import open_kube_client
@@ -35,6 +35,8 @@ NAME = "kubernetes"
 log = logging.getLogger(__name__)
 # Staged bundles past their five minutes are swept this often.
 TOKEN_SWEEP_S = 60.0
+# How often the reaper looks for pods of abandoned creates that landed.
+ABANDONED_SWEEP_S = 2.0
 
 
 def check_config(config: Config, *, reloaded: bool = False) -> None:
@@ -57,8 +59,9 @@ def offered_images(config: Config) -> tuple[str, ...] | None:
 
 
 def stop_timeout_s(config: Config) -> float:
-    """The pod's delete and its wait to be gone, plus the request's own time."""
-    return STOP_WAIT_S + 2.0
+    """A create's grace, the pod's delete and its wait to be gone, plus the
+    request's own time."""
+    return CREATE_GRACE_S + STOP_WAIT_S + 2.0
 
 
 def config_warnings(config: Config, daemon_path: str | None) -> list[str]:
@@ -121,6 +124,7 @@ async def _open_backend(
             nursery.start_soon(_sweep_tokens, tokens)
             if settings.on_restart == "reap":  # else `recover()` adopts them
                 nursery.start_soon(_reap, backend, informer)
+            nursery.start_soon(_sweep_abandoned, backend, informer)
             log.info("kubernetes backend: namespace %s via %s; bundles on %s",
                      client.namespace, conn.source, settings.bundle_listen)
             yield backend
@@ -152,3 +156,17 @@ async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
             log.warning("could not delete pod %s left by a previous run: %s", name, exc)
     if left:
         log.warning("deleted %d session pods left by a previous run", len(left))
+
+
+async def _sweep_abandoned(backend: KubeBackend, informer: PodInformer) -> None:
+    """For the daemon's life (whatever `on_restart`), delete the pods of
+    creates given up on at a stop (`KubeBackend.abandoned`) once they land."""
+    while True:
+        await trio.sleep(ABANDONED_SWEEP_S)
+        names = {str(p["metadata"]["name"]) for p in informer.pods()}
+        for name in backend.take_landed(names, trio.current_time()):
+            try:
+                await backend.client.delete_pod(name, operation="could not delete a stale pod",
+                                                grace_period_s=0)
+            except errors.KubeError as exc:
+                log.warning("could not delete pod %s of an abandoned create: %s", name, exc)

@@ -9,9 +9,10 @@ Owns three things between `attach.run_attach` and the session's sink:
   `pods/log` and put ahead of the attach stream. The attach's bytes are held
   until that read is back; the longest tail of the log that is also the head
   of the held bytes is written once (the container's output from the attach's
-  start to the log read is in both). Chosen over holding the workload until
-  the attach is up: that needs a wrapper in the session image, and a fast
-  `print; exit` ends before any attach could connect.
+  start to the log read is in both); see its docstring for late attach
+  bytes. Chosen over holding the workload until the attach is up: that
+  needs a wrapper in the session image, and a fast `print; exit` ends
+  before any attach could connect.
 - `keep_attached`: an attach that drops while the pod runs is re-attached
   with capped backoff, and one line in the terminal says output may have
   been missed; a refused attach writes its classified reason the same way.
@@ -93,32 +94,120 @@ def overlap(log_bytes: bytes, held: bytes) -> int:
 
 
 class Splice:
-    """Output in order: the log read ahead of the attach stream, once."""
+    """Output in order: the log read ahead of the attach stream, once.
+
+    The attach stream starts somewhere in the log's tail (it was up before the
+    log was read), but its bytes may arrive after the log is back: until the
+    attach bytes reach past the log's end (or differ from it), they are held
+    as likely repeats of the log (`_pending`), at most the log's length.
+    An attach joins the container's output only some time after its
+    handshake, so output written in between is in neither the log read nor
+    the attach: when the attach's first bytes are not in the log read, they
+    are held for a second read (`reread`, once), which has everything up to
+    them. `emitted` counts the container's bytes written so far, so
+    `catch_up` can add what a cut-short attach, or one that saw nothing,
+    never delivered, once the container has ended.
+    Content decides what repeats: output identical to the log's tail, sent
+    again right after the attach came up, is taken for a repeat.
+    """
 
     def __init__(self, emit: Callable[[bytes], None]) -> None:
-        self._emit = emit
+        self._emit_raw = emit
         self._held: bytearray | None = bytearray()
+        self._aligning = False  # the log is out; attach bytes may still repeat it
+        self._log = b""  # the log read, while aligning
+        self._pending = b""
+        self._tracking = True
+        # Set by `keep_attached`: start a second log read (`reread_done`).
+        self.reread: Callable[[], None] | None = None
+        self._rereading = False
+        self._reread_spent = False
+        self.emitted = 0
+        self.fed = 0  # attach bytes seen: none, and the attach may have come up too late
+
+    def pass_through(self) -> None:
+        """No log splicing at all: an adopted pod's log is output the previous
+        daemon already delivered, so attach bytes go straight out and nothing
+        is caught up from the log."""
+        self._held, self._aligning, self._tracking, self._reread_spent = None, False, False, True
 
     @property
     def released(self) -> bool:
         return self._held is None
 
+    def _emit(self, data: bytes) -> None:
+        self.emitted += len(data)
+        self._emit_raw(data)
+
     def feed(self, data: bytes) -> None:
-        if self._held is None:
-            self._emit(data)
-        else:
+        self.fed += len(data)
+        if self._held is not None:
             self._held += data
+        elif self._aligning:
+            self._align(self._pending + data)
+        else:
+            self._emit(data)
 
     def release(self, log_bytes: bytes) -> None:
         """The log is back: write it, then the held attach bytes it lacks."""
         if self._held is None:
             return
         held, self._held = bytes(self._held), None
-        skip = overlap(log_bytes, held) if len(held) <= MAX_HELD_OUTPUT_BYTES else 0
         if log_bytes:
             self._emit(log_bytes)
-        if held[skip:]:
-            self._emit(held[skip:])
+        if len(held) > MAX_HELD_OUTPUT_BYTES:  # too much to compare: repeat rather than lose
+            self._emit(held)
+            return
+        self._log, self._aligning = log_bytes, True
+        self._align(held)
+
+    def _align(self, attach: bytes) -> None:
+        log_bytes = self._log
+        inside = log_bytes.find(attach)
+        if self._rereading or not attach or 0 <= inside < len(log_bytes) - len(attach):
+            self._pending = attach  # all of it may repeat the log: wait for more
+            return
+        skip = overlap(log_bytes, attach)
+        if not skip and self.reread is not None and self._tracking and not self._reread_spent:
+            # The attach's first bytes are not in the log: it may have joined
+            # the output after some was written past the read. A second read
+            # has everything up to them at least.
+            self._rereading = self._reread_spent = True
+            self._pending = attach
+            self.reread()
+            return
+        self._aligning, self._log, self._pending = False, b"", b""
+        if attach[skip:]:
+            self._emit(attach[skip:])
+
+    def reread_done(self, log_bytes: bytes) -> None:
+        """The second log read is back: write what the first lacked, then
+        the held attach bytes past it."""
+        self._rereading = False
+        if not self._aligning:
+            return
+        if log_bytes.startswith(self._log) and len(log_bytes) > len(self._log):
+            self._emit(log_bytes[len(self._log):])
+            self._log = log_bytes
+        self._align(self._pending)
+
+    def gap(self) -> None:
+        """The attach dropped: output may be missing, so `emitted` no longer
+        says where the stream is in the log (`catch_up` adds nothing)."""
+        self.flush()
+        self._tracking = False
+
+    def flush(self) -> None:
+        """The attach ended: what it sent that still looked like a repeat was one."""
+        self._aligning, self._rereading, self._log, self._pending = False, False, b"", b""
+
+    def catch_up(self, final_log: bytes) -> None:
+        """The container ended but its attach was cut short: `final_log` (its
+        whole output) past what was already written."""
+        self.release(final_log)
+        self.flush()
+        if self._tracking and len(final_log) > self.emitted:
+            self._emit(final_log[self.emitted:])
 
 
 async def read_log(client: KubeClient, pod: str) -> bytes:
@@ -141,45 +230,60 @@ class _OnAttached:
 
 
 async def keep_attached(client: KubeClient, pod: str, relay: Relay, splice: Splice,
-                        emit: Callable[[bytes], None], pod_runs: Callable[[], bool]) -> None:
+                        emit: Callable[[bytes], None], pod_runs: Callable[[], bool]) -> bool:
     """Attach to `pod` until its terminal ends, re-attaching while `pod_runs()`.
 
     The first attach that comes up also starts the log read for the splice.
-    Returns when an attach ends with the container, or the pod stops running.
+    Returns when an attach ends with the container (True: it delivered all
+    the output), or the pod stops running (False).
     """
-    delay = REATTACH_FIRST_S
     async with trio.open_nursery() as nursery:
 
+        async def reread() -> None:
+            splice.reread_done(await read_log(client, pod))
+
+        splice.reread = lambda: nursery.start_soon(reread)
+        try:
+            return await _attach_until_end(client, pod, relay, splice, emit, pod_runs, nursery)
+        finally:
+            splice.reread = None  # the nursery is closing: no second read past it
+
+
+async def _attach_until_end(client: KubeClient, pod: str, relay: Relay, splice: Splice,
+                            emit: Callable[[bytes], None], pod_runs: Callable[[], bool],
+                            nursery: trio.Nursery) -> bool:
+    delay = REATTACH_FIRST_S
+    refusals_said = False
+
+    def up(terminal: Terminal) -> None:
+        nonlocal refusals_said
         refusals_said = False
+        relay.attached(terminal)
+        if not splice.released:
+            nursery.start_soon(_splice_log, client, pod, splice)
 
-        def up(terminal: Terminal) -> None:
-            nonlocal refusals_said
-            refusals_said = False
-            relay.attached(terminal)
-            if not splice.released:
-                nursery.start_soon(_splice_log, client, pod, splice)
-
-        while True:
-            status = cast("trio.TaskStatus[Terminal]", _OnAttached(up))
-            refused: errors.KubeError | None = None
-            try:
-                end = await run_attach(client, pod, on_output=splice.feed, task_status=status)
-            except errors.KubeError as exc:
-                end, refused = AttachEnd.DROPPED, exc
-            relay.attached(None)
-            if end is AttachEnd.ENDED or not pod_runs():
-                return
-            if refused is None:
-                emit(DROPPED_LINE)
-            elif not refusals_said:  # once per run of refusals, not once per retry
-                emit(notice(str(refused)))
-                refusals_said = True
-            log.warning("attach %s; re-attaching in %.1f s", refused or "dropped", delay,
-                        extra={"pod": pod})
-            await trio.sleep(delay)
-            delay = min(delay * 2, REATTACH_CAP_S)
-            if not pod_runs():
-                return
+    while True:
+        status = cast("trio.TaskStatus[Terminal]", _OnAttached(up))
+        refused: errors.KubeError | None = None
+        try:
+            end = await run_attach(client, pod, on_output=splice.feed, task_status=status)
+        except errors.KubeError as exc:
+            end, refused = AttachEnd.DROPPED, exc
+        relay.attached(None)
+        if end is AttachEnd.ENDED or not pod_runs():
+            return end is AttachEnd.ENDED
+        if refused is None:
+            splice.gap()
+            emit(DROPPED_LINE)
+        elif not refusals_said:  # once per run of refusals, not once per retry
+            emit(notice(str(refused)))
+            refusals_said = True
+        log.warning("attach %s; re-attaching in %.1f s", refused or "dropped", delay,
+                    extra={"pod": pod})
+        await trio.sleep(delay)
+        delay = min(delay * 2, REATTACH_CAP_S)
+        if not pod_runs():
+            return False
 
 
 async def _splice_log(client: KubeClient, pod: str, splice: Splice) -> None:

@@ -13,7 +13,7 @@ import trio
 
 from tests.cli.helpers import RUNNERD, start
 from tests.harness import Daemon
-from tests.shared_daemon import shared_runnerd  # noqa: F401  (the module's `runnerd`)
+from tests.shared_daemon import shared_runnerd_on_each_backend  # noqa: F401  (`runnerd`)
 
 
 def complete(words: list[str], shell_script: str) -> list[str]:

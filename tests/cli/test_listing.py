@@ -9,6 +9,9 @@ import trio
 
 from tests.cli.helpers import cli, start, wait_status
 from tests.harness import Daemon, start_daemon
+from tests.shared_daemon import OnBackend, shared_runnerd_on_each_backend
+
+__all__ = ["shared_runnerd_on_each_backend"]  # the module's `runnerd`
 
 CATALOG = {
     "local": {"runtimes": {"greeter": {"command": ["/bin/sh", "-c", "echo hi; sleep 30"]}}},
@@ -16,8 +19,11 @@ CATALOG = {
 }
 
 
-async def test_the_list_names_each_session_and_never_its_env(tmp_path) -> None:
-    async with start_daemon(tmp_path, CATALOG) as daemon, daemon.client() as client:
+async def test_the_list_names_each_session_and_never_its_env(
+    tmp_path, on_backend: OnBackend
+) -> None:
+    overrides = on_backend.overrides(CATALOG)
+    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
         bundle_id = await start(daemon, "exit 0", env={"PASSWORD": "hunter2"})
         created = await client.post("/v1/apps/greet/sessions", json={"env": {}})
         app_id = created.json()["sessionId"]
@@ -46,7 +52,15 @@ async def test_the_list_is_in_the_openapi_document_as_an_extension(runnerd: Daem
     assert "post" in document["paths"]["/v1/sessions"]
 
 
-async def test_ls_shows_live_sessions_and_a_includes_finished_ones(runnerd: Daemon) -> None:
+async def test_ls_shows_live_sessions_and_a_includes_finished_ones(
+    tmp_path, on_backend: OnBackend
+) -> None:
+    # Its own daemon: it asserts the whole list.
+    async with start_daemon(tmp_path, on_backend.overrides()) as runnerd:
+        await _ls_shows_live_sessions_and_a_includes_finished_ones(runnerd)
+
+
+async def _ls_shows_live_sessions_and_a_includes_finished_ones(runnerd: Daemon) -> None:
     done = await start(runnerd, "exit 4")
     live = await start(runnerd, "exec sleep 30")
     await wait_status(runnerd, done, ("exited",))
@@ -82,6 +96,7 @@ async def test_stop_stops_each_session_and_names_an_unknown_one(runnerd: Daemon)
             assert status == {"kind": "stopped"}
 
 
+# One backend: no daemon answers (the CLI's own message).
 async def test_a_verb_without_a_daemon_says_where_it_looked(tmp_path) -> None:
     async with start_daemon(tmp_path) as daemon:
         daemon.socket_path = tmp_path / "nothing-here.sock"

@@ -7,7 +7,10 @@ from pathlib import Path
 
 from tests.cli.helpers import background_cli, cli, start, wait_status
 from tests.harness import Daemon, start_daemon
-from tests.shared_daemon import shared_runnerd  # noqa: F401  (the module's `runnerd`)
+from tests.shared_daemon import (  # noqa: F401  (`runnerd`)
+    OnBackend,
+    shared_runnerd_on_each_backend,
+)
 
 BROKEN = {"local": {"runtimes": {"broken": {"command": ["/nonexistent/tool", "{entry}"]}}}}
 
@@ -58,8 +61,12 @@ async def test_run_sends_what_a_user_means_and_skips_the_rest(runnerd: Daemon, t
     assert b"left out image.bin: not UTF-8 text" in result.stderr
 
 
-async def test_run_refuses_a_bundle_over_the_body_limit_before_sending(tmp_path) -> None:
-    async with start_daemon(tmp_path, {"server": {"max_body_bytes": 4096}}) as daemon:
+async def test_run_refuses_a_bundle_over_the_body_limit_before_sending(
+    tmp_path, on_backend: OnBackend
+) -> None:
+    async with start_daemon(
+        tmp_path, on_backend.overrides({"server": {"max_body_bytes": 4096}})
+    ) as daemon:
         root = project(tmp_path, {"main.sh": "echo hi", "big.txt": "x" * 5000})
         result = await cli(daemon, "run", str(root))
         assert result.returncode == 1
@@ -68,6 +75,8 @@ async def test_run_refuses_a_bundle_over_the_body_limit_before_sending(tmp_path)
             assert (await client.get("/v1/sessions")).json()["sessions"] == []
 
 
+# Local backend only (these two): the failure is a local runtime's missing
+# executable, named in the message; the exit code's rule is the CLI's.
 async def test_run_of_a_session_that_fails_to_start_exits_125(tmp_path) -> None:
     async with start_daemon(tmp_path, BROKEN) as daemon:
         root = project(tmp_path, {"main.sh": "echo never"})
@@ -106,9 +115,9 @@ async def test_run_detach_prints_the_id_and_leaves_it_running(runnerd: Daemon, t
     await cli(runnerd, "stop", session_id)
 
 
-async def test_run_asks_for_terms_and_takes_accept_terms(tmp_path) -> None:
+async def test_run_asks_for_terms_and_takes_accept_terms(tmp_path, on_backend: OnBackend) -> None:
     terms = {"terms": {"body": "Be nice.", "version": "v2", "title": "House rules"}}
-    async with start_daemon(tmp_path, terms) as daemon:
+    async with start_daemon(tmp_path, on_backend.overrides(terms)) as daemon:
         root = project(tmp_path, {"main.sh": "echo accepted"})
         refused = await cli(daemon, "run", str(root))
         assert refused.returncode == 1
@@ -119,12 +128,12 @@ async def test_run_asks_for_terms_and_takes_accept_terms(tmp_path) -> None:
         assert b"accepted" in accepted.stdout
 
 
-async def test_run_app_apps_and_probe(tmp_path) -> None:
+async def test_run_app_apps_and_probe(tmp_path, on_backend: OnBackend) -> None:
     catalog = {
         "local": {"runtimes": {"greeter": {"command": ["/bin/sh", "-c", "echo hi from app"]}}},
         "apps": {"greet": {"image": "greeter", "title": "Greeter", "description": "Says hi"}},
     }
-    async with start_daemon(tmp_path, catalog) as daemon:
+    async with start_daemon(tmp_path, on_backend.overrides(catalog)) as daemon:
         apps = await cli(daemon, "apps")
         assert apps.stdout.decode().splitlines()[1].split() == ["greet", "Greeter", "Says", "hi"]
         ran = await cli(daemon, "run", "--app", "greet")
@@ -136,11 +145,14 @@ async def test_run_app_apps_and_probe(tmp_path) -> None:
 
 
 async def test_url_reaches_a_tcp_listener_for_plain_requests_and_the_terminal(
-    tmp_path: Path,
+    tmp_path: Path, on_backend: OnBackend
 ) -> None:
-    async with start_daemon(tmp_path, {"server": {"listen": ["tcp:127.0.0.1:0"]}}) as daemon:
+    async with start_daemon(
+        tmp_path, on_backend.overrides({"server": {"listen": ["tcp:127.0.0.1:0"]}})
+    ) as daemon:
         await daemon.wait_for_stderr("serving")
-        match = re.search(r"tcp:127\.0\.0\.1:(\d+)", daemon.stderr_text())
+        # The API listener's (on kubernetes the bundle listener's is tcp: too).
+        match = re.search(r"serving listen=\"?tcp:127\.0\.0\.1:(\d+)", daemon.stderr_text())
         assert match is not None
         url = f"http://127.0.0.1:{match.group(1)}"
         root = project(tmp_path, {"main.sh": "echo over tcp; exit 4"})

@@ -13,7 +13,10 @@ import trio
 from tests.cli.helpers import RUNNERD, start, wait_status
 from tests.cli.term import Terminal
 from tests.harness import Daemon, start_daemon
-from tests.shared_daemon import shared_runnerd  # noqa: F401  (the module's `runnerd`)
+from tests.shared_daemon import (  # noqa: F401  (`runnerd`)
+    OnBackend,
+    shared_runnerd_on_each_backend,
+)
 
 # A workload that shows what its terminal does: its size on each SIGWINCH
 # (and when asked), "interrupted" on Ctrl-C (SIGINT), and each line typed.
@@ -118,8 +121,10 @@ async def test_ctrl_bracket_detaches_and_attach_resumes(runnerd: Daemon, tmp_pat
         again.close()
 
 
-async def test_the_terminal_mode_is_restored_when_the_daemon_is_killed(tmp_path: Path) -> None:
-    async with start_daemon(tmp_path) as daemon:
+async def test_the_terminal_mode_is_restored_when_the_daemon_is_killed(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
+    async with start_daemon(tmp_path, on_backend.overrides()) as daemon:
         session_id = await start(daemon, "echo attached-now; exec sleep 20")
         await wait_status(daemon, session_id, ("running",))
         # `stty -g` before and after, printed by the shell that ran us.
@@ -139,9 +144,11 @@ async def test_the_terminal_mode_is_restored_when_the_daemon_is_killed(tmp_path:
             term.close()
 
 
-async def test_run_shows_the_terms_and_asks_on_the_terminal(tmp_path: Path) -> None:
+async def test_run_shows_the_terms_and_asks_on_the_terminal(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
     terms = {"terms": {"body": "Be nice.", "version": "v7", "title": "House rules"}}
-    async with start_daemon(tmp_path, terms) as daemon:
+    async with start_daemon(tmp_path, on_backend.overrides(terms)) as daemon:
         root = project(tmp_path, "main.sh", "echo terms were accepted")
         term = Terminal.spawn(daemon, ["runnerd", "run", str(root)])
         try:

@@ -34,7 +34,10 @@ async def tcp_daemon(
         async with start_daemon(
             tmp_path, _merge(base, overrides or {}), socket_path=socket_path
         ) as daemon:
-            match = re.search(r"tcp:127\.0\.0\.1:(\d+)", daemon.stderr_text())
+            # The API listener's, from the "serving" line (on kubernetes the
+            # bundle listener is a tcp: address too).
+            serving = r"serving listen=\"[^\"]*tcp:127\.0\.0\.1:(\d+)"
+            match = re.search(serving, daemon.stderr_text())
             assert match, daemon.stderr_text()
             yield daemon, int(match.group(1))
     finally:

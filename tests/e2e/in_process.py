@@ -3,17 +3,19 @@ subprocess does not expose.
 
 `open_app` runs `create_app` under hypercorn on a UNIX socket in `tmp_path`
 with a real `SessionManager`, and by default the real `LocalBackend` with an
-`sh` runtime; a test may pass its own backend (e.g. one that emits thousands
-of events) or a short SSE heartbeat. It yields the `AppState`, so a test can
+`sh` runtime (or, with `overrides`, the configured backend: the kubernetes
+one on a test cluster); a test may pass its own backend (e.g. one that emits
+thousands of events) or a short SSE heartbeat. It yields the `AppState`, so a test can
 set `closing` or reach the manager while sessions stay live.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 import trio
@@ -21,12 +23,13 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
 from runnerd.backend import Backend
-from runnerd.config import parse_config
+from runnerd.backends import provider_for
+from runnerd.config import Config, parse_config
 from runnerd.http.app import create_app
 from runnerd.http.events import DEFAULT_HEARTBEAT_S
 from runnerd.http.state import AppState
-from runnerd.local import LocalBackend, offered_images
 from runnerd.session.manager import SessionManager
+from tests.harness import _merge
 
 
 @contextlib.asynccontextmanager
@@ -35,23 +38,44 @@ async def open_app(
     *,
     backend: Backend | None = None,
     sse_heartbeat_s: float = DEFAULT_HEARTBEAT_S,
+    overrides: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[tuple[AppState, Path]]:
-    """Yield `(state, socket_path)` while the app serves on `socket_path`."""
+    """Yield `(state, socket_path)` while the app serves on `socket_path`.
+
+    Without `backend`, the configured one (`overrides`, e.g.
+    `tests.shared_daemon.OnBackend.overrides()`: the kubernetes backend on
+    the module's test cluster), opened as the daemon opens it."""
     socket_path = tmp_path / "s.sock"
-    config = parse_config(
-        {
-            "server": {"listen": [f"unix:{socket_path}"]},
-            "runner": {"default_image": "sh"},
-            "local": {
-                "workdir": str(tmp_path / "sessions"),
-                "stop_grace_seconds": 1,
-                "runtimes": {"sh": {"command": ["/bin/sh", "{entry}"]}},
-            },
+    raw = {
+        "server": {"listen": [f"unix:{socket_path}"]},
+        "runner": {"default_image": "sh"},
+        "local": {
+            "workdir": str(tmp_path / "sessions"),
+            "stop_grace_seconds": 1,
+            "runtimes": {"sh": {"command": ["/bin/sh", "{entry}"]}},
         },
-        base_dir=tmp_path,
-        read_text=Path.read_text,
-    )
-    backend = backend or LocalBackend(config.local, apps=lambda: config.apps)
+    }
+    config = parse_config(_merge(raw, overrides or {}), base_dir=tmp_path,
+                          read_text=Path.read_text)
+    provider = provider_for(config)
+    async with contextlib.AsyncExitStack() as stack:
+        if backend is None:
+            backend = await stack.enter_async_context(
+                provider.open_backend(config, lambda: config.apps))
+        async with _serve(config, backend, provider.offered_images, socket_path,
+                          sse_heartbeat_s) as state:
+            yield state, socket_path
+    socket_path.unlink(missing_ok=True)  # hypercorn leaves it behind
+
+
+@contextlib.asynccontextmanager
+async def _serve(
+    config: Config,
+    backend: Backend,
+    offered_images: Callable[[Config], tuple[str, ...] | None],
+    socket_path: Path,
+    sse_heartbeat_s: float,
+) -> AsyncIterator[AppState]:
     sessions = SessionManager(
         backend,
         max_sessions=config.runner.max_sessions,
@@ -71,12 +95,11 @@ async def open_app(
         await nursery.start(sessions.run)
         await nursery.start(partial(serve, app, hypercorn, shutdown_trigger=stop.wait))
         try:
-            yield state, socket_path
+            yield state
         finally:
             state.closing.set()
             stop.set()
             nursery.cancel_scope.cancel()
-    socket_path.unlink(missing_ok=True)  # hypercorn leaves it behind
 
 
 def open_client(socket_path: Path) -> httpx.AsyncClient:

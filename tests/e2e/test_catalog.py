@@ -1,6 +1,8 @@
 """Operator-predefined apps and the workload environment: catalog values win
 over the client's, reach the workload, and never reach a client or the log;
-`TELO_REGISTRY_URL` precedence for bundle sessions."""
+`TELO_REGISTRY_URL` precedence for bundle sessions. On both backends (on
+kubernetes the catalog's image is a test-cluster image running the same
+command: `tests.shared_daemon.OnBackend`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 
 from tests.e2e.contract_client import SSE_TIMEOUT, bundle_body, read_pty, start_session
 from tests.harness import open_ws, start_daemon
+from tests.shared_daemon import OnBackend
 
 SECRET = "s3cr3t-0f-the-operator-91c7"
 ECHO_ENV = "echo TOKEN=$DEMO_TOKEN MODE=$MODE EXTRA=$EXTRA REG=$TELO_REGISTRY_URL."
@@ -31,8 +34,11 @@ async def _output(daemon, session_id: str) -> bytes:
         return (await read_pty(ws)).output
 
 
-async def test_app_env_wins_reaches_workload_and_stays_secret(tmp_path: Path) -> None:
-    async with start_daemon(tmp_path, OVERRIDES) as daemon, daemon.client() as client:
+async def test_app_env_wins_reaches_workload_and_stays_secret(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
+    overrides = on_backend.overrides(OVERRIDES)
+    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
         by_body = await client.post("/v1/sessions", json={"env": CLIENT_ENV, "app": "demo"})
         by_path = await client.post("/v1/apps/demo/sessions", json={"env": CLIENT_ENV})
         assert by_body.status_code == 201 and by_path.status_code == 201
@@ -84,9 +90,12 @@ async def test_app_env_wins_reaches_workload_and_stays_secret(tmp_path: Path) ->
         assert session_id in log  # the log did record the sessions
 
 
-async def test_registry_url_precedence_for_bundle_sessions(tmp_path: Path) -> None:
+async def test_registry_url_precedence_for_bundle_sessions(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
     script = 'echo "REG=$TELO_REGISTRY_URL."'
-    async with start_daemon(tmp_path, OVERRIDES) as daemon, daemon.client() as client:
+    overrides = on_backend.overrides(OVERRIDES)
+    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
         default = await start_session(client, script)
         body = bundle_body(script)
         body["config"]["registryUrl"] = "  https://override.example  "

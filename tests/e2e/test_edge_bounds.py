@@ -24,6 +24,7 @@ from tests.e2e.contract_client import SSE_TIMEOUT, start_session
 from tests.e2e.edge import tcp_daemon
 from tests.harness import iter_sse, open_ws, start_daemon
 from tests.metrics.test_scrape import scrape, value
+from tests.shared_daemon import OnBackend
 
 IDLE = {"server": {"idle_timeout_seconds": 0.5, "request_timeout_seconds": 0.5}}
 # Generous: the daemon closes within the timeout; this only bounds a failure.
@@ -39,8 +40,10 @@ async def _closed_by_server(stream: trio.abc.Stream) -> bytes:
     return bytes(received)
 
 
-async def test_idle_keep_alive_connections_close_on_unix_and_tcp(tmp_path: Path) -> None:
-    async with tcp_daemon(tmp_path, IDLE) as (daemon, port):
+async def test_idle_keep_alive_connections_close_on_unix_and_tcp(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
+    async with tcp_daemon(tmp_path, on_backend.overrides(IDLE)) as (daemon, port):
 
         async def unix() -> trio.SocketStream:
             return await trio.open_unix_socket(str(daemon.socket_path))
@@ -69,8 +72,8 @@ async def test_idle_keep_alive_connections_close_on_unix_and_tcp(tmp_path: Path)
         assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b'"0.1.0"}')
 
 
-async def test_a_trickling_head_or_body_is_cut(tmp_path: Path) -> None:
-    async with start_daemon(tmp_path, IDLE) as daemon:
+async def test_a_trickling_head_or_body_is_cut(tmp_path: Path, on_backend: OnBackend) -> None:
+    async with start_daemon(tmp_path, on_backend.overrides(IDLE)) as daemon:
         async with await trio.open_unix_socket(str(daemon.socket_path)) as head:
 
             async def trickle() -> None:
@@ -93,9 +96,12 @@ async def test_a_trickling_head_or_body_is_cut(tmp_path: Path) -> None:
     assert b'"error":"request_timeout"' in answer
 
 
-async def test_streams_outlive_the_idle_timeout(tmp_path: Path) -> None:
+async def test_streams_outlive_the_idle_timeout(tmp_path: Path, on_backend: OnBackend) -> None:
     script = "for i in 1 2 3 4 5 6; do echo tick$i; sleep 0.2; done"
-    async with start_daemon(tmp_path, IDLE) as daemon, daemon.client() as client:
+    async with (
+        start_daemon(tmp_path, on_backend.overrides(IDLE)) as daemon,
+        daemon.client() as client,
+    ):
         session_id = await start_session(client, script)
         async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
             async with client.stream(
@@ -112,9 +118,14 @@ async def test_streams_outlive_the_idle_timeout(tmp_path: Path) -> None:
     assert kinds[-1] == "exited"
 
 
-async def test_the_connection_cap_queues_new_clients_until_a_slot_frees(tmp_path: Path) -> None:
+async def test_the_connection_cap_queues_new_clients_until_a_slot_frees(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
     overrides = {"server": {"max_connections": 2}}
-    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+    async with (
+        start_daemon(tmp_path, on_backend.overrides(overrides)) as daemon,
+        daemon.client() as client,
+    ):
         session_id = await start_session(client, "sleep 30")
         await client.aclose()  # its keep-alive connection would hold a slot
         async with contextlib.AsyncExitStack() as streams:
@@ -141,7 +152,7 @@ async def test_the_connection_cap_queues_new_clients_until_a_slot_frees(tmp_path
 
 
 async def test_two_thousand_idle_clients_under_a_low_nofile_never_stop_a_live_stream(
-    tmp_path: Path,
+    tmp_path: Path, on_backend: OnBackend
 ) -> None:
     _raise_own_nofile(2500)
     runnerd = [sys.executable, "-m", "runnerd", "serve", "--config"]
@@ -150,7 +161,7 @@ async def test_two_thousand_idle_clients_under_a_low_nofile_never_stop_a_live_st
     # longest-idle connections at the cap, not by waiting for timeouts.
     overrides = {"server": {"idle_timeout_seconds": 60}}
     script = "i=0; while true; do i=$((i+1)); echo line$i; sleep 0.02; done"
-    async with start_daemon(tmp_path, overrides, command=command) as daemon:
+    async with start_daemon(tmp_path, on_backend.overrides(overrides), command=command) as daemon:
         async with daemon.client() as client:
             session_id = await start_session(client, script)
         async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
@@ -197,13 +208,13 @@ def _raise_own_nofile(wanted: int) -> None:
 
 
 async def test_a_low_nofile_warns_with_the_fix_and_still_serves_health_beside_streams(
-    tmp_path: Path,
+    tmp_path: Path, on_backend: OnBackend
 ) -> None:
     # 256 descriptors cannot also cover 32 sessions' worth (64 + 8 x 32): the
     # cap used to collapse to 1, and one open stream then starved /v1/health.
     runnerd = [sys.executable, "-m", "runnerd", "serve", "--config"]
     command = ["prlimit", "--nofile=256:256", *runnerd]
-    async with start_daemon(tmp_path, command=command) as daemon:
+    async with start_daemon(tmp_path, on_backend.overrides(), command=command) as daemon:
         warning = next(
             line for line in daemon.stderr_text().splitlines() if "open files limit" in line
         )
@@ -227,7 +238,7 @@ async def test_a_low_nofile_warns_with_the_fix_and_still_serves_health_beside_st
 
 
 async def test_clients_trickling_bodies_at_the_cap_are_warned_about_once_and_counted(
-    tmp_path: Path,
+    tmp_path: Path, on_backend: OnBackend
 ) -> None:
     overrides = {
         "server": {"max_connections": 2, "request_timeout_seconds": 1},
@@ -238,7 +249,7 @@ async def test_clients_trickling_bodies_at_the_cap_are_warned_about_once_and_cou
         b"content-type: application/json\r\ncontent-length: 100\r\n"
         b"expect: 100-continue\r\n\r\n{"
     )
-    async with tcp_daemon(tmp_path, overrides) as (daemon, port):
+    async with tcp_daemon(tmp_path, on_backend.overrides(overrides)) as (daemon, port):
         for _ in range(2):  # two bursts: one WARNING between them, two counts
             async with contextlib.AsyncExitStack() as stack:
                 for _ in range(2):  # every slot held by a body that never comes

@@ -15,6 +15,7 @@ import pytest
 
 from tests.e2e.contract_client import bundle_body, wait_terminal
 from tests.e2e.edge import raw_exchange, tcp_daemon
+from tests.shared_daemon import OnBackend
 
 EDITOR = "https://editor.example"
 EVIL = "http://evil.example"
@@ -32,10 +33,12 @@ def markers(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 async def test_drive_by_simple_post_from_another_origin_runs_nothing(
-    tmp_path: Path, markers: Path
+    tmp_path: Path, markers: Path, on_backend: OnBackend
 ) -> None:
     marker, allowed_marker = markers / "pwned", markers / "allowed"
-    async with tcp_daemon(tmp_path, {"server": {"cors_origins": [EDITOR]}}) as (daemon, port):
+    async with tcp_daemon(
+        tmp_path, on_backend.overrides({"server": {"cors_origins": [EDITOR]}})
+    ) as (daemon, port):
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             body = httpx.Request("POST", "/", json=_marker_body(marker)).content
             # What a page can send with no preflight: a text/plain "simple" POST.
@@ -81,9 +84,11 @@ async def test_drive_by_simple_post_from_another_origin_runs_nothing(
     assert not marker.exists()
 
 
-async def test_dns_rebinding_host_is_refused_on_tcp_only(tmp_path: Path, markers: Path) -> None:
+async def test_dns_rebinding_host_is_refused_on_tcp_only(
+    tmp_path: Path, markers: Path, on_backend: OnBackend
+) -> None:
     overrides = {"server": {"allowed_hosts": ["runner.example"]}}
-    async with tcp_daemon(tmp_path, overrides) as (daemon, port):
+    async with tcp_daemon(tmp_path, on_backend.overrides(overrides)) as (daemon, port):
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             answers = {
                 host: await client.get("/v1/health", headers={"host": host})
@@ -107,8 +112,10 @@ async def test_dns_rebinding_host_is_refused_on_tcp_only(tmp_path: Path, markers
     assert over_unix.status_code == 200  # a UNIX socket is out of any page's reach
 
 
-async def test_websocket_from_a_rebound_host_closes_4403(tmp_path: Path) -> None:
-    async with tcp_daemon(tmp_path) as (_daemon, port):
+async def test_websocket_from_a_rebound_host_closes_4403(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
+    async with tcp_daemon(tmp_path, on_backend.overrides()) as (_daemon, port):
         handshake = (
             "GET /v1/sessions/nosuchsession/io HTTP/1.1\r\n"
             f"Host: evil.example:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -123,14 +130,16 @@ async def test_websocket_from_a_rebound_host_closes_4403(tmp_path: Path) -> None
 
 
 async def test_private_network_preflight_is_granted_to_listed_origins_only(
-    tmp_path: Path,
+    tmp_path: Path, on_backend: OnBackend
 ) -> None:
     preflight = {
         "access-control-request-method": "POST",
         "access-control-request-headers": "content-type",
         "access-control-request-private-network": "true",
     }
-    async with tcp_daemon(tmp_path, {"server": {"cors_origins": [EDITOR]}}) as (_d, port):
+    async with tcp_daemon(
+        tmp_path, on_backend.overrides({"server": {"cors_origins": [EDITOR]}})
+    ) as (_d, port):
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             listed = await client.options("/v1/sessions", headers={**preflight, "origin": EDITOR})
             other = await client.options("/v1/sessions", headers={**preflight, "origin": EVIL})
@@ -143,9 +152,9 @@ async def test_private_network_preflight_is_granted_to_listed_origins_only(
 
 
 async def test_status_lines_carry_reason_phrases_and_204_has_no_body_headers(
-    tmp_path: Path,
+    tmp_path: Path, on_backend: OnBackend
 ) -> None:
-    async with tcp_daemon(tmp_path) as (_daemon, port):
+    async with tcp_daemon(tmp_path, on_backend.overrides()) as (_daemon, port):
         host = f"Host: 127.0.0.1:{port}\r\nConnection: close\r\n"
         health = await raw_exchange(port, f"GET /v1/health HTTP/1.1\r\n{host}\r\n".encode())
         deleted = await raw_exchange(
@@ -170,8 +179,10 @@ async def test_status_lines_carry_reason_phrases_and_204_has_no_body_headers(
     assert text_delete.startswith(b"HTTP/1.1 415 Unsupported Media Type\r\n")
 
 
-async def test_a_host_werkzeug_cannot_parse_is_a_json_400(tmp_path: Path) -> None:
-    async with tcp_daemon(tmp_path) as (daemon, port):
+async def test_a_host_werkzeug_cannot_parse_is_a_json_400(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
+    async with tcp_daemon(tmp_path, on_backend.overrides()) as (daemon, port):
         answers = [
             await raw_exchange(port, f"GET /v1/health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
             for host in ("a..b", "x" * 70 + ".example", ".")
@@ -188,10 +199,14 @@ async def test_a_host_werkzeug_cannot_parse_is_a_json_400(tmp_path: Path) -> Non
     assert "Traceback" not in daemon.stderr_text()
 
 
-async def test_a_second_origin_or_host_header_is_refused(tmp_path: Path) -> None:
+async def test_a_second_origin_or_host_header_is_refused(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
     # The guard read the first Origin and passed the allowed one, while a
     # proxy or a browser-side check may act on the last one.
-    async with tcp_daemon(tmp_path, {"server": {"cors_origins": [EDITOR]}}) as (_, port):
+    async with tcp_daemon(
+        tmp_path, on_backend.overrides({"server": {"cors_origins": [EDITOR]}})
+    ) as (_, port):
         head = "GET /v1/health HTTP/1.1\r\nConnection: close\r\nHost: 127.0.0.1\r\n"
         origins = await raw_exchange(
             port, f"{head}Origin: {EDITOR}\r\nOrigin: {EVIL}\r\n\r\n".encode()
@@ -210,7 +225,9 @@ async def test_a_second_origin_or_host_header_is_refused(tmp_path: Path) -> None
     assert single.startswith(b"HTTP/1.1 200 ")
 
 
-async def test_what_h11_refuses_still_gets_a_json_error_body(tmp_path: Path) -> None:
+async def test_what_h11_refuses_still_gets_a_json_error_body(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
     head = "Host: 127.0.0.1\r\nconnection: close\r\n"
     requests = {
         "garbage": b"GARBAGE\r\n\r\n",
@@ -219,7 +236,7 @@ async def test_what_h11_refuses_still_gets_a_json_error_body(tmp_path: Path) -> 
         "transfer-encoding: chunked\r\n\r\nZZ\r\n{}\r\n0\r\n\r\n".encode(),
         "long-url": f"GET /v1/health?{'a' * 70_000} HTTP/1.1\r\n{head}\r\n".encode(),
     }
-    async with tcp_daemon(tmp_path) as (_, port):
+    async with tcp_daemon(tmp_path, on_backend.overrides()) as (_, port):
         answers = {name: await raw_exchange(port, data) for name, data in requests.items()}
     for name, answer in answers.items():
         status, _, body = answer.partition(b"\r\n\r\n")

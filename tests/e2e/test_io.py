@@ -19,14 +19,12 @@ from tests.e2e.contract_client import (
     wait_terminal,
 )
 from tests.harness import open_ws, start_daemon
-from tests.shared_daemon import shared_runnerd_on_each_backend
+from tests.shared_daemon import OnBackend, shared_runnerd_on_each_backend
 
 # Twenty lines, one per burst: the workload blocks on `read` after each, and
 # `_run_paced` sends the next stdin line only once the burst has arrived, so
 # each line reaches the PTY reader as its own chunk however loaded the machine.
-PACED_LINES = (
-    'stty -echo; i=0; while [ $i -lt 20 ]; do echo "line $i"; read go; i=$((i+1)); done'
-)
+PACED_LINES = 'stty -echo; i=0; while [ $i -lt 20 ]; do echo "line $i"; read go; i=$((i+1)); done'
 PACED_COUNT = 20
 
 # Every test taking `runnerd` runs on both backends (the kubernetes one on the
@@ -109,9 +107,14 @@ async def test_last_seq_resumes_exactly_after_the_given_chunk(runnerd) -> None:
     assert resumed.close is not None and resumed.close.code == 1000
 
 
-async def test_gap_message_when_bytes_after_last_seq_were_evicted(tmp_path: Path) -> None:
+async def test_gap_message_when_bytes_after_last_seq_were_evicted(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
     overrides = {"runner": {"replay_buffer_bytes": 60}}
-    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+    async with (
+        start_daemon(tmp_path, on_backend.overrides(overrides)) as daemon,
+        daemon.client() as client,
+    ):
         session_id = await _run_paced(daemon.socket_path, client)
         async with open_ws(daemon.socket_path, _io(session_id)) as ws:
             transcript = await read_pty(ws)
@@ -175,12 +178,15 @@ async def test_terminal_session_with_nothing_after_last_seq_closes_4410(runnerd)
     assert b"something" in everything.output
 
 
-async def test_origin_outside_allowlist_closes_4403(tmp_path: Path) -> None:
+async def test_origin_outside_allowlist_closes_4403(tmp_path: Path, on_backend: OnBackend) -> None:
     # A browser page always sends its Origin on a WebSocket handshake; a
     # client without one is no page (and could send any header anyway).
     editor = "https://editor.example.com"
     overrides = {"server": {"cors_origins": [editor]}}
-    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+    async with (
+        start_daemon(tmp_path, on_backend.overrides(overrides)) as daemon,
+        daemon.client() as client,
+    ):
         session_id = await start_session(client, "echo hi")
         reasons = []
         for headers in ([(b"origin", b"https://evil.example")], [(b"origin", b"null")]):
@@ -196,14 +202,19 @@ async def test_origin_outside_allowlist_closes_4403(tmp_path: Path) -> None:
         assert b"hi" in transcript.output
 
 
-async def test_streams_end_promptly_when_the_daemon_shuts_down(tmp_path: Path) -> None:
+async def test_streams_end_promptly_when_the_daemon_shuts_down(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
     codes: list[int] = []
 
     async def stop() -> None:
         codes.append(await runnerd.stop())
 
     # Its own daemon: this test stops it.
-    async with start_daemon(tmp_path) as runnerd, runnerd.client() as client:
+    async with (
+        start_daemon(tmp_path, on_backend.overrides()) as runnerd,
+        runnerd.client() as client,
+    ):
         session_id = await start_session(client, "echo ready; exec sleep 30")
         async with open_ws(runnerd.socket_path, _io(session_id)) as ws, trio.open_nursery() as n:
             transcript = await read_pty(ws, until=b"ready")

@@ -22,7 +22,7 @@ from tests.e2e.contract_client import (
 )
 from tests.escapes import HOST_PID, host_pid
 from tests.harness import iter_sse, open_ws, start_daemon
-from tests.shared_daemon import shared_runnerd_on_each_backend
+from tests.shared_daemon import OnBackend, shared_runnerd_on_each_backend
 
 # Every test taking `runnerd` runs on both backends (the kubernetes one on the
 # test cluster, whose `sh` image runs these bundles as the local runtime does).
@@ -133,14 +133,22 @@ async def test_delete_is_idempotent_and_unknown_ids_are_204(runnerd) -> None:
     assert summary["status"] == {"kind": "exited", "code": 0}
 
 
-async def test_ttl_limit_kills_the_session_as_failed_naming_the_limit(tmp_path: Path) -> None:
+async def test_ttl_limit_kills_the_session_as_failed_naming_the_limit(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
     overrides = {"limits": {"session": {"ttl_seconds": 1}}}
-    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+    async with (
+        start_daemon(tmp_path, on_backend.overrides(overrides)) as daemon,
+        daemon.client() as client,
+    ):
         session_id = await start_session(client, "exec sleep 30")
         final = await wait_terminal(client, session_id, timeout_s=10)
     assert final == {"kind": "failed", "message": "ttl: session exceeded its time limit of 1 s"}
 
 
+# Local backend only: the failure is a local runtime's missing executable;
+# the kubernetes backend's start failures (each permanent cause, the deadline)
+# are tests/kube/test_daemon_sessions.py's and test_daemon_faults.py's.
 async def test_start_failure_is_a_failed_status_with_its_stage(tmp_path: Path) -> None:
     overrides = {
         "runner": {"allowed_images": ["sh", "broken"]},

@@ -1,5 +1,5 @@
 """Health, capabilities, probe, OpenAPI, error bodies, body limit and CORS,
-end to end against a real runnerd over its UNIX socket."""
+end to end against a real runnerd over its UNIX socket, on each backend."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import httpx
 
 from tests.e2e.contract_client import SH_CONFIG
 from tests.harness import start_daemon
+from tests.shared_daemon import OnBackend, shared_runnerd_on_each_backend
+
+__all__ = ["shared_runnerd_on_each_backend"]  # the module's `runnerd`: on both backends
 
 APPS = {
     "demo": {
@@ -31,14 +34,17 @@ async def test_health_answers_ok_and_version(runnerd) -> None:
 
 
 async def test_capabilities_describe_config_schema_and_apps_without_secrets(
-    tmp_path: Path,
+    tmp_path: Path, on_backend: OnBackend
 ) -> None:
     overrides = {
         "runner": {"display_name": "Test Runner", "allowed_images": ["sh", "python"]},
         "local": {"runtimes": RUNTIMES},
         "apps": APPS,
     }
-    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+    async with (
+        start_daemon(tmp_path, on_backend.overrides(overrides)) as daemon,
+        daemon.client() as client,
+    ):
         response = await client.get("/v1/capabilities")
     assert response.status_code == 200
     caps = response.json()
@@ -63,7 +69,7 @@ async def test_capabilities_describe_config_schema_and_apps_without_secrets(
 
 
 async def test_capabilities_image_is_a_choice_of_exactly_the_allowed_images(
-    runnerd, tmp_path: Path
+    runnerd, tmp_path: Path, on_backend: OnBackend
 ) -> None:
     # No allowlist, local backend: every bundle runtime, the default first.
     async with runnerd.client() as client:
@@ -72,7 +78,10 @@ async def test_capabilities_image_is_a_choice_of_exactly_the_allowed_images(
     overrides = {"runner": {"allowed_images": ["sh"]}}
     other = tmp_path / "allowlist"  # the fixture's daemon holds tmp_path's socket
     other.mkdir()
-    async with start_daemon(other, overrides) as daemon, daemon.client() as client:
+    async with (
+        start_daemon(other, on_backend.overrides(overrides)) as daemon,
+        daemon.client() as client,
+    ):
         listed = (await client.get("/v1/capabilities")).json()
     image = {"type": "string", "title": "Image", "default": "sh"}
     assert runtimes["config"]["schema"]["properties"]["image"] == {
@@ -174,10 +183,12 @@ async def test_unknown_route_and_wrong_method_answer_json_errors(runnerd) -> Non
     assert put_sessions.json()["error"]
 
 
-async def test_oversized_body_is_413_payload_too_large(tmp_path: Path) -> None:
+async def test_oversized_body_is_413_payload_too_large(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
     overrides = {"server": {"max_body_bytes": 1024}}
     big = {"env": {"PAD": "x" * 2048}, "config": SH_CONFIG}
-    async with start_daemon(tmp_path, overrides) as daemon:
+    async with start_daemon(tmp_path, on_backend.overrides(overrides)) as daemon:
         # Several rounds on one client: an error answered without reading the
         # body must not wedge the connection for the request after it.
         async with daemon.client(timeout=httpx.Timeout(3.0)) as client:
@@ -192,10 +203,15 @@ async def test_oversized_body_is_413_payload_too_large(tmp_path: Path) -> None:
                 assert small.status_code == 200, small.text
 
 
-async def test_cors_wildcard_on_every_answer_including_errors(tmp_path: Path) -> None:
+async def test_cors_wildcard_on_every_answer_including_errors(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
     origin = {"origin": "https://anywhere.example"}
     overrides = {"server": {"cors_origins": "*"}}
-    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+    async with (
+        start_daemon(tmp_path, on_backend.overrides(overrides)) as daemon,
+        daemon.client() as client,
+    ):
         ok = await client.get("/v1/health", headers=origin)
         error = await client.get("/v1/sessions/doesnotexist", headers=origin)
         preflight = await client.options(
@@ -216,10 +232,15 @@ async def test_cors_wildcard_on_every_answer_including_errors(tmp_path: Path) ->
     assert "x-telo-accepted-terms" in allowed_headers and "content-type" in allowed_headers
 
 
-async def test_cors_allowlist_echoes_only_listed_origins(tmp_path: Path) -> None:
+async def test_cors_allowlist_echoes_only_listed_origins(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
     editor = "https://editor.example.com"
     overrides = {"server": {"cors_origins": [editor]}}
-    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+    async with (
+        start_daemon(tmp_path, on_backend.overrides(overrides)) as daemon,
+        daemon.client() as client,
+    ):
         listed = await client.get("/v1/health", headers={"origin": editor})
         other = await client.get("/v1/health", headers={"origin": "https://evil.example"})
         none = await client.get("/v1/health")

@@ -17,7 +17,7 @@ from tests.e2e.contract_client import (
     wait_terminal,
 )
 from tests.harness import iter_sse, open_ws, start_daemon
-from tests.shared_daemon import shared_runnerd_on_each_backend
+from tests.shared_daemon import OnBackend, shared_runnerd_on_each_backend
 
 # Every test taking `runnerd` runs on both backends.
 __all__ = ["shared_runnerd_on_each_backend"]
@@ -75,10 +75,15 @@ async def test_sse_resumes_after_last_event_id_header_then_query(runnerd) -> Non
     assert caught_up == []
 
 
-async def test_sse_gap_frame_when_resume_point_was_evicted(tmp_path: Path) -> None:
+async def test_sse_gap_frame_when_resume_point_was_evicted(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
     # Each status event is ~50 bytes of JSON: a 60-byte ring keeps only the newest.
     overrides = {"runner": {"replay_buffer_bytes": 60}}
-    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+    async with (
+        start_daemon(tmp_path, on_backend.overrides(overrides)) as daemon,
+        daemon.client() as client,
+    ):
         session_id = await start_session(client, "exit 2")
         await wait_terminal(client, session_id)
         from_start = await read_events(client, session_id)

@@ -9,6 +9,10 @@ late: one while the session is paused after the first part (its replay is
 still going out when the second part starts), one in the middle of the
 second part. Every reader must see ids 1..N exactly once, in order, with
 every event's content.
+
+Not run per backend: the scripted backend here is the point (neither real
+backend emits events at this rate); the replay and live paths under test are
+the session registry's and the SSE route's, the same whatever the backend.
 """
 
 from __future__ import annotations

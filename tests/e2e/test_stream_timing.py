@@ -2,10 +2,12 @@
 `AppState.closing`, and a start that lands while sessions are being stopped.
 
 These serve `create_app` in-process (hypercorn on a UNIX socket in
-`tmp_path`, the real `LocalBackend` and `SessionManager`) because they need
+`tmp_path`, a real backend and `SessionManager`) because they need
 what a daemon subprocess does not expose: a short heartbeat interval,
 setting `closing` while sessions stay live, and the window between the
 manager refusing sessions and the server closing its listeners.
+
+On each backend (`on_backend`: kubernetes on the module's test cluster).
 """
 
 from __future__ import annotations
@@ -20,12 +22,15 @@ import trio
 from tests.e2e.contract_client import SSE_TIMEOUT, bundle_body, read_pty, start_session
 from tests.e2e.in_process import open_app, open_client
 from tests.harness import iter_sse, open_ws
+from tests.shared_daemon import OnBackend
 
 HEARTBEAT_S = 0.1
 
 
-async def test_idle_sse_stream_sends_heartbeat_comments(tmp_path: Path) -> None:
-    app = open_app(tmp_path, sse_heartbeat_s=HEARTBEAT_S)
+async def test_idle_sse_stream_sends_heartbeat_comments(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
+    app = open_app(tmp_path, sse_heartbeat_s=HEARTBEAT_S, overrides=on_backend.overrides())
     async with app as (_, socket_path), open_client(socket_path) as client:
         session_id = await start_session(client, "exec sleep 30")
         heartbeats = 0
@@ -44,8 +49,10 @@ async def test_idle_sse_stream_sends_heartbeat_comments(tmp_path: Path) -> None:
     assert heartbeats == 2
 
 
-async def test_closing_ends_sse_and_websocket_of_live_sessions(tmp_path: Path) -> None:
-    app = open_app(tmp_path, sse_heartbeat_s=HEARTBEAT_S)
+async def test_closing_ends_sse_and_websocket_of_live_sessions(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
+    app = open_app(tmp_path, sse_heartbeat_s=HEARTBEAT_S, overrides=on_backend.overrides())
     async with app as (state, socket_path), open_client(socket_path) as client:
         session_id = await start_session(client, "echo ready; exec sleep 30")
         kinds: list[str] = []
@@ -56,6 +63,8 @@ async def test_closing_ends_sse_and_websocket_of_live_sessions(tmp_path: Path) -
                     "GET", f"/v1/sessions/{session_id}/events", timeout=SSE_TIMEOUT
                 ) as response:
                     async for frame in iter_sse(response):
+                        if frame.event != "status":
+                            continue  # the kubernetes backend's progress
                         kinds.append(frame.data["status"]["kind"])
                         if kinds[-1] == "running":
                             state.closing.set()
@@ -68,11 +77,10 @@ async def test_closing_ends_sse_and_websocket_of_live_sessions(tmp_path: Path) -
     assert transcript.close is not None and transcript.close.code == 1001
 
 
-
 async def test_start_during_shutdown_is_503_shutting_down_without_a_traceback(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, on_backend: OnBackend
 ) -> None:
-    app = open_app(tmp_path, sse_heartbeat_s=HEARTBEAT_S)
+    app = open_app(tmp_path, sse_heartbeat_s=HEARTBEAT_S, overrides=on_backend.overrides())
     async with app as (state, socket_path), open_client(socket_path) as client:
         live_id = await start_session(client, "exec sleep 30")
         # What the daemon does first on SIGTERM: refuse new sessions, stop live ones.

@@ -22,6 +22,7 @@ from websockets.sync.client import ClientConnection, connect, unix_connect
 
 from tests.e2e.contract_client import start_session, wait_terminal
 from tests.e2e.edge import tcp_daemon
+from tests.shared_daemon import OnBackend
 
 LINES = 130_000
 # `seq` output through a PTY: each line ends in \r\n.
@@ -54,9 +55,9 @@ def _read_slowly(ws: ClientConnection, busy: bool) -> tuple[int, int | None]:
 
 @pytest.mark.parametrize("busy", [False, True], ids=["quiet", "pings-and-stdin"])
 async def test_slow_sync_client_gets_every_byte_and_a_clean_close(
-    tmp_path: Path, busy: bool
+    tmp_path: Path, busy: bool, on_backend: OnBackend
 ) -> None:
-    async with tcp_daemon(tmp_path) as (daemon, port):
+    async with tcp_daemon(tmp_path, on_backend.overrides()) as (daemon, port):
         async with daemon.client() as client:
             session_id = await start_session(client, f"seq 1 {LINES}")
             await wait_terminal(client, session_id)

@@ -81,6 +81,7 @@ class ApiServer:
             return
         route = self._route(req)
         self.stats.requests[(route.verb, route.pattern)] += 1
+        self.stats.note()
         if self.faults.silent:
             async with ex.watch_disconnect():
                 await self.faults.wait_answering()

@@ -57,12 +57,13 @@ class Stats:
     _changed: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
 
     def note(self) -> None:
-        """Wake `wait_until` callers: a stream opened or closed, or a response went out."""
+        """Wake `wait_until` callers: a request arrived, a stream opened or closed, or
+        a response went out."""
         self._changed.unpark_all()
 
     async def wait_until(self, predicate: Callable[[Stats], bool]) -> None:
-        """Return once `predicate(self)` holds (checked at every open/close of a stream
-        and every response)."""
+        """Return once `predicate(self)` holds (checked at every request, every
+        open/close of a stream and every response)."""
         while not predicate(self):
             await self._changed.park()
 
@@ -108,6 +109,10 @@ class Faults:
         self.watch_cuts: set[Callable[[bool], None]] = set()
         self.attaches: set[Any] = set()  # open WebSocketConn objects
         self.restart_hook: Callable[..., Awaitable[None]] | None = None
+        # The kubelet joins a container's streams this long after an attach's
+        # upgrade: the window a real kubelet has between its 101 and the CRI
+        # attach, in which output reaches the log but not that attach.
+        self.attach_lag_s = 0.0
 
     # ---- watches -------------------------------------------------------------
 

@@ -82,6 +82,30 @@ class ImageMap:
         return None
 
 
+class FileImages(ImageMap):
+    """`fallback`, after the images named in a JSON file (`{"name": [argv...]}`:
+    an image whose ENTRYPOINT is that argv), read at each pull: a test adds
+    the images its catalog names while the cluster runs (the standalone
+    cluster's `--images-file`)."""
+
+    def __init__(self, path: Path, fallback: ImageMap) -> None:
+        super().__init__([])
+        self._path = path
+        self._fallback = fallback
+
+    def resolve(self, ref: ImageRef) -> Image | None:
+        import json
+
+        try:
+            named = json.loads(self._path.read_text())
+        except FileNotFoundError:
+            named = {}
+        argv = named.get(ref.repository)
+        if argv is not None:
+            return Image(entrypoint=tuple(argv))
+        return self._fallback.resolve(ref)
+
+
 def build_default_images() -> ImageMap:
     """busybox/alpine-like images run the host shell; `telorun/node` runs the kernel."""
     return ImageMap(

@@ -14,6 +14,8 @@ import base64
 import binascii
 from typing import Any
 
+import trio
+
 from tests.kubesim import attach, status
 from tests.kubesim.faults import Faults, Stats
 from tests.kubesim.store import Store
@@ -92,6 +94,8 @@ async def serve_upgrade(
         stats.attaches_by_protocol[protocol] += 1
         stats.note()
         try:
+            if faults.attach_lag_s:
+                await trio.sleep(faults.attach_lag_s)
             await _hand_over(conn, pod, container, kind, req, kubelet, protocol)
         finally:
             faults.attaches.discard(conn)

@@ -1,0 +1,136 @@
+"""Stopping on the Kubernetes backend whatever the apiserver does: a stop
+during a create the apiserver holds is bounded, and the pod, should it land
+later, is deleted; a stop before the terminal attached keeps what the
+container had written; the start deadline counts a held create too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from tests.e2e.contract_client import read_pty, wait_status, wait_terminal
+from tests.harness import open_ws
+from tests.kube.daemon import kube_daemon, start_telo, wait_no_pods
+from tests.kubesim.conftest import build_client, seed_pod
+from tests.kubesim.server import KubeSim
+
+TIMEOUT_S = 20.0
+MANAGED = {"app.kubernetes.io/managed-by": "runnerd"}
+# The contract: SIGTERM → exit within 10 s.
+SHUTDOWN_S = 10.0
+PODS = "/api/v1/namespaces/{namespace}/pods"
+
+
+async def _create_arrived(sim: KubeSim, count: int) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        await sim.stats.wait_until(lambda s: s.count("create", PODS) >= count)
+
+
+async def test_a_stop_during_a_held_create_is_bounded_and_a_late_pod_is_deleted(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+    kubesim.faults.slow_next(1, TIMEOUT_S, verb="create")
+    async with kube_daemon(kubesim, tmp_path / "first") as daemon, daemon.client() as client:
+        # DELETE while the apiserver holds the create: stopped within the
+        # bound, and the running daemon deletes the pod when it lands (the
+        # cluster's commit of that create, after the client gave up).
+        session_id = await start_telo(client, "print up\nwait\n")
+        await _create_arrived(kubesim, 1)
+        with trio.fail_after(SHUTDOWN_S):
+            assert (await client.delete(f"/v1/sessions/{session_id}")).status_code == 204
+        final = await wait_terminal(client, session_id)
+        assert final == {"kind": "stopped"}, final
+        await seed_pod(kubesim, f"runnerd-{session_id}", labels=MANAGED)
+        await wait_no_pods(kubesim, TIMEOUT_S)
+        # SIGTERM while the apiserver answers nothing at all, mid-create:
+        # the daemon exits within the contract's 10 s.
+        kubesim.faults.go_silent()
+        late = await start_telo(client, "print up\nwait\n")
+        await _create_arrived(kubesim, 2)
+        assert await daemon.stop(timeout_s=SHUTDOWN_S) == 0
+    # The apiserver answers again and the create lands after the daemon left:
+    # the next daemon's reaper deletes it.
+    kubesim.faults.resume()
+    await seed_pod(kubesim, f"runnerd-{late}", labels=MANAGED)
+    async with kube_daemon(kubesim, tmp_path / "second"):
+        await wait_no_pods(kubesim, TIMEOUT_S)
+
+
+async def _logged(sim: KubeSim, pod: str, text: bytes) -> None:
+    """Until the pod's log (read as any client would) holds `text`."""
+    async with build_client(sim) as client:
+        with trio.fail_after(TIMEOUT_S):
+            while True:
+                response = await client.get(f"/api/v1/namespaces/runnerd/pods/{pod}/log",
+                                            params={"container": "session"})
+                if response.status_code == 200 and text in response.content:
+                    return
+                await trio.sleep(0.05)  # polled: the log has no change feed
+
+
+async def test_a_stop_before_the_attach_came_up_keeps_the_output_so_far(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    # No attach ever comes up: what the container wrote is only in its log.
+    kubesim.faults.deny("create", "pods/attach")
+    kubesim.faults.deny("get", "pods/attach")
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        session_id = await start_telo(client, "print written before any attach\nwait\n")
+        await wait_status(client, session_id, "running", timeout_s=TIMEOUT_S)
+        await _logged(kubesim, f"runnerd-{session_id}", b"written before any attach")
+        assert (await client.delete(f"/v1/sessions/{session_id}")).status_code == 204
+        assert await wait_terminal(client, session_id) == {"kind": "stopped"}
+        async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
+            replay = await read_pty(ws, timeout_s=TIMEOUT_S)
+        assert replay.output.count(b"written before any attach") == 1
+        await wait_no_pods(kubesim)
+
+
+async def test_the_start_deadline_counts_from_the_start_not_from_the_pod_create(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    # The apiserver holds the create past the whole start deadline: when it
+    # answers, the time is up, however fast the pod would run from then on.
+    kubesim.faults.slow_next(1, 2.0, verb="create")
+    async with kube_daemon(kubesim, tmp_path, start_deadline_seconds=1) as daemon, \
+            daemon.client() as client:
+        session_id = await start_telo(client, "print x\nwait\n")
+        final = await wait_terminal(client, session_id, timeout_s=TIMEOUT_S)
+        assert final["kind"] == "failed"
+        assert final["message"].startswith("provision: the session pod was not running after 1 s")
+        await wait_no_pods(kubesim)
+
+
+async def test_output_neither_the_log_read_nor_a_late_attach_saw_is_shown(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    # The attach joins the container's streams 1 s after its upgrade: the log
+    # is read (empty) at once, the container prints in between, and the
+    # attach then sees only its quiet end.
+    kubesim.faults.attach_lag_s = 1.0
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        script = "sleep 0.3\nprint printed in the gap\nsleep 1.5\n"
+        session_id = await start_telo(client, script)
+        assert await wait_terminal(client, session_id, timeout_s=TIMEOUT_S) == {
+            "kind": "exited", "code": 0}
+        async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
+            replay = await read_pty(ws, timeout_s=TIMEOUT_S)
+        assert replay.output.count(b"printed in the gap") == 1
+
+
+async def test_output_between_the_log_read_and_a_late_attach_is_shown_in_order(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    # As above, but the container goes on writing once the attach is in.
+    kubesim.faults.attach_lag_s = 1.0
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        script = "sleep 0.3\nprint in the gap\nsleep 1.2\nprint after the attach\nsleep 0.3\n"
+        session_id = await start_telo(client, script)
+        assert await wait_terminal(client, session_id, timeout_s=TIMEOUT_S) == {
+            "kind": "exited", "code": 0}
+        async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
+            replay = await read_pty(ws, timeout_s=TIMEOUT_S)
+        assert replay.output == b"in the gap\r\nafter the attach\r\n"
