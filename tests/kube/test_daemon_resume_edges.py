@@ -94,3 +94,40 @@ async def test_a_resume_before_the_adopted_session_says_anything_gets_one_gap(
         assert transcript.controls == [{"type": "seq", "seq": 1}, GAP]
         assert all(seq > 1 for seq in transcript.seqs)
         await client.delete(f"/v1/sessions/{session_id}")
+
+
+async def test_a_detach_restart_relays_no_debug_event_twice(kubesim: KubeSim,
+                                                            tmp_path: Path) -> None:
+    # The kernel's debug server sends each new connection every frame since
+    # it started: the successor's relay gets its first three again first
+    # (`kernel.started`, `one`, `two`).
+    script = "event one\nevent two\nprint ready\necho\nevent three\nwait\n"
+    async with kube_daemon(kubesim, tmp_path) as first, first.client() as client:
+        session_id = await start_telo(client, script, inspect=True)
+        before = await sse_debug_frames(client, session_id, 0, 3)
+        last_id = before[-1].id
+        assert await first.stop(signal.SIGUSR2) == 75
+    async with kube_daemon(kubesim, tmp_path) as second, second.client() as client:
+        async with open_ws(second.socket_path, f"/v1/sessions/{session_id}/io") as ws:
+            await ws.send_message(b"quit\n")  # the kernel goes on to `event three`
+        after = await sse_debug_frames(client, session_id, last_id or 0, 1)
+        # The first debug event after the one last seen is the new one.
+        assert [f.data["frame"]["event"] for f in after] == ["three"], [f.data for f in after]
+        await client.delete(f"/v1/sessions/{session_id}")
+
+
+async def sse_debug_frames(client: httpx.AsyncClient, session_id: str, last_event_id: int,
+                           count: int) -> list[SseFrame]:
+    """The first `count` debug frames after `last_event_id`."""
+    frames: list[SseFrame] = []
+    with trio.fail_after(TIMEOUT_S):
+        async with client.stream("GET", f"/v1/sessions/{session_id}/events",
+                                 headers={"last-event-id": str(last_event_id)},
+                                 timeout=SSE_TIMEOUT) as response:
+            async with contextlib.aclosing(iter_sse(response)) as stream:
+                async for frame in stream:
+                    if frame.event == "debug":
+                        frames.append(frame)
+                    if len(frames) == count:
+                        break
+    return frames
