@@ -14,7 +14,7 @@ import trio
 
 from tests.e2e.contract_client import PtyTranscript, wait_status
 from tests.harness import Daemon, SseFrame, iter_sse, open_ws
-from tests.kube.daemon import kube_daemon, start_telo
+from tests.kube.daemon import KERNEL, kube_daemon, start_telo
 from tests.kubesim.server import KubeSim
 
 TIMEOUT_S = 20.0
@@ -71,6 +71,9 @@ async def test_a_resume_before_the_adopted_session_says_anything_gets_one_gap(
     kubesim.faults.slow_next(1, 3.0, verb="create")  # the Service's re-create
     async with kube_daemon(kubesim, tmp_path, **domain) as second, second.client() as client:
         assert (await client.get(f"/v1/sessions/{session_id}")).status_code == 200
+        # Listed as before the restart, its image included.
+        (listed,) = (await client.get("/v1/sessions")).json()["sessions"]
+        assert listed["image"] == KERNEL and listed["ports"] == ports, listed
         results: dict[str, object] = {}
 
         async def events() -> None:
