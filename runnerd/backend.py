@@ -191,10 +191,13 @@ class Recovered:
     """A workload `recover()` found: the identity it stored (with its
     original `created_at`) and its status now: `running` for a live one
     (adopted and re-attached), or terminal for one that ended while no
-    daemon ran (registered for replay, never run)."""
+    daemon ran (registered for replay, never run). `image`: the image a
+    bundle session's client asked for, as listings show it (None for a
+    catalog app, whose image is the operator's and never listed)."""
 
     identity: SessionIdentity
     status: RunStatus
+    image: str | None = None
 
 
 class EndIntent(enum.Enum):

@@ -121,16 +121,32 @@ def serve(path: Path) -> int:
     setup_logging(config.server.log_level)
     try:
         ended = trio.run(run_daemon, config)
-    except (ConfigError, ListenError) as exc:
-        log.error("cannot start: %s", exc)
-        return EXIT_CONFIG
     except KeyboardInterrupt:
         # Ctrl-C before the signal handlers were in place: nothing was serving.
         return EXIT_INTERRUPTED
-    except Exception:
-        log.exception("runnerd crashed")
-        return EXIT_FAILURE
+    except Exception as exc:
+        refusal = operator_error(exc, (ConfigError, ListenError))
+        if refusal is None:
+            log.exception("runnerd crashed")
+            return EXIT_FAILURE
+        log.error("cannot start: %s", refusal)
+        return EXIT_CONFIG
     return EXIT_DETACHED if ended is Ended.DETACHED else EXIT_OK
+
+
+def operator_error(exc: BaseException,
+                   kinds: tuple[type[Exception], ...]) -> Exception | None:
+    """`exc` if it is one of `kinds`, or the first of them inside an exception
+    group made only of such errors (a backend that runs tasks for the
+    daemon's lifetime, the kubernetes one, wraps what its block raises:
+    a `state_dir` or listener refusal must still exit 2, not as a crash)."""
+    if isinstance(exc, kinds):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [operator_error(e, kinds) for e in exc.exceptions]
+        if leaves and all(leaf is not None for leaf in leaves):
+            return leaves[0]
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -73,6 +73,7 @@ async def stream_events(
         replay = session.events.since(cursor)
         if replay.gap:
             yield GAP_FRAME
+            cursor = max(cursor, replay.evicted_to)  # told once, never again
         for event_id, event in replay.items:
             yield format_event(event_id, event)
             cursor = event_id

@@ -119,6 +119,7 @@ async def _send_output(
         if replay.gap:
             metrics.replay_gap("websocket")
             await websocket.send(GAP_MESSAGE)
+            cursor = max(cursor, replay.evicted_to)  # told once, never again
         for seq, chunk in replay.items:
             await websocket.send(frame_chunk(seq, chunk))
             cursor = seq

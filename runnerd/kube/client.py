@@ -82,6 +82,10 @@ class Policy:
     watch_idle_s: float = 120.0
     # Pooled connections: one per open watch plus a handful for requests.
     max_connections: int = 16
+    # An idle pooled connection is kept this long (client-go's IdleConnTimeout),
+    # not httpx's 5 s: sessions end and start seconds apart, and each request
+    # after a pause would otherwise pay a new TCP connection and TLS handshake.
+    keepalive_expiry_s: float = 90.0
 
 
 def backoff_s(attempt: int, policy: Policy, retry_after_s: float | None) -> float:
@@ -352,7 +356,8 @@ async def open_kube_client(
     timeout = httpx.Timeout(policy.connect_timeout_s, read=policy.read_timeout_s,
                             write=policy.read_timeout_s, pool=policy.deadline_s)
     limits = httpx.Limits(max_connections=policy.max_connections,
-                          max_keepalive_connections=policy.max_connections)
+                          max_keepalive_connections=policy.max_connections,
+                          keepalive_expiry=policy.keepalive_expiry_s)
     async with httpx.AsyncClient(base_url=conn.server, verify=ctx, timeout=timeout,
                                  limits=limits, http1=True, http2=False, trust_env=False) as http:
         yield KubeClient(http, conn, credentials, policy, ctx)

@@ -125,7 +125,16 @@ def read_left_pod(pod: Mapping[str, Any]) -> LeftPod:
     if isinstance(identity, str):
         return LeftPod(name, None, delete=True, reason=identity)
     status, delete = _status(pod)
-    return LeftPod(name, Recovered(identity, status), delete)
+    image = None if identity.app is not None else _session_image(pod)
+    return LeftPod(name, Recovered(identity, status, image), delete)
+
+
+def _session_image(pod: Mapping[str, Any]) -> str | None:
+    """The session container's image: what the client asked for."""
+    container = next((c for c in (pod.get("spec") or {}).get("containers") or []
+                      if isinstance(c, Mapping) and c.get("name") == SESSION_CONTAINER), None)
+    image = (container or {}).get("image")
+    return image if isinstance(image, str) and image else None
 
 
 def left_pods(pods: Iterable[Mapping[str, Any]], ours: set[str]) -> list[LeftPod]:

@@ -218,6 +218,10 @@ class SessionManager:
         session = Session(record, RunSpec(identity, None), self._wall_clock, self._metrics,
                           self._backend.name)
         session.running_at = self._wall_clock()  # counted by the daemon that started it
+        session.image = recovered.image if identity.app is None else None
+        if resumed is not None:
+            session.relayed_debug.extend(e["frame"] for e in resumed.events
+                                         if e["type"] == "debug")
         self._registry.adopt(session)
         log.info("adopted status=%s", recovered.status["kind"], extra={"session_id": session_id})
         if is_terminal(recovered.status):

@@ -38,11 +38,15 @@ class Replay(Generic[X]):
 
     `gap` is True when entries after `after` were evicted before this read, so
     the reader must tell its client that something is missing (`event: gap`,
-    `{"type":"gap"}`) before sending `items`.
+    `{"type":"gap"}`) before sending `items`. `evicted_to`: every id up to it
+    is gone; a reader that told its client of the gap continues from there
+    (with no items, e.g. a ring that starts above a floor and holds nothing
+    yet, asking again from `after` would report the same gap forever).
     """
 
     gap: bool
     items: list[tuple[int, X]]
+    evicted_to: int = 0
 
 
 class _Ring(Generic[X]):
@@ -103,13 +107,13 @@ class _Ring(Generic[X]):
         gap = after < first - 1
         count = self._last - max(after, first - 1)
         if count <= 0:
-            return Replay(gap, [])
+            return Replay(gap, [], first - 1)
         # Take from the right: a caught-up live reader asks for a short tail,
         # and that must not cost a walk over the whole buffer.
         tail = list(islice(reversed(self._items), count))
         tail.reverse()
         start = self._last - count + 1
-        return Replay(gap, list(zip(range(start, self._last + 1), tail, strict=True)))
+        return Replay(gap, list(zip(range(start, self._last + 1), tail, strict=True)), first - 1)
 
 
 class EventRing(_Ring[RunEvent]):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -77,6 +78,10 @@ class Session:
         # The end asked of it (None: none asked; a TTL or a cancelled manager
         # still ends it, as a stop). What its backend's teardown reads.
         self.end_requested: EndIntent | None = None
+        # Debug frames a previous daemon relayed (its saved replay), in order:
+        # a relay that starts over gets the kernel's replay of them first,
+        # which must not reach the stream a second time.
+        self.relayed_debug: deque[dict[str, Any]] = deque()
         self._record = record
         self._wall_clock = wall_clock
         self._changed = trio.Event()
@@ -295,7 +300,15 @@ class SessionSink:
             self._session._notify()
 
     def debug(self, frame: dict[str, Any]) -> None:
-        if is_event_frame(frame) and self._record.emit(debug_event(frame)) is not None:
+        if not is_event_frame(frame):
+            return
+        relayed = self._session.relayed_debug
+        if relayed:  # the kernel's replay, in order, until the first new frame
+            if frame == relayed[0]:
+                relayed.popleft()
+                return
+            relayed.clear()
+        if self._record.emit(debug_event(frame)) is not None:
             self._session._notify()
 
     def end_intent(self) -> EndIntent:

@@ -24,11 +24,13 @@ Writes are atomic (a temporary file, fsync, rename), files 0600 in a 0700
 directory. They never hold env (catalog secrets): only events and PTY bytes,
 which every client of the session may read anyway.
 
-Error handling: a file that cannot be written is logged at ERROR (the
-session goes on; a successor may then have to skip far ahead, see
-`UNKNOWN_FLOOR`); one that cannot be read or parsed is logged and treated as
-missing. `StateDir`'s methods never raise but `open`; `decode` raises
-ValueError for what is not a state file.
+Error handling: a file that cannot be written is logged at ERROR and the
+session goes on. A reservation that could not be written is removed (the
+older one would under-state the ids issued since, and a successor would
+reuse them): without a file a successor skips far ahead (`UNKNOWN_FLOOR`).
+One that cannot be read or parsed is logged and treated as missing.
+`StateDir`'s methods never raise but `open`; `decode` raises ValueError for
+what is not a state file.
 """
 
 from __future__ import annotations
@@ -190,6 +192,15 @@ class StateDir:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
+    def discard(self, session_id: str) -> None:
+        """Remove the session's file, logging (never raising) a failure."""
+        try:
+            self.remove(session_id)
+        except OSError as exc:
+            log.error("cannot remove the stale state file of %s: %s; a successor may reuse"
+                      " event ids and PTY seqs", session_id, exc,
+                      extra={"session_id": session_id})
+
     def session_ids(self) -> list[str]:
         """Every session with a file here."""
         try:
@@ -236,7 +247,9 @@ class FileReserver:
             self.event_floor = last_event_id + BLOCK
         if last_seq > self.seq_floor:
             self.seq_floor = last_seq + BLOCK
-        self._state.write(self._session_id, Resumed(self.event_floor, self.seq_floor))
+        if not self._state.write(self._session_id, Resumed(self.event_floor, self.seq_floor)):
+            # The file left over names lower floors than the ids about to go out.
+            self._state.discard(self._session_id)
 
 
 def describe(resumed: Resumed) -> dict[str, Any]:

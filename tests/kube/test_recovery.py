@@ -45,6 +45,7 @@ def test_recovery_a_live_pod_is_the_same_session_running() -> None:
     assert not found.delete and found.recovered is not None
     assert found.recovered.identity == IDENTITY  # created_at to the millisecond
     assert found.recovered.status == running()
+    assert found.recovered.image == "telorun/node:1"  # listed as before the restart
 
 
 @pytest.mark.parametrize(("state", "phase", "status"), [

@@ -49,6 +49,8 @@ class Stats:
     watches_total: int = 0
     connections_accepted: int = 0
     tls_handshakes: int = 0
+    # Keep-alive connections the client closed while idle between requests.
+    connections_closed_idle: int = 0
     attaches_open: int = 0
     attaches_total: int = 0
     # Which subprotocol each attach/exec WebSocket agreed on: proves a client spoke v5.
@@ -85,7 +87,8 @@ class Stats:
             "requestsByVerb": dict(sorted(by_verb.items())),
             "responses": {str(k): v for k, v in sorted(self.responses.items())},
             "watches": {"open": self.watches_open, "total": self.watches_total},
-            "connections": {"accepted": self.connections_accepted, "tls": self.tls_handshakes},
+            "connections": {"accepted": self.connections_accepted, "tls": self.tls_handshakes,
+                            "closedIdle": self.connections_closed_idle},
             "attaches": {
                 "open": self.attaches_open,
                 "total": self.attaches_total,

@@ -176,7 +176,9 @@ class KubeSim:
             with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
                 await tls.do_handshake()
             self.stats.tls_handshakes += 1
-            await serve_connection(tls, self._handle, peer_cn=_common_name(tls))
+            if await serve_connection(tls, self._handle, peer_cn=_common_name(tls)):
+                self.stats.connections_closed_idle += 1
+                self.stats.note()
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
             pass
         except Exception:  # one broken connection must not take the cluster down

@@ -181,7 +181,8 @@ async def test_stats_count_requests_and_connections(
     assert {"verb": "create", "path": pattern, "count": 1} in snap["requests"]
     assert snap["requestsByVerb"] == {"create": 1, "get": 2, "watch": 1}
     assert snap["watches"] == {"open": 0, "total": 1}
-    assert snap["connections"] == {"accepted": 1, "tls": 1}  # keep-alive reuses one
+    # Keep-alive reuses one, and the client has not let it go.
+    assert snap["connections"] == {"accepted": 1, "tls": 1, "closedIdle": 0}
     assert apiserver.stats.count("watch", pattern) == 1
     # Same scope as requests (no /_kubesim/*): one response per request answered.
     assert snap["responses"] == {"200": 2, "201": 1, "404": 1}
@@ -189,6 +190,11 @@ async def test_stats_count_requests_and_connections(
         await next_events(events, 1)  # a stream counts as it starts, not when it ends
         assert apiserver.stats.responses[200] == 3
         assert sum(apiserver.stats.requests.values()) == sum(apiserver.stats.responses.values())
+    # A client that closes its idle keep-alive connection: counted once seen.
+    async with build_client(apiserver) as other:
+        await other.get(f"{PODS}/a")
+    with trio.fail_after(5):
+        await apiserver.stats.wait_until(lambda s: s.connections_closed_idle == 1)
 
 
 async def test_graceful_restart_ends_watches_cleanly(

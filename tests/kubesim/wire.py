@@ -337,16 +337,23 @@ def _body_error_unwrapped() -> Iterator[None]:
 
 async def serve_connection(
     stream: trio.abc.Stream, handler: Handler, *, peer_cn: str | None
-) -> None:
-    """Keep-alive request loop until EOF, an upgrade, or a protocol error."""
+) -> bool:
+    """Keep-alive request loop until EOF, an upgrade, or a protocol error.
+
+    True when the client closed the connection while it sat idle between
+    requests, after at least one (a keep-alive connection its pool let go).
+    """
     t = _Transport(stream)
+    served = 0
     while True:
         try:
             event = await t.next_event()
         except (h11.RemoteProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
-            return
+            # A TLS EOF without close_notify is an idle close too.
+            return served > 0 and t.h11.their_state is h11.IDLE
         if not isinstance(event, h11.Request):
-            return
+            return served > 0 and isinstance(event, h11.ConnectionClosed)
+        served += 1
         request = parse_request(event)
         request.peer_cn = peer_cn
         try:
@@ -354,16 +361,16 @@ async def serve_connection(
                 await t.send(h11.InformationalResponse(status_code=100, headers=[]))
             request.body = await _read_body(t)
         except (h11.RemoteProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
-            return
+            return False
         ex = Exchange(request, t)
         try:
             await handler(ex)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return  # the client went away mid-response
+            return False  # the client went away mid-response
         if ex.upgraded or not ex.responded or t.h11.our_state is not h11.DONE:
-            return
+            return False
         if t.h11.their_state is not h11.DONE:
-            return
+            return False
         t.h11.start_next_cycle()
 
 

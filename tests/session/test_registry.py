@@ -332,11 +332,13 @@ def test_registry_property_never_exceeds_capacity() -> None:
 def test_ring_floor_continues_above_it_and_counts_everything_below_as_evicted() -> None:
     ring = EventRing(10_000, floor=1024)
     assert ring.since(0).gap and ring.since(1023).gap
-    assert ring.since(1024) == ring.since(5000) == ring.since(0).__class__(False, [])
+    # Empty above its floor: a reader told of the gap continues from the floor.
+    assert ring.since(0).evicted_to == 1024 and not ring.since(0).items
+    assert ring.since(1024) == ring.since(5000) == ring.since(0).__class__(False, [], 1024)
     assert ring.append(_progress(1)) == 1025
     replay = ring.since(17)
     assert replay.gap and [i for i, _ in replay.items] == [1025]
-    assert ring.since(1024) == type(replay)(False, [(1025, _progress(1))])
+    assert ring.since(1024) == type(replay)(False, [(1025, _progress(1))], 1024)
     pty = ByteRing(10 * CHUNK_BYTES, floor=7)
     assert pty.append(b"x" * (CHUNK_BYTES + 1)) == 9
     assert ByteRing.chunks_for(CHUNK_BYTES + 1) == 2 and ByteRing.chunks_for(1) == 1

@@ -81,6 +81,24 @@ def test_statefile_a_killed_daemons_successor_never_reuses_an_id(tmp_path: Path)
     assert new.events.since(0).gap
 
 
+def test_statefile_a_reservation_that_cannot_be_written_leaves_no_stale_one(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    state = StateDir.open(tmp_path)
+    old = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"))
+    old.output(b"first")
+    # The next reservation cannot be written (here: its temporary file's name
+    # is taken by a directory; in life a full disk): the older file on disk
+    # would let a successor reuse every seq issued from here on.
+    (tmp_path / ".sess1.json.tmp").mkdir()
+    for _ in range(BLOCK + 10):
+        old.output(b"more")
+    assert "cannot write the session's state file" in caplog.text
+    new = SessionRecord("sess1", 0.0, 10_000_000, reserver=None,
+                        resumed=state.resume("sess1"))
+    new.output(b"after")
+    assert new.pty.last_seq > old.pty.last_seq  # a SIGKILL's successor skips ahead
+
+
 def test_statefile_a_detached_replay_continues_with_no_gap(tmp_path: Path) -> None:
     state = StateDir.open(tmp_path)
     old = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"))
