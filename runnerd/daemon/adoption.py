@@ -46,9 +46,10 @@ async def recover_sessions(state: AppState) -> None:
         log.exception("recovery failed: sessions a previous runnerd left are not adopted")
         sessions.end_recovery(prune=False)
         return
+    replays = await sessions.read_replays([r.identity.session_id for r in found])
     for recovered in found:
         try:
-            sessions.adopt(recovered)
+            sessions.adopt(recovered, replays.get(recovered.identity.session_id))
             adopted += 1
         except ManagerClosed:
             log.warning("shutting down: %d recovered sessions not adopted", len(found) - adopted)

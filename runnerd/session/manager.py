@@ -59,7 +59,7 @@ from runnerd.errors import SessionNotFound
 from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.session.ending import WorkloadRun, classify, leaves
 from runnerd.session.errors import DetachUnsupported, ManagerClosed, StopFailed
-from runnerd.session.registry import RegistryFull, SessionRecord, SessionRegistry
+from runnerd.session.registry import RegistryFull, Resumed, SessionRecord, SessionRegistry
 from runnerd.session.session import AttachOnStart, Session, SessionSink
 from runnerd.session.statefile import StateDir, describe
 
@@ -187,7 +187,17 @@ class SessionManager:
         nursery.start_soon(self._run_session, session, name=f"session {session.id}")
         return session
 
-    def adopt(self, recovered: Recovered) -> Session:
+    async def read_replays(self, session_ids: list[str]) -> dict[str, Resumed]:
+        """The state files of sessions about to be adopted, read in a worker
+        thread (saved rings can be megabytes each: decoding them on the event
+        loop would hold up every client, health included)."""
+        files = self._files
+        if files is None or not session_ids:
+            return {}
+        return await trio.to_thread.run_sync(
+            lambda: {session_id: files.resume(session_id) for session_id in session_ids})
+
+    def adopt(self, recovered: Recovered, resumed: Resumed | None = None) -> Session:
         """Take over a workload `Backend.recover()` found: register it with
         its original id, creation time and status, past the capacity check
         (it exists already; refusing it would orphan it). A live one runs
@@ -208,9 +218,10 @@ class SessionManager:
             raise ValueError(f"session {session_id}: adopted without created_at")
         if session_id in self._registry:
             raise ValueError(f"session {session_id} is already registered")
-        resumed, reserver = None, None
+        reserver = None
         if self._files is not None:
-            resumed = self._files.resume(session_id)
+            # `resumed`: read ahead by `read_replays`, else read here.
+            resumed = resumed or self._files.resume(session_id)
             reserver = self._files.reserver(session_id)
             log.info("replay resumed", extra={"session_id": session_id, **describe(resumed)})
         record = SessionRecord(session_id, identity.created_at, self._replay_buffer_bytes,
