@@ -3,7 +3,7 @@
 Owns `open_state_dir` (`runner.state_dir`, for a backend whose workloads
 outlive the daemon) and `recover_sessions`, the daemon's background task
 that adopts what `Backend.recover()` finds while the listeners already
-serve (`runnerd.daemon.main` starts it right after them).
+serve (`runnerd.daemon.serving` starts it right after them).
 """
 
 from __future__ import annotations

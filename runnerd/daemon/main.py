@@ -1,24 +1,18 @@
 """The daemon's root: the one nursery that owns everything runnerd runs.
 
-Owns the process lifecycle: build the backend and the session manager, bind
-the listeners (`runnerd.listeners`), serve the app on hypercorn's trio worker,
-tell systemd we are ready, and handle signals:
+Owns the process lifecycle's start-up wiring: take the signals first, raise
+the open-files limit, build the metrics and the backend (open for the
+daemon's whole lifetime), the state directory, the listeners (API and
+metrics, `runnerd.daemon.listeners`), hide them from sessions, build the
+session manager and the app state, then hand over to
+`runnerd.daemon.serving` (serving, signals, the bounded shutdown) and
+close everything once it returns:
 
-- SIGTERM / SIGINT: set `state.closing` (SSE and WebSocket streams end at once
-  so hypercorn can finish), stop accepting, stop every live session (every
-  workload gone), remove our unix socket and lock files, return (exit 0). The
-  whole shutdown is bounded by `SHUTDOWN_BUDGET_S`; after that the session
-  nursery is cancelled, which still stops every workload (stop means cancel).
-- SIGUSR2 (a backend with `detach_supported`): the same, except that every
-  workload is left running and each session's replay saved in
-  `runner.state_dir` for the successor, which adopts them; returns
-  `Ended.DETACHED` (the CLI exits `EXIT_DETACHED`, which the unit restarts
-  on). Refused, logged, by a backend that cannot.
-
-Recovery (`Backend.recover()`: what a previous daemon left) runs in the
-background once the listeners serve: `/v1/health` answers at once however
-slow the backend is, and a request for an unknown session id waits for it
-(bounded, `SessionManager.find`) rather than answering a spurious 404.
+- SIGTERM / SIGINT: every session stopped, our unix socket and lock files
+  removed; returns `Ended.STOPPED` (exit 0).
+- SIGUSR2 (a backend with `detach_supported`): every workload left running
+  for a successor, which adopts them; returns `Ended.DETACHED` (the CLI
+  exits `EXIT_DETACHED`, which the unit restarts on).
 - SIGHUP (`runnerd.daemon.reload`): re-read the config file and swap in its catalog, terms, image
   allowlist, limits, CORS origins, log level and registry sizing (capacity,
   exit TTL, replay size). What is bound at start (listeners, socket mode,
@@ -38,67 +32,26 @@ import logging
 import os
 import resource
 import signal
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import trio
-from hypercorn.config import Config as HypercornConfig
 
 from runnerd import __version__
 from runnerd.backend import Backend, EndIntent
 from runnerd.backends import Provider, provider_for
-from runnerd.config import AppEntry, Config, ServerConfig
+from runnerd.config import AppEntry, Config
 from runnerd.config.server import server_warnings
-from runnerd.daemon.adoption import open_state_dir, recover_sessions
+from runnerd.daemon.adoption import open_state_dir
 from runnerd.daemon.listeners import Listener, bind_listeners, close_listeners, refuse_remote
-from runnerd.daemon.reload import reload_config
-from runnerd.daemon.systemd import (
-    LISTEN_ENV_KEYS,
-    parse_listen_fds,
-    parse_watchdog_interval,
-    run_watchdog,
-    sd_notify,
-)
-from runnerd.http.app import create_app
-from runnerd.http.guard import HostSyntaxGuard
-from runnerd.http.server import (
-    connection_cap,
-    dup_socket,
-    fds_needed,
-    open_files_limit,
-    serve_app,
-)
+from runnerd.daemon.serving import serve_until_signal
+from runnerd.daemon.systemd import LISTEN_ENV_KEYS, parse_listen_fds
 from runnerd.http.state import AppState
-from runnerd.metrics import NULL_METRICS, Metrics, PrometheusMetrics, metrics_asgi_app
-from runnerd.session.errors import DetachUnsupported
+from runnerd.metrics import NULL_METRICS, Metrics, PrometheusMetrics
 from runnerd.session.manager import SessionManager
 from runnerd.session.statefile import StateDir
 
 log = logging.getLogger("runnerd.daemon")
-
-# SIGTERM to exit: the contract says 10 s; keep headroom for interpreter exit.
-SHUTDOWN_BUDGET_S = 8.0
-# How long hypercorn lets in-flight requests finish once it stops accepting.
-# Streams end on `state.closing` and plain requests are short, but hypercorn
-# 0.18 (trio worker) also holds every idle keep-alive connection for the full
-# graceful timeout (measured: one idle httpx client = +2 s at 2.0), so keep
-# it short: it is paid on every shutdown a client is connected at.
-GRACEFUL_TIMEOUT_S = 0.5
-
-
-def build_hypercorn_config(server: ServerConfig) -> HypercornConfig:
-    """hypercorn's settings; the sockets are handed to `serve_app` directly."""
-    cfg = HypercornConfig()
-    cfg.accesslog = None
-    # Idle keep-alive connections close after this, and a request head must
-    # arrive within it (see runnerd.http.server). Streams are exempt: the
-    # timer stops while a request is in flight.
-    cfg.keep_alive_timeout = server.idle_timeout_s
-    cfg.errorlog = logging.getLogger("hypercorn.error")
-    cfg.graceful_timeout = GRACEFUL_TIMEOUT_S
-    cfg.include_server_header = False
-    return cfg
-
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2)
 
@@ -140,7 +93,8 @@ async def run_daemon(config: Config) -> Ended:
         metrics = build_metrics(config)
         provider = provider_for(config)
         # Open for the daemon's lifetime: entered before the session manager
-        # runs, left after every session has ended (`_serve` returns then).
+        # runs, left after every session has ended (`serve_until_signal`
+        # returns then).
         async with provider.open_backend(config, apps) as backend:
             files = open_state_dir(config, backend)
             listeners = _bind_listeners(config)
@@ -149,10 +103,11 @@ async def run_daemon(config: Config) -> Ended:
                 metrics_listeners = _bind_metrics_listeners(config)
                 _hide_from_sessions(backend, config, [*listeners, *metrics_listeners])
                 state = build_state(config, backend, provider, metrics, files)
-                ended = await _serve(state, listeners, signals, metrics_listeners)
+                intent = await serve_until_signal(state, listeners, signals, metrics_listeners)
             finally:
                 close_listeners(metrics_listeners)
                 close_listeners(listeners)
+    ended = Ended.DETACHED if intent is EndIntent.DETACH else Ended.STOPPED
     log.info("runnerd stopped", extra={"sessions": ended.value})
     return ended
 
@@ -267,167 +222,3 @@ def build_state(
         metrics=metrics,
         offered_images=provider.offered_images,
     )
-
-
-async def _serve(
-    state: AppState,
-    listeners: list[Listener],
-    signals: AsyncIterator[int],
-    metrics_listeners: list[Listener] | None = None,
-) -> Ended:
-    stop_http = trio.Event()
-    http_done = trio.Event()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(state.sessions.run)
-        # Before the first request: an unknown id waits for the recovery.
-        state.sessions.begin_recovery()
-        await nursery.start(_run_http, state, listeners, stop_http, http_done)
-        nursery.start_soon(recover_sessions, state)
-        if isinstance(state.metrics, PrometheusMetrics) and metrics_listeners:
-            await nursery.start(_serve_metrics, state.metrics, state, metrics_listeners, stop_http)
-        await _announce_ready(state, listeners, nursery, metrics_listeners or [])
-        signum = await _handle_signals_until_stop(state, signals)
-        intent = EndIntent.DETACH if signum == signal.SIGUSR2 else EndIntent.STOP
-        log.info(
-            "shutting down", extra={"signal": signal.Signals(signum).name, "sessions": intent.value}
-        )
-        await sd_notify("STOPPING=1", "STATUS=stopping sessions")
-        state.closing.set()
-        stop_http.set()
-        await _shut_down(state, listeners, http_done, intent)
-        nursery.cancel_scope.cancel()
-    return Ended.DETACHED if intent is EndIntent.DETACH else Ended.STOPPED
-
-
-async def _run_http(
-    state: AppState,
-    listeners: list[Listener],
-    stop: trio.Event,
-    done: trio.Event,
-    *,
-    task_status: trio.TaskStatus[list[str]],
-) -> None:
-    """Serve the API on `listeners` until `stop`; set `done` when it has ended."""
-    try:
-        server = state.config.server
-        cap = _connection_cap(state.config, len(listeners))
-        await serve_app(
-            HostSyntaxGuard(create_app(state)),
-            build_hypercorn_config(server),
-            # A dup per listener: the accept loop closes its sockets when it
-            # ends, while `close_listeners` closes (and unlinks) ours.
-            [dup_socket(listener.sock) for listener in listeners],
-            max_connections=cap,
-            shutdown_trigger=stop.wait,
-            on_cap=state.metrics.connection_cap,
-            task_status=task_status,
-        )
-    finally:
-        done.set()
-
-
-def _connection_cap(config: Config, listeners: int) -> int:
-    """`server.max_connections` fitted to the open files limit, logged when
-    lowered: a WARNING naming the fix when the limit leaves no room for the
-    sessions too (the cap then stays at `MIN_CONNECTIONS`, so sessions near
-    `max_sessions` may fail to open files)."""
-    nofile, max_sessions = open_files_limit(), config.runner.max_sessions
-    wanted = config.server.max_connections
-    cap = connection_cap(wanted, listeners, nofile, max_sessions)
-    if cap == wanted:
-        return cap
-    needed = fds_needed(wanted, listeners, max_sessions)
-    extra = {"max_connections": cap, "nofile": nofile, "needed": needed}
-    if nofile >= fds_needed(cap, listeners, max_sessions):
-        log.info("connection cap lowered to fit the open files limit", extra=extra)
-    else:
-        log.warning(
-            "open files limit too low for runner.max_sessions=%d and %d connections per "
-            "listener: raise it (LimitNOFILE= in the unit, ulimit -n) to %d, or lower "
-            "runner.max_sessions",
-            max_sessions, cap, needed, extra=extra,
-        )  # fmt: skip
-    return cap
-
-
-# A scraper holds one connection or a few: a small cap bounds what a
-# misbehaving one can take, and idle/request timeouts apply as on the API.
-METRICS_MAX_CONNECTIONS = 16
-
-
-async def _serve_metrics(
-    metrics: PrometheusMetrics,
-    state: AppState,
-    listeners: list[Listener],
-    stop: trio.Event,
-    *,
-    task_status: trio.TaskStatus[list[str]],
-) -> None:
-    """`GET /metrics` on its own listeners until `stop`, through the same
-    bounded connection handling and the same Host/Origin guard as the API
-    (a DNS-rebinding page must not read them either)."""
-    await serve_app(
-        HostSyntaxGuard(metrics_asgi_app(metrics), lambda: state.config),
-        build_hypercorn_config(state.config.server),
-        [dup_socket(listener.sock) for listener in listeners],
-        max_connections=METRICS_MAX_CONNECTIONS,
-        shutdown_trigger=stop.wait,
-        on_cap=metrics.connection_cap,
-        task_status=task_status,
-    )
-
-
-async def _announce_ready(
-    state: AppState,
-    listeners: list[Listener],
-    nursery: trio.Nursery,
-    metrics_listeners: list[Listener],
-) -> None:
-    addresses = " ".join(listener.address for listener in listeners)
-    extra = {"listen": addresses, "backend": state.backend.name, "pid": os.getpid()}
-    if metrics_listeners:
-        extra["metrics"] = " ".join(listener.address for listener in metrics_listeners)
-    log.info("runnerd %s serving", __version__, extra=extra)
-    await sd_notify("READY=1", f"STATUS=serving on {addresses}", f"MAINPID={os.getpid()}")
-    interval_s = parse_watchdog_interval(os.environ, os.getpid())
-    if interval_s is not None:
-        nursery.start_soon(run_watchdog, interval_s)
-
-
-async def _shut_down(
-    state: AppState, listeners: list[Listener], http_done: trio.Event, intent: EndIntent
-) -> None:
-    """Stop listening and end every session with `intent`, within `SHUTDOWN_BUDGET_S`."""
-
-    async def stop_listening() -> None:
-        await http_done.wait()
-        # Closed and unlinked now, not after the sessions: a client gets
-        # "connection refused" at once instead of hanging in the backlog.
-        close_listeners(listeners)
-
-    with trio.move_on_after(SHUTDOWN_BUDGET_S) as budget:
-        async with trio.open_nursery() as shutdown:
-            shutdown.start_soon(stop_listening)
-            await state.sessions.stop_all(intent)
-    if budget.cancelled_caught:
-        log.error(
-            "shutdown budget exceeded; cancelling what is left",
-            extra={"budget_s": SHUTDOWN_BUDGET_S},
-        )
-
-
-async def _handle_signals_until_stop(state: AppState, signals: AsyncIterator[int]) -> int:
-    """Reload on SIGHUP; return the first SIGTERM/SIGINT received, or a
-    SIGUSR2 (exit, leaving the workloads for a successor daemon) when the
-    backend can detach. A backend that cannot (the local one) refuses it with
-    an ERROR naming why, and the daemon keeps serving: its workloads would
-    otherwise be left with no owner."""
-    async for signum in signals:
-        if signum == signal.SIGHUP:
-            await reload_config(state)
-        elif signum != signal.SIGUSR2 or state.backend.detach_supported:
-            return signum
-        else:
-            refusal = DetachUnsupported(state.backend.name)
-            log.error("SIGUSR2 refused, still serving: %s", refusal.message)
-    raise AssertionError("the signal receiver never ends")

@@ -217,15 +217,21 @@ class KubeBackend:
         sink.output(RESTARTED_LINE)
         return await self._supervise(spec, sink, sub, pod, relay, inspect_url, adopted=True)
 
+    async def _stage_bundle(self, spec: RunSpec) -> str | None:
+        """The URL the pod fetches its bundle from (None: no bundle), its
+        archive built in a worker thread and staged under a token. Raises
+        `StartError` (stage "build") when the bundle cannot be archived."""
+        if spec.bundle is None:
+            return None
+        try:
+            archive = await trio.to_thread.run_sync(build_bundle_archive, spec.bundle)
+        except BundleArchiveError as exc:
+            raise StartError("build", str(exc)) from exc
+        token = self._tokens.stage(spec.session_id, archive, trio.current_time())
+        return f"{self._settings.self_url}/internal/bundles/{spec.session_id}?token={token}"
+
     async def _create(self, spec: RunSpec, sink: Sink) -> Mapping[str, Any]:
-        url = None
-        if spec.bundle is not None:
-            try:
-                archive = await trio.to_thread.run_sync(build_bundle_archive, spec.bundle)
-            except BundleArchiveError as exc:
-                raise StartError("build", str(exc)) from exc
-            token = self._tokens.stage(spec.session_id, archive, trio.current_time())
-            url = f"{self._settings.self_url}/internal/bundles/{spec.session_id}?token={token}"
+        url = await self._stage_bundle(spec)
         # The session's own creation time (stamped by the manager), to the
         # millisecond: an adopted session keeps its createdAt and its TTL.
         created_at = format_created_at(spec.identity.created_at or time.time())

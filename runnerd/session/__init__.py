@@ -2,8 +2,10 @@
 
 Owns the session registry and its replay rings (`registry`, pure), one
 session's state (`session`), the `SessionManager` (`manager`: one nursery
-per session, the only place a session's lifecycle is decided; `ending`: its
-terminal status; `errors`: its refusals), admission
+per session, the only place a session's lifecycle is decided; `running`: one
+workload's run under its stop scope and TTL; `ending`: its terminal status;
+`errors`: its refusals; `recovery`: state files and adoption after a
+restart; `statefile`: their format), admission
 (`admission`: a request body to a `RunSpec`, with `limits` clamping and
 `paths` bundle-path normalisation, pure) and the capabilities document
 (`capabilities`, pure).

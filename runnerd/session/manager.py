@@ -24,7 +24,10 @@ stdin and resizes. Whatever ends it becomes exactly one terminal status:
 A failing session never takes down the manager or another session: every
 exception (ExceptionGroups too) is classified inside the session's own task.
 
-The per-session object (`Session`, `SessionSink`) is runnerd.session.
+The per-session object (`Session`, `SessionSink`) is runnerd.session.session;
+one workload's run (stop scope, TTL, workload nursery) is
+runnerd.session.running; state files and adoption after a restart are
+runnerd.session.recovery.
 
 PTY output decision: the backend's `output(bytes)` goes to the session's
 `ByteRing` only (the WebSocket PTY channel); it is NOT also emitted as
@@ -46,22 +49,16 @@ from dataclasses import replace
 
 import trio
 
-from runnerd.backend import (
-    Backend,
-    EndIntent,
-    Outcome,
-    Recovered,
-    RunSpec,
-    StartError,
-)
+from runnerd.backend import Backend, EndIntent, Recovered, RunSpec
 from runnerd.contract import RunStatus, is_terminal, stopped
 from runnerd.errors import SessionNotFound
 from runnerd.metrics import NULL_METRICS, Metrics
-from runnerd.session.ending import WorkloadRun, classify, leaves
 from runnerd.session.errors import DetachUnsupported, ManagerClosed, StopFailed
+from runnerd.session.recovery import Recovery, continue_adopted
 from runnerd.session.registry import RegistryFull, Resumed, SessionRecord, SessionRegistry
-from runnerd.session.session import AttachOnStart, Session, SessionSink
-from runnerd.session.statefile import StateDir, describe
+from runnerd.session.running import drive
+from runnerd.session.session import Session
+from runnerd.session.statefile import StateDir
 
 __all__ = [
     "DetachUnsupported",
@@ -73,10 +70,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("runnerd.sessions")
-
-# A request for an unknown id made while recovery runs waits this long for it
-# (an id a client knew from before a restart must not get a spurious 404).
-RECOVERY_WAIT_S = 5.0
 
 
 class ManagerState(enum.Enum):
@@ -133,9 +126,7 @@ class SessionManager:
         self._nursery: trio.Nursery | None = None
         self._state = ManagerState.IDLE
         self._expiry_wakeup = trio.Event()
-        self._files = state
-        self._recovered = trio.Event()
-        self._recovered.set()  # no recovery pending until `begin_recovery`
+        self._recovery = Recovery(state)
 
     @property
     def live_count(self) -> int:
@@ -173,9 +164,7 @@ class SessionManager:
         nursery = self._open_nursery()
         now = self._wall_clock()
         spec = replace(spec, identity=replace(spec.identity, created_at=now))
-        reserver = None if self._files is None else self._files.reserver(spec.session_id)
-        record = SessionRecord(spec.session_id, now, self._replay_buffer_bytes, reserver=reserver)
-        session = Session(record, spec, self._wall_clock, self._metrics, self._backend.name)
+        session = self._new_session(spec, now)
         for evicted in self._registry.add(session, now):
             log.info("evicted to make room", extra={"session_id": evicted})
         log.info(
@@ -188,14 +177,9 @@ class SessionManager:
         return session
 
     async def read_replays(self, session_ids: list[str]) -> dict[str, Resumed]:
-        """The state files of sessions about to be adopted, read in a worker
-        thread (saved rings can be megabytes each: decoding them on the event
-        loop would hold up every client, health included)."""
-        files = self._files
-        if files is None or not session_ids:
-            return {}
-        return await trio.to_thread.run_sync(
-            lambda: {session_id: files.resume(session_id) for session_id in session_ids})
+        """The saved replays of sessions about to be adopted, read off the
+        event loop (`Recovery.read_replays`); pass each to `adopt`."""
+        return await self._recovery.read_replays(session_ids)
 
     def adopt(self, recovered: Recovered, resumed: Resumed | None = None) -> Session:
         """Take over a workload `Backend.recover()` found: register it with
@@ -218,54 +202,45 @@ class SessionManager:
             raise ValueError(f"session {session_id}: adopted without created_at")
         if session_id in self._registry:
             raise ValueError(f"session {session_id} is already registered")
-        reserver = None
-        if self._files is not None:
-            # `resumed`: read ahead by `read_replays`, else read here.
-            resumed = resumed or self._files.resume(session_id)
-            reserver = self._files.reserver(session_id)
-            log.info("replay resumed", extra={"session_id": session_id, **describe(resumed)})
-        record = SessionRecord(session_id, identity.created_at, self._replay_buffer_bytes,
-                               reserver=reserver, resumed=resumed)
-        session = Session(record, RunSpec(identity, None), self._wall_clock, self._metrics,
-                          self._backend.name)
-        session.running_at = self._wall_clock()  # counted by the daemon that started it
-        session.image = recovered.image if identity.app is None else None
-        if resumed is not None:
-            session.relayed_debug.extend(e["frame"] for e in resumed.events
-                                         if e["type"] == "debug")
+        resumed = self._recovery.resume(session_id, resumed)
+        session = self._new_session(RunSpec(identity, None), identity.created_at, resumed)
+        continue_adopted(session, recovered, resumed, self._wall_clock())
         self._registry.adopt(session)
         log.info("adopted status=%s", recovered.status["kind"], extra={"session_id": session_id})
         if is_terminal(recovered.status):
             session.close(recovered.status)
-            self._forget_files(session_id)
+            self._recovery.session_ended(session, detached=False)
             self._expiry_wakeup.set()
         else:
-            record.resume_status(recovered.status)
+            session.record.resume_status(recovered.status)
             nursery.start_soon(self._run_session, session, name=f"session {session_id}")
         return session
+
+    def _new_session(
+        self, spec: RunSpec, created_at: float, resumed: Resumed | None = None
+    ) -> Session:
+        reserver = self._recovery.reserver(spec.session_id)
+        record = SessionRecord(spec.session_id, created_at, self._replay_buffer_bytes,
+                               reserver=reserver, resumed=resumed)
+        return Session(record, spec, self._wall_clock, self._metrics, self._backend.name)
 
     # -- recovery ------------------------------------------------------------
 
     def begin_recovery(self) -> None:
         """Recovery has started: `find` waits for it on an unknown id."""
-        self._recovered = trio.Event()
+        self._recovery.begin()
 
     def end_recovery(self, *, prune: bool) -> None:
         """Recovery is over: release `find`; with `prune` (it succeeded),
         drop the state files of sessions not live here (no workload left)."""
-        if prune and self._files is not None:
-            live = {s.id for s in self._registry if not s.is_terminal}
-            for session_id in self._files.prune(live):
-                log.info("removed a stale state file", extra={"session_id": session_id})
-        self._recovered.set()
+        self._recovery.end({s.id for s in self._registry if not s.is_terminal}, prune=prune)
 
     async def find(self, session_id: str) -> Session | None:
         """`get`, except that while recovery runs an unknown id waits for it
-        (at most `RECOVERY_WAIT_S`): it may be a session being adopted."""
+        (at most `recovery.RECOVERY_WAIT_S`): it may be a session being adopted."""
         session = self._registry.get(session_id)
-        if session is None and not self._recovered.is_set():
-            with trio.move_on_after(RECOVERY_WAIT_S):
-                await self._recovered.wait()
+        if session is None and self._recovery.pending:
+            await self._recovery.wait()
             session = self._registry.get(session_id)
         return session
 
@@ -279,10 +254,6 @@ class SessionManager:
         if session is None:
             raise SessionNotFound(session_id)
         return session
-
-    def _forget_files(self, session_id: str) -> None:
-        if self._files is not None:
-            self._files.remove(session_id)
 
     def _open_nursery(self) -> trio.Nursery:
         if self._state is not ManagerState.SERVING or self._nursery is None:
@@ -376,13 +347,10 @@ class SessionManager:
         # the workload is gone with the scope, so the session is stopped.
         status: RunStatus | None = stopped()
         try:
-            status = await self._drive(session)
+            status = await drive(session, self._backend, self._wall_clock)
         finally:
             session.release_creation()
-            if status is None:
-                self._save_detached(session)
-            else:
-                self._forget_files(session.id)
+            self._recovery.session_ended(session, detached=status is None)
             session.close(status)
             self._expiry_wakeup.set()
             if status is not None:
@@ -396,11 +364,6 @@ class SessionManager:
             extra={"session_id": session.id, "status": status},
         )
 
-    def _save_detached(self, session: Session) -> None:
-        """Its workload runs on for a successor: leave it the exact replay."""
-        if self._files is not None and self._files.save_replay(session.record):
-            log.info("replay saved for a successor", extra={"session_id": session.id})
-
     def _count_unstarted(self, session: Session, status: RunStatus) -> None:
         """A session that ended without ever running: its start's outcome, and
         for a failure its stage (the `<stage>:` of the message)."""
@@ -410,54 +373,6 @@ class SessionManager:
         if status["kind"] == "failed":
             stage, sep, _ = status["message"].partition(":")
             self._metrics.start_failed(stage if sep and stage.isidentifier() else "unknown")
-
-    async def _drive(self, session: Session) -> RunStatus | None:
-        """Run the workload under the stop scope and TTL; return the terminal
-        status, or None when it was detached (left running for a successor)."""
-        spec = session.spec
-        run = WorkloadRun()
-        with trio.CancelScope() as stop_scope:
-            session.set_stop_scope(stop_scope)  # cancels at once if already stopped
-            with trio.move_on_at(self._ttl_deadline(spec)) as ttl_scope:
-                try:
-                    run.outcome = await self._run_workload(session, SessionSink(session))
-                except* StartError as group:
-                    first = leaves(group)[0]
-                    assert isinstance(first, StartError)
-                    run.start_error = first
-                except* Exception as group:
-                    run.internal = group
-        session.set_stop_scope(None)
-        run.ttl_expired = ttl_scope.cancelled_caught
-        if session.end_requested is EndIntent.DETACH and run.outcome is None:
-            return None
-        return classify(session, run)
-
-    def _ttl_deadline(self, spec: RunSpec) -> float:
-        """`created_at + ttl_s` on trio's clock: a deadline from creation, so
-        an adopted session keeps the time it had left, not a fresh TTL."""
-        created_at = spec.identity.created_at
-        elapsed_s = 0.0 if created_at is None else self._wall_clock() - created_at
-        return trio.current_time() + spec.limits.ttl_s - max(0.0, elapsed_s)
-
-    async def _run_workload(self, session: Session, sink: SessionSink) -> Outcome | None:
-        """Start the backend and wait for it; return its outcome (None when
-        the run was cancelled before the backend returned one)."""
-        outcome: Outcome | None = None
-
-        async def run_backend(*, task_status: trio.TaskStatus[None]) -> None:
-            nonlocal outcome
-            attach = AttachOnStart(session, nursery, task_status)
-            outcome = await self._backend.run(session.spec, sink, task_status=attach)
-            # Nothing outlives the workload: a pending resize flush goes with it.
-            nursery.cancel_scope.cancel()
-
-        try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(run_backend)
-        finally:
-            session.detach()
-        return outcome
 
     # -- expiry ------------------------------------------------------------
 
