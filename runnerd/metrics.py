@@ -18,7 +18,7 @@ status are read from the session registry at scrape time, not counted, so
 that gauge can never drift. PTY byte counts are plain integers read at
 scrape time too: the hot output path pays an addition, not a lock.
 
-The daemon builds the one `Metrics` (`runnerd.daemon.build_metrics`) before
+The daemon builds the one `Metrics` (`runnerd.daemon.main.build_metrics`) before
 the backend, so a backend that counts (the Kubernetes one: apiserver
 requests, watches, attaches) is handed the same object and its figures land
 in the same registry. The metric names and what they mean are listed in the
