@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -11,7 +12,7 @@ from typing import Any
 import httpx
 import trio
 
-from tests.harness import Daemon, start_daemon
+from tests.harness import Daemon, SseFrame, iter_sse, start_daemon
 from tests.kubesim.server import KubeSim
 
 KERNEL = "telorun/node:latest-slim"
@@ -98,3 +99,25 @@ async def wait_pods(sim: KubeSim, done: Callable[[list[str]], bool],
 
 async def wait_no_pods(sim: KubeSim, timeout_s: float = 10.0) -> None:
     await wait_pods(sim, lambda pods: not pods, timeout_s)
+
+
+async def resume_sse(client: httpx.AsyncClient, session_id: str, last_event_id: int,
+                     done: Callable[[list[SseFrame]], bool],
+                     timeout_s: float = 20.0) -> list[SseFrame]:
+    """Resume a session's event stream from `last_event_id` as a client would
+    (the `Last-Event-ID` header) and collect its frames, heartbeats aside,
+    until `done(frames)`."""
+    frames: list[SseFrame] = []
+    with trio.fail_after(timeout_s):
+        async with client.stream("GET", f"/v1/sessions/{session_id}/events",
+                                 headers={"last-event-id": str(last_event_id)},
+                                 timeout=httpx.Timeout(10.0, read=None)) as response:
+            assert response.status_code == 200, response.status_code
+            async with contextlib.aclosing(iter_sse(response)) as stream:
+                async for frame in stream:
+                    if frame.event is None and frame.id is None:
+                        continue  # a heartbeat
+                    frames.append(frame)
+                    if done(frames):
+                        break
+    return frames

@@ -18,7 +18,7 @@ from trio_websocket import WebSocketConnection
 
 from tests.e2e.contract_client import PtyTranscript, read_pty, wait_status
 from tests.harness import Daemon, SseFrame, iter_sse, open_ws
-from tests.kube.daemon import kube_daemon, session_pods, start_telo, wait_pods
+from tests.kube.daemon import kube_daemon, resume_sse, session_pods, start_telo, wait_pods
 from tests.kubesim.server import KubeSim
 
 TIMEOUT_S = 20.0
@@ -73,20 +73,8 @@ async def use_before(daemon: Daemon, client: httpx.AsyncClient, session_id: str)
 async def resume_events(client: httpx.AsyncClient, seen: Seen,
                         until_kind: str) -> list[SseFrame]:
     """Resume the SSE stream from the last id seen, until a status of `until_kind`."""
-    frames: list[SseFrame] = []
-    with trio.fail_after(TIMEOUT_S):
-        async with client.stream("GET", f"/v1/sessions/{seen.session_id}/events",
-                                 headers={"last-event-id": str(seen.last_event_id)},
-                                 timeout=SSE_TIMEOUT) as response:
-            assert response.status_code == 200
-            async with contextlib.aclosing(iter_sse(response)) as stream:
-                async for frame in stream:
-                    if frame.event is None and frame.id is None:
-                        continue  # a heartbeat
-                    frames.append(frame)
-                    if frame.event == "status" and frame.data["status"]["kind"] == until_kind:
-                        break
-    return frames
+    return await resume_sse(client, seen.session_id, seen.last_event_id, lambda frames: (
+        frames[-1].event == "status" and frames[-1].data["status"]["kind"] == until_kind))
 
 
 def assert_resumed(frames: list[SseFrame], seen: Seen, *, gap: bool) -> None:

@@ -5,7 +5,6 @@ no new output skipped)."""
 
 from __future__ import annotations
 
-import contextlib
 import signal
 from pathlib import Path
 
@@ -13,8 +12,8 @@ import httpx
 import trio
 
 from tests.e2e.contract_client import PtyTranscript, wait_status
-from tests.harness import Daemon, SseFrame, iter_sse, open_ws
-from tests.kube.daemon import KERNEL, kube_daemon, start_telo
+from tests.harness import Daemon, SseFrame, open_ws
+from tests.kube.daemon import KERNEL, kube_daemon, resume_sse, start_telo
 from tests.kubesim.server import KubeSim
 
 TIMEOUT_S = 20.0
@@ -28,20 +27,8 @@ async def sse_until(client: httpx.AsyncClient, session_id: str, last_event_id: i
                     event: str) -> list[SseFrame]:
     """Resume the event stream from `last_event_id` until an `event` frame
     (or FLOOD gap frames: the stream repeats itself)."""
-    frames: list[SseFrame] = []
-    with trio.fail_after(TIMEOUT_S):
-        async with client.stream("GET", f"/v1/sessions/{session_id}/events",
-                                 headers={"last-event-id": str(last_event_id)},
-                                 timeout=SSE_TIMEOUT) as response:
-            async with contextlib.aclosing(iter_sse(response)) as stream:
-                async for frame in stream:
-                    if frame.event is None and frame.id is None:
-                        continue  # a heartbeat
-                    frames.append(frame)
-                    gaps = sum(1 for f in frames if f.event == "gap")
-                    if frame.event == event or gaps >= FLOOD:
-                        break
-    return frames
+    return await resume_sse(client, session_id, last_event_id, lambda frames: (
+        frames[-1].event == event or sum(f.event == "gap" for f in frames) >= FLOOD))
 
 
 async def pty_until(daemon: Daemon, session_id: str, last_seq: int,
@@ -122,15 +109,6 @@ async def test_a_detach_restart_relays_no_debug_event_twice(kubesim: KubeSim,
 async def sse_debug_frames(client: httpx.AsyncClient, session_id: str, last_event_id: int,
                            count: int) -> list[SseFrame]:
     """The first `count` debug frames after `last_event_id`."""
-    frames: list[SseFrame] = []
-    with trio.fail_after(TIMEOUT_S):
-        async with client.stream("GET", f"/v1/sessions/{session_id}/events",
-                                 headers={"last-event-id": str(last_event_id)},
-                                 timeout=SSE_TIMEOUT) as response:
-            async with contextlib.aclosing(iter_sse(response)) as stream:
-                async for frame in stream:
-                    if frame.event == "debug":
-                        frames.append(frame)
-                    if len(frames) == count:
-                        break
-    return frames
+    frames = await resume_sse(client, session_id, last_event_id, lambda frames: sum(
+        f.event == "debug" for f in frames) == count)
+    return [f for f in frames if f.event == "debug"]
