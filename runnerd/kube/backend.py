@@ -104,8 +104,8 @@ class KubeBackend:
         self._apps = apps
         # Pods this process created and has not deleted: the reaper spares them.
         self.live: set[str] = set()
-        # Creates given up on at a stop (name → when): the reaper deletes
-        # those pods if they land.
+        # Pods given up on (name → when): creates abandoned at a stop, and
+        # deletes that failed; the sweep deletes those pods once it sees them.
         self.abandoned: dict[str, float] = {}
 
     async def recover(self) -> list[Recovered]:
@@ -367,16 +367,20 @@ class KubeBackend:
         """Delete the pod; with `wait` (a stop), with a grace and until it is
         gone (at most STOP_WAIT_S); without (it ended, or never started), at
         once: there is nothing left in it to let finish."""
+        deleted = False
         with trio.move_on_after(STOP_WAIT_S):
             try:
                 existed = await self._client.delete_pod(
                     name, operation="could not delete the session pod",
                     grace_period_s=STOP_GRACE_S if wait else 0)
+                deleted = True
             except errors.KubeError as exc:
                 log.warning("could not delete pod %s: %r", name, exc.__cause__ or exc)
                 return
             finally:
                 self.live.discard(name)
+                if not deleted:  # refused or unanswered: the sweep deletes it later
+                    self.abandoned[name] = trio.current_time()
             while wait and existed and sub.latest() is not GONE:
                 await sub.next()
 

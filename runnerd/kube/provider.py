@@ -159,8 +159,9 @@ async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
 
 
 async def _sweep_abandoned(backend: KubeBackend, informer: PodInformer) -> None:
-    """For the daemon's life (whatever `on_restart`), delete the pods of
-    creates given up on at a stop (`KubeBackend.abandoned`) once they land."""
+    """For the daemon's life (whatever `on_restart`), delete the pods given
+    up on (`KubeBackend.abandoned`: creates abandoned at a stop, deletes that
+    failed) once the informer sees them; a delete that fails is tried again."""
     while True:
         await trio.sleep(ABANDONED_SWEEP_S)
         names = {str(p["metadata"]["name"]) for p in informer.pods()}
@@ -169,4 +170,5 @@ async def _sweep_abandoned(backend: KubeBackend, informer: PodInformer) -> None:
                 await backend.client.delete_pod(name, operation="could not delete a stale pod",
                                                 grace_period_s=0)
             except errors.KubeError as exc:
-                log.warning("could not delete pod %s of an abandoned create: %s", name, exc)
+                log.warning("could not delete abandoned pod %s (retried): %s", name, exc)
+                backend.abandoned[name] = trio.current_time()

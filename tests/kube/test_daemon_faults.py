@@ -121,3 +121,18 @@ async def test_shutdown_deletes_live_pods_and_start_reaps_stale_ones(kubesim: Ku
         assert f"runnerd-{session_id}" in session_pods(kubesim)
         assert await daemon.stop() == 0
     assert session_pods(kubesim) == ["someone-elses"]
+
+
+async def test_a_finished_pod_whose_delete_failed_is_deleted_later(kubesim: KubeSim,
+                                                                  tmp_path: Path) -> None:
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        session_id = await start_telo(client, "print up\nwait\n")
+        await wait_status(client, session_id, "running", timeout_s=TIMEOUT_S)
+        # Every delete answered 500 for longer than the session's own delete
+        # waits (its retries give up): the status is recorded all the same...
+        kubesim.faults.fail_next(12, 500, retry_after_s=None, verb="delete")
+        assert (await client.delete(f"/v1/sessions/{session_id}")).status_code == 204
+        assert await wait_terminal(client, session_id) == {"kind": "stopped"}
+        # ...and the pod does not stay behind once the apiserver deletes again.
+        await wait_no_pods(kubesim, 3 * TIMEOUT_S)
+        assert kubesim.stats.responses[500] == 12
