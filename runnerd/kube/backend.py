@@ -107,6 +107,8 @@ class KubeBackend:
         # Pods given up on (name → when): creates abandoned at a stop, and
         # deletes that failed; the sweep deletes those pods once it sees them.
         self.abandoned: dict[str, float] = {}
+        # Pods the previous process stopped but could not delete (`giveup`).
+        self.stopped_before: set[str] = set()
 
     async def recover(self) -> list[Recovered]:
         """With `on_restart = "adopt"`, once the informer has listed them:
@@ -117,7 +119,8 @@ class KubeBackend:
             await trio.lowlevel.checkpoint()
             return []
         await self._informer.wait_synced()
-        return await recover_pods(self._client, left_pods(self._informer.pods(), self.live))
+        return await recover_pods(self._client, left_pods(self._informer.pods(), self.live,
+                                                          self.stopped_before))
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         """Ready, or unavailable with a remediation line; within PROBE_TIMEOUT_S

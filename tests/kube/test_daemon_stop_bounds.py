@@ -134,3 +134,22 @@ async def test_output_between_the_log_read_and_a_late_attach_is_shown_in_order(
         async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
             replay = await read_pty(ws, timeout_s=TIMEOUT_S)
         assert replay.output == b"in the gap\r\nafter the attach\r\n"
+
+
+async def test_a_pod_a_sigterm_could_not_delete_is_deleted_not_adopted_next_start(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        session_id = await start_telo(client, "print up\nwait\n")
+        await wait_status(client, session_id, "running", timeout_s=TIMEOUT_S)
+        # SIGTERM stops the session; the apiserver (frozen) never sees the delete.
+        kubesim.faults.go_silent(handshakes=True)
+        assert await daemon.stop(timeout_s=SHUTDOWN_S) == 0
+    assert f"runnerd-{session_id}" in [p["metadata"]["name"]
+                                       for p in kubesim.store.list("pods", "runnerd")]
+    kubesim.faults.resume()
+    # The next daemon (on_restart = "adopt") deletes it: its session was
+    # stopped, and does not come back as `running`.
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        await wait_no_pods(kubesim, TIMEOUT_S)
+        assert (await client.get(f"/v1/sessions/{session_id}")).status_code == 404
