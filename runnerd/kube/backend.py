@@ -269,11 +269,14 @@ class KubeBackend:
         return created
 
     def take_landed(self, names: set[str], now: float) -> list[str]:
-        """Abandoned creates whose pod is among `names` (to delete); forgets
-        those past ABANDONED_KEEP_S (a create never lands that late)."""
+        """Abandoned pods among `names` (to delete: each stays abandoned
+        until its delete succeeds); forgets those not seen for ABANDONED_KEEP_S
+        (a create never lands that late)."""
         landed = [n for n in self.abandoned if n in names and n not in self.live]
         for name in list(self.abandoned):
-            if name in landed or now - self.abandoned[name] > ABANDONED_KEEP_S:
+            if name in landed:
+                self.abandoned[name] = now
+            elif now - self.abandoned[name] > ABANDONED_KEEP_S:
                 del self.abandoned[name]
         return landed
 

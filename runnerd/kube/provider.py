@@ -192,4 +192,5 @@ async def _sweep_abandoned(backend: KubeBackend, informer: PodInformer) -> None:
                                                 grace_period_s=0)
             except errors.KubeError as exc:
                 log.warning("could not delete abandoned pod %s (retried): %s", name, exc)
-                backend.abandoned[name] = trio.current_time()
+            else:
+                backend.abandoned.pop(name, None)
