@@ -147,6 +147,12 @@ class PodInformer:
         """Every managed pod in the cache now (e.g. for the reaper)."""
         return list(self._cache.values())
 
+    @property
+    def synced(self) -> bool:
+        """Whether the first list has been applied (before it, `pods()` is empty
+        because nothing is known, not because there are no pods)."""
+        return self._synced.is_set()
+
     async def wait_synced(self) -> None:
         """Return once the first list has been applied."""
         await self._synced.wait()

@@ -152,7 +152,10 @@ async def _load_undeleted(backend: KubeBackend, state_dir: Path) -> None:
 
 def _undeleted(backend: KubeBackend, informer: PodInformer) -> set[str]:
     """At exit: the pods given up on that may still exist (not a detach's:
-    those stay `live`, for the successor to adopt)."""
+    those stay `live`, for the successor to adopt). The previous process's
+    are kept unless the cluster was listed and they were not in it."""
+    if not informer.synced:
+        return set(backend.abandoned) | backend.stopped_before
     seen = {str(p["metadata"]["name"]) for p in informer.pods()}
     return set(backend.abandoned) | (backend.stopped_before & seen)
 
