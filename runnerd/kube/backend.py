@@ -182,8 +182,10 @@ class KubeBackend:
                              extra={**ids, "pod": name})
                 else:
                     with trio.CancelScope(shield=True):
-                        await self._delete(name, sub, wait=stopped)
-                    log.info("session pod deleted", extra={**ids, "pod": name})
+                        deleted = await self._delete(name, sub, wait=stopped)
+                    log.log(logging.INFO if deleted else logging.WARNING, "session pod %s",
+                            "deleted" if deleted else "not deleted yet (retried in the"
+                            " background)", extra={**ids, "pod": name})
 
     async def _run(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
                    task_status: trio.TaskStatus[Started]) -> Outcome:
@@ -369,10 +371,11 @@ class KubeBackend:
         return outcome if outcome is not None else Failed("the session pod was deleted outside"
                                                           " runnerd")
 
-    async def _delete(self, name: str, sub: PodSubscription, *, wait: bool) -> None:
+    async def _delete(self, name: str, sub: PodSubscription, *, wait: bool) -> bool:
         """Delete the pod; with `wait` (a stop), with a grace and until it is
         gone (at most STOP_WAIT_S); without (it ended, or never started), at
-        once: there is nothing left in it to let finish."""
+        once: there is nothing left in it to let finish. False: the apiserver
+        did not take the delete (the pod is then `abandoned`)."""
         deleted = False
         with trio.move_on_after(STOP_WAIT_S):
             try:
@@ -382,13 +385,14 @@ class KubeBackend:
                 deleted = True
             except errors.KubeError as exc:
                 log.warning("could not delete pod %s: %r", name, exc.__cause__ or exc)
-                return
+                return False
             finally:
                 self.live.discard(name)
                 if not deleted:  # refused or unanswered: the sweep deletes it later
                     self.abandoned[name] = trio.current_time()
             while wait and existed and sub.latest() is not GONE:
                 await sub.next()
+        return deleted
 
 
 async def _grace_on_cancel(window: trio.CancelScope) -> None:

@@ -133,6 +133,9 @@ async def test_a_finished_pod_whose_delete_failed_is_deleted_later(kubesim: Kube
         kubesim.faults.fail_next(12, 500, retry_after_s=None, verb="delete")
         assert (await client.delete(f"/v1/sessions/{session_id}")).status_code == 204
         assert await wait_terminal(client, session_id) == {"kind": "stopped"}
+        # The log says so (not "deleted")...
+        assert "session pod not deleted yet" in daemon.stderr_text()
+        assert "session pod deleted" not in daemon.stderr_text()
         # ...and the pod does not stay behind once the apiserver deletes again.
         await wait_no_pods(kubesim, 3 * TIMEOUT_S)
         assert kubesim.stats.responses[500] == 12
