@@ -308,8 +308,9 @@ class KubeBackend:
                 else:  # running, or ended before it was seen running
                     return pod
                 pod = _pod(await sub.next())
+        refused = f"; {self._informer.refused}" if self._informer.refused else ""
         raise StartError("provision", f"the session pod was not running after {deadline_s:g} s"
-                         f" (last: {said or 'waiting'})")
+                         f" (last: {said or 'waiting'}{refused})")
 
     async def _supervise(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
                          pod: Mapping[str, Any] | None, relay: Relay,

@@ -104,6 +104,26 @@ async def test_the_start_deadline_counts_from_the_start_not_from_the_pod_create(
         await wait_no_pods(kubesim)
 
 
+async def test_a_start_that_times_out_on_a_refused_watch_names_the_refusal(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    # The runner may create pods but not list or watch them (an RBAC slip):
+    # the start cannot see its pod run, and its failure says why.
+    kubesim.faults.deny("list", "pods")
+    kubesim.faults.deny("watch", "pods")
+    async with kube_daemon(kubesim, tmp_path, start_deadline_seconds=2) as daemon, \
+            daemon.client() as client:
+        session_id = await start_telo(client, "print x\nwait\n")
+        final = await wait_terminal(client, session_id, timeout_s=TIMEOUT_S)
+        assert final == {"kind": "failed", "message": (
+            "provision: the session pod was not running after 2 s (last: waiting for a node;"
+            " could not watch the session pods: the runner is not permitted to do this"
+            " (Forbidden, HTTP 403). The cluster operator must check the runner's RBAC.)")}
+        kubesim.faults.allow("list", "pods")
+        kubesim.faults.allow("watch", "pods")
+        await wait_no_pods(kubesim, TIMEOUT_S)
+
+
 async def test_output_neither_the_log_read_nor_a_late_attach_saw_is_shown(
     kubesim: KubeSim, tmp_path: Path
 ) -> None:
