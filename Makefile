@@ -29,7 +29,9 @@ run: $(VENV)/.installed
 run-kube: $(VENV)/.installed-test
 	mkdir -p run
 	rm -f run/kubesim.url run/kubesim.kubeconfig
-	$(BIN)/python -m tests.kubesim --listen 127.0.0.1:0 \
+	# The cluster in its own session: a Ctrl-C reaches runnerd alone, which
+	# deletes its pods before the trap stops the cluster.
+	setsid $(BIN)/python -m tests.kubesim --listen 127.0.0.1:0 \
 		--kubeconfig-out run/kubesim.kubeconfig > run/kubesim.url & sim=$$!; \
 	trap 'kill $$sim 2>/dev/null; wait $$sim' EXIT INT TERM; \
 	for i in $$(seq 100); do [ -s run/kubesim.url ] && break; sleep 0.1; done; \

@@ -104,9 +104,11 @@ class KubeBackend:
         self._apps = apps
         # Pods this process created and has not deleted: the reaper spares them.
         self.live: set[str] = set()
-        # Creates given up on at a stop (name → when): the reaper deletes
-        # those pods if they land.
+        # Pods given up on (name → when): creates abandoned at a stop, and
+        # deletes that failed; the sweep deletes those pods once it sees them.
         self.abandoned: dict[str, float] = {}
+        # Pods the previous process stopped but could not delete (`giveup`).
+        self.stopped_before: set[str] = set()
 
     async def recover(self) -> list[Recovered]:
         """With `on_restart = "adopt"`, once the informer has listed them:
@@ -117,7 +119,8 @@ class KubeBackend:
             await trio.lowlevel.checkpoint()
             return []
         await self._informer.wait_synced()
-        return await recover_pods(self._client, left_pods(self._informer.pods(), self.live))
+        return await recover_pods(self._client, left_pods(self._informer.pods(), self.live,
+                                                          self.stopped_before))
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         """Ready, or unavailable with a remediation line; within PROBE_TIMEOUT_S
@@ -179,8 +182,10 @@ class KubeBackend:
                              extra={**ids, "pod": name})
                 else:
                     with trio.CancelScope(shield=True):
-                        await self._delete(name, sub, wait=stopped)
-                    log.info("session pod deleted", extra={**ids, "pod": name})
+                        deleted = await self._delete(name, sub, wait=stopped)
+                    log.log(logging.INFO if deleted else logging.WARNING, "session pod %s",
+                            "deleted" if deleted else "not deleted yet (retried in the"
+                            " background)", extra={**ids, "pod": name})
 
     async def _run(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
                    task_status: trio.TaskStatus[Started]) -> Outcome:
@@ -272,11 +277,14 @@ class KubeBackend:
         return created
 
     def take_landed(self, names: set[str], now: float) -> list[str]:
-        """Abandoned creates whose pod is among `names` (to delete); forgets
-        those past ABANDONED_KEEP_S (a create never lands that late)."""
+        """Abandoned pods among `names` (to delete: each stays abandoned
+        until its delete succeeds); forgets those not seen for ABANDONED_KEEP_S
+        (a create never lands that late)."""
         landed = [n for n in self.abandoned if n in names and n not in self.live]
         for name in list(self.abandoned):
-            if name in landed or now - self.abandoned[name] > ABANDONED_KEEP_S:
+            if name in landed:
+                self.abandoned[name] = now
+            elif now - self.abandoned[name] > ABANDONED_KEEP_S:
                 del self.abandoned[name]
         return landed
 
@@ -306,8 +314,9 @@ class KubeBackend:
                 else:  # running, or ended before it was seen running
                     return pod
                 pod = _pod(await sub.next())
+        refused = f"; {self._informer.refused}" if self._informer.refused else ""
         raise StartError("provision", f"the session pod was not running after {deadline_s:g} s"
-                         f" (last: {said or 'waiting'})")
+                         f" (last: {said or 'waiting'}{refused})")
 
     async def _supervise(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
                          pod: Mapping[str, Any] | None, relay: Relay,
@@ -369,22 +378,28 @@ class KubeBackend:
         return outcome if outcome is not None else Failed("the session pod was deleted outside"
                                                           " runnerd")
 
-    async def _delete(self, name: str, sub: PodSubscription, *, wait: bool) -> None:
+    async def _delete(self, name: str, sub: PodSubscription, *, wait: bool) -> bool:
         """Delete the pod; with `wait` (a stop), with a grace and until it is
         gone (at most STOP_WAIT_S); without (it ended, or never started), at
-        once: there is nothing left in it to let finish."""
+        once: there is nothing left in it to let finish. False: the apiserver
+        did not take the delete (the pod is then `abandoned`)."""
+        deleted = False
         with trio.move_on_after(STOP_WAIT_S):
             try:
                 existed = await self._client.delete_pod(
                     name, operation="could not delete the session pod",
                     grace_period_s=STOP_GRACE_S if wait else 0)
+                deleted = True
             except errors.KubeError as exc:
                 log.warning("could not delete pod %s: %r", name, exc.__cause__ or exc)
-                return
+                return False
             finally:
                 self.live.discard(name)
+                if not deleted:  # refused or unanswered: the sweep deletes it later
+                    self.abandoned[name] = trio.current_time()
             while wait and existed and sub.latest() is not GONE:
                 await sub.next()
+        return deleted
 
 
 async def _grace_on_cancel(window: trio.CancelScope) -> None:

@@ -124,6 +124,9 @@ class PodInformer:
         self._subs: dict[str, set[PodSubscription]] = {}
         self._lists_started = 0
         self._synced = trio.Event()
+        # The apiserver's refusal of the list or the watch (RBAC), until a list
+        # succeeds: a start that times out names it (client-safe text).
+        self.refused: errors.KubeError | None = None
 
     # -- consumers ------------------------------------------------------------
 
@@ -147,6 +150,12 @@ class PodInformer:
         """Every managed pod in the cache now (e.g. for the reaper)."""
         return list(self._cache.values())
 
+    @property
+    def synced(self) -> bool:
+        """Whether the first list has been applied (before it, `pods()` is empty
+        because nothing is known, not because there are no pods)."""
+        return self._synced.is_set()
+
     async def wait_synced(self) -> None:
         """Return once the first list has been applied."""
         await self._synced.wait()
@@ -165,10 +174,12 @@ class PodInformer:
         while True:
             try:
                 rv = await self._relist()
-                attempt = 0
+                attempt, self.refused = 0, None
                 with trio.move_on_after(self._relist_interval_s):
                     await self._watch_from(rv)
             except errors.KubeError as exc:
+                if isinstance(exc, (errors.Forbidden, errors.Unauthorized)):
+                    self.refused = exc
                 log.warning("pod watch failed; re-listing error=%s", exc, exc_info=exc.__cause__)
                 await trio.sleep(backoff_s(attempt, self._policy, None))
                 attempt += 1

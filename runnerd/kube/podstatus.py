@@ -10,7 +10,9 @@ and `containerStatuses` (docs/kubernetes.md §6) as one `Verdict`:
   still backing off after the grace);
 - `Exited` / `Failed` (the seam's `Outcome`): the pod has ended.
 
-Terminal rules (the same on both backends): a pod-level reason (the deadline,
+Terminal rules (the same on both backends): a pod someone deleted (it
+carries a `deletionTimestamp`) → `failed`, even once its killed container
+shows `Error`; a pod-level reason (the deadline,
 an eviction) → `failed` with the pod's own reason and message, since the
 container did not end on its own (even when the kill later shows as its
 `Error` exit); else the
@@ -160,6 +162,16 @@ def terminal_outcome(pod: Pod | None, container: str = SESSION_CONTAINER) -> Exi
     None means the pod is gone (deleted by someone else, or never seen again)."""
     if pod is None:
         return Failed(POD_GONE)
+    outcome = _ended(pod, container)
+    meta = pod.get("metadata")
+    if outcome is not None and isinstance(meta, Mapping) and meta.get("deletionTimestamp"):
+        # Someone deleted the pod (runnerd's own deletes come after the
+        # outcome is read): its container was killed, it did not end.
+        return Failed(POD_GONE)
+    return outcome
+
+
+def _ended(pod: Pod, container: str) -> Exited | Failed | None:
     status = _status(pod)
     phase = status.get("phase")
     ended = phase in ("Failed", "Succeeded")

@@ -22,6 +22,7 @@ from pathlib import Path
 import trio
 
 import runnerd.kube.errors as errors
+import runnerd.kube.giveup as giveup
 from runnerd.config import AppEntry, Config, ConfigError, parse_listen
 from runnerd.kube.backend import CREATE_GRACE_S, STOP_WAIT_S, KubeBackend
 from runnerd.kube.bundle import BundleTokens
@@ -119,6 +120,7 @@ async def _open_backend(
             informer = PodInformer(client, managed_by_selector(settings))
             tokens = BundleTokens()
             backend = KubeBackend(settings, client, informer, tokens, apps=apps)
+            await _load_undeleted(backend, config.runner.state_dir)
             await nursery.start(informer.run)
             nursery.start_soon(serve_bundles, listener, tokens)
             nursery.start_soon(_sweep_tokens, tokens)
@@ -127,13 +129,35 @@ async def _open_backend(
             nursery.start_soon(_sweep_abandoned, backend, informer)
             log.info("kubernetes backend: namespace %s via %s; bundles on %s",
                      client.namespace, conn.source, settings.bundle_listen)
-            yield backend
+            try:
+                yield backend
+            finally:
+                giveup.save(config.runner.state_dir, _undeleted(backend, informer))
             nursery.cancel_scope.cancel()
     except errors.NoCredentials as exc:
         raise ConfigError("kubernetes.kubeconfig", str(exc)) from exc
     finally:
         with trio.CancelScope(shield=True):
             await listener.aclose()
+
+
+async def _load_undeleted(backend: KubeBackend, state_dir: Path) -> None:
+    """The pods the previous process stopped but could not delete: never
+    adopted, and deleted by the sweep (or by recovery) once seen."""
+    backend.stopped_before = await trio.to_thread.run_sync(giveup.load, state_dir)
+    now = trio.current_time()
+    for name in backend.stopped_before:
+        backend.abandoned.setdefault(name, now)
+
+
+def _undeleted(backend: KubeBackend, informer: PodInformer) -> set[str]:
+    """At exit: the pods given up on that may still exist (not a detach's:
+    those stay `live`, for the successor to adopt). The previous process's
+    are kept unless the cluster was listed and they were not in it."""
+    if not informer.synced:
+        return set(backend.abandoned) | backend.stopped_before
+    seen = {str(p["metadata"]["name"]) for p in informer.pods()}
+    return set(backend.abandoned) | (backend.stopped_before & seen)
 
 
 async def _sweep_tokens(tokens: BundleTokens) -> None:
@@ -159,8 +183,9 @@ async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
 
 
 async def _sweep_abandoned(backend: KubeBackend, informer: PodInformer) -> None:
-    """For the daemon's life (whatever `on_restart`), delete the pods of
-    creates given up on at a stop (`KubeBackend.abandoned`) once they land."""
+    """For the daemon's life (whatever `on_restart`), delete the pods given
+    up on (`KubeBackend.abandoned`: creates abandoned at a stop, deletes that
+    failed) once the informer sees them; a delete that fails is tried again."""
     while True:
         await trio.sleep(ABANDONED_SWEEP_S)
         names = {str(p["metadata"]["name"]) for p in informer.pods()}
@@ -169,4 +194,6 @@ async def _sweep_abandoned(backend: KubeBackend, informer: PodInformer) -> None:
                 await backend.client.delete_pod(name, operation="could not delete a stale pod",
                                                 grace_period_s=0)
             except errors.KubeError as exc:
-                log.warning("could not delete pod %s of an abandoned create: %s", name, exc)
+                log.warning("could not delete abandoned pod %s (retried): %s", name, exc)
+            else:
+                backend.abandoned.pop(name, None)

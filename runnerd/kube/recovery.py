@@ -23,7 +23,7 @@ one, so the TTL stays a deadline from the session's creation.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -137,11 +137,22 @@ def _session_image(pod: Mapping[str, Any]) -> str | None:
     return image if isinstance(image, str) and image else None
 
 
-def left_pods(pods: Iterable[Mapping[str, Any]], ours: set[str]) -> list[LeftPod]:
-    """Every pod not in `ours` (this process's own) and not being deleted."""
-    return [read_left_pod(p) for p in pods
-            if str((p.get("metadata") or {}).get("name", "")) not in ours
-            and not (p.get("metadata") or {}).get("deletionTimestamp")]
+STOPPED = "its session was stopped by the previous run, which could not delete it"
+
+
+def left_pods(pods: Iterable[Mapping[str, Any]], ours: set[str],
+              stopped: Collection[str] = ()) -> list[LeftPod]:
+    """Every pod not in `ours` (this process's own) and not being deleted;
+    those in `stopped` (the previous run stopped their sessions) to delete."""
+    left: list[LeftPod] = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        if name in ours or meta.get("deletionTimestamp"):
+            continue
+        left.append(LeftPod(name, None, delete=True, reason=STOPPED) if name in stopped
+                    else read_left_pod(pod))
+    return left
 
 
 async def recover_pods(client: KubeClient, pods: list[LeftPod]) -> list[Recovered]:

@@ -17,7 +17,7 @@ from tests.kube.daemon import (
     wait_no_pods,
     wait_pods,
 )
-from tests.kubesim.conftest import seed_pod
+from tests.kubesim.conftest import build_client, seed_pod
 from tests.kubesim.server import KubeSim
 
 TIMEOUT_S = 20.0
@@ -121,3 +121,35 @@ async def test_shutdown_deletes_live_pods_and_start_reaps_stale_ones(kubesim: Ku
         assert f"runnerd-{session_id}" in session_pods(kubesim)
         assert await daemon.stop() == 0
     assert session_pods(kubesim) == ["someone-elses"]
+
+
+async def test_a_finished_pod_whose_delete_failed_is_deleted_later(kubesim: KubeSim,
+                                                                  tmp_path: Path) -> None:
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        session_id = await start_telo(client, "print up\nwait\n")
+        await wait_status(client, session_id, "running", timeout_s=TIMEOUT_S)
+        # Every delete answered 500 for longer than the session's own delete
+        # waits (its retries give up): the status is recorded all the same...
+        kubesim.faults.fail_next(12, 500, retry_after_s=None, verb="delete")
+        assert (await client.delete(f"/v1/sessions/{session_id}")).status_code == 204
+        assert await wait_terminal(client, session_id) == {"kind": "stopped"}
+        # The log says so (not "deleted")...
+        assert "session pod not deleted yet" in daemon.stderr_text()
+        assert "session pod deleted" not in daemon.stderr_text()
+        # ...and the pod does not stay behind once the apiserver deletes again.
+        await wait_no_pods(kubesim, 3 * TIMEOUT_S)
+        assert kubesim.stats.responses[500] == 12
+
+
+async def test_a_pod_deleted_outside_runnerd_fails_the_session(kubesim: KubeSim,
+                                                              tmp_path: Path) -> None:
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        session_id = await start_telo(client, "print up\nwait\n")
+        await wait_status(client, session_id, "running", timeout_s=TIMEOUT_S)
+        # `kubectl delete pod`: a graceful delete, the container killed by SIGTERM.
+        async with build_client(kubesim) as kube:
+            gone = await kube.delete(f"/api/v1/namespaces/runnerd/pods/runnerd-{session_id}")
+            assert gone.status_code == 200, gone.text
+        assert await wait_terminal(client, session_id, timeout_s=TIMEOUT_S) == {
+            "kind": "failed", "message": "the session pod was deleted outside runnerd"}
+        await wait_no_pods(kubesim)

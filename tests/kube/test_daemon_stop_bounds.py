@@ -11,7 +11,7 @@ import trio
 
 from tests.e2e.contract_client import read_pty, wait_status, wait_terminal
 from tests.harness import open_ws
-from tests.kube.daemon import kube_daemon, start_telo, wait_no_pods
+from tests.kube.daemon import NOT_PRESENT, kube_daemon, session_pods, start_telo, wait_no_pods
 from tests.kubesim.conftest import build_client, seed_pod
 from tests.kubesim.server import KubeSim
 
@@ -104,6 +104,26 @@ async def test_the_start_deadline_counts_from_the_start_not_from_the_pod_create(
         await wait_no_pods(kubesim)
 
 
+async def test_a_start_that_times_out_on_a_refused_watch_names_the_refusal(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    # The runner may create pods but not list or watch them (an RBAC slip):
+    # the start cannot see its pod run, and its failure says why.
+    kubesim.faults.deny("list", "pods")
+    kubesim.faults.deny("watch", "pods")
+    async with kube_daemon(kubesim, tmp_path, start_deadline_seconds=2) as daemon, \
+            daemon.client() as client:
+        session_id = await start_telo(client, "print x\nwait\n")
+        final = await wait_terminal(client, session_id, timeout_s=TIMEOUT_S)
+        assert final == {"kind": "failed", "message": (
+            "provision: the session pod was not running after 2 s (last: waiting for a node;"
+            " could not watch the session pods: the runner is not permitted to do this"
+            " (Forbidden, HTTP 403). The cluster operator must check the runner's RBAC.)")}
+        kubesim.faults.allow("list", "pods")
+        kubesim.faults.allow("watch", "pods")
+        await wait_no_pods(kubesim, TIMEOUT_S)
+
+
 async def test_output_neither_the_log_read_nor_a_late_attach_saw_is_shown(
     kubesim: KubeSim, tmp_path: Path
 ) -> None:
@@ -134,3 +154,36 @@ async def test_output_between_the_log_read_and_a_late_attach_is_shown_in_order(
         async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
             replay = await read_pty(ws, timeout_s=TIMEOUT_S)
         assert replay.output == b"in the gap\r\nafter the attach\r\n"
+
+
+
+async def test_pods_a_sigterm_could_not_delete_are_deleted_not_adopted_next_start(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        # Sessions in every phase: running, running with its attach dropped
+        # (re-attaching), pending (its image pull backing off), creating.
+        running = await start_telo(client, "print up\nwait\n")
+        dropped = await start_telo(client, "print up\nwait\n")
+        for session_id in (running, dropped):
+            await wait_status(client, session_id, "running", timeout_s=TIMEOUT_S)
+        pending = await start_telo(client, "print x\n", image=NOT_PRESENT, pull_policy="always")
+        kubesim.faults.deny("get", "pods/attach")
+        kubesim.faults.deny("create", "pods/attach")
+        await kubesim.faults.drop_attaches()
+        kubesim.faults.slow_next(1, 60, verb="create")
+        creating = await start_telo(client, "print up\nwait\n")
+        await _create_arrived(kubesim, 4)
+        # SIGTERM stops them all; the apiserver (frozen) sees none of the deletes.
+        kubesim.faults.go_silent(handshakes=True)
+        assert await daemon.stop(timeout_s=SHUTDOWN_S) == 0
+    assert session_pods(kubesim)
+    kubesim.faults.resume()
+    kubesim.faults.allow("get", "pods/attach")
+    kubesim.faults.allow("create", "pods/attach")
+    # The next daemon (on_restart = "adopt") deletes them: their sessions were
+    # stopped, and none comes back as `running`.
+    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        await wait_no_pods(kubesim, TIMEOUT_S)
+        for session_id in (running, dropped, pending, creating):
+            assert (await client.get(f"/v1/sessions/{session_id}")).status_code == 404
