@@ -177,7 +177,8 @@ async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
             await backend.client.delete_pod(name, operation="could not delete a stale pod",
                                             grace_period_s=0)
         except errors.KubeError as exc:
-            log.warning("could not delete pod %s left by a previous run: %s", name, exc)
+            log.warning("could not delete pod %s left by a previous run: %r", name,
+                        exc.__cause__ or exc)
     if left:
         log.warning("deleted %d session pods left by a previous run", len(left))
 
@@ -194,6 +195,7 @@ async def _sweep_abandoned(backend: KubeBackend, informer: PodInformer) -> None:
                 await backend.client.delete_pod(name, operation="could not delete a stale pod",
                                                 grace_period_s=0)
             except errors.KubeError as exc:
-                log.warning("could not delete abandoned pod %s (retried): %s", name, exc)
+                log.warning("could not delete abandoned pod %s (retried): %r", name,
+                            exc.__cause__ or exc)
             else:
                 backend.abandoned.pop(name, None)

@@ -177,4 +177,5 @@ async def _delete(client: KubeClient, name: str) -> None:
             await client.delete_pod(name, operation="could not delete a pod left by a previous"
                                     " run", grace_period_s=0)
         except errors.KubeError as exc:
-            log.warning("could not delete pod %s left by a previous run: %s", name, exc)
+            log.warning("could not delete pod %s left by a previous run: %r", name,
+                        exc.__cause__ or exc)

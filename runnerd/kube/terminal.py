@@ -215,7 +215,7 @@ async def read_log(client: KubeClient, pod: str) -> bytes:
     try:
         return await client.read_log(pod, container="session", operation=LOG_OPERATION)
     except errors.KubeError as exc:
-        log.warning("could not read the pod's log: %s", exc, extra={"pod": pod})
+        log.warning("could not read the pod's log: %r", exc.__cause__ or exc, extra={"pod": pod})
         return b""
 
 
