@@ -43,6 +43,8 @@ How `backend.KubeBackend` and `provider` put them together:
   `attach.Terminal` (the `WorkloadHandle`: `write`, `resize`); it returns
   `AttachEnd.ENDED` / `DROPPED` (re-attach while the pod runs) or raises a
   classified `KubeError`. `kube.read_log(...)` has what was written earlier.
+- `POST /v1/probe`: `await probe.probe_cluster(kube)` (ready, or unavailable
+  with a remediation line; bounded).
 - Teardown: `await kube.delete_pod(name, operation=…, grace_period_s=…)`
   (idempotent: False when already gone); none on a detach (SIGUSR2).
 - After a restart (`on_restart = "adopt"`): `recovery.left_pods(informer.pods(),

@@ -29,7 +29,6 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import quote
 
 import trio
 
@@ -46,13 +45,14 @@ from runnerd.backend import (
     StartError,
 )
 from runnerd.config import AppEntry, KubeSettings
-from runnerd.contract import AvailabilityReport, ready, unavailable
+from runnerd.contract import AvailabilityReport
 from runnerd.kube.bundle import BundleArchiveError, BundleTokens, build_bundle_archive
-from runnerd.kube.client import KubeClient, Retry
+from runnerd.kube.client import KubeClient
 from runnerd.kube.endpoints import announced, publish_endpoints
 from runnerd.kube.informer import GONE, PodInformer, PodState, PodSubscription
 from runnerd.kube.podspec import INSPECT_PORT, build_pod, format_created_at, is_ours, pod_name
 from runnerd.kube.podstatus import Progress, StartFailed, StartWatch, terminal_outcome
+from runnerd.kube.probe import probe_cluster
 from runnerd.kube.recovery import left_pods, recover_pods
 from runnerd.kube.terminal import Relay, Splice, keep_attached, notice, read_log
 from runnerd.workload.debug_relay import relay_debug_stream
@@ -70,10 +70,6 @@ STOP_WAIT_S = 5.0
 # ABANDONED_KEEP_S, past the client's own per-call deadline).
 CREATE_GRACE_S = 2.0
 ABANDONED_KEEP_S = 120.0
-# A probe is a client's request: answered within this, whatever the apiserver does.
-PROBE_TIMEOUT_S = 5.0
-RBAC_REMEDY = ("grant the runner's identity the RBAC in the README (pods, pods/log,"
-               " pods/attach in the session namespace)")
 # After the container ends, how long the attach may take to deliver the rest.
 DRAIN_TIMEOUT_S = 2.0
 RESTARTED_LINE = notice("runnerd restarted and re-attached; output from while it was away"
@@ -123,40 +119,8 @@ class KubeBackend:
                                                           self.stopped_before))
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
-        """Ready, or unavailable with a remediation line; within PROBE_TIMEOUT_S
-        whatever the apiserver does (a client is waiting on it)."""
-        with trio.move_on_after(PROBE_TIMEOUT_S):
-            return await self._probe()
-        return unavailable(f"the Kubernetes API did not answer within {PROBE_TIMEOUT_S:g} s",
-                           "check that the apiserver is up and reachable from this host")
-
-    async def _probe(self) -> AvailabilityReport:
-        namespace = self._client.namespace
-        try:
-            await self._client.request(
-                "GET", self._client.pods_path(), operation="could not list the session pods",
-                retry=Retry.READ, params={"limit": "1"},
-            )
-            # A list in a missing namespace is an empty list: ask for the
-            # namespace itself. Reading it may be forbidden (the RBAC in the
-            # README does not need it): then it is taken to exist.
-            await self._client.request(
-                "GET", f"/api/v1/namespaces/{quote(namespace, safe='')}",
-                operation="could not read the session namespace", retry=Retry.READ)
-        except errors.Forbidden as exc:
-            if exc.operation == "could not read the session namespace":
-                return ready()
-            return unavailable(str(exc), RBAC_REMEDY)
-        except errors.NotFound:
-            return unavailable(f"the session namespace {namespace!r} does not exist",
-                               f"create it (kubectl create namespace {namespace}) or set"
-                               " kubernetes.namespace")
-        except errors.Unauthorized as exc:
-            return unavailable(str(exc), RBAC_REMEDY)
-        except errors.KubeError as exc:
-            return unavailable(str(exc), "check that the apiserver is up and that"
-                               " kubernetes.kubeconfig / context point at it")
-        return ready()
+        """Whether sessions could start now (`probe.probe_cluster`)."""
+        return await probe_cluster(self._client)
 
     async def run(
         self,
