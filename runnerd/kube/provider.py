@@ -31,6 +31,7 @@ from runnerd.kube.client import open_kube_client
 from runnerd.kube.informer import PodInformer
 from runnerd.kube.kubeconfig import KubeconfigError, load_connection
 from runnerd.kube.podspec import managed_by_selector
+from runnerd.kube.recovery import delete_stale
 
 NAME = "kubernetes"
 log = logging.getLogger(__name__)
@@ -173,12 +174,7 @@ async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
     left = [str(p["metadata"]["name"]) for p in informer.pods()
             if str(p["metadata"]["name"]) not in backend.live]
     for name in left:
-        try:
-            await backend.client.delete_pod(name, operation="could not delete a stale pod",
-                                            grace_period_s=0)
-        except errors.KubeError as exc:
-            log.warning("could not delete pod %s left by a previous run: %r", name,
-                        exc.__cause__ or exc)
+        await delete_stale(backend.client, name, "a pod left by a previous run")
     if left:
         log.warning("deleted %d session pods left by a previous run", len(left))
 
@@ -191,11 +187,5 @@ async def _sweep_abandoned(backend: KubeBackend, informer: PodInformer) -> None:
         await trio.sleep(ABANDONED_SWEEP_S)
         names = {str(p["metadata"]["name"]) for p in informer.pods()}
         for name in backend.take_landed(names, trio.current_time()):
-            try:
-                await backend.client.delete_pod(name, operation="could not delete a stale pod",
-                                                grace_period_s=0)
-            except errors.KubeError as exc:
-                log.warning("could not delete abandoned pod %s (retried): %r", name,
-                            exc.__cause__ or exc)
-            else:
+            if await delete_stale(backend.client, name, "a pod given up on; retried"):
                 backend.abandoned.pop(name, None)

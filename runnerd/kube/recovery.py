@@ -173,9 +173,15 @@ async def recover_pods(client: KubeClient, pods: list[LeftPod]) -> list[Recovere
 
 async def _delete(client: KubeClient, name: str) -> None:
     with trio.move_on_after(DELETE_WAIT_S):
-        try:
-            await client.delete_pod(name, operation="could not delete a pod left by a previous"
-                                    " run", grace_period_s=0)
-        except errors.KubeError as exc:
-            log.warning("could not delete pod %s left by a previous run: %r", name,
-                        exc.__cause__ or exc)
+        await delete_stale(client, name, "a pod left by a previous run")
+
+
+async def delete_stale(client: KubeClient, name: str, whose: str) -> bool:
+    """Delete a pod no session owns, at once (no grace); False, logged with
+    the apiserver's error, when that failed."""
+    try:
+        await client.delete_pod(name, operation=f"could not delete {whose}", grace_period_s=0)
+    except errors.KubeError as exc:
+        log.warning("could not delete pod %s (%s): %r", name, whose, exc.__cause__ or exc)
+        return False
+    return True
