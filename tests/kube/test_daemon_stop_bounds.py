@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from tests.e2e.contract_client import read_pty, wait_status, wait_terminal
@@ -124,36 +125,30 @@ async def test_a_start_that_times_out_on_a_refused_watch_names_the_refusal(
         await wait_no_pods(kubesim, TIMEOUT_S)
 
 
-async def test_output_neither_the_log_read_nor_a_late_attach_saw_is_shown(
-    kubesim: KubeSim, tmp_path: Path
+# The attach joins the container's streams 1 s after its upgrade: the log is
+# read (empty) at once and the container prints in between. Then it either
+# stays quiet (the attach sees only its end) or goes on writing once the
+# attach is in.
+LATE_ATTACH = {
+    "quiet-after": ("sleep 0.3\nprint printed in the gap\nsleep 1.5\n",
+                    b"printed in the gap\r\n"),
+    "writes-after": ("sleep 0.3\nprint in the gap\nsleep 1.2\nprint after the attach\nsleep 0.3\n",
+                     b"in the gap\r\nafter the attach\r\n"),
+}
+
+
+@pytest.mark.parametrize("script,expected", LATE_ATTACH.values(), ids=LATE_ATTACH.keys())
+async def test_output_written_before_a_late_attach_joins_is_shown_once_in_order(
+    kubesim: KubeSim, tmp_path: Path, script: str, expected: bytes
 ) -> None:
-    # The attach joins the container's streams 1 s after its upgrade: the log
-    # is read (empty) at once, the container prints in between, and the
-    # attach then sees only its quiet end.
     kubesim.faults.attach_lag_s = 1.0
     async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
-        script = "sleep 0.3\nprint printed in the gap\nsleep 1.5\n"
         session_id = await start_telo(client, script)
         assert await wait_terminal(client, session_id, timeout_s=TIMEOUT_S) == {
             "kind": "exited", "code": 0}
         async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
             replay = await read_pty(ws, timeout_s=TIMEOUT_S)
-        assert replay.output.count(b"printed in the gap") == 1
-
-
-async def test_output_between_the_log_read_and_a_late_attach_is_shown_in_order(
-    kubesim: KubeSim, tmp_path: Path
-) -> None:
-    # As above, but the container goes on writing once the attach is in.
-    kubesim.faults.attach_lag_s = 1.0
-    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
-        script = "sleep 0.3\nprint in the gap\nsleep 1.2\nprint after the attach\nsleep 0.3\n"
-        session_id = await start_telo(client, script)
-        assert await wait_terminal(client, session_id, timeout_s=TIMEOUT_S) == {
-            "kind": "exited", "code": 0}
-        async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
-            replay = await read_pty(ws, timeout_s=TIMEOUT_S)
-        assert replay.output == b"in the gap\r\nafter the attach\r\n"
+        assert replay.output == expected
 
 
 
