@@ -48,6 +48,8 @@ class Stats:
     watches_open: int = 0
     watches_total: int = 0
     connections_accepted: int = 0
+    # Connections reset at once while the server was down (`restart(down_s)`).
+    connections_refused: int = 0
     tls_handshakes: int = 0
     # Keep-alive connections the client closed while idle between requests.
     connections_closed_idle: int = 0

@@ -11,7 +11,9 @@ the `async with` cancels it, which closes the listener and every connection.
 from __future__ import annotations
 
 import base64
+import socket
 import ssl
+import struct
 import sys
 import traceback
 from collections.abc import AsyncIterator
@@ -145,10 +147,25 @@ class KubeSim:
         await self._nursery.start(self._serve)
 
     async def restart(self, down_s: float = 0.0, *, graceful: bool = False) -> None:
-        """`stop`, wait `down_s`, `start` on the same port."""
+        """`stop`, wait `down_s`, `start` on the same port. While down, the port
+        resets every connection at once (as a host whose apiserver process is
+        gone), each counted in `stats.connections_refused`: how hard clients
+        hammer a server that is down is measurable from here."""
         await self.stop(graceful=graceful)
-        await trio.sleep(down_s)
+        with trio.move_on_after(down_s):
+            await self._refuse()
         await self.start()
+
+    async def _refuse(self) -> None:
+        (listener,) = await trio.open_tcp_listeners(self.port, host=self.host)
+        async with listener:
+            while True:
+                tcp = await listener.accept()
+                self.stats.connections_refused += 1
+                # SO_LINGER 0: close with RST, as a refused connect feels to the client.
+                tcp.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                      struct.pack("ii", 1, 0))
+                tcp.socket.close()
 
     async def _serve(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
