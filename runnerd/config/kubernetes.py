@@ -53,7 +53,13 @@ def _self_url(t: Table) -> str:
     value = (t.optional_string("self_url") or "").rstrip("/")
     if value:
         url = urlsplit(value)
-        if url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:
+        try:
+            url.port  # noqa: B018 (raises on a port that is not one)
+            port_ok = True
+        except ValueError:
+            port_ok = False
+        if (url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment
+                or not port_ok or any(c.isspace() or ord(c) < 0x21 for c in value)):
             raise ConfigError(
                 t.key("self_url"),
                 f"must be an http(s) URL pods can reach (e.g. http://10.0.0.5:8063), got"

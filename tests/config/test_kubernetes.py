@@ -64,6 +64,10 @@ def test_every_key_is_read() -> None:
      "kubernetes.namespace: must be a namespace name (RFC 1123 label), got 'Bad_NS'"),
     ({"self_url": "10.0.0.5:8063"}, "kubernetes.self_url: must be an http(s) URL pods can"
      " reach (e.g. http://10.0.0.5:8063), got '10.0.0.5:8063'"),
+    ({"self_url": "http://a b:8063"}, "kubernetes.self_url: must be an http(s) URL pods can"
+     " reach (e.g. http://10.0.0.5:8063), got 'http://a b:8063'"),
+    ({"self_url": "http://10.0.0.5:80x"}, "kubernetes.self_url: must be an http(s) URL pods"
+     " can reach (e.g. http://10.0.0.5:8063), got 'http://10.0.0.5:80x'"),
     ({"bundle_listen": "unix:/run/b.sock"},
      "kubernetes.bundle_listen: must be tcp:HOST:PORT, got 'unix:/run/b.sock'"),
     ({"bundle_listen": "tcp:0.0.0.0"}, "kubernetes.bundle_listen: must be unix:/path,"
