@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterable
 from pathlib import Path
+
+from runnerd.atomic_file import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +54,7 @@ def save(state_dir: Path, names: Iterable[str]) -> None:
             path.unlink(missing_ok=True)
             return
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_name(FILE + ".tmp")
-        tmp.write_text(json.dumps(wanted))
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(wanted).encode())
     except OSError as exc:
         log.error("cannot write %s: %s; the next runnerd may adopt the pods %s instead of"
                   " deleting them", path, exc, ", ".join(wanted))

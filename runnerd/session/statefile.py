@@ -40,12 +40,12 @@ import binascii
 import contextlib
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runnerd.atomic_file import write_atomic
 from runnerd.contract import RunEvent
 from runnerd.session.registry import Resumed, SessionRecord
 
@@ -112,19 +112,6 @@ def decode(raw: bytes) -> Saved:
     return Saved(session_id, Resumed(event_floor, seq_floor, typed, decoded))
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, data)
-        # Pods outlive a host crash too: the marks must reach the disk before
-        # the ids they cover are sent.
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
 class StateDir:
     """`runner.state_dir`: one state file per session. See the module docstring."""
 
@@ -154,7 +141,7 @@ class StateDir:
         if path is None:
             return False
         try:
-            _write_atomic(path, encode(session_id, resumed))
+            write_atomic(path, encode(session_id, resumed))
         except OSError as exc:
             log.error("cannot write the session's state file %s: %s", path, exc,
                       extra={"session_id": session_id})

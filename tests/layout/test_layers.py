@@ -23,6 +23,7 @@ RANKS: dict[str, int] = {
     "json_checks": 0,
     "errors": 0,
     "metrics": 0,
+    "atomic_file": 0,
     "contract": 1,
     "backend": 2,
     "config": 3,
