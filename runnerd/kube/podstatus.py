@@ -31,10 +31,10 @@ from typing import Any
 
 from runnerd.backend import Exited, Failed
 from runnerd.contract import RunPhase
+from runnerd.kube.podspec import SESSION_CONTAINER
 
 Pod = Mapping[str, Any]
 
-SESSION_CONTAINER = "session"
 MAX_DETAIL_CHARS = 500
 POD_GONE = "the session pod was deleted outside runnerd"
 
@@ -99,6 +99,13 @@ def _state(container_status: Mapping[str, Any], which: str) -> Mapping[str, Any]
 
 def _container(pod: Pod, name: str) -> Mapping[str, Any] | None:
     return next((s for s in _statuses(pod, "containerStatuses") if s.get("name") == name), None)
+
+
+def is_running(pod: Pod, container: str = SESSION_CONTAINER) -> bool:
+    """The pod is Running and its `container` runs (not waiting, not ended)."""
+    cs = _container(pod, container)
+    return _status(pod).get("phase") == "Running" and cs is not None \
+        and _state(cs, "running") is not None
 
 
 def _condition(pod: Pod, kind: str) -> Mapping[str, Any] | None:
@@ -235,8 +242,7 @@ class StartWatch:
         outcome = terminal_outcome(pod, self._container)
         if outcome is not None or pod is None:
             return outcome if outcome is not None else Failed(POD_GONE)
-        cs = _container(pod, self._container)
-        if _status(pod).get("phase") == "Running" and cs and _state(cs, "running"):
+        if is_running(pod, self._container):
             ip = _status(pod).get("podIP")
             return PodRunning(ip if isinstance(ip, str) and ip else None)
         if (unschedulable := _unschedulable(pod)) is not None:

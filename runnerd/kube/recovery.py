@@ -40,7 +40,7 @@ from runnerd.kube.podspec import (
     parse_created_at,
     pod_name,
 )
-from runnerd.kube.podstatus import terminal_outcome
+from runnerd.kube.podstatus import is_running, terminal_outcome
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +92,7 @@ def _identity(pod: Mapping[str, Any]) -> SessionIdentity | str:
 def _limits(pod: Mapping[str, Any]) -> Limits | None:
     spec = pod.get("spec") or {}
     deadline = spec.get("activeDeadlineSeconds")
-    container = next((c for c in spec.get("containers") or []
-                      if isinstance(c, Mapping) and c.get("name") == SESSION_CONTAINER), None)
-    limits = ((container or {}).get("resources") or {}).get("limits") or {}
+    limits = (_session_container(pod).get("resources") or {}).get("limits") or {}
     values = [limits.get(k) for k in ("cpu", "memory", "ephemeral-storage")]
     if not (isinstance(deadline, int) and deadline > 0
             and all(isinstance(v, str) and v for v in values)):
@@ -109,11 +107,7 @@ def _status(pod: Mapping[str, Any]) -> tuple[RunStatus, bool]:
         return exited(outcome.code), True
     if outcome is not None:
         return failed(outcome.message), True
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    session = next((s for s in statuses if isinstance(s, Mapping)
-                    and s.get("name") == SESSION_CONTAINER), None)
-    if (pod.get("status") or {}).get("phase") == "Running" and session \
-            and isinstance((session.get("state") or {}).get("running"), Mapping):
+    if is_running(pod):
         return running(), False
     return failed(NEVER_STARTED), True
 
@@ -131,10 +125,15 @@ def read_left_pod(pod: Mapping[str, Any]) -> LeftPod:
 
 def _session_image(pod: Mapping[str, Any]) -> str | None:
     """The session container's image: what the client asked for."""
-    container = next((c for c in (pod.get("spec") or {}).get("containers") or []
-                      if isinstance(c, Mapping) and c.get("name") == SESSION_CONTAINER), None)
-    image = (container or {}).get("image")
+    image = _session_container(pod).get("image")
     return image if isinstance(image, str) and image else None
+
+
+def _session_container(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The session container's spec (empty when the pod has none)."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    return next((c for c in containers
+                 if isinstance(c, Mapping) and c.get("name") == SESSION_CONTAINER), {})
 
 
 STOPPED = "its session was stopped by the previous run, which could not delete it"
