@@ -8,7 +8,9 @@ accept, graceful stop) because what the issue needs is not configurable there:
   idle the longest (no request in flight) is closed to make room; when all
   are busy we stop calling `accept()`, and new clients wait in the kernel's
   listen backlog (4096) until a slot frees. Streams (SSE, WebSocket) hold a
-  slot like any connection and are never cut to make room.
+  slot like any connection and are never cut to make room; they may hold
+  only `stream_share(cap)` of the slots (`runnerd.http.streams`), so the
+  rest always serves plain requests.
 - **Running out of file descriptors** (`EMFILE`, `ENFILE`, ...) is logged once
   when it starts and once when it clears, with a count, not once per retry
   (`trio.serve_listeners` logs every 0.1 s, with a traceback).
@@ -59,6 +61,7 @@ from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
 from runnerd.contract import error_body
+from runnerd.http.streams import ListenerApp, ListenerStreams
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +207,8 @@ class _AcceptLoop:
         self.cap = cap
         self.slots = trio.Semaphore(cap)
         self.name = name
+        # Streams may hold only part of the cap (`runnerd.http.streams`).
+        self.streams = ListenerStreams(name, cap)
         self.failures = 0
         self.on_cap = on_cap
         self.warned_at: float | None = None
@@ -211,7 +216,9 @@ class _AcceptLoop:
         self.idle: dict[_Connection, None] = {}
 
     async def run(
-        self, nursery: trio.Nursery, make: Callable[[trio.SocketStream], _Connection]
+        self,
+        nursery: trio.Nursery,
+        make: Callable[[trio.SocketStream, ListenerStreams], _Connection],
     ) -> None:
         while True:
             if self.slots.value == 0:
@@ -231,7 +238,7 @@ class _AcceptLoop:
                 await trio.sleep(_CAPACITY_RETRY_S)
                 continue
             self._note_recovery()
-            nursery.start_soon(self._serve_one, make(stream))
+            nursery.start_soon(self._serve_one, make(stream, self.streams))
 
     def _set_idle(self, connection: _Connection, idle: bool) -> None:
         if idle:
@@ -312,10 +319,11 @@ async def serve_app(
         await lifespan.wait_for_startup()
         async with trio.open_nursery() as connections:
 
-            def make(stream: trio.SocketStream) -> _Connection:
+            def make(stream: trio.SocketStream, streams: ListenerStreams) -> _Connection:
                 # Each connection gets its own copy, as in hypercorn's worker_serve.
                 state = ConnectionState(lifespan_state.copy())
-                return _Connection(wrapped, config, context, state, stream)  # type: ignore[arg-type]
+                app = ListenerApp(wrapped, streams)
+                return _Connection(app, config, context, state, stream)  # type: ignore[arg-type]
 
             loops = [
                 _AcceptLoop(trio.SocketListener(trio.socket.from_stdlib_socket(sock)),
