@@ -126,6 +126,4 @@ def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float
         response.timeout = None
         return response
 
-    app.add_url_rule(
-        "/v1/sessions/<session_id>/events", view_func=session_events, methods=["GET"]
-    )
+    app.add_url_rule("/v1/sessions/<session_id>/events", view_func=session_events, methods=["GET"])
