@@ -859,7 +859,6 @@ def test_config_warns_about_any_origin_with_a_tcp_listener() -> None:
     assert server_warnings(unix_any) == [] and server_warnings(tcp_listed) == []
 
 
-
 def test_config_warns_about_a_socket_other_users_may_write() -> None:
     from runnerd.config.server import server_warnings
 

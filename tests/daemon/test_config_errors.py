@@ -84,7 +84,7 @@ async def test_a_non_utf8_config_file_exits_2_naming_the_file(
     bad.parent.mkdir(exist_ok=True)
     bad.write_bytes(bad.read_bytes() if bad.exists() else b"")
     with bad.open("ab") as f:
-        f.write(b'\n# caf\xe9\n')
+        f.write(b"\n# caf\xe9\n")
     result = await run_runnerd(command, "--config", str(config))
     assert result.returncode == 2
     assert bad.name in result.stderr.decode(errors="replace")

@@ -181,8 +181,10 @@ def test_reload_keeps_state_dir_and_says_it_needs_a_restart() -> None:
     def no_files(path: Path) -> str:
         raise FileNotFoundError(path)
 
-    data: dict[str, Any] = {"runner": {"default_image": "sh", "state_dir": "/srv/a"},
-                            "local": {"runtimes": {"sh": {"command": ["/bin/sh", "{entry}"]}}}}
+    data: dict[str, Any] = {
+        "runner": {"default_image": "sh", "state_dir": "/srv/a"},
+        "local": {"runtimes": {"sh": {"command": ["/bin/sh", "{entry}"]}}},
+    }
     old = parse_config(data, base_dir=Path("/etc/runnerd"), read_text=no_files)
     new = replace(old, runner=replace(old.runner, state_dir=Path("/srv/b"), max_sessions=3))
     reloaded = build_reloaded(old, new)

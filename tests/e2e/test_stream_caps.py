@@ -174,3 +174,31 @@ async def test_a_thousand_subscribers_under_a_low_nofile_leave_health_and_posts_
         assert 16 <= live < 1000 and b"503" in statuses
         refused = next(head for head in heads if head.startswith(b"HTTP/1.1 503"))
         assert _error_of(refused)["error"] == "too_many_streams"
+
+
+async def test_a_websocket_over_the_listeners_share_is_closed_4503_and_health_still_served(
+    tmp_path: Path,
+) -> None:
+    # Two connections: one for streams, one kept for everything else.
+    async with start_daemon(tmp_path, {"server": {"max_connections": 2}}) as daemon:
+        async with daemon.client() as client:
+            session_id = await start_session(client, "sleep 60")
+            document = (await client.get("/v1/openapi.json")).json()
+        stream, head = await _subscribe(daemon, session_id)
+        async with stream:
+            assert head.startswith(b"HTTP/1.1 200 OK"), head
+            async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
+                with pytest.raises(ConnectionClosed) as closed:
+                    await ws.get_message()
+            async with daemon.client() as probe:
+                with trio.fail_after(ANSWER_WITHIN_S):
+                    health = await probe.get("/v1/health")
+    reason = closed.value.reason
+    assert reason is not None and reason.code == 4503, reason
+    assert "server.max_connections" in (reason.reason or "")
+    assert health.status_code == 200
+    events = document["paths"]["/v1/sessions/{id}/events"]["get"]["responses"]
+    assert "too_many_subscribers" in events["429"]["description"]
+    assert "too_many_streams" in events["503"]["description"]
+    io = document["paths"]["/v1/sessions/{id}/io"]["get"]["summary"]
+    assert "4429 too_many_subscribers" in io and "4503 too_many_streams" in io
