@@ -216,9 +216,7 @@ class _AcceptLoop:
         self.idle: dict[_Connection, None] = {}
 
     async def run(
-        self,
-        nursery: trio.Nursery,
-        make: Callable[[trio.SocketStream, ListenerStreams], _Connection],
+        self, nursery: trio.Nursery, make: Callable[[trio.SocketStream], _Connection]
     ) -> None:
         while True:
             if self.slots.value == 0:
@@ -238,7 +236,7 @@ class _AcceptLoop:
                 await trio.sleep(_CAPACITY_RETRY_S)
                 continue
             self._note_recovery()
-            nursery.start_soon(self._serve_one, make(stream, self.streams))
+            nursery.start_soon(self._serve_one, make(stream))
 
     def _set_idle(self, connection: _Connection, idle: bool) -> None:
         if idle:
@@ -289,6 +287,17 @@ class _AcceptLoop:
             self.failures = 0
 
 
+def _connection_factory(
+    app: Any, config: HypercornConfig, context: WorkerContext, lifespan_state: LifespanState
+) -> Callable[[trio.SocketStream], _Connection]:
+    def make(stream: trio.SocketStream) -> _Connection:
+        # Each connection gets its own copy, as in hypercorn's worker_serve.
+        state = ConnectionState(lifespan_state.copy())
+        return _Connection(app, config, context, state, stream)  # type: ignore[arg-type]
+
+    return make
+
+
 def listener_name(sock: socket.socket) -> str:
     return repr_socket_addr(sock.family, sock.getsockname())
 
@@ -318,13 +327,6 @@ async def serve_app(
         await lifespan_nursery.start(lifespan.handle_lifespan)
         await lifespan.wait_for_startup()
         async with trio.open_nursery() as connections:
-
-            def make(stream: trio.SocketStream, streams: ListenerStreams) -> _Connection:
-                # Each connection gets its own copy, as in hypercorn's worker_serve.
-                state = ConnectionState(lifespan_state.copy())
-                app = ListenerApp(wrapped, streams)
-                return _Connection(app, config, context, state, stream)  # type: ignore[arg-type]
-
             loops = [
                 _AcceptLoop(trio.SocketListener(trio.socket.from_stdlib_socket(sock)),
                             max_connections, listener_name(sock), on_cap)
@@ -333,6 +335,9 @@ async def serve_app(
             try:
                 async with trio.open_nursery() as accepting:
                     for loop in loops:
+                        # Each request on a listener gets a slot on its streams.
+                        app = ListenerApp(wrapped, loop.streams)
+                        make = _connection_factory(app, config, context, lifespan_state)
                         accepting.start_soon(loop.run, connections, make)
                     task_status.started([loop.name for loop in loops])
                     await shutdown_trigger()

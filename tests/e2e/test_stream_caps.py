@@ -18,6 +18,7 @@ import contextlib
 import json
 import re
 import resource
+import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -202,3 +203,23 @@ async def test_a_websocket_over_the_listeners_share_is_closed_4503_and_health_st
     assert "too_many_streams" in events["503"]["description"]
     io = document["paths"]["/v1/sessions/{id}/io"]["get"]["summary"]
     assert "4429 too_many_subscribers" in io and "4503 too_many_streams" in io
+
+
+async def test_the_subscriber_cap_is_read_per_request_so_a_reload_changes_it(
+    tmp_path: Path,
+) -> None:
+    async with start_daemon(tmp_path, {"runner": {"max_subscribers_per_session": 1}}) as daemon:
+        async with daemon.client() as client:
+            session_id = await start_session(client, "sleep 60")
+        first, head = await _subscribe(daemon, session_id)
+        async with first:
+            assert head.startswith(b"HTTP/1.1 200 OK"), head
+            second, refused = await _subscribe(daemon, session_id)
+            await second.aclose()
+            daemon.write_config({"runner": {"max_subscribers_per_session": 2}})
+            daemon.send_signal(signal.SIGHUP)
+            await daemon.wait_for_stderr("config reloaded")
+            third, admitted = await _subscribe(daemon, session_id)
+            await third.aclose()
+    assert refused.startswith(b"HTTP/1.1 429") and _error_of(refused)["limit"] == 1
+    assert admitted.startswith(b"HTTP/1.1 200 OK"), admitted
