@@ -175,6 +175,8 @@ class RunnerConfig:
     allowed_images: tuple[str, ...] | None = None
     registry_url: str | None = None
     max_sessions: int = 32
+    # Live SSE + WebSocket subscribers one session may have at once.
+    max_subscribers_per_session: int = 64
     exit_ttl_s: float = 4 * 3600.0
     replay_buffer_bytes: int = 5_000_000
     # Where runnerd keeps what a successor daemon needs to continue a session

@@ -46,7 +46,8 @@ _ROOT_KEYS = (
 )  # fmt: skip
 _RUNNER_KEYS = (
     "backend", "display_name", "description", "default_image", "allowed_images",
-    "registry_url", "max_sessions", "exit_ttl_seconds", "replay_buffer_bytes", "state_dir",
+    "registry_url", "max_sessions", "max_subscribers_per_session", "exit_ttl_seconds",
+    "replay_buffer_bytes", "state_dir",
 )  # fmt: skip
 _TIER_KEYS = ("cpu", "memory", "ephemeral_storage", "ttl_seconds")
 _APP_KEYS = ("image", "pull_policy", "title", "description", "env")
@@ -110,6 +111,9 @@ def _parse_runner(t: Table, base_dir: Path) -> RunnerConfig:
         allowed_images=allowed or None,  # [] is "not configured"
         registry_url=t.optional_string("registry_url"),
         max_sessions=t.positive_int("max_sessions", d.max_sessions),
+        max_subscribers_per_session=t.positive_int(
+            "max_subscribers_per_session", d.max_subscribers_per_session
+        ),
         exit_ttl_s=t.seconds("exit_ttl_seconds", d.exit_ttl_s),
         replay_buffer_bytes=t.positive_int("replay_buffer_bytes", d.replay_buffer_bytes),
         state_dir=Path(os.path.normpath(base_dir / t.string("state_dir", str(d.state_dir)))),

@@ -51,6 +51,7 @@ def _render_head(config: Config, offered: Offered) -> list[str]:
         "backend": r.backend, "display_name": r.display_name, "description": r.description,
         "default_image": r.default_image, "allowed_images": r.allowed_images,
         "registry_url": r.registry_url, "max_sessions": r.max_sessions,
+        "max_subscribers_per_session": r.max_subscribers_per_session,
         "exit_ttl_seconds": r.exit_ttl_s, "replay_buffer_bytes": r.replay_buffer_bytes,
         "state_dir": r.state_dir,
     })  # fmt: skip

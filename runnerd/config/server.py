@@ -10,6 +10,10 @@ Owns `parse_server` (called by `runnerd.config.parse.parse_config`) and
 - `cors_origins = "*"` with a TCP listener lets every web page the user
   visits call the API through a preflighted request: legal (a developer may
   want it for a moment), but warned about.
+- A `socket_mode` that lets other users write a UNIX listener's socket
+  (`o+w`: connecting needs write permission) lets every local account run
+  code as runnerd's user: legal (a single-user dev box), but warned about.
+  Group write is the intended access path (the `runnerd` group), not a risk.
 """
 
 from __future__ import annotations
@@ -164,5 +168,12 @@ def server_warnings(server: ServerConfig) -> list[str]:
         warnings.append(
             'server.cors_origins: "*" with a TCP listener lets every web page you visit '
             "call the API (and so run code on this host); list the editor origins you use"
+        )
+    has_unix = any(entry.startswith("unix:") for entry in server.listen)
+    if server.socket_mode & 0o002 and has_unix:
+        warnings.append(
+            f'server.socket_mode: "{server.socket_mode:04o}" lets every local user connect '
+            "to the API socket (and so run code on this host as runnerd's user); use "
+            '"0660" and add the users who may start sessions to the socket\'s group'
         )
     return warnings

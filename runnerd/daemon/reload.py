@@ -5,7 +5,10 @@ origins, allowed hosts, log level and registry sizing (capacity, exit TTL,
 replay size) take effect; what is bound at start (listeners, socket mode,
 body limit, metrics, the backend and its own settings, as its provider's
 `keep_bound` says) is kept and a change there is logged as needing a
-restart. A bad file keeps the old config and logs why at ERROR.
+restart. A bad file keeps the old config and logs why at ERROR. The
+config now in effect is warned about as at start-up (`server_warnings`): a
+reload that opens the API to every web page (`cors_origins = "*"` with a TCP
+listener) says so.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import trio
 
 from runnerd.backends import check_config, provider_for
 from runnerd.config import Config, ConfigError, ServerConfig, load_config
+from runnerd.config.server import server_warnings
 from runnerd.daemon.logs import set_log_level
 from runnerd.daemon.systemd import sd_notify
 from runnerd.http.state import AppState
@@ -112,6 +116,10 @@ def _apply_reloaded(state: AppState, old: Config, new: Config, reloaded: Config)
         exit_ttl_s=new.runner.exit_ttl_s,
         replay_buffer_bytes=new.runner.replay_buffer_bytes,
     )
+    # What start-up warns about, for the config now in effect (its listeners
+    # and socket mode are the running ones, its CORS origins the new ones).
+    for warning in server_warnings(reloaded.server):
+        log.warning("config: %s", warning)
     ignored = restart_only_changes(old, new)
     if ignored:
         log.warning("reload: some changes need a restart", extra={"keys": ",".join(ignored)})

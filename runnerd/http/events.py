@@ -5,7 +5,9 @@ Owns the SSE framing and the replay-then-live loop. Each event is one frame
 first gets a `gap` frame with no id; a `: heartbeat` comment keeps idle
 proxies from cutting the stream. The stream ends right after it delivers a
 terminal status (at once when the session was already terminal and nothing
-is left to replay) and at once when the daemon shuts down.
+is left to replay) and at once when the daemon shuts down. Each stream holds
+a subscriber slot (`runnerd.http.streams`): over the session's or the
+listener's bound the request is refused 429 / 503 instead.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from runnerd.contract import RunEvent, is_terminal
+from runnerd.http.streams import released_at_end, stream_slot
 from runnerd.http.waiting import Wake, wait_for_change
 from runnerd.metrics import Metrics
 
@@ -113,13 +116,14 @@ def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float
         # The header wins over the query (a reconnecting EventSource sends it).
         raw = request.headers.get("last-event-id")
         cursor = parse_cursor(raw if raw is not None else request.args.get("lastEventId"))
-        frames = stream_events(session, cursor, state.closing, heartbeat_s)
+        # Last before the answer: nothing below may fail and leave it claimed.
+        slot = stream_slot(request.scope)
+        slot.claim(state.subscribers, session.id, state.config.runner.max_subscribers_per_session)
+        frames = released_at_end(stream_events(session, cursor, state.closing, heartbeat_s), slot)
         body = counted_sse(frames, state.metrics) if state.metrics.enabled else frames
         response = Response(body, 200, SSE_HEADERS)
         # The default RESPONSE_TIMEOUT (60 s) would cut a live stream.
         response.timeout = None
         return response
 
-    app.add_url_rule(
-        "/v1/sessions/<session_id>/events", view_func=session_events, methods=["GET"]
-    )
+    app.add_url_rule("/v1/sessions/<session_id>/events", view_func=session_events, methods=["GET"])

@@ -1,7 +1,9 @@
 """`GET /v1/sessions/{id}/io`: the WebSocket PTY channel.
 
 Owns the channel's protocol: the origin check (close 4403), unknown session
-(4404), nothing to replay on a terminal session (4410), the `seq` and `gap`
+(4404), nothing to replay on a terminal session (4410), too many subscribers
+on the session (4429) or streams on the listener (4503; both
+`runnerd.http.streams`), the `seq` and `gap`
 text frames, output as binary frames of a 4-byte big-endian seq plus the
 payload, client binary frames as stdin, client `resize` text frames, and the
 final `1000 "session terminal"` close, with a closing handshake that
@@ -25,6 +27,7 @@ from runnerd.contract import is_terminal
 from runnerd.errors import RunnerdError
 from runnerd.http.events import parse_cursor
 from runnerd.http.guard import edge_refusal, server_address
+from runnerd.http.streams import stream_slot
 from runnerd.http.waiting import Wake, wait_for_change
 from runnerd.metrics import Metrics
 
@@ -136,6 +139,19 @@ async def _send_output(
     return False
 
 
+async def _stream(session: Session, last_seq: int, state: AppState) -> bool:
+    """Accept, then run the sender and the receiver until the sender ends;
+    its answer (True: the session is terminal and everything was sent)."""
+    await websocket.accept()
+    await websocket.send(json.dumps({"type": "seq", "seq": last_seq}, separators=(",", ":")))
+    with state.metrics.subscriber("websocket"):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_receive_input, session)
+            terminal = await _send_output(session, last_seq, state.closing, state.metrics)
+            nursery.cancel_scope.cancel()
+    return terminal
+
+
 def register_io_route(app: QuartTrio, state: AppState) -> None:
     async def session_io(session_id: str) -> None:
         refusal = edge_refusal(
@@ -159,13 +175,19 @@ def register_io_route(app: QuartTrio, state: AppState) -> None:
             await websocket.accept()
             await _close(4410, "session terminal and nothing buffered after lastSeq")
             return
-        await websocket.accept()
-        await websocket.send(json.dumps({"type": "seq", "seq": last_seq}, separators=(",", ":")))
-        with state.metrics.subscriber("websocket"):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_receive_input, session)
-                terminal = await _send_output(session, last_seq, state.closing, state.metrics)
-                nursery.cancel_scope.cancel()
+        slot = stream_slot(websocket.scope)
+        try:
+            slot.claim(
+                state.subscribers, session.id, state.config.runner.max_subscribers_per_session
+            )
+        except RunnerdError as exc:  # 4429 too many subscribers, 4503 listener full
+            await websocket.accept()
+            await _close(4000 + exc.status_hint, exc.message)
+            return
+        try:
+            terminal = await _stream(session, last_seq, state)
+        finally:
+            slot.release()
         if terminal:
             await _close(1000, "session terminal")
         else:

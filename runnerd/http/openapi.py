@@ -174,7 +174,7 @@ def _runner_paths() -> dict[str, Any]:
             "responses": {"200": {
                 "description": "OpenAPI 3.1",
                 "content": {"application/json": {"schema": {"type": "object"}}}}}}},
-    }
+    }  # fmt: skip
 
 
 def _start_paths() -> dict[str, Any]:
@@ -191,7 +191,7 @@ def _start_paths() -> dict[str, Any]:
                            _TERMS_HEADER],
             "requestBody": _body("StartAppSessionRequest"),
             "responses": {"201": created, "404": _error("unknown_app"), **_START_ERRORS}}},
-    }
+    }  # fmt: skip
 
 
 def _session_paths() -> dict[str, Any]:
@@ -214,18 +214,26 @@ def _session_paths() -> dict[str, Any]:
                 "description": "frames `id: n`, `event: <type>`, `data: <RunEvent JSON>`; "
                                "`event: gap` when the buffer lost events; `: heartbeat`",
                 "content": {"text/event-stream": {"schema": _ref("RunEvent")}}},
-                "404": _error("not_found")}}},
+                "404": _error("not_found"),
+                "429": _error("too_many_subscribers: the session has "
+                              "runner.max_subscribers_per_session live SSE + WebSocket "
+                              "subscribers; the body's `limit` says how many"),
+                "503": _error("too_many_streams: streams hold their share of this listener "
+                              "(all but an eighth of server.max_connections, kept for other "
+                              "requests); retry after `Retry-After` seconds")}}},
         "/v1/sessions/{id}/io": {"get": {
             "summary": "WebSocket PTY channel (upgrade). Server → client binary frames are a "
                        "4-byte big-endian seq then output bytes; client binary frames are "
                        "stdin; text `{type: resize, cols, rows}` resizes. Close codes: 4403 "
                        "forbidden_origin, 4404 unknown session, 4410 nothing to replay, "
-                       "1000 session terminal.",
+                       "4429 too_many_subscribers on the session, 4503 too_many_streams on "
+                       "the listener (both after the upgrade, as the events route's 429 "
+                       "and 503), 1000 session terminal.",
             "parameters": [
                 _SESSION_ID,
                 {"name": "lastSeq", "in": "query", "required": False, "schema": cursor}],
             "responses": {"101": {"description": "switching protocols"}}}},
-    }
+    }  # fmt: skip
 
 
 def _with_extensions(paths: dict[str, Any]) -> dict[str, Any]:
@@ -247,15 +255,15 @@ def _with_extensions(paths: dict[str, Any]) -> dict[str, Any]:
             lastEventId={"type": "integer", "description": "id of the newest event"},
             lastOutputSeq={"type": "integer", "description": "seq of the newest PTY chunk"},
         )},
-    )
+    )  # fmt: skip
     listed = _json(session_list, "every registered session, live and retained, oldest first")
     listed["headers"] = {"x-runnerd-max-body-bytes": {
         "description": "the daemon's request body limit (a larger bundle gets 413)",
-        "schema": {"type": "integer"}}}
+        "schema": {"type": "integer"}}}  # fmt: skip
     paths["/v1/sessions"]["get"] = {
         "summary": "List sessions (runnerd extension to the /v1 contract; never env)",
         "x-runnerd-extension": True,
-        "responses": {"200": listed}}
+        "responses": {"200": listed}}  # fmt: skip
     return paths
 
 
@@ -270,4 +278,4 @@ def build_openapi(version: str) -> dict[str, Any]:
                  "description": "The Telo runner /v1 contract served by runnerd."},
         "paths": _with_extensions({**_runner_paths(), **_start_paths(), **_session_paths()}),
         "components": {"schemas": {**request_schemas, **_RESPONSE_SCHEMAS}},
-    }
+    }  # fmt: skip

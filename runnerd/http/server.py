@@ -8,7 +8,9 @@ accept, graceful stop) because what the issue needs is not configurable there:
   idle the longest (no request in flight) is closed to make room; when all
   are busy we stop calling `accept()`, and new clients wait in the kernel's
   listen backlog (4096) until a slot frees. Streams (SSE, WebSocket) hold a
-  slot like any connection and are never cut to make room.
+  slot like any connection and are never cut to make room; they may hold
+  only `stream_share(cap)` of the slots (`runnerd.http.streams`), so the
+  rest always serves plain requests.
 - **Running out of file descriptors** (`EMFILE`, `ENFILE`, ...) is logged once
   when it starts and once when it clears, with a count, not once per retry
   (`trio.serve_listeners` logs every 0.1 s, with a traceback).
@@ -59,6 +61,7 @@ from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
 from runnerd.contract import error_body
+from runnerd.http.streams import ListenerApp, ListenerStreams
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +207,8 @@ class _AcceptLoop:
         self.cap = cap
         self.slots = trio.Semaphore(cap)
         self.name = name
+        # Streams may hold only part of the cap (`runnerd.http.streams`).
+        self.streams = ListenerStreams(name, cap)
         self.failures = 0
         self.on_cap = on_cap
         self.warned_at: float | None = None
@@ -282,6 +287,17 @@ class _AcceptLoop:
             self.failures = 0
 
 
+def _connection_factory(
+    app: Any, config: HypercornConfig, context: WorkerContext, lifespan_state: LifespanState
+) -> Callable[[trio.SocketStream], _Connection]:
+    def make(stream: trio.SocketStream) -> _Connection:
+        # Each connection gets its own copy, as in hypercorn's worker_serve.
+        state = ConnectionState(lifespan_state.copy())
+        return _Connection(app, config, context, state, stream)  # type: ignore[arg-type]
+
+    return make
+
+
 def listener_name(sock: socket.socket) -> str:
     return repr_socket_addr(sock.family, sock.getsockname())
 
@@ -311,12 +327,6 @@ async def serve_app(
         await lifespan_nursery.start(lifespan.handle_lifespan)
         await lifespan.wait_for_startup()
         async with trio.open_nursery() as connections:
-
-            def make(stream: trio.SocketStream) -> _Connection:
-                # Each connection gets its own copy, as in hypercorn's worker_serve.
-                state = ConnectionState(lifespan_state.copy())
-                return _Connection(wrapped, config, context, state, stream)  # type: ignore[arg-type]
-
             loops = [
                 _AcceptLoop(trio.SocketListener(trio.socket.from_stdlib_socket(sock)),
                             max_connections, listener_name(sock), on_cap)
@@ -325,6 +335,9 @@ async def serve_app(
             try:
                 async with trio.open_nursery() as accepting:
                     for loop in loops:
+                        # Each request on a listener gets a slot on its streams.
+                        app = ListenerApp(wrapped, loop.streams)
+                        make = _connection_factory(app, config, context, lifespan_state)
                         accepting.start_soon(loop.run, connections, make)
                     task_status.started([loop.name for loop in loops])
                     await shutdown_trigger()

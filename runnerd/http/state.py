@@ -15,6 +15,7 @@ import trio
 from runnerd.backend import Backend
 from runnerd.config import Config
 from runnerd.config.images import Offered
+from runnerd.http.streams import SubscriberCounts
 from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.session.manager import SessionManager
 
@@ -27,6 +28,8 @@ class AppState:
     version: str
     closing: trio.Event
     metrics: Metrics = field(default=NULL_METRICS)
+    # Live SSE + WebSocket subscribers per session (`runnerd.http.streams`).
+    subscribers: SubscriberCounts = field(default_factory=SubscriberCounts)
     # The backend's images for the allowlist, from the current config
     # (`runnerd.backends.Provider.offered_images`); none by default.
     offered_images: Callable[[Config], Offered] = field(default=lambda config: None)

@@ -837,6 +837,15 @@ def test_config_connection_bounds_are_positive() -> None:
     assert server.idle_timeout_s == 0.5 and server.max_connections == 7
 
 
+def test_config_subscribers_per_session_default_to_64_and_must_be_positive() -> None:
+    assert parse(minimal()).runner.max_subscribers_per_session == 64
+    runner = parse(minimal(runner={"max_subscribers_per_session": 2})).runner
+    assert runner.max_subscribers_per_session == 2
+    for bad in (0, "x", True):
+        message = error_of(minimal(runner={"max_subscribers_per_session": bad}))
+        assert message.startswith("runner.max_subscribers_per_session: must be a positive")
+
+
 def test_config_warns_about_any_origin_with_a_tcp_listener() -> None:
     from runnerd.config.server import server_warnings
 
@@ -849,3 +858,15 @@ def test_config_warns_about_any_origin_with_a_tcp_listener() -> None:
     ).server
     assert server_warnings(unix_any) == [] and server_warnings(tcp_listed) == []
 
+
+def test_config_warns_about_a_socket_other_users_may_write() -> None:
+    from runnerd.config.server import server_warnings
+
+    for mode in ("0777", "0666", "0662"):
+        (warning,) = server_warnings(parse(minimal(server={"socket_mode": mode})).server)
+        assert warning.startswith(f'server.socket_mode: "{mode}" lets every local user')
+    # Group write is the intended access (the runnerd group); no unix
+    # listener, no socket for the mode to apply to.
+    assert server_warnings(parse(minimal(server={"socket_mode": "0770"})).server) == []
+    tcp_only = minimal(server={"socket_mode": "0777", "listen": ["tcp:127.0.0.1:0"]})
+    assert server_warnings(parse(tcp_only).server) == []

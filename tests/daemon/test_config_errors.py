@@ -84,7 +84,7 @@ async def test_a_non_utf8_config_file_exits_2_naming_the_file(
     bad.parent.mkdir(exist_ok=True)
     bad.write_bytes(bad.read_bytes() if bad.exists() else b"")
     with bad.open("ab") as f:
-        f.write(b'\n# caf\xe9\n')
+        f.write(b"\n# caf\xe9\n")
     result = await run_runnerd(command, "--config", str(config))
     assert result.returncode == 2
     assert bad.name in result.stderr.decode(errors="replace")
@@ -134,3 +134,24 @@ async def test_check_config_refuses_a_remote_tcp_bind_and_warns_on_any_origin(
     warned = await run_runnerd("check-config", "--config", str(config))
     assert warned.returncode == 0, warned.stderr.decode()
     assert "warning: server.cors_origins" in warned.stderr.decode()
+
+
+async def test_a_world_writable_socket_mode_is_warned_about_by_check_config_and_serve(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "runnerd.toml"
+    world = {"server": {"socket_mode": "0777"}}
+    config.write_text(dump_toml(build_config(tmp_path, tmp_path / "runnerd.sock", world)))
+    checked = await run_runnerd("check-config", "--config", str(config))
+    assert checked.returncode == 0, checked.stderr.decode()
+    (warning,) = checked.stderr.decode().splitlines()
+    assert warning.startswith('runnerd: warning: server.socket_mode: "0777" lets every local')
+    async with start_daemon(tmp_path, world) as daemon:
+        mode = daemon.socket_path.stat().st_mode & 0o777
+        logged = [line for line in daemon.stderr_text().splitlines() if "socket_mode" in line]
+    assert mode == 0o777  # what the warning is about: anyone may connect
+    assert len(logged) == 1 and "WARNING" in logged[0] and '"0660"' in logged[0], logged
+    group = {"server": {"socket_mode": "0660"}}  # group write is the intended access
+    config.write_text(dump_toml(build_config(tmp_path, tmp_path / "runnerd.sock", group)))
+    quiet = await run_runnerd("check-config", "--config", str(config))
+    assert b"socket_mode" not in quiet.stderr

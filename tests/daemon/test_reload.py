@@ -181,10 +181,27 @@ def test_reload_keeps_state_dir_and_says_it_needs_a_restart() -> None:
     def no_files(path: Path) -> str:
         raise FileNotFoundError(path)
 
-    data: dict[str, Any] = {"runner": {"default_image": "sh", "state_dir": "/srv/a"},
-                            "local": {"runtimes": {"sh": {"command": ["/bin/sh", "{entry}"]}}}}
+    data: dict[str, Any] = {
+        "runner": {"default_image": "sh", "state_dir": "/srv/a"},
+        "local": {"runtimes": {"sh": {"command": ["/bin/sh", "{entry}"]}}},
+    }
     old = parse_config(data, base_dir=Path("/etc/runnerd"), read_text=no_files)
     new = replace(old, runner=replace(old.runner, state_dir=Path("/srv/b"), max_sessions=3))
     reloaded = build_reloaded(old, new)
     assert reloaded.runner.state_dir == Path("/srv/a") and reloaded.runner.max_sessions == 3
     assert restart_only_changes(old, new) == ["runner.state_dir"]
+
+
+async def test_a_reload_to_any_origin_with_a_tcp_listener_warns_as_start_up_does(
+    tmp_path: Path,
+) -> None:
+    async with tcp_daemon(tmp_path) as (daemon, _):
+        assert "server.cors_origins" not in daemon.stderr_text()
+        listen = [f"unix:{daemon.socket_path}", "tcp:127.0.0.1:0"]
+        daemon.write_config({"server": {"listen": listen, "cors_origins": "*"}})
+        daemon.send_signal(signal.SIGHUP)
+        await daemon.wait_for_stderr("config reloaded")
+        log = daemon.stderr_text()
+    (warning,) = [line for line in log.splitlines() if "server.cors_origins" in line]
+    assert "WARNING" in warning and "every web page you visit" in warning, warning
+    assert log.index(warning) < log.index("config reloaded")

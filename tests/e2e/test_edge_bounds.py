@@ -129,17 +129,25 @@ async def test_the_connection_cap_queues_new_clients_until_a_slot_frees(
         session_id = await start_session(client, "sleep 30")
         await client.aclose()  # its keep-alive connection would hold a slot
         async with contextlib.AsyncExitStack() as streams:
-            first = None
-            for _ in range(2):  # two live SSE streams fill the cap
-                stream = await streams.enter_async_context(
-                    await trio.open_unix_socket(str(daemon.socket_path))
-                )
-                first = first or stream
-                await stream.send_all(
-                    f"GET /v1/sessions/{session_id}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode()
-                )
-                with trio.fail_after(5):
-                    assert (await stream.receive_some(65536)).startswith(b"HTTP/1.1 200 OK")
+            # A live SSE stream (streams may hold only one of the two slots)
+            # and a request whose body never comes fill the cap.
+            first = await streams.enter_async_context(
+                await trio.open_unix_socket(str(daemon.socket_path))
+            )
+            await first.send_all(
+                f"GET /v1/sessions/{session_id}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            )
+            with trio.fail_after(5):
+                assert (await first.receive_some(65536)).startswith(b"HTTP/1.1 200 OK")
+            slow = await streams.enter_async_context(
+                await trio.open_unix_socket(str(daemon.socket_path))
+            )
+            await slow.send_all(
+                b"POST /v1/probe HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                b"content-length: 100\r\nexpect: 100-continue\r\n\r\n{"
+            )
+            with trio.fail_after(5):  # the head is read: the connection is busy
+                assert (await slow.receive_some(65536)).startswith(b"HTTP/1.1 100")
             async with daemon.client() as third:
                 queued = None
                 with trio.move_on_after(0.5):
