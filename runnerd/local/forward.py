@@ -14,7 +14,7 @@ workload listens, not merely because the host-side listener accepts. The
 debug relay and the editor use the published inspect port like any client.
 
 Resource handling: `open_session_network` owns the socket pair and the
-outbound stack (`runnerd.local.network.run_outbound`); `publish` owns its
+outbound stack (`runnerd.local.network.open_outbound`); `publish` owns its
 listener and every connection it spliced, all closed when it is cancelled.
 """
 
@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 
 import trio
 
-from runnerd.local.network import NetworkPlan, run_outbound
+from runnerd.local.network import NetworkPlan, open_outbound
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +42,9 @@ _FD_SPACE = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
 class SessionNetwork:
     """One session's namespace as the daemon reaches it (see the module)."""
 
-    def __init__(self, plan: NetworkPlan, nursery: trio.Nursery, label: str) -> None:
+    def __init__(self, plan: NetworkPlan, stack: contextlib.AsyncExitStack, label: str) -> None:
         self._plan = plan
-        self._nursery = nursery
+        self._stack = stack  # holds the outbound stack, once attached
         self._label = label
         ours, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock = trio.socket.from_stdlib_socket(ours)
@@ -64,7 +64,7 @@ class SessionNetwork:
         """
         self._theirs.close()
         if self._plan.outbound is not None:
-            await self._nursery.start(_run_outbound, self._plan, pid, self._label)
+            await self._stack.enter_async_context(open_outbound(self._plan, pid))
         await self._sock.send(b"g")
 
     async def new_socket(self) -> trio.socket.SocketType:
@@ -142,12 +142,6 @@ class SessionNetwork:
         self._sock.close()
 
 
-async def _run_outbound(
-    plan: NetworkPlan, pid: int, label: str, *, task_status: trio.TaskStatus[None]
-) -> None:
-    await run_outbound(plan, pid, label=label, task_status=task_status)
-
-
 def _reset(stream: trio.SocketStream) -> None:
     with contextlib.suppress(OSError):
         stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -168,11 +162,9 @@ async def _pump(src: trio.SocketStream, dst: trio.SocketStream, both: trio.Cance
 async def open_session_network(plan: NetworkPlan, label: str = "") -> AsyncIterator[SessionNetwork]:
     """The daemon's side of a new session's namespace (see `SessionNetwork`),
     for the session's lifetime: on exit the outbound stack is stopped and
-    the socket pair closed (which ends `nsinit`'s serving)."""
-    async with trio.open_nursery() as nursery:
-        net = SessionNetwork(plan, nursery, label)
-        try:
-            yield net
-        finally:
-            nursery.cancel_scope.cancel()
-            net.close()
+    the socket pair closed (which ends `nsinit`'s serving). No nursery: what
+    the body raises (a `StartError`) comes out as itself."""
+    async with contextlib.AsyncExitStack() as stack:
+        net = SessionNetwork(plan, stack, label)
+        stack.callback(net.close)
+        yield net

@@ -31,12 +31,15 @@ nothing here keeps state.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import errno
 import logging
 import os
 import select
 import shutil
 import subprocess
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
 import trio
@@ -218,22 +221,17 @@ def slirp_argv(
     return [*argv, str(pid), TAP]
 
 
-async def run_outbound(
-    plan: NetworkPlan,
-    pid: int,
-    *,
-    label: str = "",
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Attach slirp4netns to the namespace of `pid` and keep it until
-    cancelled. Started once the namespace has its interface and route.
+@contextlib.asynccontextmanager
+async def open_outbound(plan: NetworkPlan, pid: int) -> AsyncIterator[None]:
+    """Attach slirp4netns to the namespace of `pid`; entered once the
+    namespace has its interface and route, held until exit.
 
     Resource handling: slirp4netns exits when its exit fd (ours) closes, so
-    a daemon killed outright takes it along; on cancel the fd is closed and
+    a daemon killed outright takes it along; on exit the fd is closed and
     the process reaped (killed if it lingers).
 
     Raises:
-        OSError: it could not be started, or exited before it was ready.
+        OSError: it could not be started, or did not bring the network up.
     """
     assert plan.outbound is not None
     ready_r, ready_w = os.pipe()
@@ -254,24 +252,20 @@ async def run_outbound(
     finally:
         os.close(ready_w)
         os.close(exit_r)
-    ready = False
     try:
+        ready = False
         with trio.move_on_after(ATTACH_TIMEOUT_S):
-            if await _read_ready(ready_r):
-                ready = True
+            ready = await _read_ready(ready_r)
         if not ready:
-            raise OSError(f"{SLIRP} did not bring the session's network up")
-        task_status.started()
-        code = await proc.wait()
-        log.warning("outbound network lost: %s exited %s", SLIRP, code, extra={"session_id": label})
-        await trio.sleep_forever()
+            raise OSError(errno.EIO, f"{SLIRP} did not bring the session's network up")
+        yield
     finally:
         os.close(exit_w)
-        with trio.CancelScope(shield=True), trio.move_on_after(2.0) as late:
-            await proc.wait()
-        if late.cancelled_caught:
-            proc.kill()
-            with trio.CancelScope(shield=True):
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(2.0) as late:
+                await proc.wait()
+            if late.cancelled_caught:
+                proc.kill()
                 await proc.wait()
         trio.lowlevel.notify_closing(ready_r)
         os.close(ready_r)

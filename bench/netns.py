@@ -1,0 +1,113 @@
+"""`python -m bench netns`: the price of a network namespace per session.
+
+Runs the same two measurements against three daemons in one run, one per
+`[local] network` mode: `host` (no network namespace: the reference, what
+sessions cost before), `none` (the namespace and its loopback) and
+`isolated` (the namespace, and slirp4netns per session when installed):
+
+- `POST /v1/sessions` → `running` (a status poll), sequential, p50 / p99;
+- host memory per idle session: the PSS of the session's processes (the
+  two nsinit processes, `sleep`, and slirp4netns), and the daemon's own
+  RSS growth, over `n` idle sessions.
+
+Figures are printed as ratios to `host` measured in the same run, with the
+load average, never asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+import httpx
+import trio
+
+from bench.harness import open_daemon, percentile, rss_bytes, sh_bundle, start_session
+
+Row = tuple[str, str, str]
+MODES = ("host", "none", "isolated")
+
+
+def _pss_kb(pid: int) -> int:
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _session_pids(daemon_pid: int, marker: str) -> list[int]:
+    """The daemon's descendants that are a session's (nsinit, its init, the
+    workload with `marker`, slirp4netns)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == daemon_pid:
+                return True
+        return False
+
+    return [pid for pid in parents if descends(pid)]
+
+
+async def _running(client: httpx.AsyncClient, sid: str) -> None:
+    while True:
+        r = await client.get(f"/v1/sessions/{sid}")
+        if r.json()["status"]["kind"] == "running":
+            return
+        await trio.sleep(0.002)
+
+
+async def _measure(mode: str, n: int) -> tuple[list[float], float, float]:
+    """Start latencies, PSS per session (KB), daemon RSS growth per session (KB)."""
+    marker = f"3600.{secrets.randbelow(10**6):06d}"
+    extra = f'network = "{mode}"'
+    async with open_daemon(max_sessions=n + 8, local_extra=extra) as d, d.client() as client:
+        await trio.sleep(0.5)
+        base_rss = rss_bytes(d.proc.pid)
+        samples: list[float] = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            sid = await start_session(client, sh_bundle(f"exec sleep {marker}\n"))
+            await _running(client, sid)
+            samples.append(time.perf_counter() - t0)
+        await trio.sleep(1.0)
+        pss = sum(_pss_kb(pid) for pid in _session_pids(d.proc.pid, marker))
+        grown = (rss_bytes(d.proc.pid) - base_rss) / 1000
+    return samples, pss / n, grown / n
+
+
+async def bench_netns(n: int = 50) -> list[Row]:
+    results = {mode: await _measure(mode, n) for mode in MODES}
+    load = "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    tool = "slirp4netns" if shutil.which("slirp4netns") else "no slirp4netns"
+    ref_lat, ref_pss, _ = results["host"]
+    rows: list[Row] = []
+    for mode, (lat, pss, grown) in results.items():
+        p50, p99 = percentile(lat, 50) * 1000, percentile(lat, 99) * 1000
+        ratio = p50 / (percentile(ref_lat, 50) * 1000)
+        rows.append((
+            f"network={mode}: POST → running p50 / p99 ({n} sessions)",
+            f"{p50:.1f} / {p99:.1f} ms (×{ratio:.2f} of host)",
+            f"{load}, {tool}",
+        ))  # fmt: skip
+        rows.append((
+            f"network={mode}: host memory per idle session (PSS; daemon RSS growth)",
+            f"{pss / 1000:.2f} MB (×{pss / ref_pss:.2f} of host); {grown:.0f} KB",
+            "—",
+        ))  # fmt: skip
+    return rows
