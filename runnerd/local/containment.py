@@ -16,6 +16,11 @@ them (through libc: Python 3.11 has no `os.unshare`):
   it; a process that double-forked away is out of reach. Announced once at
   start-up and in `/v1/capabilities`, never silent.
 
+With `local.network` asking for one, `runnerd.local.network` adds a network
+namespace (`CLONE_NEWNET`) to the PID namespace's flags; the child brings its
+`lo` up (`loopback_up`) right after entering it, while it still has the
+capabilities to.
+
 In both, the first process gets a parent-death signal (SIGKILL): a daemon
 killed outright takes its sessions down. The kernel ties that signal to the
 *thread* that forked the child, so every child is forked from one thread that

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import socket
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ import trio
 
 from tests.e2e.contract_client import SSE_TIMEOUT
 from tests.e2e.edge import tcp_daemon
-from tests.harness import Daemon, iter_sse, open_ws, read_pty_until, session_body
+from tests.harness import Daemon, iter_sse, open_ws, read_pty_until, session_body, start_daemon
 
 # CI installs slirp4netns (.ci/run): there, this never skips.
 needs_slirp = pytest.mark.skipif(
@@ -259,3 +260,62 @@ async def test_a_declared_port_is_published_on_the_hosts_loopback_and_reachable(
             await client.delete(f"/v1/sessions/{session_id}")
     assert states[0] == "checking" and states[-1] == "reachable"
     assert fetched.status_code == 200 and fetched.text == "hello from inside"
+
+
+DEBUG_SERVER = """\
+import http.server, json, sys, time
+port = int(sys.argv[sys.argv.index("--inspect-port") + 1])
+
+class Events(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write(b'data: {"kind": "event", "name": "boot"}\\n\\n')
+        self.wfile.flush()
+        time.sleep(1000)
+
+    def log_message(self, *args):
+        pass
+
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Events).serve_forever()
+"""
+
+
+async def test_inspect_url_and_the_debug_relay_work_through_the_published_port(
+    tmp_path: Path,
+) -> None:
+    runtime = {
+        "command": [sys.executable, "-u", "{entry}"],
+        "inspect_args": ["--inspect-port", "{inspect_port}"],
+    }
+    overrides = {
+        "local": {"runtimes": {"debuggable": runtime}},
+        "runner": {"default_image": "debuggable"},
+    }
+    body = session_body(DEBUG_SERVER, image="debuggable", entry="main.py")
+    body["inspect"] = True
+    with trio.fail_after(60):
+        async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+            response = await client.post("/v1/sessions", json=body)
+            assert response.status_code == 201, response.text
+            session_id = response.json()["sessionId"]
+            url, relayed = None, None
+            async with client.stream(
+                "GET", f"/v1/sessions/{session_id}/events", timeout=SSE_TIMEOUT
+            ) as stream:
+                async with contextlib.aclosing(iter_sse(stream)) as events:
+                    async for frame in events:
+                        data = frame.data if isinstance(frame.data, dict) else {}
+                        url = data.get("status", {}).get("inspectUrl", url)
+                        if data.get("type") == "debug":
+                            relayed = data["frame"]
+                            break
+            assert url is not None and url.startswith("http://127.0.0.1:")
+            # The editor's way: the inspect URL itself, from the host.
+            async with httpx.AsyncClient(trust_env=False, timeout=SSE_TIMEOUT) as editor:
+                async with editor.stream("GET", f"{url}/events") as direct:
+                    first = await direct.aiter_lines().__anext__()
+            await client.delete(f"/v1/sessions/{session_id}")
+    assert relayed == {"kind": "event", "name": "boot"}
+    assert first == 'data: {"kind": "event", "name": "boot"}'
