@@ -1,9 +1,10 @@
 """`python -m bench netns`: the price of a network namespace per session.
 
-Runs the same two measurements against three daemons in one run, one per
-`[local] network` mode: `host` (no network namespace: the reference, what
-sessions cost before), `none` (the namespace and its loopback) and
-`isolated` (the namespace, and slirp4netns per session when installed):
+Runs the same two measurements against three daemons side by side, taking
+turns session by session, one per `[local] network` mode: `host` (no
+network namespace: the reference, what sessions cost before), `none` (the
+namespace and its loopback) and `isolated` (the namespace, and slirp4netns
+per session when installed):
 
 - `POST /v1/sessions` → `running` (a status poll), sequential, p50 / p99;
 - host memory per idle session: the PSS of the session's processes (the
@@ -16,6 +17,7 @@ load average, never asserted.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -72,27 +74,39 @@ async def _running(client: httpx.AsyncClient, sid: str) -> None:
         await trio.sleep(0.002)
 
 
-async def _measure(mode: str, n: int) -> tuple[list[float], float, float]:
-    """Start latencies, PSS per session (KB), daemon RSS growth per session (KB)."""
+async def _measure(n: int) -> dict[str, tuple[list[float], float, float]]:
+    """Per mode: start latencies, PSS per session (KB), daemon RSS growth per
+    session (KB). The three daemons run side by side and take turns, one
+    session each, so load on the machine falls on all of them alike."""
     marker = f"3600.{secrets.randbelow(10**6):06d}"
-    extra = f'network = "{mode}"'
-    async with open_daemon(max_sessions=n + 8, local_extra=extra) as d, d.client() as client:
+    async with contextlib.AsyncExitStack() as stack:
+        daemons, clients, base_rss = {}, {}, {}
+        for mode in MODES:
+            d = await stack.enter_async_context(
+                open_daemon(max_sessions=n + 8, local_extra=f'network = "{mode}"')
+            )
+            daemons[mode], clients[mode] = d, await stack.enter_async_context(d.client())
         await trio.sleep(0.5)
-        base_rss = rss_bytes(d.proc.pid)
-        samples: list[float] = []
+        for mode, d in daemons.items():
+            base_rss[mode] = rss_bytes(d.proc.pid)
+        samples: dict[str, list[float]] = {mode: [] for mode in MODES}
         for _ in range(n):
-            t0 = time.perf_counter()
-            sid = await start_session(client, sh_bundle(f"exec sleep {marker}\n"))
-            await _running(client, sid)
-            samples.append(time.perf_counter() - t0)
+            for mode in MODES:
+                t0 = time.perf_counter()
+                sid = await start_session(clients[mode], sh_bundle(f"exec sleep {marker}\n"))
+                await _running(clients[mode], sid)
+                samples[mode].append(time.perf_counter() - t0)
         await trio.sleep(1.0)
-        pss = sum(_pss_kb(pid) for pid in _session_pids(d.proc.pid, marker))
-        grown = (rss_bytes(d.proc.pid) - base_rss) / 1000
-    return samples, pss / n, grown / n
+        results = {}
+        for mode, d in daemons.items():
+            pss = sum(_pss_kb(pid) for pid in _session_pids(d.proc.pid, marker))
+            grown = (rss_bytes(d.proc.pid) - base_rss[mode]) / 1000
+            results[mode] = (samples[mode], pss / n, grown / n)
+    return results
 
 
 async def bench_netns(n: int = 50) -> list[Row]:
-    results = {mode: await _measure(mode, n) for mode in MODES}
+    results = await _measure(n)
     load = "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
     tool = "slirp4netns" if shutil.which("slirp4netns") else "no slirp4netns"
     ref_lat, ref_pss, _ = results["host"]

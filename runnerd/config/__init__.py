@@ -92,10 +92,14 @@ def _read_toml(path: Path, *, named: bool) -> tuple[dict[str, object], str]:
         # tomllib's message carries "(at line N, column M)".
         raise ConfigError("", f"{what}is not valid TOML: {exc}") from exc
     except UnicodeDecodeError as exc:
-        raise ConfigError("", f"{what}is not valid UTF-8 (byte {exc.start}: {exc.reason})") from exc
+        raise ConfigError(
+            "", f"{what}is not valid UTF-8 (byte {exc.start}: {exc.reason})"
+        ) from exc
 
 
-def _merge_drop_ins(data: dict[str, object], path: Path, texts: dict[Path, str]) -> dict[str, Path]:
+def _merge_drop_ins(
+    data: dict[str, object], path: Path, texts: dict[Path, str]
+) -> dict[str, Path]:
     """Add every `apps.d/*.toml` app to `data["apps"]` (and each file's text
     to `texts`); returns app → file."""
     apps = data.setdefault("apps", {})
