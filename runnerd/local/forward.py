@@ -23,6 +23,7 @@ from __future__ import annotations
 import array
 import contextlib
 import errno
+import functools
 import logging
 import socket
 import struct
@@ -73,9 +74,14 @@ class SessionNetwork:
         Raises:
             OSError: the session's namespace is gone, or no socket could be made.
         """
+        # Shielded: an answer left unread would be taken for the next one's.
+        # The outer answers at once (or is gone: EOF), so this is brief.
         async with self._lock:
-            await self._sock.send(b"s")
-            data, ancdata, _, _ = await self._sock.recvmsg(1, _FD_SPACE)
+            with trio.CancelScope(shield=True):
+                await self._sock.send(b"s")
+                data, ancdata, _, _ = await self._sock.recvmsg(
+                    1, _FD_SPACE, socket.MSG_CMSG_CLOEXEC
+                )
         fds = array.array("i")
         for level, kind, payload in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -118,13 +124,11 @@ class SessionNetwork:
             )
             task_status.started(False)
             return
-        async with listeners[0] as listener, trio.open_nursery() as nursery:
-            task_status.started(True)
-            while True:
-                client = await listener.accept()
-                nursery.start_soon(self._forward, client, port)
+        task_status.started(True)
+        # serve_listeners closes the listener, and rides out EMFILE/ENFILE.
+        await trio.serve_listeners(functools.partial(self._forward, port=port), listeners)
 
-    async def _forward(self, client: trio.SocketStream, port: int) -> None:
+    async def _forward(self, client: trio.SocketStream, *, port: int) -> None:
         async with client:
             try:
                 upstream = await self.dial(LOOPBACK, port)
