@@ -9,7 +9,10 @@ per session when installed):
 - `POST /v1/sessions` → `running` (a status poll), sequential, p50 / p99;
 - host memory per idle session: the PSS of the session's processes (the
   two nsinit processes, `sleep`, and slirp4netns), and the daemon's own
-  RSS growth, over `n` idle sessions.
+  RSS growth, over `n` idle sessions;
+- a declared port's throughput from the host: the workload sends 256 MiB
+  on one connection; with `host` the client reads the workload's own
+  socket, otherwise the daemon's published port spliced into the namespace.
 
 Figures are printed as ratios to `host` measured in the same run, with the
 load average, never asserted.
@@ -21,13 +24,21 @@ import contextlib
 import os
 import secrets
 import shutil
+import socket
 import time
 from pathlib import Path
 
 import httpx
 import trio
 
-from bench.harness import open_daemon, percentile, rss_bytes, sh_bundle, start_session
+from bench.harness import (
+    open_daemon,
+    percentile,
+    python_bundle,
+    rss_bytes,
+    sh_bundle,
+    start_session,
+)
 
 Row = tuple[str, str, str]
 MODES = ("host", "none", "isolated")
@@ -105,7 +116,59 @@ async def _measure(n: int) -> dict[str, tuple[list[float], float, float]]:
     return results
 
 
-async def bench_netns(n: int = 50) -> list[Row]:
+SENDER = """
+import socket
+server = socket.create_server(("127.0.0.1", PORT))
+chunk = bytes(1 << 16)
+while True:  # the reachability probe connects (and leaves) first
+    conn, _ = server.accept()
+    try:
+        for _ in range(TOTAL >> 16):
+            conn.sendall(chunk)
+        break
+    except OSError:
+        pass
+    finally:
+        conn.close()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def _port_rate(mode: str, total_bytes: int) -> float:
+    """MB/s from the host reading `total_bytes` off a declared port."""
+    port = _free_port()
+    source = SENDER.replace("PORT", str(port)).replace("TOTAL", str(total_bytes))
+    body = python_bundle(source)
+    body["ports"] = [{"port": port, "protocol": "tcp"}]
+    async with open_daemon(local_extra=f'network = "{mode}"') as d, d.client() as client:
+        sid = await start_session(client, body)
+        await _running(client, sid)
+        with trio.fail_after(120):
+            while True:  # until the workload listens (nothing answers before)
+                with contextlib.suppress(OSError, trio.BrokenResourceError):
+                    stream = await trio.open_tcp_stream("127.0.0.1", port)
+                    if first := await stream.receive_some(1 << 16):
+                        break
+                    await stream.aclose()
+                await trio.sleep(0.05)
+            t0, got = time.perf_counter(), len(first)
+            async with stream:
+                while chunk := await stream.receive_some(1 << 20):
+                    got += len(chunk)
+            rate = got / (time.perf_counter() - t0) / 1e6
+        await client.delete(f"/v1/sessions/{sid}")
+    return rate
+
+
+async def bench_netns(n: int = 50, total_bytes: int = 256 << 20) -> list[Row]:
+    direct = await _port_rate("host", total_bytes)
+    spliced = await _port_rate("isolated", total_bytes)
     results = await _measure(n)
     load = "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
     tool = "slirp4netns" if shutil.which("slirp4netns") else "no slirp4netns"
@@ -124,4 +187,9 @@ async def bench_netns(n: int = 50) -> list[Row]:
             f"{pss / 1000:.2f} MB (×{pss / ref_pss:.2f} of host); {grown:.0f} KB",
             "—",
         ))  # fmt: skip
+    rows.append((
+        f"a declared port, {total_bytes >> 20} MiB to the host: direct (host) / published",
+        f"{direct:.0f} / {spliced:.0f} MB/s (×{spliced / direct:.2f})",
+        load,
+    ))  # fmt: skip
     return rows

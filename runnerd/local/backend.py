@@ -309,8 +309,8 @@ class LocalBackend:
             nursery.start_soon(proc.run_writer)
             tcp_ports = list(dict.fromkeys(p.port for p in spec.ports if p.protocol == "tcp"))
             if net is not None:
-                for port in tcp_ports + ([] if inspect_port is None else [inspect_port]):
-                    await nursery.start(net.publish, port)
+                published = tcp_ports + ([] if inspect_port is None else [inspect_port])
+                await nursery.start(net.serve_ports, published)
             inspect_url = None if inspect_port is None else f"http://{LOOPBACK}:{inspect_port}"
             task_status.started(Started(proc, _endpoints(spec), inspect_url))
             if tcp_ports:
@@ -330,6 +330,8 @@ class LocalBackend:
             code = await proc.wait()
             with trio.move_on_after(DRAIN_TIMEOUT_S):
                 await output_done.wait()
+                if net is not None:
+                    await net.drain()  # what it sent its clients last, too
             nursery.cancel_scope.cancel()
         return code
 

@@ -6,7 +6,7 @@ namespace's outbound network is attached, TCP sockets created inside the
 namespace on request (`dial`: a socket's network namespace is fixed at its
 creation, so connecting one to 127.0.0.1 reaches the workload's loopback,
 with no thread entering the namespace), and the host side of each published
-port (`publish`: a listener on the host's 127.0.0.1:<port>, each connection
+port (`serve_ports`: a listener on the host's 127.0.0.1:<port>, each connection
 spliced to the same port inside).
 
 Reachability probes through `dial`, so a port is `reachable` when the
@@ -14,8 +14,10 @@ workload listens, not merely because the host-side listener accepts. The
 debug relay and the editor use the published inspect port like any client.
 
 Resource handling: `open_session_network` owns the socket pair and the
-outbound stack (`runnerd.local.network.open_outbound`); `publish` owns its
-listener and every connection it spliced, all closed when it is cancelled.
+outbound stack (`runnerd.local.network.open_outbound`); `serve_ports` owns its
+listeners and every connection they spliced: the listeners close on
+`drain` (the workload exited), the connections once they have passed on
+what the workload sent; everything closes when it is cancelled.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ import contextlib
 import errno
 import functools
 import logging
+import os
 import socket
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import trio
 
@@ -36,7 +39,9 @@ from runnerd.local.network import NetworkPlan, open_outbound
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
-CHUNK_BYTES = 65536
+# A pipe holds 64 KiB by default: one splice moves at most that much.
+SPLICE_BYTES = 1 << 16
+_SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 _FD_SPACE = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
 
 
@@ -50,6 +55,8 @@ class SessionNetwork:
         ours, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock = trio.socket.from_stdlib_socket(ours)
         self._lock = trio.Lock()  # one request, one answer: never interleaved
+        self._closing = trio.Event()  # the workload is gone: stop listening
+        self._drained = trio.Event()  # every published port closed, its connections ended
 
     @property
     def child_fd(self) -> int:
@@ -106,13 +113,31 @@ class SessionNetwork:
             raise
         return trio.SocketStream(sock)
 
-    async def publish(
-        self, port: int, *, task_status: trio.TaskStatus[bool] = trio.TASK_STATUS_IGNORED
+    async def serve_ports(
+        self, ports: Sequence[int], *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        """Publish each of `ports` (see `_publish`); started once all listen.
+        Returns after `drain` once every forwarded connection has ended (or
+        when cancelled)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                for port in dict.fromkeys(ports):
+                    await nursery.start(self._publish, port)
+                task_status.started()
+        finally:
+            self._drained.set()
+
+    async def drain(self) -> None:
+        """The workload has exited: stop listening, and wait until the
+        connections still open have passed on what the workload sent (its
+        bytes are still in the namespace's socket buffers) and ended."""
+        self._closing.set()
+        await self._drained.wait()
+
+    async def _publish(self, port: int, *, task_status: trio.TaskStatus[None]) -> None:
         """Listen on the host's 127.0.0.1:`port` and splice every connection
-        to the same port inside, until cancelled. Reports `started(True)`
-        once listening, `started(False)` (and returns) when the host port is
-        taken: the port then stays unpublished, with a warning."""
+        to the same port inside, until `drain`. When the host port is taken
+        it stays unpublished, with a warning."""
         try:
             listeners = await trio.open_tcp_listeners(port, host=LOOPBACK)
         except OSError as exc:
@@ -122,11 +147,19 @@ class SessionNetwork:
                 exc.strerror,
                 extra={"session_id": self._label},
             )
-            task_status.started(False)
+            task_status.started()
             return
-        task_status.started(True)
-        # serve_listeners closes the listener, and rides out EMFILE/ENFILE.
-        await trio.serve_listeners(functools.partial(self._forward, port=port), listeners)
+        forward = functools.partial(self._forward, port=port)
+        async with trio.open_nursery() as connections:
+            with trio.CancelScope() as accepting:
+                connections.start_soon(self._cancel_on_closing, accepting)
+                task_status.started()
+                # serve_listeners closes the listener, and rides out EMFILE.
+                await trio.serve_listeners(forward, listeners, handler_nursery=connections)
+
+    async def _cancel_on_closing(self, scope: trio.CancelScope) -> None:
+        await self._closing.wait()
+        scope.cancel()
 
     async def _forward(self, client: trio.SocketStream, *, port: int) -> None:
         async with client:
@@ -152,14 +185,32 @@ def _reset(stream: trio.SocketStream) -> None:
 
 
 async def _pump(src: trio.SocketStream, dst: trio.SocketStream, both: trio.CancelScope) -> None:
-    """Copy `src` to `dst`; EOF is passed on as a half-close. A broken side
+    """Copy `src` to `dst` in the kernel (splice(2) through a pipe: the bytes
+    never enter the daemon); EOF is passed on as a half-close. A broken side
     ends both directions."""
+    pipe_r, pipe_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        while chunk := await src.receive_some(CHUNK_BYTES):
-            await dst.send_all(chunk)
-        await dst.send_eof()
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        while moved := await _splice(src.socket.fileno(), pipe_w, trio.lowlevel.wait_readable):
+            while moved:
+                moved -= await _splice(pipe_r, dst.socket.fileno(), trio.lowlevel.wait_writable)
+            await trio.lowlevel.checkpoint()  # a busy stream must not starve the loop
+        dst.socket.shutdown(socket.SHUT_WR)
+    except OSError:
         both.cancel()
+    finally:
+        os.close(pipe_r)
+        os.close(pipe_w)
+
+
+async def _splice(src: int, dst: int, wait: Callable[[int], Awaitable[None]]) -> int:
+    """One non-blocking splice(2) of up to SPLICE_BYTES, waiting (with
+    `wait` on the socket end) until it can move something; 0 at EOF."""
+    sock = src if wait is trio.lowlevel.wait_readable else dst
+    while True:
+        try:
+            return os.splice(src, dst, SPLICE_BYTES, flags=_SPLICE_FLAGS)
+        except BlockingIOError:
+            await wait(sock)
 
 
 @contextlib.asynccontextmanager

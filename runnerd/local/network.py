@@ -100,7 +100,8 @@ class NetworkPlan:
         if self.own_namespace:
             return None
         if self.mode is NetworkMode.HOST:
-            return f'Sessions share the host\'s network (local.network = "host"): {UNISOLATED}'
+            how = 'unisolated (local.network = "host")'
+            return f"Sessions share the host's network, {how}: {UNISOLATED}"
         return (
             f"Sessions share the host's network (no network namespace: {self.reason}): {UNISOLATED}"
         )
