@@ -60,7 +60,9 @@ bench: $(VENV)/.installed-test
 
 # The units as installed for this checkout: ExecStart= is rewritten to the
 # venv's runnerd (verify fails on a command that does not exist). Fails when
-# verify reports anything or the sandbox's exposure is above 2.0.
+# verify reports anything or the sandbox's exposure is above 2.1 (2.0 + 0.1 for
+# RestrictNamespaces= allowing net: the namespace that cuts sessions off the
+# host's network).
 # UNIT_SRC lets a test point it at a broken copy; check-unit-files is the
 # same check without installing anything, rendering into UNIT_CHECK against
 # RUNNERD_BIN (the tests set both: a temp dir, and the runnerd under test).
@@ -79,7 +81,7 @@ check-unit-files:
 	systemd-analyze verify --man=no $(UNIT_CHECK)/runnerd.service $(UNIT_CHECK)/runnerd.socket \
 		2>$(UNIT_CHECK)/verify.log; rc=$$?; cat $(UNIT_CHECK)/verify.log >&2; \
 		test $$rc -eq 0 && test ! -s $(UNIT_CHECK)/verify.log
-	systemd-analyze security --offline=yes --threshold=20 $(UNIT_CHECK)/runnerd.service
+	systemd-analyze security --offline=yes --threshold=21 $(UNIT_CHECK)/runnerd.service
 
 clean:
 	rm -rf $(VENV) run .mypy_cache .pytest_cache .ruff_cache

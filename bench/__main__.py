@@ -5,7 +5,7 @@ with real workloads under real PTYs. Figures are printed, never asserted;
 the targets come from issue 2 and are shown beside each figure.
 
 Run one with `python -m bench NAME` (names: startup, latency, throughput,
-idle, cli, connections, bodies); no name runs them all.
+idle, cli, connections, bodies, netns); no name runs them all.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from bench.harness import (
     start_session,
     wait_status,
 )
+from bench.netns import bench_netns
 
 MB = 1_000_000
 Row = tuple[str, str, str]
@@ -103,7 +104,10 @@ def _bare_pty_rate(source: str, total_bytes: int) -> float:
     over ~4 KiB per read, so this, not runnerd, bounds the figure above."""
     master, slave = os.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-c", source], stdin=slave, stdout=slave, stderr=slave,
+        [sys.executable, "-c", source],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
         start_new_session=True,
     )
     os.close(slave)
@@ -185,8 +189,11 @@ async def _start_idle_sessions(n: int) -> tuple[list[Row], float, int]:
 async def bench_idle(n: int = 1000) -> list[Row]:
     rows, shutdown_s, survivors = await _start_idle_sessions(n)
     rows.append(
-        (f"SIGTERM → exit with {n} live sessions", f"{shutdown_s:.2f} s "
-         f"({survivors} workloads left)", "≤ 5 s")
+        (
+            f"SIGTERM → exit with {n} live sessions",
+            f"{shutdown_s:.2f} s ({survivors} workloads left)",
+            "≤ 5 s",
+        )
     )
     return rows
 
@@ -199,6 +206,7 @@ BENCHES: dict[str, Callable[[], Awaitable[list[Row]]]] = {
     "cli": bench_cli,
     "connections": bench_connections,
     "bodies": bench_bodies,
+    "netns": bench_netns,
 }
 
 

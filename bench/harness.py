@@ -33,8 +33,11 @@ def _toml_str(value: str) -> str:
     return json.dumps(value)
 
 
-def build_config_text(base: Path, *, max_sessions: int, replay_buffer_bytes: int) -> str:
-    """A bench config: local backend, UNIX socket only, generous limits."""
+def build_config_text(
+    base: Path, *, max_sessions: int, replay_buffer_bytes: int, local_extra: str = ""
+) -> str:
+    """A bench config: local backend, UNIX socket only, generous limits;
+    `local_extra` is TOML added to `[local]` (e.g. `network = "host"`)."""
     python = shutil.which("python3") or sys.executable
     return f"""
 [server]
@@ -62,6 +65,7 @@ ttl_seconds = 3600
 [local]
 workdir = {_toml_str(str(base / "sessions"))}
 stop_grace_seconds = 2
+{local_extra}
 
 [local.runtimes.sh]
 command = ["/bin/sh", "{{entry}}"]
@@ -107,7 +111,11 @@ class Daemon:
 
 @asynccontextmanager
 async def open_daemon(
-    *, max_sessions: int = 64, replay_buffer_bytes: int = 5_000_000, prefix: tuple[str, ...] = ()
+    *,
+    max_sessions: int = 64,
+    replay_buffer_bytes: int = 5_000_000,
+    prefix: tuple[str, ...] = (),
+    local_extra: str = "",
 ) -> AsyncIterator[Daemon]:
     """Start `python -m runnerd serve` on a temp config; yield once healthy.
     `prefix` wraps the command (e.g. `prlimit --nofile=1024:1024`)."""
@@ -116,7 +124,10 @@ async def open_daemon(
         cfg = base / "runnerd.toml"
         cfg.write_text(
             build_config_text(
-                base, max_sessions=max_sessions, replay_buffer_bytes=replay_buffer_bytes
+                base,
+                max_sessions=max_sessions,
+                replay_buffer_bytes=replay_buffer_bytes,
+                local_extra=local_extra,
             )
         )
         sock = base / "runnerd.sock"
@@ -159,9 +170,10 @@ def sh_bundle(script: str) -> dict[str, Any]:
     return {
         "env": {},
         "config": {"image": "sh", "pullPolicy": "missing"},
-        "bundle": {"entryRelativePath": "main.sh", "files": [
-            {"relativePath": "main.sh", "contents": script}
-        ]},
+        "bundle": {
+            "entryRelativePath": "main.sh",
+            "files": [{"relativePath": "main.sh", "contents": script}],
+        },
     }
 
 
@@ -169,9 +181,10 @@ def python_bundle(source: str) -> dict[str, Any]:
     return {
         "env": {},
         "config": {"image": "python", "pullPolicy": "missing"},
-        "bundle": {"entryRelativePath": "main.py", "files": [
-            {"relativePath": "main.py", "contents": source}
-        ]},
+        "bundle": {
+            "entryRelativePath": "main.py",
+            "files": [{"relativePath": "main.py", "contents": source}],
+        },
     }
 
 
@@ -204,8 +217,12 @@ async def open_pty_channel(
     stream = await trio.open_unix_socket(str(socket_path))
     async with stream, trio.open_nursery() as nursery:
         ws = await wrap_client_stream(
-            nursery, stream, "localhost", f"/v1/sessions/{sid}/io?lastSeq={last_seq}",
-            message_queue_size=64, max_message_size=1 << 20,
+            nursery,
+            stream,
+            "localhost",
+            f"/v1/sessions/{sid}/io?lastSeq={last_seq}",
+            message_queue_size=64,
+            max_message_size=1 << 20,
         )
         try:
             yield ws

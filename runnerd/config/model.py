@@ -101,6 +101,11 @@ class LocalConfig:
     # "auto": a PID namespace per session where the kernel allows it, else
     # the process group (announced); "process-group": always the latter.
     containment: Literal["auto", "process-group"] = "auto"
+    # "isolated": a network namespace per session, declared ports published
+    # on the host's loopback, outbound through slirp4netns when installed;
+    # "none": the namespace's loopback only; "host": the host's network
+    # (a session reaches runnerd's TCP listener: announced as unisolated).
+    network: Literal["isolated", "none", "host"] = "isolated"
 
 
 @dataclass(frozen=True)

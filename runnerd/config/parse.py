@@ -51,7 +51,7 @@ _RUNNER_KEYS = (
 )  # fmt: skip
 _TIER_KEYS = ("cpu", "memory", "ephemeral_storage", "ttl_seconds")
 _APP_KEYS = ("image", "pull_policy", "title", "description", "env")
-_LOCAL_KEYS = ("workdir", "stop_grace_seconds", "runtimes", "containment")
+_LOCAL_KEYS = ("workdir", "stop_grace_seconds", "runtimes", "containment", "network")
 _RUNTIME_KEYS = ("command", "inspect_args")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _PULL_POLICIES = ("missing", "always", "never")
@@ -210,11 +210,13 @@ def _parse_local(t: Table, base_dir: Path) -> LocalConfig:
             f" within 10 s), got {show(stop_grace_s)}",
         )
     containment = t.choice("containment", "auto", ("auto", "process-group"))
+    network = t.choice("network", LocalConfig.network, ("isolated", "none", "host"))
     return LocalConfig(
         workdir=workdir,
         stop_grace_s=stop_grace_s,
         runtimes=runtimes,
         containment=cast(Literal["auto", "process-group"], containment),
+        network=cast(Literal["isolated", "none", "host"], network),
     )
 
 

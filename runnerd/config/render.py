@@ -92,6 +92,7 @@ def render_config(config: Config, offered: Offered) -> str:
             "workdir": loc.workdir,
             "stop_grace_seconds": loc.stop_grace_s,
             "containment": loc.containment,
+            "network": loc.network,
         },
     )
     for rt in loc.runtimes.values():

@@ -1,8 +1,9 @@
 """The local backend package: sessions as processes on this host under a PTY.
 
 `LocalBackend` (in `backend`) is the public entry; `pty` owns the PTY child,
-`launch` the argv/env, `workdir` the session directory. What the core asks
-of a backend package (`runnerd.backends.Provider`: config check, offered
+`launch` the argv/env, `workdir` the session directory, `network` and
+`forward` each session's network namespace and its published ports. What
+the core asks of a backend package (`runnerd.backends.Provider`: config check, offered
 images, stop timeout, `open_backend`) is `provider`'s, re-exported here.
 
 May import: `contract`, `errors`, `backend`, `config`, `workload`. Never

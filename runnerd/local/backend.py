@@ -19,14 +19,21 @@ With `inspect` and a runtime that has `inspect_args`, a free loopback port is
 picked and substituted for `{inspect_port}`; `running.inspectUrl` is the
 debug server's base URL `http://127.0.0.1:<port>`, and its `/events` SSE
 stream is relayed as debug frames.
+
+With a network namespace per session (`[local] network`, see
+`runnerd.local.network`), each declared TCP port and the inspect port are
+published on the host's loopback and forwarded in (`runnerd.local.forward`)
+before the session is `running`, and reachability is probed inside.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 
 import trio
@@ -46,6 +53,7 @@ from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
 from runnerd.local.containment import SessionView, probe_containment
+from runnerd.local.forward import SessionNetwork, open_session_network
 from runnerd.local.launch import (
     Unresolved,
     build_argv,
@@ -54,6 +62,7 @@ from runnerd.local.launch import (
     resolve_runtime,
     search_path,
 )
+from runnerd.local.network import probe_network
 from runnerd.local.pty import PtyProcess
 from runnerd.local.runtimes import runtime_problems
 from runnerd.local.spawn import spawn_pty_process
@@ -86,9 +95,7 @@ class LocalBackend:
     # daemon left). The manager refuses a detach rather than leave them.
     detach_supported = False
 
-    def __init__(
-        self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]
-    ) -> None:
+    def __init__(self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]) -> None:
         self._local = local
         self._workdir_lock: int | None = None
         # Hidden from every session (with a mount namespace), besides the
@@ -100,6 +107,7 @@ class LocalBackend:
         # Probed once, here: the daemon builds the backend once at start-up,
         # so each of these is said once.
         self._plan = probe_containment(allow_namespaces=local.containment == "auto")
+        self._plan, self._net = probe_network(local.network, self._plan)
         self._cgroups, no_cgroups = open_session_cgroups()
         self.notices = self._announce(no_cgroups)
 
@@ -111,6 +119,10 @@ class LocalBackend:
             notices += (self._plan.notice,)
         else:
             log.info("sessions run in PID namespaces")
+        if self._net.notice is not None:
+            notices += (self._net.notice,)
+        else:
+            log.info("%s", self._net.describe())
         if self._cgroups is None:
             notices += (f"Resource ceilings (cpu, memory) are not enforced: {no_cgroups}.",)
         else:
@@ -183,11 +195,14 @@ class LocalBackend:
         try:
             cgroup = await self._create_cgroup(spec)
             inspect_port = _free_loopback_port() if spec.inspect and runtime.inspect_args else None
-            proc = await self._spawn(spec, runtime, executable, session_dir, inspect_port, cgroup)
-            ids = {"session_id": spec.session_id}
-            log.info("started pid %s (runtime %s)", proc.pid, runtime.name, extra=ids)
-            async with proc:
-                code = await self._supervise(spec, sink, proc, inspect_port, task_status)
+            async with self._open_network(spec) as net:
+                proc = await self._spawn(
+                    spec, runtime, executable, session_dir, inspect_port, cgroup, net
+                )
+                ids = {"session_id": spec.session_id}
+                log.info("started pid %s (runtime %s)", proc.pid, runtime.name, extra=ids)
+                async with proc:
+                    code = await self._supervise(spec, sink, proc, inspect_port, task_status, net)
             log.info("exited with code %s", code, extra=ids)
             return self._outcome(spec, code, cgroup)
         finally:
@@ -195,6 +210,15 @@ class LocalBackend:
                 await trio.to_thread.run_sync(remove_session_dir, session_dir.root)
                 if cgroup is not None:
                     await trio.to_thread.run_sync(SessionCgroups.remove, cgroup)
+
+    @contextlib.asynccontextmanager
+    async def _open_network(self, spec: RunSpec) -> AsyncIterator[SessionNetwork | None]:
+        """The session's way into its network namespace, if it has one."""
+        if not self._net.own_namespace:
+            yield None
+            return
+        async with open_session_network(self._net, spec.session_id) as net:
+            yield net
 
     async def _spawn(
         self,
@@ -204,6 +228,7 @@ class LocalBackend:
         session_dir: SessionDir,
         inspect_port: int | None,
         cgroup: Path | None,
+        net: SessionNetwork | None,
     ) -> PtyProcess:
         """The session's first process, exec'd. Raises StartError."""
         try:
@@ -223,6 +248,8 @@ class LocalBackend:
                 cgroup=cgroup,
                 view=self._view(session_dir),
                 label=spec.session_id,
+                sockets_fd=None if net is None else net.child_fd,
+                attach=None if net is None else net.attach,
             )
         except OSError as exc:
             raise StartError(
@@ -233,9 +260,7 @@ class LocalBackend:
         if self._cgroups is None:
             return None
         try:
-            return await trio.to_thread.run_sync(
-                self._cgroups.create, spec.session_id, spec.limits
-            )
+            return await trio.to_thread.run_sync(self._cgroups.create, spec.session_id, spec.limits)
         except OSError as exc:
             raise StartError("provision", "cannot set up the session's resource limits") from exc
 
@@ -273,18 +298,29 @@ class LocalBackend:
         proc: PtyProcess,
         inspect_port: int | None,
         task_status: trio.TaskStatus[Started],
+        net: SessionNetwork | None,
     ) -> int:
         """Pump the PTY while the process runs; return its exit code once all
-        its output is through."""
+        its output is through. With a namespace, its ports are published
+        before the session is reported started."""
         output_done = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(proc.run_reader, sink.output, output_done)
             nursery.start_soon(proc.run_writer)
+            tcp_ports = list(dict.fromkeys(p.port for p in spec.ports if p.protocol == "tcp"))
+            if net is not None:
+                published = tcp_ports + ([] if inspect_port is None else [inspect_port])
+                await nursery.start(net.serve_ports, published)
             inspect_url = None if inspect_port is None else f"http://{LOOPBACK}:{inspect_port}"
             task_status.started(Started(proc, _endpoints(spec), inspect_url))
-            tcp_ports = [p.port for p in spec.ports if p.protocol == "tcp"]
             if tcp_ports:
-                nursery.start_soon(watch_reachability, LOOPBACK, tcp_ports, sink.reachability)
+                dial = trio.open_tcp_stream if net is None else net.dial
+                nursery.start_soon(
+                    functools.partial(watch_reachability, dial=dial),
+                    LOOPBACK,
+                    tcp_ports,
+                    sink.reachability,
+                )
             if inspect_url is not None:
                 # Imported here: the relay pulls in httpx, which only inspect
                 # sessions need, and the daemon's start-up time is a target.
@@ -294,6 +330,8 @@ class LocalBackend:
             code = await proc.wait()
             with trio.move_on_after(DRAIN_TIMEOUT_S):
                 await output_done.wait()
+                if net is not None:
+                    await net.drain()  # what it sent its clients last, too
             nursery.cancel_scope.cancel()
         return code
 

@@ -16,6 +16,11 @@ them (through libc: Python 3.11 has no `os.unshare`):
   it; a process that double-forked away is out of reach. Announced once at
   start-up and in `/v1/capabilities`, never silent.
 
+With `local.network` asking for one, `runnerd.local.network` adds a network
+namespace (`CLONE_NEWNET`) to the PID namespace's flags; the child brings its
+`lo` up (`loopback_up`) right after entering it, while it still has the
+capabilities to.
+
 In both, the first process gets a parent-death signal (SIGKILL): a daemon
 killed outright takes its sessions down. The kernel ties that signal to the
 *thread* that forked the child, so every child is forked from one thread that
@@ -29,16 +34,20 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import fcntl
 import functools
 import os
 import signal
+import socket
 import stat
+import struct
 import subprocess
 from dataclasses import dataclass
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000  # asked for by `runnerd.local.network`
 PR_SET_PDEATHSIG = 1
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 47, 2
 CAP_SYS_ADMIN = 21
@@ -136,6 +145,18 @@ def enter_namespaces(flags: int, uid: int, gid: int) -> None:
         _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
         _write("/proc/self/setgroups", "deny")  # required before an unprivileged gid_map
         _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
+
+
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def loopback_up() -> None:
+    """In a fresh network namespace (with CAP_NET_ADMIN over it): bring `lo`
+    up, so the workload has 127.0.0.1 and ::1 of its own. Raises OSError."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -250,6 +271,8 @@ def preexec_contained(plan: ContainmentPlan, parent: int, view: SessionView) -> 
         os._exit(1)  # the parent died before the signal was armed
     if plan.unshare_flags:
         enter_namespaces(plan.unshare_flags, os.geteuid(), os.getegid())
+    if plan.unshare_flags & CLONE_NEWNET:
+        loopback_up()
     if plan.private_mounts:
         apply_view(view)
     if plan.fresh_proc and plan.unshare_flags & CLONE_NEWUSER:
@@ -268,6 +291,8 @@ def _probe_child(flags: int, fresh_proc: bool) -> None:
     # child, as `nsinit`'s init does: only it is inside the PID namespace.
     try:
         enter_namespaces(flags, os.geteuid(), os.getegid())
+        if flags & CLONE_NEWNET:
+            loopback_up()
         if flags & CLONE_NEWNS:
             apply_view(SessionView())
         if fresh_proc:
@@ -299,6 +324,13 @@ def _try(flags: int, fresh_proc: bool = False) -> str | None:
         return None
     call = "mount" if flags & CLONE_NEWNS else "unshare"
     return f"{call}: {os.strerror(code) if code > 0 else code}"
+
+
+def can_enter(flags: int, fresh_proc: bool = False) -> str | None:
+    """None when a child can enter the namespaces `flags` (bringing `lo` up
+    in a network namespace; mounting /proc with `fresh_proc`), else why
+    not. A few ms; never raises."""
+    return _try(flags, fresh_proc)
 
 
 def _candidate_flags() -> list[int]:

@@ -1,6 +1,6 @@
 """The init of a session's PID namespace. Run as a script, stdlib only:
 
-    python -I -S nsinit.py STATUS_FD [--proc] -- /abs/program arg...
+    python -I -S nsinit.py STATUS_FD [--proc] [--sockets FD] -- /abs/program arg...
 
 The daemon forks this process after `unshare(CLONE_NEWPID)` (see
 `runnerd.local.containment`), so it stands *outside* the new namespace and
@@ -29,6 +29,20 @@ CAP_SYS_ADMIN of a user namespace to this mount) is cleared, and a root
 workload loses the capabilities that would undo the mounts (umount, a
 host /proc, open_by_handle_at, raw devices, ptrace).
 
+With `--sockets FD` (the session has a network namespace of its own:
+`runnerd.local.network`), FD is a UNIX stream socket to the daemon, and the
+outer, which is in the new network namespace, is the daemon's way into it:
+
+- before forking PID 1 it waits for one byte `g` ("go": the daemon has
+  attached the namespace's outbound network, so the workload starts with
+  it); EOF instead ends the outer (exit 1) before anything ran;
+- then, for every byte `s` it reads, it sends back one byte with a fresh,
+  unconnected TCP socket (AF_INET, SCM_RIGHTS) created in the namespace: a
+  socket's network namespace is fixed at its creation, so the daemon connects
+  it to the workload's 127.0.0.1 without entering the namespace. A socket
+  that cannot be made (EMFILE) is answered `e` with no fd. EOF ends the
+  serving, not the outer.
+
 Why Python and not a C init: nothing to build on install. The interpreter
 runs isolated (`-I -S`: no site, no PYTHON* variables from the session env).
 
@@ -42,6 +56,7 @@ import fcntl
 import os
 import select
 import signal
+import socket
 import sys
 import termios
 
@@ -177,25 +192,68 @@ def run_init(argv: list[str], status_fd: int, outer_alive: int, own_proc: bool) 
             pass
 
 
+def serve_sockets(sock: socket.socket) -> bool:
+    """Answer one request on the daemon's socket; False once it is closed."""
+    try:
+        request = sock.recv(1)
+    except OSError:
+        return False
+    if not request:
+        return False
+    try:
+        made = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    except OSError:
+        socket.send_fds(sock, [b"e"], [])
+        return True
+    try:
+        socket.send_fds(sock, [b"s"], [made.fileno()])
+    except OSError:
+        return False
+    finally:
+        made.close()
+    return True
+
+
+def wait_serving(init: int, sock: socket.socket | None) -> int:
+    """Wait for PID 1's exit, serving the daemon's socket requests meanwhile."""
+    pidfd = os.pidfd_open(init)
+    while sock is not None:
+        ready, _, _ = select.select([pidfd, sock.fileno()], [], [])
+        if pidfd in ready:
+            break
+        if not serve_sockets(sock):
+            sock.close()
+            sock = None
+    return os.waitpid(init, 0)[1]
+
+
 def main() -> None:
     status_fd = int(sys.argv[1])
     split = sys.argv.index("--")
     own_proc = "--proc" in sys.argv[2:split]
     argv = sys.argv[split + 1 :]
+    sock: socket.socket | None = None
+    if "--sockets" in sys.argv[2:split]:
+        fd = int(sys.argv[sys.argv.index("--sockets") + 1])
+        os.set_inheritable(fd, False)  # the workload never gets it
+        sock = socket.socket(fileno=fd)
+        if sock.recv(1) != b"g":
+            os._exit(1)  # the daemon gave up on this session before it ran
     # Blocked across the fork: a signal then waits for the right handler.
     signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
     alive_r, alive_w = os.pipe()
     init = os.fork()
     if init == 0:
         os.close(alive_w)
+        if sock is not None:
+            sock.close()
         run_init(argv, status_fd, alive_r, own_proc)
     os.close(alive_r)
     os.close(status_fd)
     for sig in FORWARDED:
         signal.signal(sig, lambda s, f: send(init, s))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, BLOCKED)
-    _, status = os.waitpid(init, 0)
-    os._exit(exit_code(status))
+    os._exit(exit_code(wait_serving(init, sock)))
 
 
 if __name__ == "__main__":

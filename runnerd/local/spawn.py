@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import termios
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 import trio
@@ -74,14 +74,19 @@ def _spawn(
     plan: ContainmentPlan,
     cgroup: Path | None,
     view: SessionView,
+    sockets_fd: int | None,
 ) -> tuple[subprocess.Popen[bytes], int, int, int | None]:
     """Fork the session's first process; returns it, the master, its pidfd
     and (in a PID namespace) the read end of the workload's exec status."""
     master, slave = os.openpty()
     status_r = status_w = None
+    extra_fds: tuple[int, ...] = ()
     if plan.containment is Containment.PID_NAMESPACE:
         status_r, status_w = os.pipe()
         proc = ["--proc"] if plan.fresh_proc else []
+        if sockets_fd is not None:
+            proc += ["--sockets", str(sockets_fd)]
+            extra_fds = (sockets_fd,)
         argv = [sys.executable, "-I", "-S", str(NSINIT), str(status_w), *proc, "--", *argv]
     try:
         set_window_size(master, DEFAULT_COLS, DEFAULT_ROWS)
@@ -93,7 +98,7 @@ def _spawn(
             cwd=cwd,
             env=dict(env),
             close_fds=True,
-            pass_fds=() if status_w is None else (status_w,),
+            pass_fds=() if status_w is None else (status_w, *extra_fds),
             start_new_session=True,
             preexec_fn=functools.partial(_prepare_child, plan, os.getpid(), cgroup, view),
         )
@@ -160,12 +165,20 @@ async def spawn_pty_process(
     cgroup: Path | None = None,
     view: SessionView = NOTHING_HIDDEN,
     label: str = "",
+    sockets_fd: int | None = None,
+    attach: Callable[[int], Awaitable[None]] | None = None,
 ) -> PtyProcess:
     """Start `argv` (argv[0] an absolute path) on a fresh PTY with exactly `env`,
     contained as `plan` says (with a mount namespace, seeing the host's
     file system as `view` says), in `cgroup` when given. `label` (the session
     id) is the `session_id` of every log line about it. Returns once the
     workload has exec'd.
+
+    With a network namespace: `sockets_fd` is handed to `nsinit` (`--sockets`,
+    the daemon's way into the namespace) and `attach(pid)` is awaited with
+    the pid of a process in the namespace before the workload starts (it
+    must send `nsinit` its go); if it raises, the process is stopped and the
+    error propagates.
 
     Raises:
         OSError: the program could not be executed (missing, not executable,
@@ -175,7 +188,7 @@ async def spawn_pty_process(
     # Forked on the spawner thread (the parent-death signal's anchor), and
     # never abandoned on cancel: a spawned child always reaches its owner.
     popen, master, pidfd, status_r = await run_in_spawner(
-        functools.partial(_spawn, argv, cwd, env, plan, cgroup, view)
+        functools.partial(_spawn, argv, cwd, env, plan, cgroup, view, sockets_fd)
     )
     namespaced = status_r is not None
     proc = PtyProcess(
@@ -184,6 +197,8 @@ async def spawn_pty_process(
     if status_r is None:
         return proc  # Popen itself reported any exec failure
     try:
+        if attach is not None and sockets_fd is not None:
+            await attach(popen.pid)
         error = await _read_exec_status(status_r)
     except BaseException:
         await proc.aclose()

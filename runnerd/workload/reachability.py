@@ -12,13 +12,15 @@ Backend-neutral: the caller says where to dial and where states go.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
 from runnerd.contract import Reachability
 
 OnState = Callable[[int, Reachability], None]
+# Opens a connection to (host, port); raises OSError when it cannot.
+Dial = Callable[[str, int], Awaitable[trio.abc.Stream]]
 
 
 async def watch_reachability(
@@ -30,12 +32,14 @@ async def watch_reachability(
     interval_s: float = 1.0,
     recheck_interval_s: float = 5.0,
     connect_timeout_s: float = 1.0,
+    dial: Dial = trio.open_tcp_stream,
 ) -> None:
     """Watch every port in `ports` concurrently, reporting each transition.
 
     Returns once every port has been `reachable`; runs until cancelled
     otherwise. `on_state` must not block or raise. Cancellation stops every
-    probe at once and leaves no socket open.
+    probe at once and leaves no socket open. `dial` makes each probe's
+    connection (a local session's goes into its network namespace).
     """
     async with trio.open_nursery() as nursery:
         for port in dict.fromkeys(ports):  # a port declared twice is watched once
@@ -48,6 +52,7 @@ async def watch_reachability(
                 interval_s,
                 recheck_interval_s,
                 connect_timeout_s,
+                dial,
             )
 
 
@@ -59,12 +64,13 @@ async def _watch_port(
     interval_s: float,
     recheck_interval_s: float,
     connect_timeout_s: float,
+    dial: Dial,
 ) -> None:
     on_state(port, "checking")
     deadline = trio.current_time() + timeout_s
     reported_unreachable = False
     while True:
-        if await _can_connect(host, port, connect_timeout_s):
+        if await _can_connect(host, port, connect_timeout_s, dial):
             on_state(port, "reachable")
             return
         if not reported_unreachable and trio.current_time() >= deadline:
@@ -73,12 +79,12 @@ async def _watch_port(
         await trio.sleep(recheck_interval_s if reported_unreachable else interval_s)
 
 
-async def _can_connect(host: str, port: int, connect_timeout_s: float) -> bool:
+async def _can_connect(host: str, port: int, connect_timeout_s: float, dial: Dial) -> bool:
     """One TCP connect attempt: True when it completes. Never raises (except
     Cancelled)."""
     with trio.move_on_after(connect_timeout_s):
         try:
-            stream = await trio.open_tcp_stream(host, port)
+            stream = await dial(host, port)
         except OSError:
             return False
         await stream.aclose()

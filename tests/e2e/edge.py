@@ -24,7 +24,7 @@ from tests.harness import Daemon, _merge, start_daemon
 
 @contextlib.asynccontextmanager
 async def tcp_daemon(
-    tmp_path: Path, overrides: Mapping[str, Any] | None = None
+    tmp_path: Path, overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
 ) -> AsyncIterator[tuple[Daemon, int]]:
     # A short directory: AF_UNIX paths are limited to 108 bytes.
     sock_dir = Path(tempfile.mkdtemp(prefix="rd-", dir="/tmp"))
@@ -32,7 +32,7 @@ async def tcp_daemon(
     base = {"server": {"listen": [f"unix:{socket_path}", "tcp:127.0.0.1:0"]}}
     try:
         async with start_daemon(
-            tmp_path, _merge(base, overrides or {}), socket_path=socket_path
+            tmp_path, _merge(base, overrides or {}), socket_path=socket_path, env=env
         ) as daemon:
             # The API listener's, from the "serving" line (on kubernetes the
             # bundle listener is a tcp: address too).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 import trio
@@ -120,3 +121,100 @@ async def test_inspect_on_a_runtime_without_inspect_args_runs_plainly(
             await session.result()
     assert sink.statuses == [{"kind": "running"}]
     assert b"args:\r\n" in sink.out
+
+
+async def _exchange(port: int) -> bytes:
+    """Connect from the host, send a line, return what came back before EOF
+    (b"" when the connection was refused, reset or closed unanswered)."""
+    try:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+    except OSError:
+        return b""
+    received = b""
+    async with stream:
+        try:
+            await stream.send_all(b"ping\n")
+            while chunk := await stream.receive_some(100):
+                received += chunk
+        except trio.BrokenResourceError:
+            pass  # reset: nothing listened inside
+    return received
+
+
+async def test_a_declared_port_is_reachable_only_once_the_workload_listens(
+    backend: LocalBackend,
+) -> None:
+    # With a network namespace the host side of the port is the daemon's
+    # listener: it must not pass for the workload's (nor answer for it).
+    tcp = free_port()
+    sink = RecordingSink()
+    spec = bundle_spec(
+        "python",
+        f"""
+        import socket, sys
+        sys.stdin.readline()
+        server = socket.create_server(("127.0.0.1", {tcp}))
+        print("listening", flush=True)
+        while True:  # the reachability probe connects too, and sends nothing
+            conn, _ = server.accept()
+            data = conn.recv(100)
+            if data:
+                conn.sendall(b"pong " + data)
+                conn.close()
+                break
+            conn.close()
+        """,
+        ports=(PortMapping(port=tcp, protocol="tcp"),),
+    )
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            assert await _exchange(tcp) == b""
+            assert sink.reachability_calls == [(tcp, "checking")]
+            session.handle.write(b"\n")
+            await sink.wait_output(b"listening")
+            await sink.wait_for(lambda: (tcp, "reachable") in sink.reachability_calls)
+            assert await _exchange(tcp) == b"pong ping\n"
+            await session.result()
+
+
+async def test_a_published_port_carries_bytes_both_ways_exactly_with_half_close(
+    backend: LocalBackend,
+) -> None:
+    # An echo that answers only after the client's EOF: the half-close must
+    # cross the forwarder, and every byte both ways, in order.
+    tcp = free_port()
+    sink = RecordingSink()
+    spec = bundle_spec(
+        "python",
+        f"""
+        import socket
+        server = socket.create_server(("127.0.0.1", {tcp}))
+        print("listening", flush=True)
+        while True:
+            conn, _ = server.accept()
+            data = b""
+            while chunk := conn.recv(1 << 16):
+                data += chunk
+            if data:
+                conn.sendall(data[::-1])
+                conn.close()
+                break
+            conn.close()
+        """,
+        ports=(PortMapping(port=tcp, protocol="tcp"),),
+    )
+    payload = os.urandom(8 << 20)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            await sink.wait_for(lambda: (tcp, "reachable") in sink.reachability_calls)
+            stream = await trio.open_tcp_stream("127.0.0.1", tcp)
+            async with stream:
+                await stream.send_all(payload)
+                await stream.send_eof()
+                echoed = b""
+                while chunk := await stream.receive_some(1 << 16):
+                    echoed += chunk
+            await session.result()
+    assert echoed == payload[::-1]
