@@ -19,6 +19,7 @@ Exit codes, the same as `runnerd run` (runnerd.client.outcome):
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -35,10 +36,10 @@ def stdin_mode() -> StdinMode:
 
 def run_attach(endpoint: Endpoint, session_id: str, last_seq: int = 0) -> int:
     """Attach until the session ends or the user detaches; the exit code."""
-    import trio  # only the streaming verbs pay for trio
+    from runnerd.client.interrupt import run_trio  # only the streaming verbs pay for trio
 
     try:
-        end = trio.run(_follow, endpoint, session_id, last_seq)
+        end = run_trio(functools.partial(_follow, endpoint, session_id, last_seq))
     except KeyboardInterrupt:  # Ctrl-C without a raw terminal: we leave, it stays
         end = ChannelEnd(Ended.DETACHED, signal=signal.SIGINT)
     return finish(Api(endpoint), session_id, end)

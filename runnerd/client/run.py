@@ -136,9 +136,8 @@ def run_session(api: Api, args: argparse.Namespace) -> int:
     if args.detach:
         print(session_id)
         return EXIT_OK
-    import trio
-
     from runnerd.client.attach import finish, stdin_mode
+    from runnerd.client.interrupt import run_trio
     from runnerd.client.pty_channel import ChannelEnd, Ended, follow_channel
     from runnerd.client.wait import wait_started
 
@@ -148,7 +147,7 @@ def run_session(api: Api, args: argparse.Namespace) -> int:
         return await follow_channel(api.endpoint, session_id, mode=stdin_mode())
 
     try:
-        end = trio.run(main)
+        end = run_trio(main)
     except KeyboardInterrupt:  # Ctrl-C without a raw terminal: we leave, it stays
         end = ChannelEnd(Ended.DETACHED, signal=signal.SIGINT)
     if end is None:

@@ -70,8 +70,7 @@ def cmd_stop(api: Api, args: argparse.Namespace) -> int:
 
 
 def cmd_logs(api: Api, args: argparse.Namespace) -> int:
-    import trio
-
+    from runnerd.client.interrupt import run_trio
     from runnerd.client.pty_channel import Ended, StdinMode, follow_channel
 
     entry = find_session(api, args.session_id)
@@ -79,7 +78,7 @@ def cmd_logs(api: Api, args: argparse.Namespace) -> int:
     # Without -f: what was there when we asked, then stop (the whole replay
     # of a finished session, which closes by itself).
     stop_at = None if args.follow or terminal else int(entry["lastOutputSeq"])
-    end = trio.run(
+    end = run_trio(  # Ctrl-C: KeyboardInterrupt, for `dispatch`
         lambda: follow_channel(
             api.endpoint, args.session_id, mode=StdinMode.NONE, stop_at_seq=stop_at
         )
