@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from runnerd.client.bundle import BundleError, body_size, collect_bundle
 from runnerd.client.outcome import EXIT_ERROR, EXIT_OK
-from runnerd.client.transport import Api, ApiError, ClientError, default_image
+from runnerd.client.transport import Api, ApiError, ClientError, UsageError, default_image
 
 if TYPE_CHECKING:
     from runnerd.client.pty_channel import ChannelEnd
@@ -35,14 +35,14 @@ TERMS_HEADER = "x-telo-accepted-terms"
 
 
 def parse_env(pairs: list[str], env_file: Path | None) -> dict[str, str]:
-    """`--env-file` lines, then `--env` values (later wins). Raises ClientError."""
+    """`--env-file` lines, then `--env` values (later wins). Raises UsageError."""
     env: dict[str, str] = {}
     lines: list[tuple[str, str]] = []
     if env_file is not None:
         try:
             text = env_file.read_text()
         except OSError as exc:
-            raise ClientError(f"--env-file {env_file}: {exc.strerror or exc}") from None
+            raise UsageError(f"--env-file {env_file}: {exc.strerror or exc}") from None
         for n, line in enumerate(text.splitlines(), 1):
             line = line.strip()
             if line and not line.startswith("#"):
@@ -51,7 +51,7 @@ def parse_env(pairs: list[str], env_file: Path | None) -> dict[str, str]:
     for where, pair in lines:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ClientError(f"{where}: expected K=V, got {pair!r}")
+            raise UsageError(f"{where}: expected K=V, got {pair!r}")
         env[key] = value
     return env
 
@@ -62,13 +62,14 @@ def parse_ports(specs: list[str]) -> list[dict[str, Any]]:
         number, _, protocol = spec.partition("/")
         protocol = protocol or "tcp"
         if not number.isdigit() or not 1 <= int(number) <= 65535 or protocol not in ("tcp", "udp"):
-            raise ClientError(f"--port must be N or N/udp with N in 1-65535, got {spec!r}")
+            raise UsageError(f"--port must be N or N/udp with N in 1-65535, got {spec!r}")
         ports.append({"port": int(number), "protocol": protocol})
     return ports
 
 
 def build_request(api: Api, args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    """(path, body) of the start request. Raises ClientError."""
+    """(path, body) of the start request. Raises ClientError (UsageError for
+    a bad argument)."""
     body: dict[str, Any] = {"env": parse_env(args.env, args.env_file)}
     if args.port:
         body["ports"] = parse_ports(args.port)
@@ -79,7 +80,7 @@ def build_request(api: Api, args: argparse.Namespace) -> tuple[str, dict[str, An
     try:
         bundle = collect_bundle(args.path, args.entry)
     except BundleError as exc:
-        raise ClientError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     for skipped in bundle.skipped:
         print(f"runnerd: left out {skipped}: not UTF-8 text", file=sys.stderr)
 
