@@ -91,6 +91,11 @@ class RuntimeConfig:
     command: tuple[str, ...]
     # Extra argv when the session asks for `inspect`; `{inspect_port}` substituted.
     inspect_args: tuple[str, ...] = ()
+    # Directories put first on the workload's PATH (before the minimal
+    # /usr/local/bin:/usr/bin:/bin) and searched first for `command[0]`: where
+    # the interpreter a script's `#!/usr/bin/env node` names is found.
+    # Default none: a session sees only the minimal PATH.
+    path: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ def render_config(config: Config, offered: Offered) -> str:
     )
     for rt in loc.runtimes.values():
         out += _section(f"local.runtimes.{toml_key(rt.name)}", {
-            "command": rt.command, "inspect_args": rt.inspect_args,
+            "command": rt.command, "inspect_args": rt.inspect_args, "path": rt.path,
         })  # fmt: skip
     k = config.kubernetes
     out += _section("kubernetes", {

@@ -50,12 +50,14 @@ from runnerd.local.launch import (
     Unresolved,
     build_argv,
     build_env,
+    read_interpreter,
     resolve_executable,
     resolve_runtime,
+    same_file,
     search_path,
 )
 from runnerd.local.pty import PtyProcess
-from runnerd.local.runtimes import runtime_problems
+from runnerd.local.runtimes import runtime_problems, workload_path
 from runnerd.local.spawn import spawn_pty_process
 from runnerd.local.workdir import (
     SessionDir,
@@ -86,9 +88,7 @@ class LocalBackend:
     # daemon left). The manager refuses a detach rather than leave them.
     detach_supported = False
 
-    def __init__(
-        self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]
-    ) -> None:
+    def __init__(self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]) -> None:
         self._local = local
         self._workdir_lock: int | None = None
         # Hidden from every session (with a mount namespace), besides the
@@ -120,7 +120,12 @@ class LocalBackend:
         # A runtime nothing can start is worth a line before the first session fails.
         path = search_path(os.environ.get("PATH"))
         for problem in runtime_problems(
-            self._local, find=resolve_executable, path=path, service_path=path
+            self._local,
+            find=resolve_executable,
+            path=path,
+            service_path=path,
+            interpreter=read_interpreter,
+            same_file=same_file,
         ):
             log.warning("%s", problem)
         return notices
@@ -210,7 +215,7 @@ class LocalBackend:
             argv = build_argv(
                 runtime, executable, entry=session_dir.entry, inspect_port=inspect_port
             )
-            env = build_env(spec.env, home=session_dir.work)
+            env = build_env(spec.env, home=session_dir.work, path=workload_path(runtime))
         except ValueError as exc:
             raise StartError("provision", str(exc)) from exc
         try:
@@ -233,9 +238,7 @@ class LocalBackend:
         if self._cgroups is None:
             return None
         try:
-            return await trio.to_thread.run_sync(
-                self._cgroups.create, spec.session_id, spec.limits
-            )
+            return await trio.to_thread.run_sync(self._cgroups.create, spec.session_id, spec.limits)
         except OSError as exc:
             raise StartError("provision", "cannot set up the session's resource limits") from exc
 
