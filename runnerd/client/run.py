@@ -9,7 +9,8 @@ Owns the run flow:
    the terminal (or takes `--accept-terms VERSION`), then retries once;
 3. `--detach`: print the id, exit 0;
 4. progress on stderr (runnerd.client.progress) from the event stream until
-   the session runs or ends;
+   the session runs or ends; from a terminal, its size went with the POST
+   (`x-runnerd-terminal-size`), so the workload starts with it;
 5. attach (runnerd.attach): output replayed from the start, so nothing the
    workload printed before we attached is lost; the exit code from its end.
 """
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from runnerd.client.bundle import BundleError, body_size, collect_bundle
 from runnerd.client.outcome import EXIT_ERROR, EXIT_OK
+from runnerd.client.terminal import terminal_size
 from runnerd.client.transport import Api, ApiError, ClientError, UsageError, default_image
 
 if TYPE_CHECKING:
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
 
 MAX_BODY_HEADER = "x-runnerd-max-body-bytes"
 TERMS_HEADER = "x-telo-accepted-terms"
+# Our terminal's size on the start: the workload has it from its first byte.
+TERMINAL_SIZE_HEADER = "x-runnerd-terminal-size"
 
 
 def parse_env(pairs: list[str], env_file: Path | None) -> dict[str, str]:
@@ -120,14 +124,16 @@ def _ask_terms(error: ApiError, accepted: str | None) -> str:
 def start(api: Api, args: argparse.Namespace) -> str:
     """POST the start (asking for terms once if needed); the new session id."""
     path, body = build_request(api, args)
+    size = terminal_size(0) if os.isatty(0) else None
+    sized = {TERMINAL_SIZE_HEADER: "{}x{}".format(*size)} if size is not None else {}
     headers = {TERMS_HEADER: args.accept_terms} if args.accept_terms else {}
     try:
-        reply = api.request("POST", path, body, headers)
+        reply = api.request("POST", path, body, {**sized, **headers})
     except ApiError as exc:
         if exc.status != 428:
             raise
         headers = {TERMS_HEADER: _ask_terms(exc, args.accept_terms)}
-        reply = api.request("POST", path, body, headers)
+        reply = api.request("POST", path, body, {**sized, **headers})
     session_id: str = reply.body["sessionId"]
     return session_id
 

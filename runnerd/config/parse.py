@@ -50,7 +50,10 @@ _RUNNER_KEYS = (
 )  # fmt: skip
 _TIER_KEYS = ("cpu", "memory", "ephemeral_storage", "ttl_seconds")
 _APP_KEYS = ("image", "pull_policy", "title", "description", "env")
-_LOCAL_KEYS = ("workdir", "stop_grace_seconds", "runtimes", "containment")
+_LOCAL_KEYS = (
+    "workdir", "stop_grace_seconds", "terminal_size_wait_seconds", "runtimes", "containment",
+)  # fmt: skip
+MAX_TERMINAL_SIZE_WAIT_S = 30.0
 _RUNTIME_KEYS = ("command", "inspect_args", "path")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _PULL_POLICIES = ("missing", "always", "never")
@@ -199,6 +202,18 @@ def _runtime_path(rt: Table) -> tuple[str, ...]:
     return path
 
 
+def _terminal_size_wait_s(t: Table) -> float:
+    key = "terminal_size_wait_seconds"
+    wait_s = t.seconds(key, LocalConfig.terminal_size_wait_s, zero_ok=True)
+    if wait_s > MAX_TERMINAL_SIZE_WAIT_S:
+        raise ConfigError(
+            t.key(key),
+            f"must be at most {MAX_TERMINAL_SIZE_WAIT_S:g} seconds (every session no client"
+            f" attaches to starts that much later), got {show(wait_s)}",
+        )
+    return wait_s
+
+
 def _parse_local(t: Table, base_dir: Path) -> LocalConfig:
     runtimes: dict[str, RuntimeConfig] = {}
     table = t.table("runtimes", None)
@@ -223,6 +238,7 @@ def _parse_local(t: Table, base_dir: Path) -> LocalConfig:
     return LocalConfig(
         workdir=workdir,
         stop_grace_s=stop_grace_s,
+        terminal_size_wait_s=_terminal_size_wait_s(t),
         runtimes=runtimes,
         containment=cast(Literal["auto", "process-group"], containment),
     )

@@ -90,6 +90,7 @@ def render_config(config: Config, offered: Offered) -> str:
         {
             "workdir": loc.workdir,
             "stop_grace_seconds": loc.stop_grace_s,
+            "terminal_size_wait_seconds": loc.terminal_size_wait_s,
             "containment": loc.containment,
         },
     )

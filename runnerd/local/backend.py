@@ -9,6 +9,13 @@ cgroup and session directory deleted) on every path. How sessions are
 contained (`containment`) and whether they get cgroup ceilings (`cgroups`)
 is found once, at construction, and announced there.
 
+The workload's terminal exists from its first instruction, so its first
+size must be the client's: the spawn waits (`Sink.terminal_size`) until a
+client has asked for a size (the POST's `x-runnerd-terminal-size`, or an
+`/io` client's first resize) or `local.terminal_size_wait_seconds` from the
+session's creation have passed (80x24 then). The status stays `starting`
+meanwhile, and a stop ends the wait as it ends any start.
+
 A local "image" names a runtime from `[local.runtimes]`: a command line in
 which `{entry}` is the absolute path of the bundle's entry file. An app
 session (catalog entry, no bundle) runs the runtime its catalog image names;
@@ -188,7 +195,11 @@ class LocalBackend:
         try:
             cgroup = await self._create_cgroup(spec)
             inspect_port = _free_loopback_port() if spec.inspect and runtime.inspect_args else None
-            proc = await self._spawn(spec, runtime, executable, session_dir, inspect_port, cgroup)
+            # The PTY exists from the spawn on: its first size must be the client's.
+            size = await sink.terminal_size(self._local.terminal_size_wait_s)
+            proc = await self._spawn(
+                spec, runtime, executable, session_dir, inspect_port, cgroup, size=size
+            )
             ids = {"session_id": spec.session_id}
             log.info("started pid %s (runtime %s)", proc.pid, runtime.name, extra=ids)
             async with proc:
@@ -209,8 +220,11 @@ class LocalBackend:
         session_dir: SessionDir,
         inspect_port: int | None,
         cgroup: Path | None,
+        *,
+        size: tuple[int, int] | None,
     ) -> PtyProcess:
-        """The session's first process, exec'd. Raises StartError."""
+        """The session's first process, exec'd, on a terminal of `size` (cols,
+        rows; None: the default) from its start. Raises StartError."""
         try:
             argv = build_argv(
                 runtime, executable, entry=session_dir.entry, inspect_port=inspect_port
@@ -228,6 +242,7 @@ class LocalBackend:
                 cgroup=cgroup,
                 view=self._view(session_dir),
                 label=spec.session_id,
+                size=size,
             )
         except OSError as exc:
             raise StartError(

@@ -74,6 +74,7 @@ def _spawn(
     plan: ContainmentPlan,
     cgroup: Path | None,
     view: SessionView,
+    size: tuple[int, int],
 ) -> tuple[subprocess.Popen[bytes], int, int, int | None]:
     """Fork the session's first process; returns it, the master, its pidfd
     and (in a PID namespace) the read end of the workload's exec status."""
@@ -84,7 +85,7 @@ def _spawn(
         proc = ["--proc"] if plan.fresh_proc else []
         argv = [sys.executable, "-I", "-S", str(NSINIT), str(status_w), *proc, "--", *argv]
     try:
-        set_window_size(master, DEFAULT_COLS, DEFAULT_ROWS)
+        set_window_size(master, *size)
         popen = subprocess.Popen(
             list(argv),
             stdin=slave,
@@ -160,12 +161,14 @@ async def spawn_pty_process(
     cgroup: Path | None = None,
     view: SessionView = NOTHING_HIDDEN,
     label: str = "",
+    size: tuple[int, int] | None = None,
 ) -> PtyProcess:
     """Start `argv` (argv[0] an absolute path) on a fresh PTY with exactly `env`,
     contained as `plan` says (with a mount namespace, seeing the host's
-    file system as `view` says), in `cgroup` when given. `label` (the session
-    id) is the `session_id` of every log line about it. Returns once the
-    workload has exec'd.
+    file system as `view` says), in `cgroup` when given, on a terminal of
+    `size` (cols, rows; None: 80x24) from its first instruction. `label` (the
+    session id) is the `session_id` of every log line about it. Returns once
+    the workload has exec'd.
 
     Raises:
         OSError: the program could not be executed (missing, not executable,
@@ -175,7 +178,9 @@ async def spawn_pty_process(
     # Forked on the spawner thread (the parent-death signal's anchor), and
     # never abandoned on cancel: a spawned child always reaches its owner.
     popen, master, pidfd, status_r = await run_in_spawner(
-        functools.partial(_spawn, argv, cwd, env, plan, cgroup, view)
+        functools.partial(
+            _spawn, argv, cwd, env, plan, cgroup, view, size or (DEFAULT_COLS, DEFAULT_ROWS)
+        )
     )
     namespaced = status_r is not None
     proc = PtyProcess(
