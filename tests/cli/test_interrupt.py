@@ -50,14 +50,15 @@ async def test_ctrl_c_detaches_run_with_exit_130(runnerd: Daemon, tmp_path: Path
     await assert_still_running(runnerd, session_id)
 
 
-@pytest.mark.parametrize("verb", [["attach"], ["logs", "-f"]])
+@pytest.mark.parametrize("verb", [["attach"], ["logs", "-f"], ["events", "-f"]])
 async def test_ctrl_c_leaves_a_following_verb_with_exit_130(
     runnerd: Daemon, verb: list[str]
 ) -> None:
     session_id = await start(runnerd, SCRIPT)
     await read_pty_until(runnerd.socket_path, session_id, rb"up-and-running")
     async with background_cli(runnerd, *verb, session_id) as follower:
-        await follower.wait_for(b"up-and-running")
+        # Following: the output replayed (the events' `running`, for events).
+        await follower.wait_for(b"status running" if verb[0] == "events" else b"up-and-running")
         await interrupt(follower)
     assert_clean_interrupt(follower)
     if verb == ["attach"]:
