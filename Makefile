@@ -24,16 +24,19 @@ run: $(VENV)/.installed
 	$(BIN)/runnerd serve --config $(CONFIG)
 
 # The test cluster (tests/kubesim) on a free loopback port, then runnerd on
-# config/dev-kube.toml against it; Ctrl-C stops both. The cluster prints its
-# URL once its kubeconfig is written, so runnerd starts only then.
+# config/dev-kube.toml against it (its own socket and port: `make run` can run
+# beside it); Ctrl-C stops both and removes the cluster's files. The cluster
+# prints its URL once its kubeconfig is written, so runnerd starts only then.
+KUBESIM_FILES := run/kubesim.url run/kubesim.kubeconfig
 run-kube: $(VENV)/.installed-test
 	mkdir -p run
-	rm -f run/kubesim.url run/kubesim.kubeconfig
+	rm -f $(KUBESIM_FILES)
 	# The cluster in its own session: a Ctrl-C reaches runnerd alone, which
 	# deletes its pods before the trap stops the cluster.
 	setsid $(BIN)/python -m tests.kubesim --listen 127.0.0.1:0 \
 		--kubeconfig-out run/kubesim.kubeconfig > run/kubesim.url & sim=$$!; \
-	trap 'kill $$sim 2>/dev/null; wait $$sim' EXIT INT TERM; \
+	trap 'kill $$sim 2>/dev/null; wait $$sim; rm -f $(KUBESIM_FILES)' EXIT; \
+	trap 'exit 130' INT; trap 'exit 143' TERM; \
 	for i in $$(seq 100); do [ -s run/kubesim.url ] && break; sleep 0.1; done; \
 	[ -s run/kubesim.url ] || { echo "the test cluster did not start" >&2; exit 1; }; \
 	echo "test cluster at $$(cat run/kubesim.url)"; \

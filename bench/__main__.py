@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -53,20 +54,43 @@ async def bench_startup() -> list[Row]:
     ]
 
 
+SIZED = {"x-runnerd-terminal-size": "132x43"}
+
+
+async def _post_to_running(client: Any, headers: dict[str, str] | None) -> float:
+    t0 = time.perf_counter()
+    sid = await start_session(client, sh_bundle("exec sleep 60\n"), headers)
+    await wait_status(client, sid, {"running"})
+    elapsed = time.perf_counter() - t0
+    await client.delete(f"/v1/sessions/{sid}")
+    return elapsed
+
+
 async def bench_latency(n: int = 200) -> list[Row]:
-    """POST /v1/sessions → `running` on the SSE stream, sequentially."""
-    samples: list[float] = []
-    async with open_daemon(max_sessions=n + 8) as d, d.client() as client:
+    """POST /v1/sessions → `running` on the SSE stream, sequentially, in three
+    ways taken in turn (so machine load falls on each alike): the reference
+    `local.terminal_size_wait_seconds = 0` (no wait for a first size: as
+    before it existed), and on the default wait a POST with its size
+    (`x-runnerd-terminal-size`) and one without (nobody attaches)."""
+    ways: dict[str, list[float]] = {"no wait": [], "default, sized": [], "default, unsized": []}
+    async with (
+        open_daemon(max_sessions=n + 8, size_wait_s=0) as ref, ref.client() as reference,
+        open_daemon(max_sessions=n + 8) as d, d.client() as client,
+    ):  # fmt: skip
         for _ in range(n):
-            t0 = time.perf_counter()
-            sid = await start_session(client, sh_bundle("exec sleep 60\n"))
-            await wait_status(client, sid, {"running"})
-            samples.append(time.perf_counter() - t0)
-            await client.delete(f"/v1/sessions/{sid}")
-    return [
-        (f"POST → running, p50 ({n} sessions)", f"{percentile(samples, 50) * 1000:.1f} ms", "—"),
-        (f"POST → running, p99 ({n} sessions)", f"{percentile(samples, 99) * 1000:.1f} ms", "—"),
-    ]
+            ways["no wait"].append(await _post_to_running(reference, None))
+            ways["default, sized"].append(await _post_to_running(client, SIZED))
+            ways["default, unsized"].append(await _post_to_running(client, None))
+    base = percentile(ways["no wait"], 50)
+    rows: list[Row] = []
+    for way, samples in ways.items():
+        p50, p99 = percentile(samples, 50), percentile(samples, 99)
+        ratio = "" if way == "no wait" else f", p50 {p50 / base:.2f}× the no-wait one"
+        rows.append(
+            (f"POST → running ({way}; {n} sessions)",
+             f"p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms{ratio}", "—")
+        )  # fmt: skip
+    return rows
 
 
 async def bench_throughput(total_bytes: int = 512 * 1024 * 1024) -> list[Row]:

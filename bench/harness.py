@@ -34,11 +34,18 @@ def _toml_str(value: str) -> str:
 
 
 def build_config_text(
-    base: Path, *, max_sessions: int, replay_buffer_bytes: int, local_extra: str = ""
+    base: Path,
+    *,
+    max_sessions: int,
+    replay_buffer_bytes: int,
+    local_extra: str = "",
+    size_wait_s: float | None = None,
 ) -> str:
     """A bench config: local backend, UNIX socket only, generous limits;
-    `local_extra` is TOML added to `[local]` (e.g. `network = "host"`)."""
+    `local_extra` is TOML added to `[local]` (e.g. `network = "host"`);
+    `size_wait_s`: `local.terminal_size_wait_seconds` (None: its default)."""
     python = shutil.which("python3") or sys.executable
+    size_wait = "" if size_wait_s is None else f"terminal_size_wait_seconds = {size_wait_s}"
     return f"""
 [server]
 listen = [{_toml_str("unix:" + str(base / "runnerd.sock"))}]
@@ -66,6 +73,7 @@ ttl_seconds = 3600
 workdir = {_toml_str(str(base / "sessions"))}
 stop_grace_seconds = 2
 {local_extra}
+{size_wait}
 
 [local.runtimes.sh]
 command = ["/bin/sh", "{{entry}}"]
@@ -116,6 +124,7 @@ async def open_daemon(
     replay_buffer_bytes: int = 5_000_000,
     prefix: tuple[str, ...] = (),
     local_extra: str = "",
+    size_wait_s: float | None = None,
 ) -> AsyncIterator[Daemon]:
     """Start `python -m runnerd serve` on a temp config; yield once healthy.
     `prefix` wraps the command (e.g. `prlimit --nofile=1024:1024`)."""
@@ -128,6 +137,7 @@ async def open_daemon(
                 max_sessions=max_sessions,
                 replay_buffer_bytes=replay_buffer_bytes,
                 local_extra=local_extra,
+                size_wait_s=size_wait_s,
             )
         )
         sock = base / "runnerd.sock"
@@ -188,8 +198,10 @@ def python_bundle(source: str) -> dict[str, Any]:
     }
 
 
-async def start_session(client: httpx.AsyncClient, body: dict[str, Any]) -> str:
-    r = await client.post("/v1/sessions", json=body)
+async def start_session(
+    client: httpx.AsyncClient, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> str:
+    r = await client.post("/v1/sessions", json=body, headers=headers)
     if r.status_code != 201:
         raise RuntimeError(f"POST /v1/sessions: {r.status_code} {r.text}")
     return str(r.json()["sessionId"])

@@ -246,8 +246,9 @@ class StartError(Exception):
 
 
 class Sink(Protocol):
-    """Where a running backend reports. Every method is synchronous, never
-    blocks, never raises, and is a no-op once the session is terminal."""
+    """Where a running backend reports. Every method but `terminal_size` is
+    synchronous, never blocks, never raises, and is a no-op once the session
+    is terminal."""
 
     def status(self, status: RunStatus) -> None:
         """A later non-terminal status (e.g. `running` with new endpoints).
@@ -268,6 +269,15 @@ class Sink(Protocol):
     def end_intent(self) -> EndIntent:
         """Why the run is being cancelled; read it in teardown. STOP unless
         the daemon asked to detach (and only from a backend that can)."""
+
+    async def terminal_size(self, wait_s: float) -> tuple[int, int] | None:
+        """The (cols, rows) the workload's terminal should start with, for a
+        backend that creates it before any client could resize it: the latest
+        size a client asked for (the POST's `x-runnerd-terminal-size`, an
+        `/io` resize), at once when there is one; otherwise the first to
+        arrive until `wait_s` after the session's creation; None when none
+        did (the backend's default size then). Never raises; cancelled with
+        the run (a stop during the wait ends it as any stop does)."""
 
 
 class WorkloadHandle(Protocol):

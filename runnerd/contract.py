@@ -27,6 +27,9 @@ from runnerd.json_checks import MAX_JSON_DEPTH as MAX_JSON_DEPTH
 from runnerd.json_checks import JsonCheckError, check_tree
 
 ACCEPTED_TERMS_HEADER = "x-telo-accepted-terms"
+# A runnerd extension on the start POSTs: `COLSxROWS`, the client's terminal
+# size, which the workload then has from its first byte (no first resize).
+TERMINAL_SIZE_HEADER = "x-runnerd-terminal-size"
 
 PullPolicy = Literal["missing", "always", "never"]
 Protocol = Literal["tcp", "udp"]

@@ -86,6 +86,9 @@ def build_config(
         "local": {
             "workdir": str(base / "sessions"),
             "stop_grace_seconds": 1,
+            # No wait for a first size (the default's 0.2 s on every start):
+            # the tests of that wait set their own (tests/e2e/test_first_size.py).
+            "terminal_size_wait_seconds": 0,
             "runtimes": {
                 "sh": {"command": ["/bin/sh", "{entry}"]},
                 "python": {"command": [sys.executable, "-u", "{entry}"]},

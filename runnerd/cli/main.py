@@ -11,8 +11,9 @@ Owns argument parsing and the exit codes:
 
 The client verbs (`run`, `ls`, `logs`, `events`, `attach`, `stop`, `apps`,
 `probe`, `completion`) live in `runnerd.client`; `run` and `attach` exit with
-the session's code (see `runnerd.attach`). Imports are lazy: a client verb
-never loads the daemon's stack, and `check-config` never loads trio.
+the session's code (see `runnerd.client.attach`); every verb exits 2 on a
+usage error, argparse's or its own (`runnerd.client.verbs.dispatch`).
+Imports are lazy: a client verb never loads the daemon's stack, and `check-config` never loads trio.
 """
 
 from __future__ import annotations
@@ -134,8 +135,7 @@ def serve(path: Path) -> int:
     return EXIT_DETACHED if ended is Ended.DETACHED else EXIT_OK
 
 
-def operator_error(exc: BaseException,
-                   kinds: tuple[type[Exception], ...]) -> Exception | None:
+def operator_error(exc: BaseException, kinds: tuple[type[Exception], ...]) -> Exception | None:
     """`exc` if it is one of `kinds`, or the first of them inside an exception
     group made only of such errors (a backend that runs tasks for the
     daemon's lifetime, the kubernetes one, wraps what its block raises:

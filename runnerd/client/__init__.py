@@ -7,6 +7,7 @@ One module per concern:
 - `bundle`: a directory or file as a `/v1` bundle, `.gitignore` applied (pure);
 - `terminal`: raw mode, window size, the detach key (restored on every path);
 - `pty_channel`: the attach loop (output out, stdin and resizes in);
+- `interrupt`: entering trio so that Ctrl-C is one `KeyboardInterrupt`;
 - `progress`: the start-up status line on stderr;
 - `verbs`, `run`: the verbs; `args`: their argparse definitions;
 - `completion`: bash and zsh completion scripts;

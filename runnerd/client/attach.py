@@ -13,12 +13,14 @@ Exit codes, the same as `runnerd run` (runnerd.client.outcome):
 - detached → the session id and how to come back on stderr, and 0 for
   Ctrl-]; 128 + the signal for SIGTERM/SIGHUP to this process, or Ctrl-C
   without a terminal (130);
-- no such session, no daemon, or the connection lost (the daemon killed or
+- no such session (the channel closed 4404: the same words as `logs` and
+  `events`), no daemon, or the connection lost (the daemon killed or
   shutting down) → 1 with the reason on stderr.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -26,7 +28,9 @@ import sys
 from runnerd.client.outcome import EXIT_ERROR, EXIT_OK, exit_code
 from runnerd.client.pty_channel import ChannelEnd, Ended, StdinMode, follow_channel
 from runnerd.client.terminal import DETACH_KEY_NAME
-from runnerd.client.transport import Api, ApiError, ClientError, Endpoint
+from runnerd.client.transport import Api, ApiError, ClientError, Endpoint, no_session
+
+UNKNOWN_SESSION = 4404  # the /io close code for a session id the daemon does not know
 
 
 def stdin_mode() -> StdinMode:
@@ -35,10 +39,10 @@ def stdin_mode() -> StdinMode:
 
 def run_attach(endpoint: Endpoint, session_id: str, last_seq: int = 0) -> int:
     """Attach until the session ends or the user detaches; the exit code."""
-    import trio  # only the streaming verbs pay for trio
+    from runnerd.client.interrupt import run_trio  # only the streaming verbs pay for trio
 
     try:
-        end = trio.run(_follow, endpoint, session_id, last_seq)
+        end = run_trio(functools.partial(_follow, endpoint, session_id, last_seq))
     except KeyboardInterrupt:  # Ctrl-C without a raw terminal: we leave, it stays
         end = ChannelEnd(Ended.DETACHED, signal=signal.SIGINT)
     return finish(Api(endpoint), session_id, end)
@@ -62,6 +66,9 @@ def finish(api: Api, session_id: str, end: ChannelEnd) -> int:
             f"resumes, `runnerd stop {session_id}` stops it"
         )
         return EXIT_OK if end.signal is None else 128 + end.signal
+    if not end.finished and end.code == UNKNOWN_SESSION:
+        say(str(no_session(session_id)))
+        return EXIT_ERROR
     if not end.finished:
         what = "closed" if end.code != 1006 else "lost the connection:"
         say(f"{session_id}: {what} {end.code} {end.reason}".rstrip())

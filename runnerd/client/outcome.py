@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 EXIT_OK = 0
-EXIT_ERROR = 1  # the CLI itself failed: no daemon, no such session, bad input
+EXIT_ERROR = 1  # the CLI itself failed: no daemon, no such session, a refusal
+EXIT_USAGE = 2  # a bad argument: argparse's exit code for a usage error, kept for ours
 EXIT_FAILED = 125
 EXIT_STOPPED = 130
 

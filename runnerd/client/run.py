@@ -9,7 +9,8 @@ Owns the run flow:
    the terminal (or takes `--accept-terms VERSION`), then retries once;
 3. `--detach`: print the id, exit 0;
 4. progress on stderr (runnerd.client.progress) from the event stream until
-   the session runs or ends;
+   the session runs or ends; from a terminal, its size went with the POST
+   (`x-runnerd-terminal-size`), so the workload starts with it;
 5. attach (runnerd.attach): output replayed from the start, so nothing the
    workload printed before we attached is lost; the exit code from its end.
 """
@@ -25,24 +26,27 @@ from typing import TYPE_CHECKING, Any
 
 from runnerd.client.bundle import BundleError, body_size, collect_bundle
 from runnerd.client.outcome import EXIT_ERROR, EXIT_OK
-from runnerd.client.transport import Api, ApiError, ClientError, default_image
+from runnerd.client.terminal import terminal_size
+from runnerd.client.transport import Api, ApiError, ClientError, UsageError, default_image
 
 if TYPE_CHECKING:
     from runnerd.client.pty_channel import ChannelEnd
 
 MAX_BODY_HEADER = "x-runnerd-max-body-bytes"
 TERMS_HEADER = "x-telo-accepted-terms"
+# Our terminal's size on the start: the workload has it from its first byte.
+TERMINAL_SIZE_HEADER = "x-runnerd-terminal-size"
 
 
 def parse_env(pairs: list[str], env_file: Path | None) -> dict[str, str]:
-    """`--env-file` lines, then `--env` values (later wins). Raises ClientError."""
+    """`--env-file` lines, then `--env` values (later wins). Raises UsageError."""
     env: dict[str, str] = {}
     lines: list[tuple[str, str]] = []
     if env_file is not None:
         try:
             text = env_file.read_text()
         except OSError as exc:
-            raise ClientError(f"--env-file {env_file}: {exc.strerror or exc}") from None
+            raise UsageError(f"--env-file {env_file}: {exc.strerror or exc}") from None
         for n, line in enumerate(text.splitlines(), 1):
             line = line.strip()
             if line and not line.startswith("#"):
@@ -51,7 +55,7 @@ def parse_env(pairs: list[str], env_file: Path | None) -> dict[str, str]:
     for where, pair in lines:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ClientError(f"{where}: expected K=V, got {pair!r}")
+            raise UsageError(f"{where}: expected K=V, got {pair!r}")
         env[key] = value
     return env
 
@@ -62,13 +66,14 @@ def parse_ports(specs: list[str]) -> list[dict[str, Any]]:
         number, _, protocol = spec.partition("/")
         protocol = protocol or "tcp"
         if not number.isdigit() or not 1 <= int(number) <= 65535 or protocol not in ("tcp", "udp"):
-            raise ClientError(f"--port must be N or N/udp with N in 1-65535, got {spec!r}")
+            raise UsageError(f"--port must be N or N/udp with N in 1-65535, got {spec!r}")
         ports.append({"port": int(number), "protocol": protocol})
     return ports
 
 
 def build_request(api: Api, args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    """(path, body) of the start request. Raises ClientError."""
+    """(path, body) of the start request. Raises ClientError (UsageError for
+    a bad argument)."""
     body: dict[str, Any] = {"env": parse_env(args.env, args.env_file)}
     if args.port:
         body["ports"] = parse_ports(args.port)
@@ -79,7 +84,7 @@ def build_request(api: Api, args: argparse.Namespace) -> tuple[str, dict[str, An
     try:
         bundle = collect_bundle(args.path, args.entry)
     except BundleError as exc:
-        raise ClientError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     for skipped in bundle.skipped:
         print(f"runnerd: left out {skipped}: not UTF-8 text", file=sys.stderr)
 
@@ -119,14 +124,16 @@ def _ask_terms(error: ApiError, accepted: str | None) -> str:
 def start(api: Api, args: argparse.Namespace) -> str:
     """POST the start (asking for terms once if needed); the new session id."""
     path, body = build_request(api, args)
+    size = terminal_size(0) if os.isatty(0) else None
+    sized = {TERMINAL_SIZE_HEADER: "{}x{}".format(*size)} if size is not None else {}
     headers = {TERMS_HEADER: args.accept_terms} if args.accept_terms else {}
     try:
-        reply = api.request("POST", path, body, headers)
+        reply = api.request("POST", path, body, {**sized, **headers})
     except ApiError as exc:
         if exc.status != 428:
             raise
         headers = {TERMS_HEADER: _ask_terms(exc, args.accept_terms)}
-        reply = api.request("POST", path, body, headers)
+        reply = api.request("POST", path, body, {**sized, **headers})
     session_id: str = reply.body["sessionId"]
     return session_id
 
@@ -136,9 +143,8 @@ def run_session(api: Api, args: argparse.Namespace) -> int:
     if args.detach:
         print(session_id)
         return EXIT_OK
-    import trio
-
     from runnerd.client.attach import finish, stdin_mode
+    from runnerd.client.interrupt import run_trio
     from runnerd.client.pty_channel import ChannelEnd, Ended, follow_channel
     from runnerd.client.wait import wait_started
 
@@ -148,7 +154,7 @@ def run_session(api: Api, args: argparse.Namespace) -> int:
         return await follow_channel(api.endpoint, session_id, mode=stdin_mode())
 
     try:
-        end = trio.run(main)
+        end = run_trio(main)
     except KeyboardInterrupt:  # Ctrl-C without a raw terminal: we leave, it stays
         end = ChannelEnd(Ended.DETACHED, signal=signal.SIGINT)
     if end is None:

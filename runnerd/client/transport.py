@@ -33,6 +33,16 @@ class ClientError(Exception):
     """A request that did not get the answer it needed; the message is for the user."""
 
 
+class UsageError(ClientError):
+    """An argument the command line itself refuses (a bad `--url`, `--env`,
+    `--port`, PATH or `--entry`): exit 2, as argparse exits for a usage error."""
+
+
+def no_session(session_id: str) -> ClientError:
+    """What every verb says of a session id the daemon does not know."""
+    return ClientError(f"no session {session_id!r} (see `runnerd ls -a`)")
+
+
 class ApiError(ClientError):
     """The daemon answered with an error body `{error, message}`."""
 
@@ -67,7 +77,7 @@ def resolve_endpoint(
     if url is not None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ClientError(f"--url must be http://HOST:PORT or https://..., got {url!r}")
+            raise UsageError(f"--url must be http://HOST:PORT or https://..., got {url!r}")
         return Endpoint(url=url.rstrip("/"))
     if socket_path is None:
         socket_path = Path(environ.get(SOCKET_ENV) or DEFAULT_SOCKET)

@@ -1,7 +1,8 @@
 """The client verbs but `run`: ls, stop, logs, events, attach, apps, probe, completion.
 
 Owns each verb's requests and what it prints, and `dispatch`, the one place
-that turns a `ClientError` into `runnerd: <message>` on stderr and exit 1.
+that turns a `ClientError` into `runnerd: <message>` on stderr and exit 1
+(exit 2 for a `UsageError`, a bad argument: argparse's code for its own).
 Tables go to stdout (`--json` gives the daemon's JSON instead); diagnostics
 go to stderr.
 """
@@ -14,9 +15,17 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from runnerd.client.outcome import EXIT_ERROR, EXIT_OK, EXIT_STOPPED
+from runnerd.client.outcome import EXIT_ERROR, EXIT_OK, EXIT_STOPPED, EXIT_USAGE
 from runnerd.client.table import age, ports_text, status_text, table
-from runnerd.client.transport import Api, ApiError, ClientError, default_image, resolve_endpoint
+from runnerd.client.transport import (
+    Api,
+    ApiError,
+    ClientError,
+    UsageError,
+    default_image,
+    no_session,
+    resolve_endpoint,
+)
 
 LIVE = ("starting", "running")
 
@@ -31,7 +40,7 @@ def find_session(api: Api, session_id: str) -> dict[str, Any]:
     for entry in list_sessions(api):
         if entry["sessionId"] == session_id:
             return entry
-    raise ClientError(f"no session {session_id!r} (see `runnerd ls -a`)")
+    raise no_session(session_id)
 
 
 def cmd_ls(api: Api, args: argparse.Namespace) -> int:
@@ -61,7 +70,7 @@ def cmd_stop(api: Api, args: argparse.Namespace) -> int:
             api.get(f"/v1/sessions/{session_id}")
             api.request("DELETE", f"/v1/sessions/{session_id}")
         except ApiError as exc:
-            message = f"no session {session_id!r}" if exc.status == 404 else exc.message
+            message = str(no_session(session_id)) if exc.status == 404 else exc.message
             print(f"runnerd: {message}", file=sys.stderr)
             code = EXIT_ERROR
             continue
@@ -70,8 +79,7 @@ def cmd_stop(api: Api, args: argparse.Namespace) -> int:
 
 
 def cmd_logs(api: Api, args: argparse.Namespace) -> int:
-    import trio
-
+    from runnerd.client.interrupt import run_trio
     from runnerd.client.pty_channel import Ended, StdinMode, follow_channel
 
     entry = find_session(api, args.session_id)
@@ -79,7 +87,7 @@ def cmd_logs(api: Api, args: argparse.Namespace) -> int:
     # Without -f: what was there when we asked, then stop (the whole replay
     # of a finished session, which closes by itself).
     stop_at = None if args.follow or terminal else int(entry["lastOutputSeq"])
-    end = trio.run(
+    end = run_trio(  # Ctrl-C: KeyboardInterrupt, for `dispatch`
         lambda: follow_channel(
             api.endpoint, args.session_id, mode=StdinMode.NONE, stop_at_seq=stop_at
         )
@@ -184,7 +192,7 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return VERBS[args.command](api, args)
     except ClientError as exc:
         print(f"runnerd: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_STOPPED  # 128 + SIGINT; a session we followed keeps running
     except BrokenPipeError:

@@ -91,12 +91,25 @@ class RuntimeConfig:
     command: tuple[str, ...]
     # Extra argv when the session asks for `inspect`; `{inspect_port}` substituted.
     inspect_args: tuple[str, ...] = ()
+    # Directories put first on the workload's PATH (before the minimal
+    # /usr/local/bin:/usr/bin:/bin) and searched first for `command[0]`: where
+    # the interpreter a script's `#!/usr/bin/env node` names is found.
+    # Default none: a session sees only the minimal PATH.
+    path: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class LocalConfig:
     workdir: Path = Path("/var/lib/runnerd/sessions")
     stop_grace_s: float = 2.0
+    # How long after its creation a session's workload may wait for its first
+    # terminal size (a client's resize), so that it starts with that size,
+    # not 80x24 changing under it. A size given up front (the POST's
+    # x-runnerd-terminal-size, or a resize before the wait) ends it at once.
+    # 0.2 s: a client that opens the terminal right after its POST sends its
+    # size well within it, and a session no client attaches to starts ~0.2 s
+    # later. 0: never wait.
+    terminal_size_wait_s: float = 0.2
     runtimes: Mapping[str, RuntimeConfig] = field(default_factory=dict)
     # "auto": a PID namespace per session where the kernel allows it, else
     # the process group (announced); "process-group": always the latter.

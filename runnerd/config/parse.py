@@ -51,8 +51,12 @@ _RUNNER_KEYS = (
 )  # fmt: skip
 _TIER_KEYS = ("cpu", "memory", "ephemeral_storage", "ttl_seconds")
 _APP_KEYS = ("image", "pull_policy", "title", "description", "env")
-_LOCAL_KEYS = ("workdir", "stop_grace_seconds", "runtimes", "containment", "network")
-_RUNTIME_KEYS = ("command", "inspect_args")
+_LOCAL_KEYS = (
+    "workdir", "stop_grace_seconds", "terminal_size_wait_seconds", "runtimes", "containment",
+    "network",
+)  # fmt: skip
+MAX_TERMINAL_SIZE_WAIT_S = 30.0
+_RUNTIME_KEYS = ("command", "inspect_args", "path")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _PULL_POLICIES = ("missing", "always", "never")
 # App names appear in URL paths (/v1/apps/{name}/sessions): keep them URL-safe.
@@ -191,6 +195,30 @@ def _parse_app(t: Table, name: str) -> AppEntry:
     )
 
 
+def _runtime_path(rt: Table) -> tuple[str, ...]:
+    """`path`: absolute directories, none with a `:` (the PATH separator)."""
+    path = rt.string_list("path") or ()
+    for i, directory in enumerate(path):
+        if not directory.startswith("/") or ":" in directory:
+            raise ConfigError(
+                f"{rt.key('path')}[{i}]",
+                f"must be an absolute directory without ':', got {show(directory)}",
+            )
+    return path
+
+
+def _terminal_size_wait_s(t: Table) -> float:
+    key = "terminal_size_wait_seconds"
+    wait_s = t.seconds(key, LocalConfig.terminal_size_wait_s, zero_ok=True)
+    if wait_s > MAX_TERMINAL_SIZE_WAIT_S:
+        raise ConfigError(
+            t.key(key),
+            f"must be at most {MAX_TERMINAL_SIZE_WAIT_S:g} seconds (every session no client"
+            f" attaches to starts that much later), got {show(wait_s)}",
+        )
+    return wait_s
+
+
 def _parse_local(t: Table, base_dir: Path) -> LocalConfig:
     runtimes: dict[str, RuntimeConfig] = {}
     table = t.table("runtimes", None)
@@ -200,7 +228,9 @@ def _parse_local(t: Table, base_dir: Path) -> LocalConfig:
         if command is None:
             raise ConfigError(rt.key("command"), "is required")
         inspect_args = rt.string_list("inspect_args") or ()
-        runtimes[name] = RuntimeConfig(name=name, command=command, inspect_args=inspect_args)
+        runtimes[name] = RuntimeConfig(
+            name=name, command=command, inspect_args=inspect_args, path=_runtime_path(rt)
+        )
     workdir = Path(os.path.normpath(base_dir / t.string("workdir", str(LocalConfig.workdir))))
     stop_grace_s = t.seconds("stop_grace_seconds", LocalConfig.stop_grace_s, zero_ok=True)
     if stop_grace_s > MAX_STOP_GRACE_S:
@@ -214,6 +244,7 @@ def _parse_local(t: Table, base_dir: Path) -> LocalConfig:
     return LocalConfig(
         workdir=workdir,
         stop_grace_s=stop_grace_s,
+        terminal_size_wait_s=_terminal_size_wait_s(t),
         runtimes=runtimes,
         containment=cast(Literal["auto", "process-group"], containment),
         network=cast(Literal["isolated", "none", "host"], network),

@@ -91,13 +91,14 @@ def render_config(config: Config, offered: Offered) -> str:
         {
             "workdir": loc.workdir,
             "stop_grace_seconds": loc.stop_grace_s,
+            "terminal_size_wait_seconds": loc.terminal_size_wait_s,
             "containment": loc.containment,
             "network": loc.network,
         },
     )
     for rt in loc.runtimes.values():
         out += _section(f"local.runtimes.{toml_key(rt.name)}", {
-            "command": rt.command, "inspect_args": rt.inspect_args,
+            "command": rt.command, "inspect_args": rt.inspect_args, "path": rt.path,
         })  # fmt: skip
     k = config.kubernetes
     out += _section("kubernetes", {

@@ -11,8 +11,13 @@ JSON-quoted). A field whose key looks secret (`env`, `token`, `secret`,
 `password`, `authorization`) is printed as `***`: secrets must never reach a
 log line even when a caller passes one by mistake.
 
-hypercorn's access log is off (one line per request would drown the events
-that matter); its error log goes through the same format at WARNING and up.
+`server.log_level` is runnerd's own level (the `runnerd` logger and its
+children). Every other logger, the libraries', stays at INFO however low it
+is set: at DEBUG, trio-websocket logs every frame of every attach and hpack
+every header, which would drown runnerd's own debug lines. hypercorn's access
+log is off (one line per request would drown the events that matter); its
+error log, quart's request errors and the HTTP clients go through the same
+format at WARNING and up.
 """
 
 from __future__ import annotations
@@ -72,11 +77,21 @@ def setup_logging(level: str, *, stream: TextIO | None = None) -> None:
     set_log_level(level)
 
 
+OWN_LOGGER = "runnerd"
+# The most a library logs: its INFO lines are rare and can matter; its DEBUG
+# is per frame or per header (module docstring).
+LIBRARY_FLOOR = logging.INFO
+# Library chatter: hypercorn's access log is disabled in its config; its
+# error log and quart's request errors still come through at WARNING+.
+WARNING_ONLY = ("hypercorn.error", "hypercorn.access", "quart.serving", "httpx", "httpcore")
+
+
 def set_log_level(level: str) -> None:
-    """Apply `level` to runnerd's loggers (also on SIGHUP)."""
+    """Apply `level` to runnerd's loggers, and at most INFO to the libraries'
+    (module docstring); also on SIGHUP."""
+    own = logging.getLevelName(level.upper())
+    logging.getLogger(OWN_LOGGER).setLevel(own)
     root = logging.getLogger()
-    root.setLevel(level.upper())
-    # Library chatter: hypercorn's access log is disabled in its config; its
-    # error log and quart's request errors still come through at WARNING+.
-    for noisy in ("hypercorn.error", "hypercorn.access", "quart.serving", "httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    root.setLevel(max(own, LIBRARY_FLOOR))
+    for noisy in WARNING_ONLY:
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, own))

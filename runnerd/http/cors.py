@@ -21,10 +21,10 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from runnerd.config import Config
-from runnerd.contract import ACCEPTED_TERMS_HEADER
+from runnerd.contract import ACCEPTED_TERMS_HEADER, TERMINAL_SIZE_HEADER
 
 # What a browser client of the contract sends beyond the CORS-safelisted set.
-_ALLOW_HEADERS = f"content-type, {ACCEPTED_TERMS_HEADER}, last-event-id"
+_ALLOW_HEADERS = f"content-type, {ACCEPTED_TERMS_HEADER}, {TERMINAL_SIZE_HEADER}, last-event-id"
 _ALLOW_METHODS = "GET, POST, DELETE, OPTIONS"
 _MAX_AGE_S = 600
 

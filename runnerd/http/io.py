@@ -79,6 +79,16 @@ def parse_resize(text: str) -> tuple[int, int] | None:
     return cols, rows
 
 
+def parse_terminal_size(text: str) -> tuple[int, int] | None:
+    """`COLSxROWS` (the start POST's `x-runnerd-terminal-size`) → (cols, rows),
+    with `parse_resize`'s bounds (≥ 1, capped at 10000); anything else → None."""
+    cols, sep, rows = text.strip().partition("x")
+    if not sep or not cols.isdigit() or not rows.isdigit() or len(cols) + len(rows) > 12:
+        return None
+    width, height = _dimension(int(cols)), _dimension(int(rows))
+    return None if width is None or height is None else (width, height)
+
+
 async def _close(code: int, reason: str) -> None:
     """Send Close, then complete the closing handshake: keep reading (and
     discarding) until the client's Close arrives, at most CLOSE_DRAIN_S.

@@ -146,6 +146,15 @@ _TERMS_HEADER = {
     "description": "The accepted terms version, when the runner has terms.",
     "schema": _str(),
 }
+_TERMINAL_SIZE_HEADER = {
+    "name": "x-runnerd-terminal-size",
+    "in": "header",
+    "required": False,
+    "description": "COLSxROWS (e.g. 132x43): the size the workload's terminal starts with, "
+                   "as if resized before its first byte. A runnerd extension.",
+    "schema": {"type": "string", "pattern": "^[0-9]+x[0-9]+$"},
+    "x-runnerd-extension": True,
+}  # fmt: skip
 _START_ERRORS = {
     "400": _error("invalid_request, unknown_app, invalid_bundle or invalid_config"),
     "403": _error("forbidden_origin or forbidden_host (see the README's Security section)"),
@@ -182,13 +191,13 @@ def _start_paths() -> dict[str, Any]:
     return {
         "/v1/sessions": {"post": {
             "summary": "Start a session",
-            "parameters": [_TERMS_HEADER],
+            "parameters": [_TERMS_HEADER, _TERMINAL_SIZE_HEADER],
             "requestBody": _body("StartSessionRequest"),
             "responses": {"201": created, **_START_ERRORS}}},
         "/v1/apps/{name}/sessions": {"post": {
             "summary": "Start a session of an operator-predefined app",
             "parameters": [{"name": "name", "in": "path", "required": True, "schema": _str()},
-                           _TERMS_HEADER],
+                           _TERMS_HEADER, _TERMINAL_SIZE_HEADER],
             "requestBody": _body("StartAppSessionRequest"),
             "responses": {"201": created, "404": _error("unknown_app"), **_START_ERRORS}}},
     }  # fmt: skip

@@ -2,12 +2,14 @@
 inspect (`GET /v1/sessions/{id}`) and stop (`DELETE /v1/sessions/{id}`).
 
 Owns the order of the start checks at the HTTP edge: schema (`parse_body`),
-then terms, app, bundle/config, paths, image (`runnerd.admission`), then
-capacity (`SessionManager.start`), and a shutdown in progress. Each check raises before anything is
-registered, so a rejected request changes no state; `runnerd.http.errors`
-turns the exception into the answer. The 201 goes out as soon as the session
-is registered, before the backend starts the workload.
-"""
+the `x-runnerd-terminal-size` header (the size the workload's terminal
+starts with, given to the session before its workload exists), then terms,
+app, bundle/config, paths, image (`runnerd.admission`), then capacity
+(`SessionManager.start`), and a shutdown in progress. Each check raises
+before anything is registered, so a rejected request changes no state;
+`runnerd.http.errors` turns the exception into the answer. The 201 goes out
+as soon as the session is registered, before the backend starts the
+workload."""
 
 from __future__ import annotations
 
@@ -20,11 +22,14 @@ from quart_trio import QuartTrio
 from runnerd.backend import RunSpec
 from runnerd.contract import (
     ACCEPTED_TERMS_HEADER,
+    TERMINAL_SIZE_HEADER,
     StartAppSessionRequest,
     StartSessionRequest,
     parse_body,
 )
+from runnerd.errors import RunnerdError
 from runnerd.http.errors import json_response, read_body
+from runnerd.http.io import parse_terminal_size
 from runnerd.session.admission import admit, admit_app, new_session_id
 
 if TYPE_CHECKING:
@@ -56,9 +61,28 @@ def fresh_session_id(state: AppState) -> str:
             return session_id
 
 
-def launch(state: AppState, spec: RunSpec) -> Response:
-    """Register and start `spec`; the 201 (RegistryFull → 409, shutdown → 503)."""
+def requested_size() -> tuple[int, int] | None:
+    """The request's `x-runnerd-terminal-size`, if it has one. Raises a 400
+    `invalid_request` naming the header for a value that is not `COLSxROWS`."""
+    value = request.headers.get(TERMINAL_SIZE_HEADER)
+    if value is None:
+        return None
+    size = parse_terminal_size(value)
+    if size is None:
+        raise RunnerdError(
+            f"{TERMINAL_SIZE_HEADER}: must be COLSxROWS, e.g. 132x43, got {value[:40]!r}",
+            status_hint=400,
+            code="invalid_request",
+        )
+    return size
+
+
+def launch(state: AppState, spec: RunSpec, size: tuple[int, int] | None) -> Response:
+    """Register and start `spec`, its terminal `size` known before its workload
+    exists; the 201 (RegistryFull → 409, shutdown → 503)."""
     session = state.sessions.start(spec)
+    if size is not None:
+        session.resize(*size)
     body = {
         "sessionId": session.id,
         "streamUrl": f"/v1/sessions/{session.id}/events",
@@ -72,6 +96,7 @@ def register_session_routes(app: QuartTrio, state: AppState) -> None:
     # take the id in between.
     async def start_session() -> Response:
         body = parse_body(StartSessionRequest, await read_body())
+        size = requested_size()
         terms = request.headers.get(ACCEPTED_TERMS_HEADER)
         spec = admit(
             body,
@@ -80,14 +105,15 @@ def register_session_routes(app: QuartTrio, state: AppState) -> None:
             session_id=fresh_session_id(state),
             offered=state.offered(),
         )
-        return launch(state, spec)
+        return launch(state, spec, size)
 
     async def start_app_session(name: str) -> Response:
         body = parse_body(StartAppSessionRequest, await read_body())
+        size = requested_size()
         terms = request.headers.get(ACCEPTED_TERMS_HEADER)
         session_id = fresh_session_id(state)
         spec = admit_app(name, body, state.config, accepted_terms=terms, session_id=session_id)
-        return launch(state, spec)
+        return launch(state, spec, size)
 
     async def get_session(session_id: str) -> Response:
         return json_response(session_summary(await state.sessions.lookup(session_id)))

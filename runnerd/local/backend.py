@@ -9,6 +9,13 @@ cgroup and session directory deleted) on every path. How sessions are
 contained (`containment`) and whether they get cgroup ceilings (`cgroups`)
 is found once, at construction, and announced there.
 
+The workload's terminal exists from its first instruction, so its first
+size must be the client's: the spawn waits (`Sink.terminal_size`) until a
+client has asked for a size (the POST's `x-runnerd-terminal-size`, or an
+`/io` client's first resize) or `local.terminal_size_wait_seconds` from the
+session's creation have passed (80x24 then). The status stays `starting`
+meanwhile, and a stop ends the wait as it ends any start.
+
 A local "image" names a runtime from `[local.runtimes]`: a command line in
 which `{entry}` is the absolute path of the bundle's entry file. An app
 session (catalog entry, no bundle) runs the runtime its catalog image names;
@@ -58,13 +65,15 @@ from runnerd.local.launch import (
     Unresolved,
     build_argv,
     build_env,
+    read_interpreter,
     resolve_executable,
     resolve_runtime,
+    same_file,
     search_path,
 )
 from runnerd.local.network import probe_network
 from runnerd.local.pty import PtyProcess
-from runnerd.local.runtimes import runtime_problems
+from runnerd.local.runtimes import runtime_problems, workload_path
 from runnerd.local.spawn import spawn_pty_process
 from runnerd.local.workdir import (
     SessionDir,
@@ -132,7 +141,12 @@ class LocalBackend:
         # A runtime nothing can start is worth a line before the first session fails.
         path = search_path(os.environ.get("PATH"))
         for problem in runtime_problems(
-            self._local, find=resolve_executable, path=path, service_path=path
+            self._local,
+            find=resolve_executable,
+            path=path,
+            service_path=path,
+            interpreter=read_interpreter,
+            same_file=same_file,
         ):
             log.warning("%s", problem)
         return notices
@@ -196,8 +210,10 @@ class LocalBackend:
             cgroup = await self._create_cgroup(spec)
             inspect_port = _free_loopback_port() if spec.inspect and runtime.inspect_args else None
             async with self._open_network(spec) as net:
+                # The PTY exists from the spawn on: its first size must be the client's.
+                size = await sink.terminal_size(self._local.terminal_size_wait_s)
                 proc = await self._spawn(
-                    spec, runtime, executable, session_dir, inspect_port, cgroup, net
+                    spec, runtime, executable, session_dir, inspect_port, cgroup, net, size=size
                 )
                 ids = {"session_id": spec.session_id}
                 log.info("started pid %s (runtime %s)", proc.pid, runtime.name, extra=ids)
@@ -229,13 +245,16 @@ class LocalBackend:
         inspect_port: int | None,
         cgroup: Path | None,
         net: SessionNetwork | None,
+        *,
+        size: tuple[int, int] | None,
     ) -> PtyProcess:
-        """The session's first process, exec'd. Raises StartError."""
+        """The session's first process, exec'd, on a terminal of `size` (cols,
+        rows; None: the default) from its start. Raises StartError."""
         try:
             argv = build_argv(
                 runtime, executable, entry=session_dir.entry, inspect_port=inspect_port
             )
-            env = build_env(spec.env, home=session_dir.work)
+            env = build_env(spec.env, home=session_dir.work, path=workload_path(runtime))
         except ValueError as exc:
             raise StartError("provision", str(exc)) from exc
         try:
@@ -250,6 +269,7 @@ class LocalBackend:
                 label=spec.session_id,
                 sockets_fd=None if net is None else net.child_fd,
                 attach=None if net is None else net.attach,
+                size=size,
             )
         except OSError as exc:
             raise StartError(

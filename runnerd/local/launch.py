@@ -1,15 +1,17 @@
 """What the local backend executes: the argv and environment of a session.
 
 Owns the runtime lookup, the `{entry}` / `{inspect_port}` substitution and the
-workload environment. Pure apart from `resolve_executable`, which looks at
-the filesystem.
+workload environment. Pure apart from `resolve_executable`,
+`read_interpreter` and `same_file`, which look at the filesystem.
 
 Why executables are resolved here, with the daemon's PATH: the workload gets a
-minimal PATH (`MINIMAL_PATH`), but an operator's runtime may name a program
-that only the daemon's PATH finds (`python3` under pyenv, for instance). So
-`command[0]` is resolved against the daemon's PATH followed by the minimal one,
-at probe and at start, and the child execs that absolute path. The minimal
-PATH still applies to everything the workload itself runs.
+minimal PATH (`MINIMAL_PATH`, after the runtime's own `path` directories),
+but an operator's runtime may name a program that only the daemon's PATH
+finds (`python3` under pyenv, for instance). So `command[0]` is resolved
+against the runtime's `path`, then the daemon's PATH, then the minimal one,
+at probe and at start, and the child execs that absolute path. The
+workload's PATH still applies to everything the workload itself runs,
+including the interpreter of a `#!/usr/bin/env node` script.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from runnerd.config import RuntimeConfig
 from runnerd.config.envnames import is_env_name
-from runnerd.local.runtimes import INSTALL_HINTS
+from runnerd.local.runtimes import INSTALL_HINTS, runtime_search_path
 from runnerd.local.runtimes import MINIMAL_PATH as MINIMAL_PATH
 from runnerd.local.runtimes import search_path as search_path
 
@@ -67,7 +69,7 @@ def resolve_runtime(
             f"set local.runtimes.{image}.command in the runnerd config",
         )
     program = runtime.command[0]
-    executable = resolve_executable(program, path)
+    executable = resolve_executable(program, runtime_search_path(runtime, path))
     if executable is None:
         what = INSTALL_HINTS.get(program, f"'{program}'")
         return Unresolved(
@@ -103,8 +105,33 @@ def build_argv(
     return argv
 
 
-def build_env(session_env: Mapping[str, str], *, home: Path) -> dict[str, str]:
-    """The workload's whole environment: the session env over our plumbing.
+def read_interpreter(script: str) -> tuple[str, ...] | None:
+    """The words of `script`'s `#!` line (`("/usr/bin/env", "node")`), or None:
+    not a script, or unreadable."""
+    try:
+        with open(script, "rb") as file:
+            head = file.read(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = tuple(head[2:].split(b"\n", 1)[0].decode(errors="replace").split())
+    return words or None
+
+
+def same_file(a: str, b: str) -> bool:
+    """`a` and `b` are the same file (/bin/node and /usr/bin/node on merged /usr)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a == b
+
+
+def build_env(
+    session_env: Mapping[str, str], *, home: Path, path: str = MINIMAL_PATH
+) -> dict[str, str]:
+    """The workload's whole environment: the session env over our plumbing
+    (`path` is its PATH: `runtimes.workload_path` of its runtime).
 
     Never the daemon's own environment. The session's values win, as with a
     container's `-e` over its image defaults: the env is the client's (or the
@@ -120,7 +147,7 @@ def build_env(session_env: Mapping[str, str], *, home: Path) -> dict[str, str]:
         if "\0" in value:
             raise ValueError(f"env {key} contains a NUL character")
     plumbing = {
-        "PATH": MINIMAL_PATH,
+        "PATH": path,
         "HOME": str(home),
         "TERM": "xterm-256color",
         "LANG": "C.UTF-8",

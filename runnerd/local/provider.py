@@ -20,6 +20,7 @@ from dataclasses import replace
 from runnerd.config import AppEntry, Config, ConfigError, LocalConfig, RunnerConfig
 from runnerd.config.model import ENTRY
 from runnerd.local.backend import LocalBackend
+from runnerd.local.launch import read_interpreter, same_file
 from runnerd.local.runtimes import SERVICE_PATH, runtime_problems, search_path
 from runnerd.local.workdir import WorkdirError
 
@@ -49,9 +50,7 @@ def check_config(config: Config, *, reloaded: bool = False) -> None:
         ) from exc
 
 
-def check_images(
-    runner: RunnerConfig, local: LocalConfig, apps: Mapping[str, AppEntry]
-) -> None:
+def check_images(runner: RunnerConfig, local: LocalConfig, apps: Mapping[str, AppEntry]) -> None:
     """On the local backend every image names a runtime: `{entry}` runtimes for
     bundle sessions, runtimes without it for catalog apps (no bundle).
 
@@ -111,10 +110,16 @@ def stop_timeout_s(config: Config) -> float:
 def config_warnings(config: Config, daemon_path: str | None) -> list[str]:
     """`runtime_problems` with the filesystem: the runtimes' executables are
     looked up as the daemon would (`daemon_path`, then the minimal PATH) and
-    on the PATH systemd gives a service."""
+    on the PATH systemd gives a service; a script's `#!/usr/bin/env` program
+    on the workload's PATH and on `daemon_path` (the operator's)."""
     path = search_path(daemon_path)
     return runtime_problems(
-        config.local, find=_find_executable, path=path, service_path=SERVICE_PATH
+        config.local,
+        find=_find_executable,
+        path=path,
+        service_path=SERVICE_PATH,
+        interpreter=read_interpreter,
+        same_file=same_file,
     )
 
 

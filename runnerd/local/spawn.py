@@ -75,6 +75,7 @@ def _spawn(
     cgroup: Path | None,
     view: SessionView,
     sockets_fd: int | None,
+    size: tuple[int, int],
 ) -> tuple[subprocess.Popen[bytes], int, int, int | None]:
     """Fork the session's first process; returns it, the master, its pidfd
     and (in a PID namespace) the read end of the workload's exec status."""
@@ -89,7 +90,7 @@ def _spawn(
             extra_fds = (sockets_fd,)
         argv = [sys.executable, "-I", "-S", str(NSINIT), str(status_w), *proc, "--", *argv]
     try:
-        set_window_size(master, DEFAULT_COLS, DEFAULT_ROWS)
+        set_window_size(master, *size)
         popen = subprocess.Popen(
             list(argv),
             stdin=slave,
@@ -167,12 +168,14 @@ async def spawn_pty_process(
     label: str = "",
     sockets_fd: int | None = None,
     attach: Callable[[int], Awaitable[None]] | None = None,
+    size: tuple[int, int] | None = None,
 ) -> PtyProcess:
     """Start `argv` (argv[0] an absolute path) on a fresh PTY with exactly `env`,
     contained as `plan` says (with a mount namespace, seeing the host's
-    file system as `view` says), in `cgroup` when given. `label` (the session
-    id) is the `session_id` of every log line about it. Returns once the
-    workload has exec'd.
+    file system as `view` says), in `cgroup` when given, on a terminal of
+    `size` (cols, rows; None: 80x24) from its first instruction. `label` (the
+    session id) is the `session_id` of every log line about it. Returns once
+    the workload has exec'd.
 
     With a network namespace: `sockets_fd` is handed to `nsinit` (`--sockets`,
     the daemon's way into the namespace) and `attach(pid)` is awaited with
@@ -188,7 +191,17 @@ async def spawn_pty_process(
     # Forked on the spawner thread (the parent-death signal's anchor), and
     # never abandoned on cancel: a spawned child always reaches its owner.
     popen, master, pidfd, status_r = await run_in_spawner(
-        functools.partial(_spawn, argv, cwd, env, plan, cgroup, view, sockets_fd)
+        functools.partial(
+            _spawn,
+            argv,
+            cwd,
+            env,
+            plan,
+            cgroup,
+            view,
+            sockets_fd,
+            size or (DEFAULT_COLS, DEFAULT_ROWS),
+        )
     )
     namespaced = status_r is not None
     proc = PtyProcess(

@@ -66,9 +66,7 @@ class Session:
         # The image a client asked for, for listings (None: an app session,
         # or one adopted from a previous daemon, which stored no creation).
         self.image: str | None = (
-            spec.creation.image.image
-            if spec.creation is not None and spec.app is None
-            else None
+            spec.creation.image.image if spec.creation is not None and spec.app is None else None
         )
         self.metrics = metrics
         self.backend_name = backend_name
@@ -90,6 +88,10 @@ class Session:
         self._handle: WorkloadHandle | None = None
         self._nursery: trio.Nursery | None = None  # workload nursery (resize flushes)
         self._pending_size: tuple[int, int] | None = None
+        # The latest size any client asked for, and when one first was: what
+        # a workload that does not exist yet starts with (Sink.terminal_size).
+        self._requested_size: tuple[int, int] | None = None
+        self._size_requested = trio.Event()
         self._last_resize_at = -math.inf
         self._flush_scheduled = False
 
@@ -193,7 +195,8 @@ class Session:
         them per the contract in `runnerd.http.io.parse_resize`)."""
         if self.is_terminal:
             return
-        self._pending_size = (cols, rows)
+        self._pending_size = self._requested_size = (cols, rows)
+        self._size_requested.set()
         if self._handle is None or self._nursery is None or self._flush_scheduled:
             return  # applied on attach, or by the flush already scheduled
         due = self._last_resize_at + RESIZE_INTERVAL_S
@@ -313,6 +316,15 @@ class SessionSink:
 
     def end_intent(self) -> EndIntent:
         return self._session.end_requested or EndIntent.STOP
+
+    async def terminal_size(self, wait_s: float) -> tuple[int, int] | None:
+        session = self._session
+        created_at = session.spec.identity.created_at
+        elapsed_s = 0.0 if created_at is None else max(0.0, session._wall_clock() - created_at)
+        # From creation, as the TTL: the backend's own preparation counts.
+        with trio.move_on_at(trio.current_time() + wait_s - elapsed_s):
+            await session._size_requested.wait()
+        return session._requested_size
 
 
 class AttachOnStart:

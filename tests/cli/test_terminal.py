@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import signal
 import termios
@@ -73,6 +74,22 @@ async def test_a_session_that_ends_at_once_still_shows_its_output(
             assert await term.exit_code() == 0
         finally:
             term.close()
+
+
+async def test_the_workload_has_the_terminals_size_from_its_first_byte(
+    runnerd: Daemon, tmp_path: Path
+) -> None:
+    # `runnerd run` gives its size on the POST: on the local backend the
+    # spawn then needs no wait (this daemon's is 0), and nothing resizes later.
+    root = project(tmp_path, "main.sh", "stty size; echo size-shown")
+    term = Terminal.spawn(runnerd, ["runnerd", "run", str(root)], rows=43, cols=132)
+    try:
+        screen = await term.expect("size-shown")
+        assert await term.exit_code() == 0
+    finally:
+        term.close()
+    output = screen.split(b"running", 1)[-1]  # after the status line: the workload's
+    assert re.findall(rb"(\d+ \d+)\r\n", output) == [b"43 132"], screen
 
 
 async def test_keys_ctrl_c_and_resizes_reach_the_workload(runnerd: Daemon, tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ class RecordingSink:
         self.largest_output = 0
         self.reachability_calls: list[tuple[int, str]] = []
         self.frames: list[dict[str, Any]] = []
+        self.size: tuple[int, int] | None = None  # what `terminal_size` answers
         self._lot = trio.lowlevel.ParkingLot()
 
     def _changed(self) -> None:
@@ -52,6 +53,10 @@ class RecordingSink:
     def debug(self, frame: dict[str, Any]) -> None:
         self.frames.append(frame)
         self._changed()
+
+    async def terminal_size(self, wait_s: float) -> tuple[int, int] | None:
+        await trio.lowlevel.checkpoint()
+        return self.size  # at once: None is the backend's default size
 
     async def wait_for(self, condition: Callable[[], bool]) -> None:
         """Return once `condition()` holds (re-checked after every report)."""
