@@ -84,7 +84,7 @@ async def test_a_non_utf8_config_file_exits_2_naming_the_file(
     bad.parent.mkdir(exist_ok=True)
     bad.write_bytes(bad.read_bytes() if bad.exists() else b"")
     with bad.open("ab") as f:
-        f.write(b'\n# caf\xe9\n')
+        f.write(b"\n# caf\xe9\n")
     result = await run_runnerd(command, "--config", str(config))
     assert result.returncode == 2
     assert bad.name in result.stderr.decode(errors="replace")
@@ -134,3 +134,36 @@ async def test_check_config_refuses_a_remote_tcp_bind_and_warns_on_any_origin(
     warned = await run_runnerd("check-config", "--config", str(config))
     assert warned.returncode == 0, warned.stderr.decode()
     assert "warning: server.cors_origins" in warned.stderr.decode()
+
+
+def nested(depth: int, *, inline_tables: bool = False) -> str:
+    """A TOML value `depth` levels deep: arrays, or inline tables."""
+    if inline_tables:
+        return "{a = " * depth + "1" + "}" * depth
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "expected"),
+    [
+        ("main", nested(5000), "values nest deeper than the limit of 32 levels"),
+        ("drop-in", nested(5000), "values nest deeper than the limit of 32 levels"),
+        ("main", nested(40, inline_tables=True), "apps.deep.title: nests deeper than the limit"),
+    ],
+    ids=["arrays-5000-deep", "drop-in-5000-deep", "inline-tables-40-deep"],
+)
+async def test_check_config_refuses_a_deeply_nested_value_naming_the_file(
+    tmp_path: Path, where: str, value: str, expected: str
+) -> None:
+    config = tmp_path / "runnerd.toml"
+    config.write_text(dump_toml(build_config(tmp_path, tmp_path / "runnerd.sock")))
+    bad = config if where == "main" else tmp_path / "apps.d" / "deep.toml"
+    bad.parent.mkdir(exist_ok=True)
+    with bad.open("a") as f:
+        f.write(f'\n[apps.deep]\nimage = "sh"\ntitle = {value}\n')
+    result = await run_runnerd("check-config", "--config", str(config))
+    stderr = result.stderr.decode()
+    assert result.returncode == 2, stderr
+    assert "Traceback" not in stderr and "RecursionError" not in stderr
+    assert expected in stderr and str(bad) in stderr, stderr
+    assert result.stdout == b""

@@ -181,10 +181,26 @@ def test_reload_keeps_state_dir_and_says_it_needs_a_restart() -> None:
     def no_files(path: Path) -> str:
         raise FileNotFoundError(path)
 
-    data: dict[str, Any] = {"runner": {"default_image": "sh", "state_dir": "/srv/a"},
-                            "local": {"runtimes": {"sh": {"command": ["/bin/sh", "{entry}"]}}}}
+    data: dict[str, Any] = {
+        "runner": {"default_image": "sh", "state_dir": "/srv/a"},
+        "local": {"runtimes": {"sh": {"command": ["/bin/sh", "{entry}"]}}},
+    }
     old = parse_config(data, base_dir=Path("/etc/runnerd"), read_text=no_files)
     new = replace(old, runner=replace(old.runner, state_dir=Path("/srv/b"), max_sessions=3))
     reloaded = build_reloaded(old, new)
     assert reloaded.runner.state_dir == Path("/srv/a") and reloaded.runner.max_sessions == 3
     assert restart_only_changes(old, new) == ["runner.state_dir"]
+
+
+async def test_sighup_with_a_deeply_nested_value_keeps_the_old_config(tmp_path: Path) -> None:
+    async with start_daemon(tmp_path, BEFORE) as daemon, daemon.client() as client:
+        deep = "[" * 5000 + "]" * 5000
+        daemon.config_path.write_text(daemon.config_path.read_text() + f"\nx = {deep}\n")
+        daemon.send_signal(signal.SIGHUP)
+        await daemon.wait_for_stderr("reload failed")
+
+        line = next(x for x in daemon.stderr_text().splitlines() if "reload failed" in x)
+        assert line.startswith("ERROR ") and "unexpectedly" not in line
+        assert str(daemon.config_path) in line and "nest deeper than the limit" in line
+        assert "Traceback" not in daemon.stderr_text()
+        assert image_schema((await client.get("/v1/capabilities")).json())["enum"] == ["sh"]
