@@ -110,8 +110,9 @@ async def counted_sse(frames: AsyncIterator[bytes], metrics: Metrics) -> AsyncIt
 def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float) -> None:
     async def session_events(session_id: str) -> Response:
         session = await state.sessions.lookup(session_id)
-        # The header wins over the query (a reconnecting EventSource sends it).
-        raw = request.headers.get("last-event-id")
+        # The header wins over the query (a reconnecting EventSource sends it);
+        # an empty one is absent (a proxy or client that always sends it).
+        raw = request.headers.get("last-event-id", "").strip() or None
         cursor = parse_cursor(raw if raw is not None else request.args.get("lastEventId"))
         frames = stream_events(session, cursor, state.closing, heartbeat_s)
         body = counted_sse(frames, state.metrics) if state.metrics.enabled else frames
@@ -120,6 +121,4 @@ def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float
         response.timeout = None
         return response
 
-    app.add_url_rule(
-        "/v1/sessions/<session_id>/events", view_func=session_events, methods=["GET"]
-    )
+    app.add_url_rule("/v1/sessions/<session_id>/events", view_func=session_events, methods=["GET"])
