@@ -25,6 +25,11 @@ slowness, refusal) blocks a caller longer than the deadline. Watches are the
 exception by nature: opening one obeys the deadline; reading one has an idle
 timeout instead (`Policy.watch_idle_s`).
 
+Metrics: every attempt (each retry too) is counted in `metrics`
+(`apiserver_request`: the Kubernetes verb, the HTTP code or `none`, the
+classifier's class, the time to the answer's headers). The client carries
+the daemon's `Metrics` for the informer and the attach bridge as well.
+
 Resource handling: `open_kube_client` owns the pool; leaving it closes every
 connection. `open_watch` owns its stream and closes it on exit, cancelled or not.
 """
@@ -48,6 +53,7 @@ import trio
 import runnerd.kube.errors as errors
 from runnerd.kube.credentials import Credentials, CredentialsUnavailable
 from runnerd.kube.kubeconfig import Connection, build_ssl_context
+from runnerd.metrics import NULL_METRICS, Metrics
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +112,28 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None  # an HTTP-date: rare from an apiserver; fall back to backoff
 
 
+# Verbs by method for what is not a GET (a GET is `get`, `list` or `watch`).
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def kube_verb(method: str, path: str, params: Mapping[str, str] | None) -> str:
+    """The Kubernetes verb of a request: a GET of a collection (`.../pods`,
+    one segment past the namespace or the group version) is `list`, of a
+    named object or its subresource (`.../pods/NAME/log`) `get`, with
+    `watch=1` `watch`."""
+    if method != "GET":
+        return _VERBS.get(method, method.lower())
+    if params and params.get("watch") in ("1", "true"):
+        return "watch"
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    scope = parts.index("namespaces") + 2 if "namespaces" in parts else len(parts)
+    if scope < len(parts):  # .../namespaces/NS/RESOURCE...
+        rest = parts[scope:]
+    else:  # cluster-scoped: /api/v1/RESOURCE... or /apis/GROUP/VERSION/RESOURCE...
+        rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    return "list" if len(rest) <= 1 else "get"
+
+
 def _should_retry(retry: Retry, status: int | None, retry_after: float | None) -> bool:
     if status is None:  # no answer: a connection error or a read timeout
         return retry is not Retry.WRITE
@@ -118,8 +146,10 @@ class KubeClient:
     """Requests to one apiserver as one identity, in one namespace."""
 
     def __init__(self, http: httpx.AsyncClient, conn: Connection, credentials: Credentials,
-                 policy: Policy, ssl_context: ssl.SSLContext) -> None:
+                 policy: Policy, ssl_context: ssl.SSLContext,
+                 metrics: Metrics = NULL_METRICS) -> None:
         self._http = http
+        self.metrics = metrics
         self.connection = conn
         # Shared with the attach bridge: the same trust and client certificate.
         self.ssl_context = ssl_context
@@ -202,18 +232,17 @@ class KubeClient:
         """The retry loop (module docstring); a 2xx response (open, if `stream`)."""
         deadline = trio.current_time() + self._policy.deadline_s
         attempt, reauthenticated = 0, False
+        verb = kube_verb(method, path, params)
         while True:
             remaining = deadline - trio.current_time()
-            headers = await self.headers(operation)
-            if content is not None:
-                headers["Content-Type"] = "application/json"
-            request = self._http.build_request(
-                method, path, params=params, content=content, headers=headers,
-                timeout=self._attempt_timeout(remaining, stream), extensions=self._extensions)
+            request = await self._build(method, path, operation, params, content,
+                                        self._attempt_timeout(remaining, stream))
+            started = trio.current_time()
             try:
                 with trio.fail_after(max(remaining, 0.0) + BACKSTOP_S):
                     response = await self._http.send(request, stream=stream)
             except (httpx.TransportError, trio.TooSlowError) as exc:
+                self._count(verb, started, None, None)
                 log.debug("apiserver unreachable; retrying op=%s error=%r", operation, exc)
                 if not _should_retry(retry, None, None) or not await self._pause(
                         deadline, attempt, None):
@@ -221,9 +250,12 @@ class KubeClient:
                 attempt += 1
                 continue
             if response.is_success:
+                self._count(verb, started, response.status_code, None)
                 return response
             body = await response.aread()
             await response.aclose()
+            error = errors.classify_answer(operation, response.status_code, body)
+            self._count(verb, started, response.status_code, error)
             if response.status_code == 401 and not reauthenticated:
                 self._credentials.invalidate()
                 reauthenticated = True
@@ -231,8 +263,26 @@ class KubeClient:
             retry_after = _retry_after(response)
             if not _should_retry(retry, response.status_code, retry_after) or not await \
                     self._pause(deadline, attempt, retry_after):
-                raise errors.classify_answer(operation, response.status_code, body)
+                raise error
             attempt += 1
+
+    async def _build(self, method: str, path: str, operation: str,
+                     params: Mapping[str, str] | None, content: bytes | None,
+                     timeouts: httpx.Timeout) -> httpx.Request:
+        headers = await self.headers(operation)
+        if content is not None:
+            headers["Content-Type"] = "application/json"
+        return self._http.build_request(method, path, params=params, content=content,
+                                        headers=headers, timeout=timeouts,
+                                        extensions=self._extensions)
+
+    def _count(self, verb: str, started: float, status: int | None,
+               error: errors.KubeError | None) -> None:
+        """One attempt in the metrics: no answer (`status` None) is `none`/`unreachable`."""
+        if status is None:
+            error = errors.Unreachable("")
+        self.metrics.apiserver_request(verb, "none" if status is None else str(status),
+                                       errors.error_class(error), trio.current_time() - started)
 
     # -- pods ---------------------------------------------------------------
 
@@ -339,8 +389,10 @@ class KubeClient:
 @asynccontextmanager
 async def open_kube_client(
     conn: Connection, *, policy: Policy | None = None, credentials: Credentials | None = None,
+    metrics: Metrics = NULL_METRICS,
 ) -> AsyncIterator[KubeClient]:
-    """A `KubeClient` whose connection pool lives as long as the block.
+    """A `KubeClient` whose connection pool lives as long as the block,
+    counting its requests in `metrics`.
 
     Raises:
         errors.NoCredentials: an exec plugin that yields a client certificate
@@ -360,4 +412,4 @@ async def open_kube_client(
                           keepalive_expiry=policy.keepalive_expiry_s)
     async with httpx.AsyncClient(base_url=conn.server, verify=ctx, timeout=timeout,
                                  limits=limits, http1=True, http2=False, trust_env=False) as http:
-        yield KubeClient(http, conn, credentials, policy, ctx)
+        yield KubeClient(http, conn, credentials, policy, ctx, metrics)

@@ -32,6 +32,7 @@ from runnerd.kube.informer import PodInformer
 from runnerd.kube.kubeconfig import KubeconfigError, load_connection
 from runnerd.kube.podspec import managed_by_selector
 from runnerd.kube.recovery import delete_stale
+from runnerd.metrics import NULL_METRICS, Metrics
 
 NAME = "kubernetes"
 log = logging.getLogger(__name__)
@@ -86,9 +87,11 @@ def bound_changes(old: Config, new: Config) -> list[str]:
 
 
 def open_backend(
-    config: Config, apps: Callable[[], Mapping[str, AppEntry]]
+    config: Config, apps: Callable[[], Mapping[str, AppEntry]], metrics: Metrics = NULL_METRICS
 ) -> contextlib.AbstractAsyncContextManager[KubeBackend]:
-    """The Kubernetes backend for the daemon's lifetime.
+    """The Kubernetes backend for the daemon's lifetime, counting apiserver
+    requests, watch restarts, re-lists and re-attaches in `metrics` (whose
+    `runnerd_kube_*` series it registers).
 
     On entry: the connection resolved (kubeconfig files read), the client
     opened, the bundle listener bound; then the informer, the bundle server
@@ -97,14 +100,15 @@ def open_backend(
     Raises:
         ConfigError: no usable kubeconfig, or `bundle_listen` cannot be bound.
     """
-    return _open_backend(config, apps)
+    return _open_backend(config, apps, metrics)
 
 
 @contextlib.asynccontextmanager
 async def _open_backend(
-    config: Config, apps: Callable[[], Mapping[str, AppEntry]]
+    config: Config, apps: Callable[[], Mapping[str, AppEntry]], metrics: Metrics
 ) -> AsyncIterator[KubeBackend]:
     settings = config.kubernetes
+    metrics.add_kube_series()
     try:
         conn = await trio.to_thread.run_sync(
             load_connection, settings, dict(os.environ), Path.home())
@@ -117,7 +121,8 @@ async def _open_backend(
         raise ConfigError("kubernetes.bundle_listen",
                           f"cannot listen on {settings.bundle_listen}: {exc.strerror}") from exc
     try:
-        async with open_kube_client(conn) as client, trio.open_nursery() as nursery:
+        async with open_kube_client(conn, metrics=metrics) as client, \
+                trio.open_nursery() as nursery:
             informer = PodInformer(client, managed_by_selector(settings))
             tokens = BundleTokens()
             backend = KubeBackend(settings, client, informer, tokens, apps=apps)

@@ -16,7 +16,7 @@ import trio
 from runnerd.backend import BundleSpec, Exited, ImageSpec, Limits, RunSpec
 from runnerd.kube import errors
 from runnerd.kube.bundle import BundleTokens, build_bundle_archive
-from runnerd.kube.client import open_kube_client
+from runnerd.kube.client import kube_verb, open_kube_client
 from runnerd.kube.credentials import Credentials
 from runnerd.kube.kubeconfig import load_connection
 from runnerd.kube.podspec import build_session_pod, is_ours, managed_by_selector, pod_name
@@ -230,3 +230,25 @@ async def test_session_pod_fetches_its_bundle_and_runs(kubesim: KubeSim, tmp_pat
             log = await raw.get(f"{client.pods_path(name)}/log", params={"container": "session"})
         assert "GREETING=hi" in log.text  # the delivered entry ran, with the session's env
         await client.delete_pod(name, operation="delete")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "params", "verb"),
+    [
+        ("GET", "/api/v1/namespaces/ns/pods", {"labelSelector": "a=b"}, "list"),
+        ("GET", "/api/v1/namespaces/ns/pods", {"watch": "1"}, "watch"),
+        ("GET", "/api/v1/namespaces/ns/pods/p", None, "get"),
+        ("GET", "/api/v1/namespaces/ns/pods/p/log", {"container": "session"}, "get"),
+        ("GET", "/apis/networking.k8s.io/v1/namespaces/ns/ingresses", None, "list"),
+        ("GET", "/apis/networking.k8s.io/v1/ingressclasses/nginx", None, "get"),
+        ("GET", "/api/v1/namespaces", None, "list"),
+        ("GET", "/api/v1/namespaces/ns", None, "get"),
+        ("POST", "/api/v1/namespaces/ns/pods", None, "create"),
+        ("PUT", "/api/v1/namespaces/ns/services/s", None, "update"),
+        ("DELETE", "/api/v1/namespaces/ns/pods/p", None, "delete"),
+    ],
+)
+def test_kube_verb_names_the_request_as_the_apiserver_does(
+    method: str, path: str, params: dict[str, str] | None, verb: str
+) -> None:
+    assert kube_verb(method, path, params) == verb

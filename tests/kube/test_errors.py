@@ -165,3 +165,23 @@ def test_start_error_is_client_safe_and_chains_the_original() -> None:
                        "compute", "webhook", "docker.io", "Internal error", "boom",
                        "runnerd-abc", "sess-abc"):
             assert secret not in readable, (secret, readable)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (None, None, "unreachable"),
+        (404, None, "not_found"),
+        (400, None, "other"),
+        (409, b'{"kind":"Status","reason":"AlreadyExists"}', "already_exists"),
+        (429, None, "too_many_requests"),
+        (503, None, "server_error"),
+        (403, b'{"kind":"Status","message":"exceeded quota: q, requested: pods=1"}', "quota"),
+        (403, b'{"kind":"Status","message":"pods is forbidden: User \\"x\\" cannot"}', "rbac"),
+    ],
+)
+def test_error_class_labels_blame_then_the_type(
+    status: int | None, body: bytes | None, expected: str
+) -> None:
+    assert errors.error_class(classify("op", status, body)) == expected
+    assert errors.error_class(None) == "ok"
