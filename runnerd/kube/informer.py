@@ -114,9 +114,15 @@ class PodSubscription:
 class PodInformer:
     """The shared list+watch of managed pods. See the module docstring."""
 
-    def __init__(self, client: KubeClient, label_selector: str, *,
-                 relist_interval_s: float = 300.0, watch_timeout_s: int = 290,
-                 policy: Policy | None = None) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        label_selector: str,
+        *,
+        relist_interval_s: float = 300.0,
+        watch_timeout_s: int = 290,
+        policy: Policy | None = None,
+    ) -> None:
         self._client = client
         self._selector = label_selector
         self._relist_interval_s = relist_interval_s
@@ -198,8 +204,7 @@ class PodInformer:
     async def _relist(self) -> str:
         self._lists_started += 1
         generation = self._lists_started
-        items, rv = await self._client.list_pods(label_selector=self._selector,
-                                                 operation=OPERATION)
+        items, rv = await self._client.list_pods(label_selector=self._selector, operation=OPERATION)
         fresh = {_name(p): p for p in items}
         for name in list(self._cache):
             if name not in fresh:
@@ -237,11 +242,16 @@ class PodInformer:
         while True:
             started, seen = trio.current_time(), 0
             timeout = int(self._watch_timeout_s * random.uniform(0.8, 1.0)) or 1
-            params = {"labelSelector": self._selector, "resourceVersion": rv,
-                      "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout)}
+            params = {
+                "labelSelector": self._selector,
+                "resourceVersion": rv,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": str(timeout),
+            }
             try:
-                async with self._client.open_watch(self._client.pods_path(), params,
-                                                   operation=OPERATION) as events:
+                async with self._client.open_watch(
+                    self._client.pods_path(), params, operation=OPERATION
+                ) as events:
                     async for event in events:
                         seen += 1
                         next_rv = self._handle(event)
@@ -271,8 +281,9 @@ class PodInformer:
         if kind == "ERROR":
             if obj.get("code") == 410 or obj.get("reason") in ("Expired", "Gone"):
                 return None
-            raise errors.classify_answer(OPERATION, int(obj.get("code") or 500),
-                                         json.dumps(obj).encode())
+            raise errors.classify_answer(
+                OPERATION, int(obj.get("code") or 500), json.dumps(obj).encode()
+            )
         if kind in ("ADDED", "MODIFIED"):
             self._apply(obj)
         elif kind == "DELETED":

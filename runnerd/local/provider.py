@@ -50,9 +50,7 @@ def check_config(config: Config, *, reloaded: bool = False) -> None:
         ) from exc
 
 
-def check_images(
-    runner: RunnerConfig, local: LocalConfig, apps: Mapping[str, AppEntry]
-) -> None:
+def check_images(runner: RunnerConfig, local: LocalConfig, apps: Mapping[str, AppEntry]) -> None:
     """On the local backend every image names a runtime: `{entry}` runtimes for
     bundle sessions, runtimes without it for catalog apps (no bundle).
 
