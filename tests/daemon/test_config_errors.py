@@ -119,23 +119,6 @@ async def test_a_toml_syntax_error_names_the_file_once_with_the_line(tmp_path: P
     assert "is not valid TOML" in stderr and "at line" in stderr
 
 
-async def test_check_config_refuses_a_remote_tcp_bind_and_warns_on_any_origin(
-    tmp_path: Path,
-) -> None:
-    config = tmp_path / "runnerd.toml"
-    remote = {"server": {"listen": ["tcp:0.0.0.0:8062"]}}
-    config.write_text(dump_toml(build_config(tmp_path, tmp_path / "runnerd.sock", remote)))
-    refused = await run_runnerd("check-config", "--config", str(config))
-    assert refused.returncode == 2 and refused.stdout == b""
-    assert "server.listen[0]" in refused.stderr.decode()
-    assert "allow_remote = true" in refused.stderr.decode()
-    wide = {"server": {"listen": ["tcp:127.0.0.1:8062"], "cors_origins": "*"}}
-    config.write_text(dump_toml(build_config(tmp_path, tmp_path / "runnerd.sock", wide)))
-    warned = await run_runnerd("check-config", "--config", str(config))
-    assert warned.returncode == 0, warned.stderr.decode()
-    assert "warning: server.cors_origins" in warned.stderr.decode()
-
-
 def nested(depth: int, *, inline_tables: bool = False) -> str:
     """A TOML value `depth` levels deep: arrays, or inline tables."""
     if inline_tables:
@@ -167,3 +150,20 @@ async def test_check_config_refuses_a_deeply_nested_value_naming_the_file(
     assert "Traceback" not in stderr and "RecursionError" not in stderr
     assert expected in stderr and str(bad) in stderr, stderr
     assert result.stdout == b""
+
+
+async def test_check_config_refuses_a_remote_tcp_bind_and_warns_on_any_origin(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "runnerd.toml"
+    remote = {"server": {"listen": ["tcp:0.0.0.0:8062"]}}
+    config.write_text(dump_toml(build_config(tmp_path, tmp_path / "runnerd.sock", remote)))
+    refused = await run_runnerd("check-config", "--config", str(config))
+    assert refused.returncode == 2 and refused.stdout == b""
+    assert "server.listen[0]" in refused.stderr.decode()
+    assert "allow_remote = true" in refused.stderr.decode()
+    wide = {"server": {"listen": ["tcp:127.0.0.1:8062"], "cors_origins": "*"}}
+    config.write_text(dump_toml(build_config(tmp_path, tmp_path / "runnerd.sock", wide)))
+    warned = await run_runnerd("check-config", "--config", str(config))
+    assert warned.returncode == 0, warned.stderr.decode()
+    assert "warning: server.cors_origins" in warned.stderr.decode()
