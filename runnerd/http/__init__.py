@@ -5,8 +5,7 @@ One module per concern: `app` (`create_app` wires the rest together),
 `guard` (Host/Origin checks), `cors`, `meta` (health, capabilities, probe,
 the OpenAPI document), `sessions` (start, inspect, stop), `listing`, `events`
 (Server-Sent Events), `io` (the WebSocket PTY channel), `waiting` (how a
-stream writer waits on a session), `openapi` (the pure document builder;
-`openapi_schemas`, its response schemas),
+stream writer waits on a session), `openapi` (the pure document builder),
 `counting` (HTTP metrics), `server` (hypercorn).
 
 May import: `contract`, `errors`, `metrics`, `backend`, `config`, `session`.

@@ -2,9 +2,10 @@
 
 Owns the machine-readable description of every `/v1` route. Request body
 schemas are generated from the msgspec structs in `runnerd.contract` (the
-same models that validate the bodies, so the two cannot drift), with
-admission's further rules added; response shapes are written out from the
-contract's types (both in `runnerd.http.openapi_schemas`).
+same models that validate the bodies, so the two cannot drift), with what
+admission checks beyond them added (`_with_admission_rules`); response
+shapes are written out here from the contract's types. The event stream's
+body is text: each frame's data is described by `x-runnerd-sse-data`.
 """
 
 from __future__ import annotations
@@ -13,15 +14,128 @@ from typing import Any
 
 import msgspec
 
+from runnerd.config.envnames import ENV_NAME_PATTERN
 from runnerd.contract import ProbeRequest, StartAppSessionRequest, StartSessionRequest
-from runnerd.http.openapi_schemas import (
-    REF,
-    RESPONSE_SCHEMAS,
-    obj,
-    ref,
-    string,
-    with_admission_rules,
-)
+
+_REF = "#/components/schemas/{name}"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF.format(name=name)}
+
+
+def _str() -> dict[str, str]:
+    return {"type": "string"}
+
+
+def _obj(required: list[str], **properties: Any) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": properties}
+
+
+def _status_kind(kind: str, required: list[str] | None = None, **props: Any) -> dict[str, Any]:
+    return _obj(["kind", *(required or [])], kind={"const": kind}, **props)
+
+
+_RESPONSE_SCHEMAS: dict[str, Any] = {
+    "Error": {
+        **_obj(["error", "message"], error=_str(), message=_str()),
+        "additionalProperties": True,
+    },
+    "RunnerEndpoint": _obj(
+        ["host", "port", "protocol"],
+        host=_str(),
+        port={"type": "integer"},
+        protocol={"enum": ["tcp", "udp"]},
+        url=_str(),
+    ),
+    "RunStatus": {
+        "oneOf": [
+            _status_kind("starting"),
+            _status_kind(
+                "running",
+                endpoints={"type": "array", "items": _ref("RunnerEndpoint")},
+                inspectUrl=_str(),
+            ),
+            _status_kind("exited", ["code"], code={"type": "integer"}),
+            _status_kind("failed", ["message"], message=_str()),
+            _status_kind("stopped"),
+        ]
+    },
+    "RunEvent": {
+        "oneOf": [
+            _obj(["type", "chunk"], type={"enum": ["stdout", "stderr"]}, chunk=_str()),
+            _obj(["type", "status"], type={"const": "status"}, status=_ref("RunStatus")),
+            _obj(
+                ["type", "phase", "message"],
+                type={"const": "progress"},
+                phase={"enum": ["build", "provision", "boot"]},
+                message=_str(),
+                done={"type": "boolean"},
+            ),
+            _obj(["type", "frame"], type={"const": "debug"}, frame={"type": "object"}),
+            _obj(
+                ["type", "port", "state"],
+                type={"const": "reachability"},
+                port={"type": "integer"},
+                state={"enum": ["checking", "reachable", "unreachable"]},
+            ),
+        ]
+    },
+    "ReplayGap": {
+        **_obj(["reason"], reason={"const": "buffer_evicted"}),
+        "description": "the data of an `event: gap` frame (no id): events were evicted",
+    },
+    "SseData": {
+        "description": "the `data:` of an SSE frame: a RunEvent (`event:` is its `type`) "
+        "or a ReplayGap (`event: gap`)",
+        "oneOf": [_ref("RunEvent"), _ref("ReplayGap")],
+    },
+    "AvailabilityReport": {
+        "oneOf": [
+            _obj(["status"], status={"const": "ready"}),
+            _obj(
+                ["status", "issues"],
+                status={"const": "needs-setup"},
+                issues={
+                    "type": "array",
+                    "items": _obj(["path", "message"], path=_str(), message=_str()),
+                },
+            ),
+            _obj(
+                ["status", "message"],
+                status={"const": "unavailable"},
+                message=_str(),
+                remediation=_str(),
+            ),
+        ]
+    },
+    "Health": _obj(["ok", "version"], ok={"const": True}, version=_str()),
+    "Capabilities": _obj(
+        ["displayName", "description", "features", "config"],
+        displayName=_str(),
+        description=_str(),
+        features=_obj(["io", "ports"], io={"type": "boolean"}, ports={"type": "boolean"}),
+        config=_obj(["schema"], schema={"type": "object"}),
+        terms=_obj(["version", "title", "body"], version=_str(), title=_str(), body=_str()),
+        apps={
+            "type": "array",
+            "items": _obj(["name"], name=_str(), title=_str(), description=_str()),
+        },
+    ),
+    "SessionCreated": _obj(
+        ["sessionId", "streamUrl", "createdAt"],
+        sessionId=_str(),
+        streamUrl=_str(),
+        createdAt={"type": "string", "format": "date-time"},
+    ),
+    "Session": _obj(
+        ["sessionId", "status", "createdAt"],
+        sessionId=_str(),
+        status=_ref("RunStatus"),
+        createdAt={"type": "string", "format": "date-time"},
+        exitedAt={"type": "string", "format": "date-time"},
+    ),
+}
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -29,20 +143,20 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 
 def _error(description: str) -> dict[str, Any]:
-    return _json(ref("Error"), description)
+    return _json(_ref("Error"), description)
 
 
 def _body(model: str) -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": ref(model)}}}
+    return {"required": True, "content": {"application/json": {"schema": _ref(model)}}}
 
 
-_SESSION_ID = {"name": "id", "in": "path", "required": True, "schema": string()}
+_SESSION_ID = {"name": "id", "in": "path", "required": True, "schema": _str()}
 _TERMS_HEADER = {
     "name": "x-telo-accepted-terms",
     "in": "header",
     "required": False,
     "description": "The accepted terms version, when the runner has terms.",
-    "schema": string(),
+    "schema": _str(),
 }
 _START_ERRORS = {
     "400": _error("invalid_request, unknown_app, invalid_bundle or invalid_config"),
@@ -56,82 +170,51 @@ _START_ERRORS = {
 
 def _runner_paths() -> dict[str, Any]:
     return {
-        "/v1/health": {
-            "get": {
-                "summary": "Liveness; never touches the backend",
-                "responses": {"200": _json(ref("Health"), "alive")},
-            }
-        },
-        "/v1/capabilities": {
-            "get": {
-                "summary": "The runner's self-description, re-resolved per request",
-                "responses": {"200": _json(ref("Capabilities"), "capabilities")},
-            }
-        },
-        "/v1/probe": {
-            "post": {
-                "summary": "Could a session with this config start now?",
-                "requestBody": _body("ProbeRequest"),
-                "responses": {
-                    "200": _json(ref("AvailabilityReport"), "availability"),
-                    "400": _error("invalid_request"),
-                    "413": _START_ERRORS["413"],
-                    "415": _START_ERRORS["415"],
-                },
-            }
-        },
-        "/v1/openapi.json": {
-            "get": {
-                "summary": "This document",
-                "responses": {
-                    "200": {
-                        "description": "OpenAPI 3.1",
-                        "content": {"application/json": {"schema": {"type": "object"}}},
-                    }
-                },
-            }
-        },
-    }
+        "/v1/health": {"get": {
+            "summary": "Liveness; never touches the backend",
+            "responses": {"200": _json(_ref("Health"), "alive")}}},
+        "/v1/capabilities": {"get": {
+            "summary": "The runner's self-description, re-resolved per request",
+            "responses": {"200": _json(_ref("Capabilities"), "capabilities")}}},
+        "/v1/probe": {"post": {
+            "summary": "Could a session with this config start now?",
+            "requestBody": _body("ProbeRequest"),
+            "responses": {"200": _json(_ref("AvailabilityReport"), "availability"),
+                          "400": _error("invalid_request"), "413": _START_ERRORS["413"],
+                          "415": _START_ERRORS["415"]}}},
+        "/v1/openapi.json": {"get": {
+            "summary": "This document",
+            "responses": {"200": {
+                "description": "OpenAPI 3.1",
+                "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+    }  # fmt: skip
 
 
 # Where a created session's id leads (OpenAPI links: a client, or a tool such
 # as schemathesis, can follow them from the 201).
 _SESSION_LINKS = {
     name: {"operationId": operation, "parameters": {"id": "$response.body#/sessionId"}}
-    for name, operation in (
-        ("GetSession", "getSession"),
-        ("GetEvents", "getSessionEvents"),
-        ("StopSession", "stopSession"),
-    )
-}
+    for name, operation in (("GetSession", "getSession"), ("GetEvents", "getSessionEvents"),
+                            ("StopSession", "stopSession"))
+}  # fmt: skip
 
 
 def _start_paths() -> dict[str, Any]:
-    created = {
-        **_json(ref("SessionCreated"), "registered; the workload starts after this"),
-        "links": _SESSION_LINKS,
-    }
+    created = _json(_ref("SessionCreated"), "registered; the workload starts after this")
+    created["links"] = _SESSION_LINKS
     return {
-        "/v1/sessions": {
-            "post": {
-                "summary": "Start a session",
-                "parameters": [_TERMS_HEADER],
-                "requestBody": _body("StartSessionRequest"),
-                "responses": {"201": created, **_START_ERRORS},
-            }
-        },
-        "/v1/apps/{name}/sessions": {
-            "post": {
-                "summary": "Start a session of an operator-predefined app",
-                "parameters": [
-                    {"name": "name", "in": "path", "required": True, "schema": string()},
-                    _TERMS_HEADER,
-                ],
-                "requestBody": _body("StartAppSessionRequest"),
-                "responses": {"201": created, "404": _error("unknown_app"), **_START_ERRORS},
-            }
-        },
-    }
+        "/v1/sessions": {"post": {
+            "summary": "Start a session",
+            "parameters": [_TERMS_HEADER],
+            "requestBody": _body("StartSessionRequest"),
+            "responses": {"201": created, **_START_ERRORS}}},
+        "/v1/apps/{name}/sessions": {"post": {
+            "summary": "Start a session of an operator-predefined app",
+            "parameters": [{"name": "name", "in": "path", "required": True, "schema": _str()},
+                           _TERMS_HEADER],
+            "requestBody": _body("StartAppSessionRequest"),
+            "responses": {"201": created, "404": _error("unknown_app"), **_START_ERRORS}}},
+    }  # fmt: skip
 
 
 def _session_paths() -> dict[str, Any]:
@@ -139,110 +222,100 @@ def _session_paths() -> dict[str, Any]:
     return {
         "/v1/sessions/{id}": {
             "parameters": [_SESSION_ID],
-            "get": {
-                "summary": "A session's status",
-                "operationId": "getSession",
-                "responses": {
-                    "200": _json(ref("Session"), "the session"),
-                    "404": _error("not_found"),
-                },
-            },
-            "delete": {
-                "summary": "Stop a session (idempotent)",
-                "operationId": "stopSession",
-                "responses": {
-                    "204": {"description": "stopped, or no such session"},
-                    "500": _error("stop_failed"),
-                },
-            },
-        },
-        "/v1/sessions/{id}/events": {
-            "get": {
-                "summary": "The session's events as Server-Sent Events (replay, then live)",
-                "operationId": "getSessionEvents",
-                "parameters": [
-                    _SESSION_ID,
-                    {"name": "Last-Event-ID", "in": "header", "required": False, "schema": cursor},
-                    {"name": "lastEventId", "in": "query", "required": False, "schema": cursor},
-                ],
-                "responses": {
-                    "200": {
-                        "description": "frames `id: n`, `event: <type>`, `data: <RunEvent JSON>`; "
-                        "`event: gap` (no id) when the buffer lost events; "
-                        "`: heartbeat`. The body is text; each frame's data is "
-                        "described by `x-runnerd-sse-data`.",
-                        "content": {
-                            "text/event-stream": {
-                                "schema": {"type": "string"},
-                                "x-runnerd-sse-data": ref("SseData"),
-                            }
-                        },
-                    },
-                    "404": _error("not_found"),
-                },
-            }
-        },
-        "/v1/sessions/{id}/io": {
-            "get": {
-                "summary": "WebSocket PTY channel (upgrade). Server → client binary frames are a "
-                "4-byte big-endian seq then output bytes; client binary frames are "
-                "stdin; text `{type: resize, cols, rows}` resizes. Close codes: 4403 "
-                "forbidden_origin, 4404 unknown session, 4410 nothing to replay, "
-                "1000 session terminal.",
-                "parameters": [
-                    _SESSION_ID,
-                    {"name": "lastSeq", "in": "query", "required": False, "schema": cursor},
-                ],
-                "responses": {
-                    "101": {"description": "switching protocols"},
-                    "426": _error("upgrade_required: a plain GET, without `Upgrade: websocket`"),
-                },
-            }
-        },
-    }
+            "get": {"summary": "A session's status", "operationId": "getSession", "responses": {
+                "200": _json(_ref("Session"), "the session"), "404": _error("not_found")}},
+            "delete": {"summary": "Stop a session (idempotent)", "operationId": "stopSession",
+                       "responses": {
+                "204": {"description": "stopped, or no such session"},
+                "500": _error("stop_failed")}}},
+        "/v1/sessions/{id}/events": {"get": {
+            "summary": "The session's events as Server-Sent Events (replay, then live)",
+            "operationId": "getSessionEvents",
+            "parameters": [
+                _SESSION_ID,
+                {"name": "Last-Event-ID", "in": "header", "required": False, "schema": cursor},
+                {"name": "lastEventId", "in": "query", "required": False, "schema": cursor}],
+            "responses": {"200": {
+                "description": "frames `id: n`, `event: <type>`, `data: <RunEvent JSON>`; "
+                               "`event: gap` (no id) when the buffer lost events; "
+                               "`: heartbeat`. The body is text; `x-runnerd-sse-data` is "
+                               "each frame's data.",
+                "content": {"text/event-stream": {"schema": {"type": "string"},
+                                                  "x-runnerd-sse-data": _ref("SseData")}}},
+                "404": _error("not_found")}}},
+        "/v1/sessions/{id}/io": {"get": {
+            "summary": "WebSocket PTY channel (upgrade). Server → client binary frames are a "
+                       "4-byte big-endian seq then output bytes; client binary frames are "
+                       "stdin; text `{type: resize, cols, rows}` resizes. Close codes: 4403 "
+                       "forbidden_origin, 4404 unknown session, 4410 nothing to replay, "
+                       "1000 session terminal.",
+            "parameters": [
+                _SESSION_ID,
+                {"name": "lastSeq", "in": "query", "required": False, "schema": cursor}],
+            "responses": {"101": {"description": "switching protocols"},
+                          "426": _error("upgrade_required: a plain GET, without "
+                                        "`Upgrade: websocket`")}}},
+    }  # fmt: skip
 
 
 def _with_extensions(paths: dict[str, Any]) -> dict[str, Any]:
     """Add runnerd's own routes (not in the upstream contract), each marked
     `x-runnerd-extension: true` so a client of the plain contract can skip them."""
-    session_list = obj(
+    session_list = _obj(
         ["sessions"],
-        sessions={
-            "type": "array",
-            "items": obj(
-                ["sessionId", "status", "createdAt", "ports", "lastEventId", "lastOutputSeq"],
-                sessionId=string(),
-                status=ref("RunStatus"),
-                createdAt={"type": "string", "format": "date-time"},
-                exitedAt={"type": "string", "format": "date-time"},
-                image={**string(), "description": "bundle sessions only"},
-                app={**string(), "description": "catalog app sessions only (never their image)"},
-                ports={
-                    "type": "array",
-                    "items": obj(
-                        ["port", "protocol"],
-                        port={"type": "integer"},
-                        protocol={"enum": ["tcp", "udp"]},
-                    ),
-                },
-                lastEventId={"type": "integer", "description": "id of the newest event"},
-                lastOutputSeq={"type": "integer", "description": "seq of the newest PTY chunk"},
-            ),
-        },
-    )
+        sessions={"type": "array", "items": _obj(
+            ["sessionId", "status", "createdAt", "ports", "lastEventId", "lastOutputSeq"],
+            sessionId=_str(),
+            status=_ref("RunStatus"),
+            createdAt={"type": "string", "format": "date-time"},
+            exitedAt={"type": "string", "format": "date-time"},
+            image={**_str(), "description": "bundle sessions only"},
+            app={**_str(), "description": "catalog app sessions only (never their image)"},
+            ports={"type": "array", "items": _obj(
+                ["port", "protocol"], port={"type": "integer"},
+                protocol={"enum": ["tcp", "udp"]})},
+            lastEventId={"type": "integer", "description": "id of the newest event"},
+            lastOutputSeq={"type": "integer", "description": "seq of the newest PTY chunk"},
+        )},
+    )  # fmt: skip
     listed = _json(session_list, "every registered session, live and retained, oldest first")
-    listed["headers"] = {
-        "x-runnerd-max-body-bytes": {
-            "description": "the daemon's request body limit (a larger bundle gets 413)",
-            "schema": {"type": "integer"},
-        }
-    }
+    listed["headers"] = {"x-runnerd-max-body-bytes": {
+        "description": "the daemon's request body limit (a larger bundle gets 413)",
+        "schema": {"type": "integer"}}}  # fmt: skip
     paths["/v1/sessions"]["get"] = {
         "summary": "List sessions (runnerd extension to the /v1 contract; never env)",
         "x-runnerd-extension": True,
-        "responses": {"200": listed},
-    }
+        "responses": {"200": listed}}  # fmt: skip
     return paths
+
+
+def _env_schema() -> dict[str, Any]:
+    """A session's env as admission takes it: portable names, no NUL in values."""
+    return {
+        "type": "object",
+        "propertyNames": {"pattern": ENV_NAME_PATTERN},
+        "additionalProperties": {"type": "string", "pattern": "^[^\\u0000]*$"},
+    }
+
+
+def _with_admission_rules(schemas: dict[str, Any]) -> dict[str, Any]:
+    """The generated request schemas with what admission checks beyond them:
+    env names and values, and a bundle session's `bundle` and `config`
+    (schema-optional only because an app session needs neither)."""
+    start = schemas["StartSessionRequest"]
+    start["properties"]["env"] = _env_schema()
+    start["if"] = {"required": ["app"], "properties": {"app": {"type": "string"}}}
+    start["else"] = {
+        "required": ["bundle", "config"],
+        "properties": {"bundle": _ref("RunBundle"), "config": _ref("SessionConfig")},
+    }
+    start["description"] = (
+        "`bundle` and `config` are required unless `app` names a predefined app "
+        "(then they are ignored)."
+    )
+    env = schemas["StartAppSessionRequest"]["properties"]["env"]
+    env["anyOf"] = [_env_schema(), {"type": "null"}]
+    return schemas
 
 
 def _with_edge_errors(paths: dict[str, Any]) -> dict[str, Any]:
@@ -257,18 +330,14 @@ def _with_edge_errors(paths: dict[str, Any]) -> dict[str, Any]:
 def build_openapi(version: str) -> dict[str, Any]:
     """The whole OpenAPI 3.1 document for runnerd `version`."""
     _, generated = msgspec.json.schema_components(
-        (StartSessionRequest, StartAppSessionRequest, ProbeRequest), ref_template=REF
+        (StartSessionRequest, StartAppSessionRequest, ProbeRequest), ref_template=_REF
     )
-    request_schemas = with_admission_rules(generated)
+    request_schemas = _with_admission_rules(generated)
+    paths = _with_extensions({**_runner_paths(), **_start_paths(), **_session_paths()})
     return {
         "openapi": "3.1.0",
-        "info": {
-            "title": "runnerd /v1",
-            "version": version,
-            "description": "The Telo runner /v1 contract served by runnerd.",
-        },
-        "paths": _with_edge_errors(
-            _with_extensions({**_runner_paths(), **_start_paths(), **_session_paths()})
-        ),
-        "components": {"schemas": {**request_schemas, **RESPONSE_SCHEMAS}},
-    }
+        "info": {"title": "runnerd /v1", "version": version,
+                 "description": "The Telo runner /v1 contract served by runnerd."},
+        "paths": _with_edge_errors(paths),
+        "components": {"schemas": {**request_schemas, **_RESPONSE_SCHEMAS}},
+    }  # fmt: skip

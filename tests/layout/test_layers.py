@@ -55,7 +55,6 @@ PURE = (
     "runnerd.session.paths",
     "runnerd.session.capabilities",
     "runnerd.http.openapi",
-    "runnerd.http.openapi_schemas",
     "runnerd.kube.settings",
     "runnerd.kube.errors",
     "runnerd.kube.podstatus",
