@@ -150,6 +150,53 @@ def _body(model: str) -> dict[str, Any]:
     return {"required": True, "content": {"application/json": {"schema": _ref(model)}}}
 
 
+def _env_schema() -> dict[str, Any]:
+    """A session's env as admission takes it: portable names, no NUL in values."""
+    return {
+        "type": "object",
+        "propertyNames": {"pattern": ENV_NAME_PATTERN},
+        "additionalProperties": {"type": "string", "pattern": "^[^\\u0000]*$"},
+    }
+
+
+def _with_admission_rules(schemas: dict[str, Any]) -> dict[str, Any]:
+    """The generated request schemas with what admission checks beyond them:
+    env names and values, and a bundle session's `bundle` and `config`
+    (schema-optional only because an app session needs neither)."""
+    start = schemas["StartSessionRequest"]
+    start["properties"]["env"] = _env_schema()
+    start["if"] = {"required": ["app"], "properties": {"app": {"type": "string"}}}
+    start["else"] = {
+        "required": ["bundle", "config"],
+        "properties": {"bundle": _ref("RunBundle"), "config": _ref("SessionConfig")},
+    }
+    start["description"] = (
+        "`bundle` and `config` are required unless `app` names a predefined app "
+        "(then they are ignored)."
+    )
+    env = schemas["StartAppSessionRequest"]["properties"]["env"]
+    env["anyOf"] = [_env_schema(), {"type": "null"}]
+    return schemas
+
+
+def _with_edge_errors(paths: dict[str, Any]) -> dict[str, Any]:
+    """Every operation can meet the browser guard, which runs before any route."""
+    for operations in paths.values():
+        for method, operation in operations.items():
+            if method != "parameters":
+                operation["responses"].setdefault("403", _START_ERRORS["403"])
+    return paths
+
+
+# Where a created session's id leads (OpenAPI links: a client, or a tool such
+# as schemathesis, can follow them from the 201).
+_SESSION_LINKS = {
+    name: {"operationId": operation, "parameters": {"id": "$response.body#/sessionId"}}
+    for name, operation in (("GetSession", "getSession"), ("GetEvents", "getSessionEvents"),
+                            ("StopSession", "stopSession"))
+}  # fmt: skip
+
+
 _SESSION_ID = {"name": "id", "in": "path", "required": True, "schema": _str()}
 _TERMS_HEADER = {
     "name": "x-telo-accepted-terms",
@@ -188,15 +235,6 @@ def _runner_paths() -> dict[str, Any]:
                 "description": "OpenAPI 3.1",
                 "content": {"application/json": {"schema": {"type": "object"}}}}}}},
     }  # fmt: skip
-
-
-# Where a created session's id leads (OpenAPI links: a client, or a tool such
-# as schemathesis, can follow them from the 201).
-_SESSION_LINKS = {
-    name: {"operationId": operation, "parameters": {"id": "$response.body#/sessionId"}}
-    for name, operation in (("GetSession", "getSession"), ("GetEvents", "getSessionEvents"),
-                            ("StopSession", "stopSession"))
-}  # fmt: skip
 
 
 def _start_paths() -> dict[str, Any]:
@@ -286,44 +324,6 @@ def _with_extensions(paths: dict[str, Any]) -> dict[str, Any]:
         "summary": "List sessions (runnerd extension to the /v1 contract; never env)",
         "x-runnerd-extension": True,
         "responses": {"200": listed}}  # fmt: skip
-    return paths
-
-
-def _env_schema() -> dict[str, Any]:
-    """A session's env as admission takes it: portable names, no NUL in values."""
-    return {
-        "type": "object",
-        "propertyNames": {"pattern": ENV_NAME_PATTERN},
-        "additionalProperties": {"type": "string", "pattern": "^[^\\u0000]*$"},
-    }
-
-
-def _with_admission_rules(schemas: dict[str, Any]) -> dict[str, Any]:
-    """The generated request schemas with what admission checks beyond them:
-    env names and values, and a bundle session's `bundle` and `config`
-    (schema-optional only because an app session needs neither)."""
-    start = schemas["StartSessionRequest"]
-    start["properties"]["env"] = _env_schema()
-    start["if"] = {"required": ["app"], "properties": {"app": {"type": "string"}}}
-    start["else"] = {
-        "required": ["bundle", "config"],
-        "properties": {"bundle": _ref("RunBundle"), "config": _ref("SessionConfig")},
-    }
-    start["description"] = (
-        "`bundle` and `config` are required unless `app` names a predefined app "
-        "(then they are ignored)."
-    )
-    env = schemas["StartAppSessionRequest"]["properties"]["env"]
-    env["anyOf"] = [_env_schema(), {"type": "null"}]
-    return schemas
-
-
-def _with_edge_errors(paths: dict[str, Any]) -> dict[str, Any]:
-    """Every operation can meet the browser guard, which runs before any route."""
-    for operations in paths.values():
-        for method, operation in operations.items():
-            if method != "parameters":
-                operation["responses"].setdefault("403", _START_ERRORS["403"])
     return paths
 
 
