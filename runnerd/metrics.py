@@ -219,16 +219,20 @@ class PrometheusMetrics(Metrics):
         self._at_cap.labels(listener, action).inc()
 
     def apiserver_request(self, verb: str, code: str, error_class: str, seconds: float) -> None:
+        self.add_kube_series()  # a no-op once registered
         self._kube_requests.labels(verb, code, error_class).inc()
         self._kube_latency.labels(verb).observe(max(seconds, 0.0))
 
     def watch_restart(self, resource: str, reason: str) -> None:
+        self.add_kube_series()  # a no-op once registered
         self._watch_restarts.labels(resource, reason).inc()
 
     def relist(self, resource: str) -> None:
+        self.add_kube_series()  # a no-op once registered
         self._relists.labels(resource).inc()
 
     def attach_reconnect(self) -> None:
+        self.add_kube_series()  # a no-op once registered
         self._reconnects.inc()
 
     def render(self) -> tuple[bytes, str]:
