@@ -6,7 +6,7 @@ level (`runnerd.local` does), so the daemon, the CLI and the HTTP edge ask
 the configured backend instead of testing its name. A package is imported
 only when it is the configured one.
 
-May import: `backend`, `config` (and, by name, the backend packages).
+May import: `backend`, `config`, `metrics` (and, by name, the backend packages).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 from runnerd.backend import Backend
 from runnerd.config import AppEntry, Config, ConfigError
+from runnerd.metrics import NULL_METRICS, Metrics
 
 # Name → the module exporting the package's Provider (the Kubernetes one is
 # its `provider` module, so its pure parts import without trio or httpx).
@@ -51,11 +52,16 @@ class Provider(Protocol):
         """Keys of this backend's that changed but need a restart."""
 
     def open_backend(
-        self, config: Config, apps: Callable[[], Mapping[str, AppEntry]]
+        self,
+        config: Config,
+        apps: Callable[[], Mapping[str, AppEntry]],
+        metrics: Metrics = NULL_METRICS,
     ) -> AbstractAsyncContextManager[Backend]:
         """The backend, open for the daemon's lifetime: entered in the root
         nursery before the session manager runs, exited after every session
-        has ended. Raises ConfigError for what the operator must fix."""
+        has ended. A backend that counts (apiserver requests) registers its
+        series in `metrics` and counts there. Raises ConfigError for what the
+        operator must fix."""
 
 
 def provider_for(config: Config) -> Provider:

@@ -5,7 +5,9 @@ Owns `Metrics`, a tiny interface with one method per thing worth counting,
 called at the few places it happens (a session reaching `running` or ending
 before it, a start failure, a stream subscriber, PTY bytes, a replay gap, an
 HTTP answer, a listener at its connection cap, and, for the Kubernetes
-backend, apiserver requests, watch restarts, re-lists and attach reconnects).
+backend, apiserver requests, watch restarts, re-lists and attach reconnects:
+those series exist only once that backend called `add_kube_series`, so a
+local daemon exports none of them).
 The base class counts nothing: it is what runs when the operator left
 `[metrics]` off, so counting costs a no-op call and prometheus_client is
 never imported.
@@ -20,8 +22,9 @@ scrape time too: the hot output path pays an addition, not a lock.
 
 The daemon builds the one `Metrics` (`runnerd.daemon.main.build_metrics`) before
 the backend, so a backend that counts (the Kubernetes one: apiserver
-requests, watches, attaches) is handed the same object and its figures land
-in the same registry. The metric names and what they mean are listed in the
+requests, watches, attaches) is handed the same object (`open_backend`'s
+`metrics`) and its figures land in the same registry. No counter exports a
+`*_created` series. The metric names and what they mean are listed in the
 README ("Metrics").
 """
 
@@ -91,6 +94,10 @@ class Metrics:
     def attach_reconnect(self) -> None:
         """An attach to a session pod was re-established after it dropped."""
 
+    def add_kube_series(self) -> None:
+        """The Kubernetes backend is in use: register its series (at 0).
+        Called once, by that backend, before anything counts through it."""
+
 
 NULL_METRICS = Metrics()
 
@@ -101,13 +108,22 @@ class PrometheusMetrics(Metrics):
     enabled = True
 
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+        from prometheus_client import (
+            CollectorRegistry,
+            PlatformCollector,
+            ProcessCollector,
+            disable_created_metrics,
+        )
 
+        # No `*_created` series: a counter's creation time is the process's
+        # start (process_start_time_seconds says it), and each doubled the
+        # scrape. The switch is process-wide; runnerd never wants them.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self._add_session_metrics()
-        self._add_kube_metrics()
+        self._kube_added = False
         for channel in ("sse", "websocket"):
             self._subscribers.labels(channel)  # present at 0 from the first scrape
         self._pty: MutableMapping[str, int] = {"output": 0, "input": 0}
@@ -151,7 +167,10 @@ class PrometheusMetrics(Metrics):
             "listener", "action",
         )  # fmt: skip
 
-    def _add_kube_metrics(self) -> None:
+    def add_kube_series(self) -> None:
+        if self._kube_added:
+            return
+        self._kube_added = True
         self._kube_requests = self._counter(
             "runnerd_kube_apiserver_requests", "Apiserver requests", "verb", "code", "class"
         )
@@ -164,6 +183,7 @@ class PrometheusMetrics(Metrics):
         )
         self._relists = self._counter("runnerd_kube_relists", "Re-lists after a 410", "resource")
         self._reconnects = self._counter("runnerd_kube_attach_reconnects", "Attach reconnects")
+        self._relists.labels("pods")  # the one watched resource: at 0 from the first scrape
 
     def session_started(self, backend: str, outcome: str) -> None:
         self._starts.labels(backend, outcome).inc()
@@ -199,16 +219,20 @@ class PrometheusMetrics(Metrics):
         self._at_cap.labels(listener, action).inc()
 
     def apiserver_request(self, verb: str, code: str, error_class: str, seconds: float) -> None:
+        self.add_kube_series()  # a no-op once registered
         self._kube_requests.labels(verb, code, error_class).inc()
         self._kube_latency.labels(verb).observe(max(seconds, 0.0))
 
     def watch_restart(self, resource: str, reason: str) -> None:
+        self.add_kube_series()  # a no-op once registered
         self._watch_restarts.labels(resource, reason).inc()
 
     def relist(self, resource: str) -> None:
+        self.add_kube_series()  # a no-op once registered
         self._relists.labels(resource).inc()
 
     def attach_reconnect(self) -> None:
+        self.add_kube_series()  # a no-op once registered
         self._reconnects.inc()
 
     def render(self) -> tuple[bytes, str]:

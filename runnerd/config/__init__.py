@@ -77,6 +77,27 @@ from runnerd.config.render import render_config as render_config
 from runnerd.config.table import show
 
 DROP_IN_DIR = "apps.d"
+# No key of the config nests more than 5 levels (`apps.NAME.env.KEY`, a
+# runtime's command list); 32 leaves room and keeps every walk over the
+# parsed data (parse, render) far from Python's recursion limit.
+MAX_TOML_DEPTH = 32
+
+
+def _check_depth(data: dict[str, object], where: str) -> None:
+    """Refuse values nested deeper than MAX_TOML_DEPTH, iteratively (the
+    check itself cannot hit the recursion limit); the key is the top-level
+    path where it happens."""
+    stack: list[tuple[object, str, int]] = [(value, key, 1) for key, value in data.items()]
+    while stack:
+        node, key, depth = stack.pop()
+        if depth > MAX_TOML_DEPTH:
+            raise ConfigError(key, f"nests deeper than the limit of {MAX_TOML_DEPTH} levels{where}")
+        if isinstance(node, dict):
+            # The path names the first levels only: enough to find the value.
+            named = (f"{key}.{k}" if depth < 3 else key for k in node)
+            stack.extend((v, name, depth + 1) for v, name in zip(node.values(), named, strict=True))
+        elif isinstance(node, list):
+            stack.extend((item, key, depth + 1) for item in node)
 
 
 def _read_toml(path: Path, *, named: bool) -> tuple[dict[str, object], str]:
@@ -85,21 +106,23 @@ def _read_toml(path: Path, *, named: bool) -> tuple[dict[str, object], str]:
     what = f"{str(path)!r} " if named else ""
     try:
         text = path.read_bytes().decode("utf-8")
-        return tomllib.loads(text), text
+        data = tomllib.loads(text)
     except OSError as exc:
         raise ConfigError("", f"cannot read {what}".strip() + f": {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         # tomllib's message carries "(at line N, column M)".
         raise ConfigError("", f"{what}is not valid TOML: {exc}") from exc
     except UnicodeDecodeError as exc:
-        raise ConfigError(
-            "", f"{what}is not valid UTF-8 (byte {exc.start}: {exc.reason})"
-        ) from exc
+        raise ConfigError("", f"{what}is not valid UTF-8 (byte {exc.start}: {exc.reason})") from exc
+    except RecursionError:
+        # tomllib parses nested arrays and inline tables recursively.
+        limit = f"deeper than the limit of {MAX_TOML_DEPTH} levels"
+        raise ConfigError("", f"{what}is not a usable config: values nest {limit}") from None
+    _check_depth(data, f" in {path}" if named else "")
+    return data, text
 
 
-def _merge_drop_ins(
-    data: dict[str, object], path: Path, texts: dict[Path, str]
-) -> dict[str, Path]:
+def _merge_drop_ins(data: dict[str, object], path: Path, texts: dict[Path, str]) -> dict[str, Path]:
     """Add every `apps.d/*.toml` app to `data["apps"]` (and each file's text
     to `texts`); returns app → file."""
     apps = data.setdefault("apps", {})

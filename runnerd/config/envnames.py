@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+# The rule as a JSON Schema `pattern` (the API description's env names).
+ENV_NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

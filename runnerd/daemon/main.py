@@ -95,7 +95,7 @@ async def run_daemon(config: Config) -> Ended:
         # Open for the daemon's lifetime: entered before the session manager
         # runs, left after every session has ended (`serve_until_signal`
         # returns then).
-        async with provider.open_backend(config, apps) as backend:
+        async with provider.open_backend(config, apps, metrics) as backend:
             files = open_state_dir(config, backend)
             listeners = _bind_listeners(config)
             metrics_listeners: list[Listener] = []

@@ -113,8 +113,9 @@ async def counted_sse(frames: AsyncIterator[bytes], metrics: Metrics) -> AsyncIt
 def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float) -> None:
     async def session_events(session_id: str) -> Response:
         session = await state.sessions.lookup(session_id)
-        # The header wins over the query (a reconnecting EventSource sends it).
-        raw = request.headers.get("last-event-id")
+        # The header wins over the query (a reconnecting EventSource sends it);
+        # an empty one is absent (a proxy or client that always sends it).
+        raw = request.headers.get("last-event-id", "").strip() or None
         cursor = parse_cursor(raw if raw is not None else request.args.get("lastEventId"))
         # Last before the answer: nothing below may fail and leave it claimed.
         slot = stream_slot(request.scope)

@@ -17,6 +17,8 @@ browser treat runnerd as that page's own origin. So before any route runs:
 3. A `POST`, and a `DELETE` that carries a body, must be
    `content-type: application/json` (else `415`): a cross-origin JSON body
    always needs a preflight, which step 2 answers only for allowed origins.
+   A method no route takes is `405` (with `allow`) and an unknown path
+   `404` instead: no route runs, so no body is read.
 
 The WebSocket route applies 1 and 2 itself (closing with 4403), since a
 browser cannot read a refused handshake's status.
@@ -193,6 +195,10 @@ def register_guard(app: QuartTrio, config: Callable[[], Config]) -> None:
         )
         if refusal is not None:
             return close_if_body_unread(error_response(403, *refusal))
+        if request.routing_exception is not None:
+            # No route takes this method (405 with `allow`) or path (404):
+            # that is the answer, whatever the body's type.
+            return None
         if request.method in _BODY_METHODS or (request.method == "DELETE" and _has_body()):
             if request.mimetype != "application/json":
                 got = request.headers.get("content-type") or "none"

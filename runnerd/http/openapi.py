@@ -2,8 +2,10 @@
 
 Owns the machine-readable description of every `/v1` route. Request body
 schemas are generated from the msgspec structs in `runnerd.contract` (the
-same models that validate the bodies, so the two cannot drift); response
-shapes are written out here from the contract's types.
+same models that validate the bodies, so the two cannot drift), with what
+admission checks beyond them added (`_with_admission_rules`); response
+shapes are written out here from the contract's types. The event stream's
+body is text: each frame's data is described by `x-runnerd-sse-data`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from runnerd.config.envnames import ENV_NAME_PATTERN
 from runnerd.contract import ProbeRequest, StartAppSessionRequest, StartSessionRequest
 
 _REF = "#/components/schemas/{name}"
@@ -78,6 +81,15 @@ _RESPONSE_SCHEMAS: dict[str, Any] = {
             ),
         ]
     },
+    "ReplayGap": {
+        **_obj(["reason"], reason={"const": "buffer_evicted"}),
+        "description": "the data of an `event: gap` frame (no id): events were evicted",
+    },
+    "SseData": {
+        "description": "the `data:` of an SSE frame: a RunEvent (`event:` is its `type`) "
+        "or a ReplayGap (`event: gap`)",
+        "oneOf": [_ref("RunEvent"), _ref("ReplayGap")],
+    },
     "AvailabilityReport": {
         "oneOf": [
             _obj(["status"], status={"const": "ready"}),
@@ -138,6 +150,53 @@ def _body(model: str) -> dict[str, Any]:
     return {"required": True, "content": {"application/json": {"schema": _ref(model)}}}
 
 
+def _env_schema() -> dict[str, Any]:
+    """A session's env as admission takes it: portable names, no NUL in values."""
+    return {
+        "type": "object",
+        "propertyNames": {"pattern": ENV_NAME_PATTERN},
+        "additionalProperties": {"type": "string", "pattern": "^[^\\u0000]*$"},
+    }
+
+
+def _with_admission_rules(schemas: dict[str, Any]) -> dict[str, Any]:
+    """The generated request schemas with what admission checks beyond them:
+    env names and values, and a bundle session's `bundle` and `config`
+    (schema-optional only because an app session needs neither)."""
+    start = schemas["StartSessionRequest"]
+    start["properties"]["env"] = _env_schema()
+    start["if"] = {"required": ["app"], "properties": {"app": {"type": "string"}}}
+    start["else"] = {
+        "required": ["bundle", "config"],
+        "properties": {"bundle": _ref("RunBundle"), "config": _ref("SessionConfig")},
+    }
+    start["description"] = (
+        "`bundle` and `config` are required unless `app` names a predefined app "
+        "(then they are ignored)."
+    )
+    env = schemas["StartAppSessionRequest"]["properties"]["env"]
+    env["anyOf"] = [_env_schema(), {"type": "null"}]
+    return schemas
+
+
+def _with_edge_errors(paths: dict[str, Any]) -> dict[str, Any]:
+    """Every operation can meet the browser guard, which runs before any route."""
+    for operations in paths.values():
+        for method, operation in operations.items():
+            if method != "parameters":
+                operation["responses"].setdefault("403", _START_ERRORS["403"])
+    return paths
+
+
+# Where a created session's id leads (OpenAPI links: a client, or a tool such
+# as schemathesis, can follow them from the 201).
+_SESSION_LINKS = {
+    name: {"operationId": operation, "parameters": {"id": "$response.body#/sessionId"}}
+    for name, operation in (("GetSession", "getSession"), ("GetEvents", "getSessionEvents"),
+                            ("StopSession", "stopSession"))
+}  # fmt: skip
+
+
 _SESSION_ID = {"name": "id", "in": "path", "required": True, "schema": _str()}
 _TERMS_HEADER = {
     "name": "x-telo-accepted-terms",
@@ -177,7 +236,8 @@ def _runner_paths() -> dict[str, Any]:
             "summary": "Could a session with this config start now?",
             "requestBody": _body("ProbeRequest"),
             "responses": {"200": _json(_ref("AvailabilityReport"), "availability"),
-                          "400": _error("invalid_request")}}},
+                          "400": _error("invalid_request"), "413": _START_ERRORS["413"],
+                          "415": _START_ERRORS["415"]}}},
         "/v1/openapi.json": {"get": {
             "summary": "This document",
             "responses": {"200": {
@@ -188,6 +248,7 @@ def _runner_paths() -> dict[str, Any]:
 
 def _start_paths() -> dict[str, Any]:
     created = _json(_ref("SessionCreated"), "registered; the workload starts after this")
+    created["links"] = _SESSION_LINKS
     return {
         "/v1/sessions": {"post": {
             "summary": "Start a session",
@@ -208,21 +269,26 @@ def _session_paths() -> dict[str, Any]:
     return {
         "/v1/sessions/{id}": {
             "parameters": [_SESSION_ID],
-            "get": {"summary": "A session's status", "responses": {
+            "get": {"summary": "A session's status", "operationId": "getSession", "responses": {
                 "200": _json(_ref("Session"), "the session"), "404": _error("not_found")}},
-            "delete": {"summary": "Stop a session (idempotent)", "responses": {
+            "delete": {"summary": "Stop a session (idempotent)", "operationId": "stopSession",
+                       "responses": {
                 "204": {"description": "stopped, or no such session"},
                 "500": _error("stop_failed")}}},
         "/v1/sessions/{id}/events": {"get": {
             "summary": "The session's events as Server-Sent Events (replay, then live)",
+            "operationId": "getSessionEvents",
             "parameters": [
                 _SESSION_ID,
                 {"name": "Last-Event-ID", "in": "header", "required": False, "schema": cursor},
                 {"name": "lastEventId", "in": "query", "required": False, "schema": cursor}],
             "responses": {"200": {
                 "description": "frames `id: n`, `event: <type>`, `data: <RunEvent JSON>`; "
-                               "`event: gap` when the buffer lost events; `: heartbeat`",
-                "content": {"text/event-stream": {"schema": _ref("RunEvent")}}},
+                               "`event: gap` (no id) when the buffer lost events; "
+                               "`: heartbeat`. The body is text; `x-runnerd-sse-data` is "
+                               "each frame's data.",
+                "content": {"text/event-stream": {"schema": {"type": "string"},
+                                                  "x-runnerd-sse-data": _ref("SseData")}}},
                 "404": _error("not_found"),
                 "429": _error("too_many_subscribers: the session has "
                               "runner.max_subscribers_per_session live SSE + WebSocket "
@@ -241,7 +307,9 @@ def _session_paths() -> dict[str, Any]:
             "parameters": [
                 _SESSION_ID,
                 {"name": "lastSeq", "in": "query", "required": False, "schema": cursor}],
-            "responses": {"101": {"description": "switching protocols"}}}},
+            "responses": {"101": {"description": "switching protocols"},
+                          "426": _error("upgrade_required: a plain GET, without "
+                                        "`Upgrade: websocket`")}}},
     }  # fmt: skip
 
 
@@ -278,13 +346,15 @@ def _with_extensions(paths: dict[str, Any]) -> dict[str, Any]:
 
 def build_openapi(version: str) -> dict[str, Any]:
     """The whole OpenAPI 3.1 document for runnerd `version`."""
-    _, request_schemas = msgspec.json.schema_components(
+    _, generated = msgspec.json.schema_components(
         (StartSessionRequest, StartAppSessionRequest, ProbeRequest), ref_template=_REF
     )
+    request_schemas = _with_admission_rules(generated)
+    paths = _with_extensions({**_runner_paths(), **_start_paths(), **_session_paths()})
     return {
         "openapi": "3.1.0",
         "info": {"title": "runnerd /v1", "version": version,
                  "description": "The Telo runner /v1 contract served by runnerd."},
-        "paths": _with_extensions({**_runner_paths(), **_start_paths(), **_session_paths()}),
+        "paths": _with_edge_errors(paths),
         "components": {"schemas": {**request_schemas, **_RESPONSE_SCHEMAS}},
     }  # fmt: skip

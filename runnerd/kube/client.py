@@ -25,6 +25,11 @@ slowness, refusal) blocks a caller longer than the deadline. Watches are the
 exception by nature: opening one obeys the deadline; reading one has an idle
 timeout instead (`Policy.watch_idle_s`).
 
+Metrics: every attempt (each retry too) is counted in `metrics`
+(`apiserver_request`: the Kubernetes verb, the HTTP code or `none`, the
+classifier's class, the time to the answer's headers). The client carries
+the daemon's `Metrics` for the informer and the attach bridge as well.
+
 Resource handling: `open_kube_client` owns the pool; leaving it closes every
 connection. `open_watch` owns its stream and closes it on exit, cancelled or not.
 """
@@ -48,6 +53,7 @@ import trio
 import runnerd.kube.errors as errors
 from runnerd.kube.credentials import Credentials, CredentialsUnavailable
 from runnerd.kube.kubeconfig import Connection, build_ssl_context
+from runnerd.metrics import NULL_METRICS, Metrics
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +112,28 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None  # an HTTP-date: rare from an apiserver; fall back to backoff
 
 
+# Verbs by method for what is not a GET (a GET is `get`, `list` or `watch`).
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def kube_verb(method: str, path: str, params: Mapping[str, str] | None) -> str:
+    """The Kubernetes verb of a request: a GET of a collection (`.../pods`,
+    one segment past the namespace or the group version) is `list`, of a
+    named object or its subresource (`.../pods/NAME/log`) `get`, with
+    `watch=1` `watch`."""
+    if method != "GET":
+        return _VERBS.get(method, method.lower())
+    if params and params.get("watch") in ("1", "true"):
+        return "watch"
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    scope = parts.index("namespaces") + 2 if "namespaces" in parts else len(parts)
+    if scope < len(parts):  # .../namespaces/NS/RESOURCE...
+        rest = parts[scope:]
+    else:  # cluster-scoped: /api/v1/RESOURCE... or /apis/GROUP/VERSION/RESOURCE...
+        rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    return "list" if len(rest) <= 1 else "get"
+
+
 def _should_retry(retry: Retry, status: int | None, retry_after: float | None) -> bool:
     if status is None:  # no answer: a connection error or a read timeout
         return retry is not Retry.WRITE
@@ -117,9 +145,17 @@ def _should_retry(retry: Retry, status: int | None, retry_after: float | None) -
 class KubeClient:
     """Requests to one apiserver as one identity, in one namespace."""
 
-    def __init__(self, http: httpx.AsyncClient, conn: Connection, credentials: Credentials,
-                 policy: Policy, ssl_context: ssl.SSLContext) -> None:
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        conn: Connection,
+        credentials: Credentials,
+        policy: Policy,
+        ssl_context: ssl.SSLContext,
+        metrics: Metrics = NULL_METRICS,
+    ) -> None:
         self._http = http
+        self.metrics = metrics
         self.connection = conn
         # Shared with the attach bridge: the same trust and client certificate.
         self.ssl_context = ssl_context
@@ -169,8 +205,9 @@ class KubeClient:
                 (`Unreachable`), or the deadline passed (`Unreachable`).
         """
         content = None if body is None else json.dumps(body).encode()
-        response = await self._exchange(method, path, operation, retry, params, content,
-                                        stream=False)
+        response = await self._exchange(
+            method, path, operation, retry, params, content, stream=False
+        )
         if not response.content:
             return {}
         try:
@@ -185,8 +222,12 @@ class KubeClient:
         # it only on an Exception), a timeout does not.
         p = self._policy
         read = p.watch_idle_s if stream else min(p.read_timeout_s, remaining_s)
-        return httpx.Timeout(min(p.connect_timeout_s, remaining_s), read=read,
-                             write=min(p.read_timeout_s, remaining_s), pool=remaining_s)
+        return httpx.Timeout(
+            min(p.connect_timeout_s, remaining_s),
+            read=read,
+            write=min(p.read_timeout_s, remaining_s),
+            pool=remaining_s,
+        )
 
     async def _pause(self, deadline: float, attempt: int, retry_after: float | None) -> bool:
         """Sleep before the next attempt; False (no sleep) if it would pass the deadline."""
@@ -196,56 +237,110 @@ class KubeClient:
         await trio.sleep(delay)
         return True
 
-    async def _exchange(self, method: str, path: str, operation: str, retry: Retry,
-                        params: Mapping[str, str] | None, content: bytes | None,
-                        *, stream: bool) -> httpx.Response:
+    async def _exchange(
+        self,
+        method: str,
+        path: str,
+        operation: str,
+        retry: Retry,
+        params: Mapping[str, str] | None,
+        content: bytes | None,
+        *,
+        stream: bool,
+    ) -> httpx.Response:
         """The retry loop (module docstring); a 2xx response (open, if `stream`)."""
         deadline = trio.current_time() + self._policy.deadline_s
         attempt, reauthenticated = 0, False
+        verb = kube_verb(method, path, params)
         while True:
             remaining = deadline - trio.current_time()
-            headers = await self.headers(operation)
-            if content is not None:
-                headers["Content-Type"] = "application/json"
-            request = self._http.build_request(
-                method, path, params=params, content=content, headers=headers,
-                timeout=self._attempt_timeout(remaining, stream), extensions=self._extensions)
+            request = await self._build(
+                method, path, operation, params, content, self._attempt_timeout(remaining, stream)
+            )
+            started = trio.current_time()
             try:
                 with trio.fail_after(max(remaining, 0.0) + BACKSTOP_S):
                     response = await self._http.send(request, stream=stream)
             except (httpx.TransportError, trio.TooSlowError) as exc:
+                self._count(verb, started, None, None)
                 log.debug("apiserver unreachable; retrying op=%s error=%r", operation, exc)
                 if not _should_retry(retry, None, None) or not await self._pause(
-                        deadline, attempt, None):
+                    deadline, attempt, None
+                ):
                     raise errors.classify(operation, None) from exc
                 attempt += 1
                 continue
             if response.is_success:
+                self._count(verb, started, response.status_code, None)
                 return response
             body = await response.aread()
             await response.aclose()
+            error = errors.classify_answer(operation, response.status_code, body)
+            self._count(verb, started, response.status_code, error)
             if response.status_code == 401 and not reauthenticated:
                 self._credentials.invalidate()
                 reauthenticated = True
                 continue
             retry_after = _retry_after(response)
-            if not _should_retry(retry, response.status_code, retry_after) or not await \
-                    self._pause(deadline, attempt, retry_after):
-                raise errors.classify_answer(operation, response.status_code, body)
+            if not _should_retry(retry, response.status_code, retry_after) or not await self._pause(
+                deadline, attempt, retry_after
+            ):
+                raise error
             attempt += 1
+
+    async def _build(
+        self,
+        method: str,
+        path: str,
+        operation: str,
+        params: Mapping[str, str] | None,
+        content: bytes | None,
+        timeouts: httpx.Timeout,
+    ) -> httpx.Request:
+        headers = await self.headers(operation)
+        if content is not None:
+            headers["Content-Type"] = "application/json"
+        return self._http.build_request(
+            method,
+            path,
+            params=params,
+            content=content,
+            headers=headers,
+            timeout=timeouts,
+            extensions=self._extensions,
+        )
+
+    def _count(
+        self, verb: str, started: float, status: int | None, error: errors.KubeError | None
+    ) -> None:
+        """One attempt in the metrics: no answer (`status` None) is `none`/`unreachable`."""
+        if status is None:
+            error = errors.Unreachable("")
+        self.metrics.apiserver_request(
+            verb,
+            "none" if status is None else str(status),
+            errors.error_class(error),
+            trio.current_time() - started,
+        )
 
     # -- pods ---------------------------------------------------------------
 
     async def get_pod(self, name: str, *, operation: str) -> dict[str, Any] | None:
         """The pod, or None when it does not exist."""
         try:
-            return await self.request("GET", self.pods_path(name), operation=operation,
-                                      retry=Retry.READ)
+            return await self.request(
+                "GET", self.pods_path(name), operation=operation, retry=Retry.READ
+            )
         except errors.NotFound:
             return None
 
-    async def create_pod(self, pod: Mapping[str, Any], *, operation: str,
-                         is_ours: Callable[[Mapping[str, Any]], bool]) -> dict[str, Any]:
+    async def create_pod(
+        self,
+        pod: Mapping[str, Any],
+        *,
+        operation: str,
+        is_ours: Callable[[Mapping[str, Any]], bool],
+    ) -> dict[str, Any]:
         """Create `pod` (it has a fixed name); the stored pod.
 
         A 409 AlreadyExists is success when the existing pod `is_ours` (an
@@ -253,8 +348,9 @@ class KubeClient:
         raised as `errors.AlreadyExists`.
         """
         try:
-            return await self.request("POST", self.pods_path(), operation=operation,
-                                      retry=Retry.WRITE, body=pod)
+            return await self.request(
+                "POST", self.pods_path(), operation=operation, retry=Retry.WRITE, body=pod
+            )
         except errors.AlreadyExists:
             existing = await self.get_pod(pod["metadata"]["name"], operation=operation)
             if existing is not None and is_ours(existing):
@@ -262,30 +358,49 @@ class KubeClient:
                 return existing
             raise
 
-    async def delete_pod(self, name: str, *, operation: str,
-                         grace_period_s: int | None = None) -> bool:
+    async def delete_pod(
+        self, name: str, *, operation: str, grace_period_s: int | None = None
+    ) -> bool:
         """Delete the pod (background propagation); False if it was already gone."""
-        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1",
-                                "propagationPolicy": "Background"}
+        body: dict[str, Any] = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": "Background",
+        }
         if grace_period_s is not None:
             body["gracePeriodSeconds"] = grace_period_s
         try:
-            await self.request("DELETE", self.pods_path(name), operation=operation,
-                               retry=Retry.IDEMPOTENT, body=body)
+            await self.request(
+                "DELETE",
+                self.pods_path(name),
+                operation=operation,
+                retry=Retry.IDEMPOTENT,
+                body=body,
+            )
         except errors.NotFound:
             return False
         return True
 
-    async def list_pods(self, *, label_selector: str, operation: str,
-                        ) -> tuple[list[dict[str, Any]], str]:
+    async def list_pods(
+        self,
+        *,
+        label_selector: str,
+        operation: str,
+    ) -> tuple[list[dict[str, Any]], str]:
         """Every matching pod in the namespace, and the list's resourceVersion."""
-        answer = await self.request("GET", self.pods_path(), operation=operation,
-                                    retry=Retry.READ, params={"labelSelector": label_selector})
+        answer = await self.request(
+            "GET",
+            self.pods_path(),
+            operation=operation,
+            retry=Retry.READ,
+            params={"labelSelector": label_selector},
+        )
         items = [i for i in answer.get("items") or [] if isinstance(i, dict)]
         return items, str((answer.get("metadata") or {}).get("resourceVersion", ""))
 
-    async def read_log(self, name: str, *, container: str, operation: str,
-                       limit_bytes: int = 1024 * 1024) -> bytes:
+    async def read_log(
+        self, name: str, *, container: str, operation: str, limit_bytes: int = 1024 * 1024
+    ) -> bytes:
         """The container's output so far (`pods/log`, at most `limit_bytes`):
         what it wrote before an attach was up. Retried as a read.
 
@@ -293,8 +408,9 @@ class KubeClient:
             errors.KubeError: e.g. `BadRequest` while the container is waiting.
         """
         params = {"container": container, "limitBytes": str(limit_bytes)}
-        response = await self._exchange("GET", f"{self.pods_path(name)}/log", operation,
-                                        Retry.READ, params, None, stream=False)
+        response = await self._exchange(
+            "GET", f"{self.pods_path(name)}/log", operation, Retry.READ, params, None, stream=False
+        )
         return response.content
 
     @asynccontextmanager
@@ -311,8 +427,9 @@ class KubeClient:
             errors.KubeError: opening failed; or, from the iterator, the
                 stream broke or went idle for `watch_idle_s` (`Unreachable`).
         """
-        response = await self._exchange("GET", path, operation, Retry.READ,
-                                        {**params, "watch": "1"}, None, stream=True)
+        response = await self._exchange(
+            "GET", path, operation, Retry.READ, {**params, "watch": "1"}, None, stream=True
+        )
         try:
             async with aclosing(self._events(response, operation)) as events:
                 yield events
@@ -320,8 +437,9 @@ class KubeClient:
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await response.aclose()
 
-    async def _events(self, response: httpx.Response,
-                      operation: str) -> AsyncGenerator[dict[str, Any], None]:
+    async def _events(
+        self, response: httpx.Response, operation: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
         try:
             async for line in response.aiter_lines():
                 if not line.strip():
@@ -338,9 +456,14 @@ class KubeClient:
 
 @asynccontextmanager
 async def open_kube_client(
-    conn: Connection, *, policy: Policy | None = None, credentials: Credentials | None = None,
+    conn: Connection,
+    *,
+    policy: Policy | None = None,
+    credentials: Credentials | None = None,
+    metrics: Metrics = NULL_METRICS,
 ) -> AsyncIterator[KubeClient]:
-    """A `KubeClient` whose connection pool lives as long as the block.
+    """A `KubeClient` whose connection pool lives as long as the block,
+    counting its requests in `metrics`.
 
     Raises:
         errors.NoCredentials: an exec plugin that yields a client certificate
@@ -353,11 +476,24 @@ async def open_kube_client(
     except CredentialsUnavailable as exc:
         raise errors.NoCredentials("could not connect to the Kubernetes API") from exc
     ctx: ssl.SSLContext = build_ssl_context(conn, plugin_cert)
-    timeout = httpx.Timeout(policy.connect_timeout_s, read=policy.read_timeout_s,
-                            write=policy.read_timeout_s, pool=policy.deadline_s)
-    limits = httpx.Limits(max_connections=policy.max_connections,
-                          max_keepalive_connections=policy.max_connections,
-                          keepalive_expiry=policy.keepalive_expiry_s)
-    async with httpx.AsyncClient(base_url=conn.server, verify=ctx, timeout=timeout,
-                                 limits=limits, http1=True, http2=False, trust_env=False) as http:
-        yield KubeClient(http, conn, credentials, policy, ctx)
+    timeout = httpx.Timeout(
+        policy.connect_timeout_s,
+        read=policy.read_timeout_s,
+        write=policy.read_timeout_s,
+        pool=policy.deadline_s,
+    )
+    limits = httpx.Limits(
+        max_connections=policy.max_connections,
+        max_keepalive_connections=policy.max_connections,
+        keepalive_expiry=policy.keepalive_expiry_s,
+    )
+    async with httpx.AsyncClient(
+        base_url=conn.server,
+        verify=ctx,
+        timeout=timeout,
+        limits=limits,
+        http1=True,
+        http2=False,
+        trust_env=False,
+    ) as http:
+        yield KubeClient(http, conn, credentials, policy, ctx, metrics)

@@ -228,6 +228,20 @@ def classify_answer(operation: str, status: int, body: bytes) -> KubeError:
     return error
 
 
+def error_class(error: KubeError | None) -> str:
+    """The metrics label for an answer: `ok` (None: a 2xx), the refusal's
+    blame for a 401/403 that has one (`quota`, `rbac`), else the error type
+    in snake case (`not_found`, `unreachable`, `server_error`, ...), `other`
+    for a status with no type of its own (a 400)."""
+    if error is None:
+        return "ok"
+    if type(error) is KubeError:
+        return "other"
+    if error.refusal is Refusal.QUOTA or error.refusal is Refusal.RBAC:
+        return str(error.refusal.value)
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(error).__name__).lower()
+
+
 def start_error(error: KubeError, stage: str) -> StartError:
     """A `KubeError` as the seam's `StartError`, the Kubernetes detail chained."""
     start = StartError(stage, str(error))

@@ -11,7 +11,10 @@ that RV; an `ERROR` 410 (the RV was compacted away) or an HTTP 410 re-lists;
 any other failure backs off (capped, jittered) and re-lists; and every
 `relist_interval_s` the watch is dropped and the namespace re-listed anyway,
 which heals a stream that went silently stale. One watch stream to the
-apiserver, whatever the number of sessions.
+apiserver, whatever the number of sessions. Each watch that ends and is
+started again is counted in the client's metrics (`watch_restart`, reason
+`closed`, `broken`, `expired`, `relist_interval` or `error`), each re-list
+after a 410 too (`relist`).
 
 Consistency contract (load-bearing for the session's pod-watch task):
 - `subscribe(name)` registers the subscription and takes the cache's current
@@ -111,9 +114,15 @@ class PodSubscription:
 class PodInformer:
     """The shared list+watch of managed pods. See the module docstring."""
 
-    def __init__(self, client: KubeClient, label_selector: str, *,
-                 relist_interval_s: float = 300.0, watch_timeout_s: int = 290,
-                 policy: Policy | None = None) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        label_selector: str,
+        *,
+        relist_interval_s: float = 300.0,
+        watch_timeout_s: int = 290,
+        policy: Policy | None = None,
+    ) -> None:
         self._client = client
         self._selector = label_selector
         self._relist_interval_s = relist_interval_s
@@ -171,24 +180,31 @@ class PodInformer:
         every apiserver failure is logged and retried with backoff."""
         task_status.started()
         attempt = 0
+        metrics = self._client.metrics
         while True:
+            watching = False
             try:
                 rv = await self._relist()
-                attempt, self.refused = 0, None
-                with trio.move_on_after(self._relist_interval_s):
+                attempt, self.refused, watching = 0, None, True
+                with trio.move_on_after(self._relist_interval_s) as interval:
                     await self._watch_from(rv)
+                reason = "relist_interval" if interval.cancelled_caught else "expired"
             except errors.KubeError as exc:
                 if isinstance(exc, (errors.Forbidden, errors.Unauthorized)):
                     self.refused = exc
                 log.warning("pod watch failed; re-listing error=%s", exc, exc_info=exc.__cause__)
+                reason = "error"
                 await trio.sleep(backoff_s(attempt, self._policy, None))
                 attempt += 1
+            if watching:
+                metrics.watch_restart("pods", reason)
+            if reason == "expired":
+                metrics.relist("pods")
 
     async def _relist(self) -> str:
         self._lists_started += 1
         generation = self._lists_started
-        items, rv = await self._client.list_pods(label_selector=self._selector,
-                                                 operation=OPERATION)
+        items, rv = await self._client.list_pods(label_selector=self._selector, operation=OPERATION)
         fresh = {_name(p): p for p in items}
         for name in list(self._cache):
             if name not in fresh:
@@ -226,23 +242,30 @@ class PodInformer:
         while True:
             started, seen = trio.current_time(), 0
             timeout = int(self._watch_timeout_s * random.uniform(0.8, 1.0)) or 1
-            params = {"labelSelector": self._selector, "resourceVersion": rv,
-                      "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout)}
+            params = {
+                "labelSelector": self._selector,
+                "resourceVersion": rv,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": str(timeout),
+            }
             try:
-                async with self._client.open_watch(self._client.pods_path(), params,
-                                                   operation=OPERATION) as events:
+                async with self._client.open_watch(
+                    self._client.pods_path(), params, operation=OPERATION
+                ) as events:
                     async for event in events:
                         seen += 1
                         next_rv = self._handle(event)
                         if next_rv is None:
                             return  # 410: the caller re-lists
                         rv = next_rv or rv
+                reason = "closed"  # the server ended it (timeoutSeconds, a shutdown)
             except errors.Gone:
                 return
             except errors.Unreachable as exc:
                 # The stream broke (a cut, a restart): resume from the last RV.
                 log.info("pod watch interrupted; resuming error=%s", exc)
-                seen = 0
+                seen, reason = 0, "broken"
+            self._client.metrics.watch_restart("pods", reason)
             if seen == 0 and trio.current_time() - started < SHORT_WATCH_S:
                 await trio.sleep(backoff_s(attempt, self._policy, None))
                 attempt += 1
@@ -258,8 +281,9 @@ class PodInformer:
         if kind == "ERROR":
             if obj.get("code") == 410 or obj.get("reason") in ("Expired", "Gone"):
                 return None
-            raise errors.classify_answer(OPERATION, int(obj.get("code") or 500),
-                                         json.dumps(obj).encode())
+            raise errors.classify_answer(
+                OPERATION, int(obj.get("code") or 500), json.dumps(obj).encode()
+            )
         if kind in ("ADDED", "MODIFIED"):
             self._apply(obj)
         elif kind == "DELETED":

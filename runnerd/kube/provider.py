@@ -32,6 +32,7 @@ from runnerd.kube.informer import PodInformer
 from runnerd.kube.kubeconfig import KubeconfigError, load_connection
 from runnerd.kube.podspec import managed_by_selector
 from runnerd.kube.recovery import delete_stale
+from runnerd.metrics import NULL_METRICS, Metrics
 
 NAME = "kubernetes"
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ def check_config(config: Config, *, reloaded: bool = False) -> None:
     if not config.kubernetes.self_url:
         raise ConfigError(
             "kubernetes.self_url",
-            "is required with backend = \"kubernetes\": the URL session pods use to reach"
+            'is required with backend = "kubernetes": the URL session pods use to reach'
             " bundle_listen (e.g. http://10.0.0.5:8063)",
         )
 
@@ -71,8 +72,10 @@ def config_warnings(config: Config, daemon_path: str | None) -> list[str]:
     (no pod can reach it unless the cluster runs on this host)."""
     url = config.kubernetes.self_url
     if "://127." in url or "://localhost" in url or "://[::1]" in url:
-        return [f"kubernetes.self_url {url!r} is a loopback address: only a cluster on this"
-                " host can reach it"]
+        return [
+            f"kubernetes.self_url {url!r} is a loopback address: only a cluster on this"
+            " host can reach it"
+        ]
     return []
 
 
@@ -86,9 +89,11 @@ def bound_changes(old: Config, new: Config) -> list[str]:
 
 
 def open_backend(
-    config: Config, apps: Callable[[], Mapping[str, AppEntry]]
+    config: Config, apps: Callable[[], Mapping[str, AppEntry]], metrics: Metrics = NULL_METRICS
 ) -> contextlib.AbstractAsyncContextManager[KubeBackend]:
-    """The Kubernetes backend for the daemon's lifetime.
+    """The Kubernetes backend for the daemon's lifetime, counting apiserver
+    requests, watch restarts, re-lists and re-attaches in `metrics` (whose
+    `runnerd_kube_*` series it registers).
 
     On entry: the connection resolved (kubeconfig files read), the client
     opened, the bundle listener bound; then the informer, the bundle server
@@ -97,27 +102,33 @@ def open_backend(
     Raises:
         ConfigError: no usable kubeconfig, or `bundle_listen` cannot be bound.
     """
-    return _open_backend(config, apps)
+    return _open_backend(config, apps, metrics)
 
 
 @contextlib.asynccontextmanager
 async def _open_backend(
-    config: Config, apps: Callable[[], Mapping[str, AppEntry]]
+    config: Config, apps: Callable[[], Mapping[str, AppEntry]], metrics: Metrics
 ) -> AsyncIterator[KubeBackend]:
     settings = config.kubernetes
+    metrics.add_kube_series()
     try:
         conn = await trio.to_thread.run_sync(
-            load_connection, settings, dict(os.environ), Path.home())
+            load_connection, settings, dict(os.environ), Path.home()
+        )
     except KubeconfigError as exc:
         raise ConfigError("kubernetes.kubeconfig", str(exc)) from exc
     address = parse_listen(settings.bundle_listen)
     try:
         listener = await bind_bundle_listener(address.host or "", address.port or 0)
     except OSError as exc:
-        raise ConfigError("kubernetes.bundle_listen",
-                          f"cannot listen on {settings.bundle_listen}: {exc.strerror}") from exc
+        raise ConfigError(
+            "kubernetes.bundle_listen", f"cannot listen on {settings.bundle_listen}: {exc.strerror}"
+        ) from exc
     try:
-        async with open_kube_client(conn) as client, trio.open_nursery() as nursery:
+        async with (
+            open_kube_client(conn, metrics=metrics) as client,
+            trio.open_nursery() as nursery,
+        ):
             informer = PodInformer(client, managed_by_selector(settings))
             tokens = BundleTokens()
             backend = KubeBackend(settings, client, informer, tokens, apps=apps)
@@ -128,8 +139,12 @@ async def _open_backend(
             if settings.on_restart == "reap":  # else `recover()` adopts them
                 nursery.start_soon(_reap, backend, informer)
             nursery.start_soon(_sweep_abandoned, backend, informer)
-            log.info("kubernetes backend: namespace %s via %s; bundles on %s",
-                     client.namespace, conn.source, settings.bundle_listen)
+            log.info(
+                "kubernetes backend: namespace %s via %s; bundles on %s",
+                client.namespace,
+                conn.source,
+                settings.bundle_listen,
+            )
             try:
                 yield backend
             finally:
@@ -171,8 +186,11 @@ async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
     """`on_restart = "reap"`: delete the pods a previous process left, once
     the informer has listed them; this process's own pods are spared."""
     await informer.wait_synced()
-    left = [str(p["metadata"]["name"]) for p in informer.pods()
-            if str(p["metadata"]["name"]) not in backend.live]
+    left = [
+        str(p["metadata"]["name"])
+        for p in informer.pods()
+        if str(p["metadata"]["name"]) not in backend.live
+    ]
     for name in left:
         await delete_stale(backend.client, name, "a pod left by a previous run")
     if left:

@@ -254,10 +254,14 @@ async def _attach_until_end(client: KubeClient, pod: str, relay: Relay, splice: 
                             nursery: trio.Nursery) -> bool:
     delay = REATTACH_FIRST_S
     refusals_said = False
+    attaches_up = 0
 
     def up(terminal: Terminal) -> None:
-        nonlocal refusals_said
+        nonlocal refusals_said, attaches_up
         refusals_said = False
+        if attaches_up:  # one was up before and dropped: a re-attach
+            client.metrics.attach_reconnect()
+        attaches_up += 1
         relay.attached(terminal)
         if not splice.released:
             nursery.start_soon(_splice_log, client, pod, splice)

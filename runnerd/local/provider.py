@@ -23,6 +23,7 @@ from runnerd.local.backend import LocalBackend
 from runnerd.local.launch import read_interpreter, same_file
 from runnerd.local.runtimes import SERVICE_PATH, runtime_problems, search_path
 from runnerd.local.workdir import WorkdirError
+from runnerd.metrics import NULL_METRICS, Metrics
 
 NAME = "local"
 # A stop waits the workload's SIGTERM grace plus this for the SIGKILL, the
@@ -140,9 +141,10 @@ def bound_changes(old: Config, new: Config) -> list[str]:
 
 
 def open_backend(
-    config: Config, apps: Callable[[], Mapping[str, AppEntry]]
+    config: Config, apps: Callable[[], Mapping[str, AppEntry]], metrics: Metrics = NULL_METRICS
 ) -> contextlib.AbstractAsyncContextManager[LocalBackend]:
-    """The local backend for the daemon's lifetime.
+    """The local backend for the daemon's lifetime. It counts nothing of its
+    own (`metrics` is the seam's; the session core counts PTY bytes).
 
     On entry it takes `local.workdir` (one runnerd per workdir) and removes
     what a killed predecessor left; the lock is held until the process exits.

@@ -119,6 +119,39 @@ async def test_a_toml_syntax_error_names_the_file_once_with_the_line(tmp_path: P
     assert "is not valid TOML" in stderr and "at line" in stderr
 
 
+def nested(depth: int, *, inline_tables: bool = False) -> str:
+    """A TOML value `depth` levels deep: arrays, or inline tables."""
+    if inline_tables:
+        return "{a = " * depth + "1" + "}" * depth
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "expected"),
+    [
+        ("main", nested(5000), "values nest deeper than the limit of 32 levels"),
+        ("drop-in", nested(5000), "values nest deeper than the limit of 32 levels"),
+        ("main", nested(40, inline_tables=True), "apps.deep.title: nests deeper than the limit"),
+    ],
+    ids=["arrays-5000-deep", "drop-in-5000-deep", "inline-tables-40-deep"],
+)
+async def test_check_config_refuses_a_deeply_nested_value_naming_the_file(
+    tmp_path: Path, where: str, value: str, expected: str
+) -> None:
+    config = tmp_path / "runnerd.toml"
+    config.write_text(dump_toml(build_config(tmp_path, tmp_path / "runnerd.sock")))
+    bad = config if where == "main" else tmp_path / "apps.d" / "deep.toml"
+    bad.parent.mkdir(exist_ok=True)
+    with bad.open("a") as f:
+        f.write(f'\n[apps.deep]\nimage = "sh"\ntitle = {value}\n')
+    result = await run_runnerd("check-config", "--config", str(config))
+    stderr = result.stderr.decode()
+    assert result.returncode == 2, stderr
+    assert "Traceback" not in stderr and "RecursionError" not in stderr
+    assert expected in stderr and str(bad) in stderr, stderr
+    assert result.stdout == b""
+
+
 async def test_check_config_refuses_a_remote_tcp_bind_and_warns_on_any_origin(
     tmp_path: Path,
 ) -> None:

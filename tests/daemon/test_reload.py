@@ -81,6 +81,20 @@ async def test_sighup_with_a_bad_file_keeps_the_old_config(tmp_path: Path) -> No
         assert "terms" not in capabilities
 
 
+async def test_sighup_with_a_deeply_nested_value_keeps_the_old_config(tmp_path: Path) -> None:
+    async with start_daemon(tmp_path, BEFORE) as daemon, daemon.client() as client:
+        deep = "[" * 5000 + "]" * 5000
+        daemon.config_path.write_text(daemon.config_path.read_text() + f"\nx = {deep}\n")
+        daemon.send_signal(signal.SIGHUP)
+        await daemon.wait_for_stderr("reload failed")
+
+        line = next(x for x in daemon.stderr_text().splitlines() if "reload failed" in x)
+        assert line.startswith("ERROR ") and "unexpectedly" not in line
+        assert str(daemon.config_path) in line and "nest deeper than the limit" in line
+        assert "Traceback" not in daemon.stderr_text()
+        assert image_schema((await client.get("/v1/capabilities")).json())["enum"] == ["sh"]
+
+
 async def test_sighup_applies_a_new_capacity_to_new_sessions(tmp_path: Path) -> None:
     async with start_daemon(tmp_path) as daemon, daemon.client() as client:
         first = await client.post("/v1/sessions", json=session_body("exec sleep 1000"))

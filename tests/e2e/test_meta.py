@@ -183,6 +183,23 @@ async def test_unknown_route_and_wrong_method_answer_json_errors(runnerd) -> Non
     assert put_sessions.json()["error"]
 
 
+async def test_a_post_to_a_get_only_route_is_405_whatever_its_body(runnerd) -> None:
+    async with runnerd.client() as client:
+        bare = await client.post("/v1/health")
+        text = await client.post(
+            "/v1/capabilities", content=b"x", headers={"content-type": "text/plain"}
+        )
+        json_body = await client.post("/v1/openapi.json", json={})
+        unknown = await client.post(
+            "/v1/nope", content=b"x", headers={"content-type": "text/plain"}
+        )
+    for answer in (bare, text, json_body):
+        assert answer.status_code == 405, answer.text
+        assert answer.headers["allow"] == "GET, HEAD, OPTIONS"
+        assert answer.json()["error"] == "method_not_allowed"
+    assert unknown.status_code == 404 and unknown.json()["error"] == "not_found"
+
+
 async def test_oversized_body_is_413_payload_too_large(
     tmp_path: Path, on_backend: OnBackend
 ) -> None:

@@ -75,6 +75,18 @@ async def test_sse_resumes_after_last_event_id_header_then_query(runnerd) -> Non
     assert caught_up == []
 
 
+async def test_sse_an_empty_last_event_id_header_leaves_the_query_in_force(runnerd) -> None:
+    async with runnerd.client() as client:
+        session_id = await start_session(client, "exit 0")
+        everything = await read_events(client, session_id)
+        resumed = await read_events(
+            client, session_id, headers={"last-event-id": ""}, params={"lastEventId": "2"}
+        )
+        alone = await read_events(client, session_id, headers={"last-event-id": ""})
+    assert [f.id for f in resumed] == [f.id for f in everything[2:]]
+    assert [f.id for f in alone] == [f.id for f in everything]
+
+
 async def test_sse_gap_frame_when_resume_point_was_evicted(
     tmp_path: Path, on_backend: OnBackend
 ) -> None:

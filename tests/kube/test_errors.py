@@ -93,8 +93,9 @@ def test_classify_rbac_403_tells_the_operator_to_check_rbac() -> None:
 
 def test_classify_403_without_a_body_is_rbac_and_other_403s_are_neutral() -> None:
     assert classify(OP, 403, b"").refusal is Refusal.RBAC
-    assert str(classify(OP, 403, b"")).endswith("(HTTP 403). The cluster operator must "
-                                               "check the runner's RBAC.")
+    assert str(classify(OP, 403, b"")).endswith(
+        "(HTTP 403). The cluster operator must check the runner's RBAC."
+    )
     webhook = classify(OP, 403, WEBHOOK_403)
     assert webhook.refusal is Refusal.OTHER
     assert str(webhook) == (
@@ -153,15 +154,52 @@ def test_classify_answer_keeps_the_body_for_the_log_only() -> None:
 
 
 def test_start_error_is_client_safe_and_chains_the_original() -> None:
-    for status, body in [(403, RBAC_CREATE), (403, RBAC_ATTACH_NAMED), (403, QUOTA_EXCEEDED),
-                         (401, UNAUTHORIZED), (500, INTERNAL), (403, WEBHOOK_403)]:
+    for status, body in [
+        (403, RBAC_CREATE),
+        (403, RBAC_ATTACH_NAMED),
+        (403, QUOTA_EXCEEDED),
+        (401, UNAUTHORIZED),
+        (500, INTERNAL),
+        (403, WEBHOOK_403),
+    ]:
         err = classify_answer(OP, status, body.encode())
         start = start_error(err, "create")
         assert isinstance(start, StartError)
         assert start.stage == "create"
         assert start.__cause__ is err
         readable = " ".join([str(start), start.message, repr(start), repr(err)])
-        for secret in (SA, "serviceaccount", AUDIT_ID, "cannot create", "exceeded quota",
-                       "compute", "webhook", "docker.io", "Internal error", "boom",
-                       "runnerd-abc", "sess-abc"):
+        for secret in (
+            SA,
+            "serviceaccount",
+            AUDIT_ID,
+            "cannot create",
+            "exceeded quota",
+            "compute",
+            "webhook",
+            "docker.io",
+            "Internal error",
+            "boom",
+            "runnerd-abc",
+            "sess-abc",
+        ):
             assert secret not in readable, (secret, readable)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (None, None, "unreachable"),
+        (404, None, "not_found"),
+        (400, None, "other"),
+        (409, b'{"kind":"Status","reason":"AlreadyExists"}', "already_exists"),
+        (429, None, "too_many_requests"),
+        (503, None, "server_error"),
+        (403, b'{"kind":"Status","message":"exceeded quota: q, requested: pods=1"}', "quota"),
+        (403, b'{"kind":"Status","message":"pods is forbidden: User \\"x\\" cannot"}', "rbac"),
+    ],
+)
+def test_error_class_labels_blame_then_the_type(
+    status: int | None, body: bytes | None, expected: str
+) -> None:
+    assert errors.error_class(classify("op", status, body)) == expected
+    assert errors.error_class(None) == "ok"

@@ -80,6 +80,19 @@ async def test_a_scrape_after_a_few_sessions_counts_them(tmp_path: Path) -> None
         assert value(samples, "runnerd_sessions", status="running") == 0
 
 
+async def test_a_local_daemon_exports_no_kube_series_and_no_created_series(
+    tmp_path: Path,
+) -> None:
+    async with start_daemon(tmp_path, overrides(tmp_path)) as daemon:
+        session_id = await start(daemon, "echo one; exit 0")
+        await wait_status(daemon, session_id, ("exited",))
+        samples = await scrape(daemon, tmp_path)
+    names = {name for name, _ in samples}
+    assert value(samples, "runnerd_session_starts_total", backend="local", outcome="running") == 1
+    assert not {n for n in names if n.startswith("runnerd_kube_")}, sorted(names)
+    assert not {n for n in names if n.endswith("_created")}, sorted(names)
+
+
 async def test_live_subscribers_and_replay_gaps_are_counted(tmp_path: Path) -> None:
     config = overrides(tmp_path, runner={"default_image": "sh", "replay_buffer_bytes": 256})
     async with start_daemon(tmp_path, config) as daemon:
