@@ -101,6 +101,14 @@ class LocalConfig:
     # "auto": a PID namespace per session where the kernel allows it, else
     # the process group (announced); "process-group": always the latter.
     containment: Literal["auto", "process-group"] = "auto"
+    # A root daemon runs each live session as a uid (and gid) of its own from
+    # base … base+count-1, numbers no account or file on the host may use.
+    # 0x70000000: above the container ranges systemd hands out (524288 …
+    # 1879048191) and the /etc/subuid blocks useradd starts at 100000, below
+    # 2^31 (tools that keep uids signed). 65536: systemd's container block,
+    # far more than max_sessions. Ignored by a non-root daemon.
+    session_uid_base: int = 0x70000000
+    session_uid_count: int = 65536
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,10 @@ _RUNNER_KEYS = (
 )  # fmt: skip
 _TIER_KEYS = ("cpu", "memory", "ephemeral_storage", "ttl_seconds")
 _APP_KEYS = ("image", "pull_policy", "title", "description", "env")
-_LOCAL_KEYS = ("workdir", "stop_grace_seconds", "runtimes", "containment")
+_LOCAL_KEYS = (
+    "workdir", "stop_grace_seconds", "runtimes", "containment",
+    "session_uid_base", "session_uid_count",
+)  # fmt: skip
 _RUNTIME_KEYS = ("command", "inspect_args")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _PULL_POLICIES = ("missing", "always", "never")
@@ -206,12 +209,38 @@ def _parse_local(t: Table, base_dir: Path) -> LocalConfig:
             f" within 10 s), got {show(stop_grace_s)}",
         )
     containment = t.choice("containment", "auto", ("auto", "process-group"))
+    uid_base, uid_count = _session_uids(t)
     return LocalConfig(
         workdir=workdir,
         stop_grace_s=stop_grace_s,
         runtimes=runtimes,
         containment=cast(Literal["auto", "process-group"], containment),
+        session_uid_base=uid_base,
+        session_uid_count=uid_count,
     )
+
+
+# uid_t is 32 bits and (uid_t)-1 means "unchanged" to setresuid and chown.
+MAX_SESSION_UID = 2**32 - 2
+
+
+def _session_uids(t: Table) -> tuple[int, int]:
+    """`session_uid_base` and `session_uid_count`: a range of real uids
+    that holds neither root nor nobody (65534) nor (uid_t)-1."""
+    base = t.positive_int("session_uid_base", LocalConfig.session_uid_base)
+    count = t.positive_int("session_uid_count", LocalConfig.session_uid_count)
+    last = base + count - 1
+    if last > MAX_SESSION_UID:
+        raise ConfigError(
+            t.key("session_uid_count"),
+            f"session_uid_base + session_uid_count - 1 must be at most {MAX_SESSION_UID},"
+            f" got {last}",
+        )
+    if base <= 65534 <= last:
+        raise ConfigError(
+            t.key("session_uid_base"), f"the range {base}-{last} holds 65534 (nobody)"
+        )
+    return base, count
 
 
 def parse_config(

@@ -91,6 +91,8 @@ def render_config(config: Config, offered: Offered) -> str:
             "workdir": loc.workdir,
             "stop_grace_seconds": loc.stop_grace_s,
             "containment": loc.containment,
+            "session_uid_base": loc.session_uid_base,
+            "session_uid_count": loc.session_uid_count,
         },
     )
     for rt in loc.runtimes.values():

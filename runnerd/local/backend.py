@@ -1,8 +1,10 @@
 """The local backend: each session is a process on this host, under a real PTY.
 
 Owns turning a `RunSpec` into a running process and back: the session
-directory (`workdir/<session-id>/app` holds the bundle, `work` is cwd and
-HOME), the runtime's command line, the PTY process, the `running` status with
+directory (`workdir/<session-id>/app` holds the bundle and is the cwd, as
+the Telo runners run an entry in its bundle's directory; `work` is HOME, and
+the cwd of an app session, which has no bundle), the session uid of a root
+daemon (`identity`), the runtime's command line, the PTY process, the `running` status with
 its endpoints, per-port reachability, the debug relay, the exit code, and the
 teardown (the session's PID namespace or process group stopped, its
 cgroup and session directory deleted) on every path. How sessions are
@@ -26,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -45,7 +48,14 @@ from runnerd.backend import (
 from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
-from runnerd.local.containment import SessionView, probe_containment
+from runnerd.local.containment import (
+    Containment,
+    ContainmentPlan,
+    SessionView,
+    check_init_python,
+    probe_containment,
+)
+from runnerd.local.identity import SessionIdentity, SessionUids
 from runnerd.local.launch import (
     Unresolved,
     build_argv,
@@ -56,7 +66,7 @@ from runnerd.local.launch import (
 )
 from runnerd.local.pty import PtyProcess
 from runnerd.local.runtimes import runtime_problems
-from runnerd.local.spawn import spawn_pty_process
+from runnerd.local.spawn import Launch, spawn_pty_process
 from runnerd.local.workdir import (
     SessionDir,
     WorkdirError,
@@ -74,6 +84,9 @@ log = logging.getLogger(__name__)
 # only hit if a process that escaped the group kill still holds the terminal.
 DRAIN_TIMEOUT_S = 2.0
 LOOPBACK = "127.0.0.1"
+# Tried for the session init when runnerd's own interpreter is out of the
+# session uid's reach (a venv under a 0700 home): nsinit needs only the stdlib.
+SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 class LocalBackend:
@@ -99,18 +112,51 @@ class LocalBackend:
         self._apps = apps
         # Probed once, here: the daemon builds the backend once at start-up,
         # so each of these is said once.
-        self._plan = probe_containment(allow_namespaces=local.containment == "auto")
+        root = os.geteuid() == 0
+        self._plan = probe_containment(
+            allow_namespaces=local.containment == "auto",
+            session_uid=local.session_uid_base if root else None,
+        )
+        self._uids = (
+            SessionUids(local.session_uid_base, local.session_uid_count)
+            if self._plan.drops_root
+            else None
+        )
+        self._init_python = sys.executable
+        self.init_problem = self._choose_init_python()
         self._cgroups, no_cgroups = open_session_cgroups()
         self.notices = self._announce(no_cgroups)
+
+    def _choose_init_python(self) -> str | None:
+        """Pick the interpreter that runs `nsinit`: runnerd's own, else the
+        system's, whichever runs as a session does. Returns the problem
+        with runnerd's own when neither does (`open_backend` refuses)."""
+        if self._plan.containment is not Containment.PID_NAMESPACE:
+            return None  # no init
+        probe_as = None if self._uids is None else SessionIdentity(self._uids.base, self._uids.base)
+        problem = check_init_python(self._plan, sys.executable, probe_as)
+        if problem is None:
+            return None
+        if os.path.realpath(SYSTEM_PYTHON) != os.path.realpath(sys.executable):
+            if check_init_python(self._plan, SYSTEM_PYTHON, probe_as) is None:
+                self._init_python = SYSTEM_PYTHON
+                log.info("%s; the session init runs %s instead", problem, SYSTEM_PYTHON)
+                return None
+        return problem
 
     def _announce(self, no_cgroups: str) -> tuple[str, ...]:
         """Log what this host gives sessions; return what it does not, for
         `/v1/capabilities`."""
         notices: tuple[str, ...] = ()
+        if self._plan.identity_notice is not None:
+            notices += (self._plan.identity_notice,)
         if self._plan.notice is not None:
             notices += (self._plan.notice,)
         else:
             log.info("sessions run in PID namespaces")
+        if self._uids is not None:
+            last = self._uids.base + self._uids.count - 1
+            log.info("sessions run as uids %s-%s", self._uids.base, last)
         if self._cgroups is None:
             notices += (f"Resource ceilings (cpu, memory) are not enforced: {no_cgroups}.",)
         else:
@@ -178,12 +224,42 @@ class LocalBackend:
         task_status: trio.TaskStatus[Started] = trio.TASK_STATUS_IGNORED,
     ) -> Outcome:
         runtime, executable = self._start_checks(spec)
-        session_dir = await self._prepare(spec)
+        identity = self._acquire_identity()
+        try:
+            return await self._run_as(spec, sink, runtime, executable, identity, task_status)
+        finally:
+            if identity is not None and self._uids is not None:
+                # Every process of the uid is gone: its PID namespace ended.
+                self._uids.release(identity)
+
+    def _acquire_identity(self) -> SessionIdentity | None:
+        """A root daemon's session uid; None keeps the daemon's. Raises StartError."""
+        if self._uids is None:
+            return None
+        identity = self._uids.acquire()
+        if identity is None:
+            raise StartError(
+                "provision",
+                f"all {self._uids.count} session uids (local.session_uid_count) are in use",
+            )
+        return identity
+
+    async def _run_as(
+        self,
+        spec: RunSpec,
+        sink: Sink,
+        runtime: RuntimeConfig,
+        executable: str,
+        identity: SessionIdentity | None,
+        task_status: trio.TaskStatus[Started],
+    ) -> Outcome:
+        session_dir = await self._prepare(spec, identity)
         cgroup: Path | None = None
         try:
             cgroup = await self._create_cgroup(spec)
             inspect_port = _free_loopback_port() if spec.inspect and runtime.inspect_args else None
-            proc = await self._spawn(spec, runtime, executable, session_dir, inspect_port, cgroup)
+            launch = self._launch(session_dir, cgroup, identity)
+            proc = await self._spawn(spec, runtime, executable, session_dir, inspect_port, launch)
             ids = {"session_id": spec.session_id}
             log.info("started pid %s (runtime %s)", proc.pid, runtime.name, extra=ids)
             async with proc:
@@ -196,6 +272,13 @@ class LocalBackend:
                 if cgroup is not None:
                     await trio.to_thread.run_sync(SessionCgroups.remove, cgroup)
 
+    def _launch(
+        self, session_dir: SessionDir, cgroup: Path | None, identity: SessionIdentity | None
+    ) -> Launch:
+        plan: ContainmentPlan = self._plan
+        view = self._view(session_dir)
+        return Launch(plan, cgroup, view, identity, self._init_python)
+
     async def _spawn(
         self,
         spec: RunSpec,
@@ -203,7 +286,7 @@ class LocalBackend:
         executable: str,
         session_dir: SessionDir,
         inspect_port: int | None,
-        cgroup: Path | None,
+        launch: Launch,
     ) -> PtyProcess:
         """The session's first process, exec'd. Raises StartError."""
         try:
@@ -216,18 +299,19 @@ class LocalBackend:
         try:
             return await spawn_pty_process(
                 argv,
-                cwd=session_dir.work,
+                cwd=session_dir.work if session_dir.entry is None else session_dir.app,
                 env=env,
                 stop_grace_s=self._local.stop_grace_s,
-                plan=self._plan,
-                cgroup=cgroup,
-                view=self._view(session_dir),
+                launch=launch,
                 label=spec.session_id,
             )
         except OSError as exc:
-            raise StartError(
-                "boot", f"could not execute '{runtime.command[0]}': {exc.strerror}"
-            ) from exc
+            # The file that failed: the session init's interpreter or the
+            # runtime's program (never a path of the client's bundle).
+            failed = f"'{runtime.command[0]}'"
+            if exc.filename == launch.init_python:
+                failed = f"'{exc.filename}' (the session init's interpreter, as uid {_uid(launch)})"
+            raise StartError("boot", f"could not execute {failed}: {exc.strerror}") from exc
 
     async def _create_cgroup(self, spec: RunSpec) -> Path | None:
         if self._cgroups is None:
@@ -258,10 +342,11 @@ class LocalBackend:
             raise StartError("provision", resolved.message)
         return resolved
 
-    async def _prepare(self, spec: RunSpec) -> SessionDir:
+    async def _prepare(self, spec: RunSpec, identity: SessionIdentity | None) -> SessionDir:
+        owner = None if identity is None else (identity.uid, identity.gid)
         try:
             return await trio.to_thread.run_sync(
-                prepare_session_dir, self._local.workdir, spec.session_id, spec.bundle
+                prepare_session_dir, self._local.workdir, spec.session_id, spec.bundle, owner
             )
         except WorkdirError as exc:
             raise StartError("provision", str(exc)) from exc
@@ -296,6 +381,10 @@ class LocalBackend:
                 await output_done.wait()
             nursery.cancel_scope.cancel()
         return code
+
+
+def _uid(launch: Launch) -> int:
+    return os.geteuid() if launch.identity is None else launch.identity.uid
 
 
 def _endpoints(spec: RunSpec) -> tuple[RunnerEndpoint, ...]:

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from runnerd.config import AppEntry, Config, ConfigError, LocalConfig, RunnerConfig
 from runnerd.config.model import ENTRY
-from runnerd.local.backend import LocalBackend
+from runnerd.local.backend import SYSTEM_PYTHON, LocalBackend
 from runnerd.local.runtimes import SERVICE_PATH, runtime_problems, search_path
 from runnerd.local.workdir import WorkdirError
 
@@ -154,6 +154,13 @@ async def _open_backend(
     config: Config, apps: Callable[[], Mapping[str, AppEntry]]
 ) -> AsyncIterator[LocalBackend]:
     backend = LocalBackend(config.local, apps=apps)
+    if backend.init_problem is not None:
+        # Every session would fail its start: refuse now, with the file named.
+        raise ConfigError(
+            "local.containment",
+            f"{backend.init_problem}; make it reachable by every uid, install"
+            f' {SYSTEM_PYTHON} (Debian: python3) or set local.containment = "process-group"',
+        )
     try:
         backend.claim_workdir()
     except WorkdirError as exc:
