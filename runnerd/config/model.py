@@ -109,6 +109,11 @@ class LocalConfig:
     # far more than max_sessions. Ignored by a non-root daemon.
     session_uid_base: int = 0x70000000
     session_uid_count: int = 65536
+    # The interpreter that runs each session's init (`runnerd.local.nsinit`,
+    # stdlib only), as the session's uid. None: runnerd's own, else
+    # /usr/bin/python3 when a session uid cannot run runnerd's (a venv under
+    # a 0700 home). Set, it is the only one tried.
+    init_python: str | None = None
 
 
 @dataclass(frozen=True)

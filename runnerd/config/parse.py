@@ -52,7 +52,7 @@ _TIER_KEYS = ("cpu", "memory", "ephemeral_storage", "ttl_seconds")
 _APP_KEYS = ("image", "pull_policy", "title", "description", "env")
 _LOCAL_KEYS = (
     "workdir", "stop_grace_seconds", "runtimes", "containment",
-    "session_uid_base", "session_uid_count",
+    "session_uid_base", "session_uid_count", "init_python",
 )  # fmt: skip
 _RUNTIME_KEYS = ("command", "inspect_args")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -210,6 +210,9 @@ def _parse_local(t: Table, base_dir: Path) -> LocalConfig:
         )
     containment = t.choice("containment", "auto", ("auto", "process-group"))
     uid_base, uid_count = _session_uids(t)
+    init_python = t.optional_string("init_python")
+    if init_python is not None and not os.path.isabs(init_python):
+        raise ConfigError(t.key("init_python"), f"must be an absolute path, got {init_python!r}")
     return LocalConfig(
         workdir=workdir,
         stop_grace_s=stop_grace_s,
@@ -217,6 +220,7 @@ def _parse_local(t: Table, base_dir: Path) -> LocalConfig:
         containment=cast(Literal["auto", "process-group"], containment),
         session_uid_base=uid_base,
         session_uid_count=uid_count,
+        init_python=init_python,
     )
 
 

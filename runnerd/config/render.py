@@ -93,6 +93,7 @@ def render_config(config: Config, offered: Offered) -> str:
             "containment": loc.containment,
             "session_uid_base": loc.session_uid_base,
             "session_uid_count": loc.session_uid_count,
+            "init_python": loc.init_python,
         },
     )
     for rt in loc.runtimes.values():

@@ -128,15 +128,18 @@ class LocalBackend:
         self.notices = self._announce(no_cgroups)
 
     def _choose_init_python(self) -> str | None:
-        """Pick the interpreter that runs `nsinit`: runnerd's own, else the
-        system's, whichever runs as a session does. Returns the problem
-        with runnerd's own when neither does (`open_backend` refuses)."""
+        """Pick the interpreter that runs `nsinit`: `local.init_python`, else
+        runnerd's own, else the system's, whichever runs as a session does.
+        Returns the problem with the first when none does (`open_backend`
+        refuses)."""
         if self._plan.containment is not Containment.PID_NAMESPACE:
             return None  # no init
         probe_as = None if self._uids is None else SessionIdentity(self._uids.base, self._uids.base)
-        problem = check_init_python(self._plan, sys.executable, probe_as)
-        if problem is None:
-            return None
+        chosen = self._local.init_python
+        self._init_python = chosen or sys.executable
+        problem = check_init_python(self._plan, self._init_python, probe_as)
+        if problem is None or chosen is not None:
+            return problem
         if os.path.realpath(SYSTEM_PYTHON) != os.path.realpath(sys.executable):
             if check_init_python(self._plan, SYSTEM_PYTHON, probe_as) is None:
                 self._init_python = SYSTEM_PYTHON

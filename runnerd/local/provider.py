@@ -157,9 +157,10 @@ async def _open_backend(
     if backend.init_problem is not None:
         # Every session would fail its start: refuse now, with the file named.
         raise ConfigError(
-            "local.containment",
-            f"{backend.init_problem}; make it reachable by every uid, install"
-            f' {SYSTEM_PYTHON} (Debian: python3) or set local.containment = "process-group"',
+            "local.init_python",
+            f"{backend.init_problem}; make it reachable by every uid, set local.init_python"
+            f" to one that is (Debian's python3 installs {SYSTEM_PYTHON}), or set"
+            ' local.containment = "process-group"',
         )
     try:
         backend.claim_workdir()
