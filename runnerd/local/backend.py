@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -48,14 +47,9 @@ from runnerd.backend import (
 from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
-from runnerd.local.containment import (
-    Containment,
-    ContainmentPlan,
-    SessionView,
-    check_init_python,
-    probe_containment,
-)
+from runnerd.local.containment import ContainmentPlan, SessionView, probe_containment
 from runnerd.local.identity import SessionIdentity, SessionUids
+from runnerd.local.initpython import choose_init_python
 from runnerd.local.launch import (
     Unresolved,
     build_argv,
@@ -84,9 +78,6 @@ log = logging.getLogger(__name__)
 # only hit if a process that escaped the group kill still holds the terminal.
 DRAIN_TIMEOUT_S = 2.0
 LOOPBACK = "127.0.0.1"
-# Tried for the session init when runnerd's own interpreter is out of the
-# session uid's reach (a venv under a 0700 home): nsinit needs only the stdlib.
-SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 class LocalBackend:
@@ -99,9 +90,7 @@ class LocalBackend:
     # daemon left). The manager refuses a detach rather than leave them.
     detach_supported = False
 
-    def __init__(
-        self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]
-    ) -> None:
+    def __init__(self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]) -> None:
         self._local = local
         self._workdir_lock: int | None = None
         # Hidden from every session (with a mount namespace), besides the
@@ -122,30 +111,13 @@ class LocalBackend:
             if self._plan.drops_root
             else None
         )
-        self._init_python = sys.executable
-        self.init_problem = self._choose_init_python()
+        # Who runs the init is checked once, as a session would run it.
+        probe_as = None if self._uids is None else SessionIdentity(self._uids.base, self._uids.base)
+        self._init_python, self.init_problem = choose_init_python(
+            self._plan, local.init_python, probe_as
+        )
         self._cgroups, no_cgroups = open_session_cgroups()
         self.notices = self._announce(no_cgroups)
-
-    def _choose_init_python(self) -> str | None:
-        """Pick the interpreter that runs `nsinit`: `local.init_python`, else
-        runnerd's own, else the system's, whichever runs as a session does.
-        Returns the problem with the first when none does (`open_backend`
-        refuses)."""
-        if self._plan.containment is not Containment.PID_NAMESPACE:
-            return None  # no init
-        probe_as = None if self._uids is None else SessionIdentity(self._uids.base, self._uids.base)
-        chosen = self._local.init_python
-        self._init_python = chosen or sys.executable
-        problem = check_init_python(self._plan, self._init_python, probe_as)
-        if problem is None or chosen is not None:
-            return problem
-        if os.path.realpath(SYSTEM_PYTHON) != os.path.realpath(sys.executable):
-            if check_init_python(self._plan, SYSTEM_PYTHON, probe_as) is None:
-                self._init_python = SYSTEM_PYTHON
-                log.info("%s; the session init runs %s instead", problem, SYSTEM_PYTHON)
-                return None
-        return problem
 
     def _announce(self, no_cgroups: str) -> tuple[str, ...]:
         """Log what this host gives sessions; return what it does not, for
@@ -320,9 +292,7 @@ class LocalBackend:
         if self._cgroups is None:
             return None
         try:
-            return await trio.to_thread.run_sync(
-                self._cgroups.create, spec.session_id, spec.limits
-            )
+            return await trio.to_thread.run_sync(self._cgroups.create, spec.session_id, spec.limits)
         except OSError as exc:
             raise StartError("provision", "cannot set up the session's resource limits") from exc
 

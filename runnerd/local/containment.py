@@ -47,7 +47,6 @@ from dataclasses import dataclass, replace
 from runnerd.local.identity import (
     SessionIdentity,
     become,
-    blocking_directory,
     drop_bounding_set,
     set_no_new_privs,
 )
@@ -360,7 +359,9 @@ def mount_proc() -> None:
     mount("proc", "/proc", "proc", COVER_FLAGS)
 
 
-def _probe_child(flags: int, fresh_proc: bool, identity: SessionIdentity | None) -> None:
+def probe_child(flags: int, fresh_proc: bool, identity: SessionIdentity | None) -> None:
+    """A `preexec_fn` that enters `flags` as a session would (as
+    `identity` when given); exits the child with the errno when refused."""
     # Exit with the errno: subprocess only reports "Exception occurred in
     # preexec_fn", and the operator should read why. /proc is mounted by a
     # child, as `nsinit`'s init does: only it is inside the PID namespace.
@@ -385,7 +386,7 @@ def _probe_child(flags: int, fresh_proc: bool, identity: SessionIdentity | None)
 
 def _try(flags: int, identity: SessionIdentity | None, fresh_proc: bool = False) -> str | None:
     """None when a child can enter `flags` (and mount /proc), else why not."""
-    child = functools.partial(_probe_child, flags, fresh_proc, identity)
+    child = functools.partial(probe_child, flags, fresh_proc, identity)
     try:
         code = subprocess.run(["/bin/true"], preexec_fn=child, cwd="/").returncode
     except (OSError, subprocess.SubprocessError) as exc:
@@ -449,28 +450,3 @@ def probe_containment(*, allow_namespaces: bool, session_uid: int | None = None)
     return ContainmentPlan(
         Containment.PROCESS_GROUP, reason=reason, root_reason=root and root + reason
     )
-
-
-def check_init_python(
-    plan: ContainmentPlan, python: str, identity: SessionIdentity | None
-) -> str | None:
-    """None when `python` runs (`-I -S`, as `nsinit`) as a session does,
-    under `plan` and `identity`; else the sentence naming the file that
-    failed and why. Never raises."""
-    child = functools.partial(_probe_child, plan.unshare_flags, False, identity)
-    argv = [python, "-I", "-S", "-c", ""]
-    try:
-        done = subprocess.run(argv, preexec_fn=child, cwd="/", capture_output=True, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        why = getattr(exc, "strerror", None) or str(exc)
-    else:
-        if done.returncode == 0:
-            return None
-        lines = done.stderr.decode(errors="replace").strip().splitlines()
-        why = lines[0] if lines else f"exit code {done.returncode}"
-    who = "the session uid" if identity is None else f"session uid {identity.uid}"
-    where = blocking_directory(python)
-    because = "" if where is None else f" ({where} is not searchable by others)"
-    real = os.path.realpath(python)
-    shown = python if real == python else f"{python} (-> {real})"
-    return f"the session init's interpreter {shown} does not run as {who}: {why}{because}"

@@ -19,7 +19,8 @@ from dataclasses import replace
 
 from runnerd.config import AppEntry, Config, ConfigError, LocalConfig, RunnerConfig
 from runnerd.config.model import ENTRY
-from runnerd.local.backend import SYSTEM_PYTHON, LocalBackend
+from runnerd.local.backend import LocalBackend
+from runnerd.local.initpython import SYSTEM_PYTHON
 from runnerd.local.runtimes import SERVICE_PATH, runtime_problems, search_path
 from runnerd.local.workdir import WorkdirError
 
@@ -49,9 +50,7 @@ def check_config(config: Config, *, reloaded: bool = False) -> None:
         ) from exc
 
 
-def check_images(
-    runner: RunnerConfig, local: LocalConfig, apps: Mapping[str, AppEntry]
-) -> None:
+def check_images(runner: RunnerConfig, local: LocalConfig, apps: Mapping[str, AppEntry]) -> None:
     """On the local backend every image names a runtime: `{entry}` runtimes for
     bundle sessions, runtimes without it for catalog apps (no bundle).
 

@@ -878,4 +878,3 @@ def test_config_warns_about_any_origin_with_a_tcp_listener() -> None:
         minimal(server={"listen": ["tcp:127.0.0.1:0"], "cors_origins": ["https://e.example"]})
     ).server
     assert server_warnings(unix_any) == [] and server_warnings(tcp_listed) == []
-
