@@ -49,7 +49,11 @@ from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavaila
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
 from runnerd.local.containment import ContainmentPlan, SessionView, probe_containment
 from runnerd.local.identity import SessionIdentity, SessionUids
-from runnerd.local.initpython import choose_init_python
+from runnerd.local.initpython import (
+    choose_init_python,
+    unreachable_program,
+    unreachable_workdir,
+)
 from runnerd.local.launch import (
     Unresolved,
     build_argv,
@@ -116,6 +120,9 @@ class LocalBackend:
         self._init_python, self.init_problem = choose_init_python(
             self._plan, local.init_python, probe_as
         )
+        self.workdir_problem = None
+        if self._uids is not None and self._plan.private_mounts:
+            self.workdir_problem = unreachable_workdir(os.path.abspath(local.workdir))
         self._cgroups, no_cgroups = open_session_cgroups()
         self.notices = self._announce(no_cgroups)
 
@@ -144,7 +151,24 @@ class LocalBackend:
             self._local, find=resolve_executable, path=path, service_path=path
         ):
             log.warning("%s", problem)
+        if self._uids is not None:
+            self._warn_unreachable_runtimes(path)
         return notices
+
+    def _warn_unreachable_runtimes(self, path: str) -> None:
+        # As runtime_problems does for a missing program: one line before
+        # the first session fails "could not execute".
+        for rt in self._local.runtimes.values():
+            program = resolve_executable(rt.command[0], path) if rt.command else None
+            problem = None if program is None else unreachable_program(program)
+            if problem is not None:
+                log.warning(
+                    "local.runtimes.%s.command: %s; every session on runtime '%s' will"
+                    " fail to start",
+                    rt.name,
+                    problem,
+                    rt.name,
+                )
 
     def hide_from_sessions(self, paths: Iterable[Path]) -> None:
         """Cover `paths` (the daemon's config and socket directories) in

@@ -102,14 +102,18 @@ def drop_bounding_set() -> None:
                 raise OSError(err, f"prctl(PR_CAPBSET_DROP): {os.strerror(err)}")
 
 
-def blocking_directory(path: str) -> str | None:
+def blocking_directory(path: str, private: tuple[str, ...] = ()) -> str | None:
     """The first directory on the way to `path` (symlinks resolved) that a
     uid owning nothing on the host cannot pass (no search bit for others),
-    None when there is none. Why an interpreter under a 0700 home fails."""
+    None when there is none. Directories at or under one of `private` are
+    the session's own copies (`containment.PRIVATE_DIRS`), passable. Why an
+    interpreter under a 0700 home fails."""
     real = os.path.realpath(path)
     current = "/"
     for part in real.strip("/").split("/")[:-1]:
         current = os.path.join(current, part)
+        if any(current == p or current.startswith(p + "/") for p in private):
+            return None
         try:
             if not os.stat(current).st_mode & 0o001:
                 return current

@@ -1,4 +1,6 @@
-"""Which Python runs each session's init (`runnerd.local.nsinit`).
+"""What a session uid must reach, checked at start-up: the Python that runs
+each session's init (`runnerd.local.nsinit`), the way to the workdir, and
+the runtimes' programs.
 
 Owns the start-up check that the init's interpreter runs as a session runs
 it: in the plan's namespaces, as the session uid (`identity`). Issue 17
@@ -18,12 +20,33 @@ import os
 import subprocess
 import sys
 
-from runnerd.local.containment import Containment, ContainmentPlan, probe_child
+from runnerd.local.containment import PRIVATE_DIRS, Containment, ContainmentPlan, probe_child
 from runnerd.local.identity import SessionIdentity, blocking_directory
 
 log = logging.getLogger(__name__)
 
 SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def unreachable_workdir(workdir: str) -> str | None:
+    """Why a session uid cannot reach its directory under `workdir` (it
+    re-enters it by path in its mount namespace; the workdir itself may be
+    0700, it is covered there), None when it can."""
+    blocked = blocking_directory(workdir, PRIVATE_DIRS)
+    if blocked is None:
+        return None
+    return f"session uids cannot reach {workdir}: {blocked} is not searchable by others"
+
+
+def unreachable_program(program: str) -> str | None:
+    """Why a session uid cannot run the runtime program `program` (an
+    absolute path), None when nothing stands in the way."""
+    if any(program.startswith(p + "/") for p in PRIVATE_DIRS):
+        return f"{program} is in the host's {program.split('/')[1]}, which sessions do not see"
+    blocked = blocking_directory(program)
+    if blocked is None:
+        return None
+    return f"session uids cannot run {program}: {blocked} is not searchable by others"
 
 
 def choose_init_python(

@@ -161,6 +161,12 @@ async def _open_backend(
             f" to one that is (Debian's python3 installs {SYSTEM_PYTHON}), or set"
             ' local.containment = "process-group"',
         )
+    if backend.workdir_problem is not None:
+        raise ConfigError(
+            "local.workdir",
+            f"{backend.workdir_problem}; give that directory o+x, or pick a workdir"
+            " every uid can reach the parent of (the default /var/lib/runnerd/sessions)",
+        )
     try:
         backend.claim_workdir()
     except WorkdirError as exc:
