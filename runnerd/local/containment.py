@@ -39,6 +39,7 @@ import ctypes
 import enum
 import functools
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -179,7 +180,6 @@ PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 # by `nsinit`.
 READ_ONLY = ("/sys",)
 HOST_PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger")
-SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
@@ -247,22 +247,47 @@ def _cover(path: str, keep: str | None, keep_fd: int | None, *, private: bool = 
         mount(None, path, None, MS_REMOUNT | MS_RDONLY | COVER_FLAGS)
 
 
-class _MountAttr(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_uint64) for n in ("set", "clear", "propagation", "userns_fd")]
+# statvfs flags that a remount must repeat: in a user namespace the kernel
+# locks them on the mounts it copied (and refuses a remount that drops one).
+_KEPT_FLAGS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC))
+_OCTAL = re.compile(rb"\\([0-7]{3})")  # mountinfo writes a space as \040
+
+
+def _unescape(match: re.Match[bytes]) -> bytes:
+    return bytes([int(match.group(1), 8)])
+
+
+def _mount_points_under(path: str) -> list[str]:
+    """`path` and every mount point below it, from /proc/self/mountinfo
+    (autofs left out: looking one up would mount it)."""
+    found = []
+    with open("/proc/self/mountinfo", "rb") as info:
+        for line in info:
+            fields, _, rest = line.partition(b" - ")
+            point = os.fsdecode(_OCTAL.sub(_unescape, fields.split()[4]))
+            if _inside(point, path) and not rest.startswith(b"autofs "):
+                found.append(point)
+    return found
 
 
 def read_only(path: str) -> None:
     """Make `path` and every mount under it read-only in this mount
-    namespace (a bind onto itself, then mount_setattr(2) recursively; a
-    missing path is skipped). Raises OSError."""
+    namespace: a recursive bind onto itself, then a read-only remount of
+    each mount in it (plain mount(2): the shipped unit's system call filter
+    allows it and not mount_setattr). A missing path is skipped, and so is
+    a mount under it out of this process's reach (it cannot write there
+    either). Raises OSError."""
     if not os.path.lexists(path):
         return
     mount(path, path, None, MS_BIND | MS_REC)
-    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-    args = (ctypes.c_long(AT_FDCWD), os.fsencode(path), ctypes.c_long(AT_RECURSIVE))
-    if _libc.syscall(SYS_MOUNT_SETATTR, *args, ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount_setattr {path}: {os.strerror(err)}")
+    for point in _mount_points_under(path):
+        try:
+            kept = os.statvfs(point).f_flag
+            flags = sum(ms for st, ms in _KEPT_FLAGS if kept & st)
+            mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+        except (PermissionError, FileNotFoundError):
+            if point == path:
+                raise
 
 
 def _open_kept(keep: str) -> int:

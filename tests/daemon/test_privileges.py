@@ -57,6 +57,9 @@ probe("sysrq", lambda: os.open("/proc/sysrq-trigger", os.O_WRONLY))
 probe("sys", lambda: os.open(os.environ["SYSFILE"], os.O_WRONLY))
 for name in ("/proc/sys", "/sys"):
     print(f"ro {{name}}=" + str(bool(os.statvfs(name).f_flag & os.ST_RDONLY)))
+knobs = [line.split()[4] for line in open("/proc/self/mountinfo")]
+knobs = [m for m in knobs if m.startswith(("/sys", "/proc/sys", "/proc/sysrq-trigger"))]
+print("rw-knobs=" + repr([m for m in knobs if not os.statvfs(m).f_flag & os.ST_RDONLY]))
 for where in {LEFT_IN!r}:
     probe("left " + where, lambda: open(f"{{where}}/{MARK}", "w").write("x"))
 print("uid_map=" + open("/proc/self/uid_map").read().split("\\n")[0].strip())
@@ -177,6 +180,7 @@ async def test_a_session_has_no_root_over_the_host(tmp_path: Path) -> None:
     for probe in ("packet", "raw", "core_pattern", "hostname", "sysrq", "sys"):
         assert seen[probe].startswith("refused"), (probe, output)
     assert seen["ro /proc/sys"] == seen["ro /sys"] == "True", output
+    assert seen["rw-knobs"] == "[]", output  # /sys/fs/cgroup and the like too
     assert seen["uid_map"].split() != ["0", "0", "4294967295"], output
     base, count = LocalConfig.session_uid_base, LocalConfig.session_uid_count
     if ROOT:
