@@ -17,8 +17,8 @@ a session's first process (run in the forked child, before exec):
   raises it) and an empty bounding set where it is in a user namespace of
   its own (`drop_bounding_set`).
 
-`SessionUids` is pure bookkeeping; the other functions are system calls
-(through libc: Python 3.11 has no `prctl`).
+`SessionUids` is pure bookkeeping and `blocking_directory` reads modes;
+the rest are system calls (through libc: Python 3.11 has no `prctl`).
 """
 
 from __future__ import annotations
