@@ -130,8 +130,9 @@ class LocalBackend:
         """Log what this host gives sessions; return what it does not, for
         `/v1/capabilities`."""
         notices: tuple[str, ...] = ()
-        if self._plan.identity_notice is not None:
-            notices += (self._plan.identity_notice,)
+        for notice in (self._plan.identity_notice, self._plan.ipc_notice):
+            if notice is not None:
+                notices += (notice,)
         if self._plan.notice is not None:
             notices += (self._plan.notice,)
         else:

@@ -19,10 +19,11 @@ them (through libc: Python 3.11 has no `os.unshare`):
 Who a session is on the host (`runnerd.local.identity`): a root daemon's
 sessions each drop to a uid of their own before entering a user namespace
 that maps it to itself; where the kernel refuses that, they stay root, and
-the notice says so. With a mount namespace, every session also gets a
-private /tmp, /var/tmp, /dev/shm and /run/lock (`PRIVATE_DIRS`: tmpfs,
-gone with the namespace) and sees /sys, /proc/sys and /proc/sysrq-trigger
-read-only.
+the notice says so. Each session has an IPC namespace of its own where
+the kernel gives one (announced where not). With a mount namespace, every
+session also gets a private /tmp, /var/tmp, /dev/shm and /run/lock
+(`PRIVATE_DIRS`: tmpfs, gone with the namespace) and sees /sys, /proc/sys
+and /proc/sysrq-trigger read-only.
 
 In both, the first process gets a parent-death signal (SIGKILL): a daemon
 killed outright takes its sessions down. The kernel ties that signal to the
@@ -53,6 +54,7 @@ from runnerd.local.identity import (
 )
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 PR_SET_PDEATHSIG = 1
@@ -84,6 +86,18 @@ class ContainmentPlan:
     # kernel refused that, `root_reason` says why they stay root.
     drops_root: bool = False
     root_reason: str | None = None
+    # Without an IPC namespace (CLONE_NEWIPC in `unshare_flags`), why not.
+    ipc_reason: str | None = None
+
+    @property
+    def ipc_notice(self) -> str | None:
+        """The operator-facing sentence when sessions share the host's IPC."""
+        if self.ipc_reason is None:
+            return None
+        return (
+            f"Sessions share the host's System V IPC and POSIX message queues (no IPC "
+            f"namespace: {self.ipc_reason}): what a session creates there outlives it."
+        )
 
     @property
     def identity_notice(self) -> str | None:
@@ -450,6 +464,16 @@ def _with_mounts(flags: int, identity: SessionIdentity | None) -> ContainmentPla
     return ContainmentPlan(pid_ns, flags, mount_reason=refused, drops_root=drops_root)
 
 
+def _with_ipc(plan: ContainmentPlan, identity: SessionIdentity | None) -> ContainmentPlan:
+    """`plan` with an IPC namespace when the kernel gives one: SysV shared
+    memory, semaphores, message queues and POSIX queues of the session's
+    own, freed with it."""
+    refused = _try(plan.unshare_flags | CLONE_NEWIPC, identity)
+    if refused is None:
+        return replace(plan, unshare_flags=plan.unshare_flags | CLONE_NEWIPC)
+    return replace(plan, ipc_reason=f"the kernel refused it ({refused})")
+
+
 def probe_containment(*, allow_namespaces: bool, session_uid: int | None = None) -> ContainmentPlan:
     """Find the strongest containment this host allows, by trying it: a
     child enters the namespaces (mounts, /proc) and execs `/bin/true` (a
@@ -467,7 +491,7 @@ def probe_containment(*, allow_namespaces: bool, session_uid: int | None = None)
     for flags, identity in _candidates(session_uid):
         refused = _try(flags, identity)
         if refused is None:
-            plan = _with_mounts(flags, identity)
+            plan = _with_ipc(_with_mounts(flags, identity), identity)
             if root is not None and identity is None:
                 plan = replace(plan, root_reason=root + reason)
             return plan

@@ -3,7 +3,8 @@ daemon, as the attacker of issue 16 item 3: a workload cannot open a raw or
 packet socket, write the host's kernel settings (/proc/sys, sysrq, /sys),
 runs as an unprivileged uid of its own with no capability and
 `no_new_privs`, and nothing it writes to /tmp, /var/tmp, /dev/shm, /run/lock
-or /root reaches the host (its private /tmp goes with it). A bundle reads
+or /root (or to System V IPC) reaches the host (its private /tmp goes with
+it). A bundle reads
 its files from its cwd; HOME is apart and writable.
 
 This daemon runs as whoever runs the tests (root here and in CI); the uid
@@ -37,11 +38,12 @@ CAPS = {
     "DAC_READ_SEARCH": 2, "NET_ADMIN": 12, "NET_RAW": 13, "SYS_MODULE": 16,
     "SYS_PTRACE": 19, "SYS_BOOT": 22, "SYS_TIME": 25, "MKNOD": 27, "SYS_ADMIN": 21,
 }  # fmt: skip
+SHMKEY = uuid.uuid4().int % 2**31  # the attacker's System V shared memory segment
 LEFT_IN = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/root")
 
 # Each probe prints `name=open …` or `name=refused …`; then what it is.
 ATTACKER = f"""\
-import os, socket, sys
+import ctypes, os, socket, sys
 
 def probe(name, fn):
     try:
@@ -62,6 +64,8 @@ knobs = [m for m in knobs if m.startswith(("/sys", "/proc/sys", "/proc/sysrq-tri
 print("rw-knobs=" + repr([m for m in knobs if not os.statvfs(m).f_flag & os.ST_RDONLY]))
 for where in {LEFT_IN!r}:
     probe("left " + where, lambda: open(f"{{where}}/{MARK}", "w").write("x"))
+shm = ctypes.CDLL(None).shmget(int(os.environ["SHMKEY"]), 4096, 0o1000 | 0o600)
+print("shm=" + ("made" if shm >= 0 else "refused"))
 print("uid_map=" + open("/proc/self/uid_map").read().split("\\n")[0].strip())
 for line in open("/proc/self/status"):
     if line.startswith(("CapEff", "CapPrm", "CapBnd", "NoNewPrivs")):
@@ -89,7 +93,9 @@ def writable_sysfs_file() -> str:
 
 
 def attacker_body(sysfile: str) -> dict[str, Any]:
-    body = session_body(ATTACKER, image="python", entry="main.py", env={"SYSFILE": sysfile})
+    body = session_body(
+        ATTACKER, image="python", entry="main.py", env={"SYSFILE": sysfile, "SHMKEY": str(SHMKEY)}
+    )
     body["bundle"]["files"].append({"relativePath": "data.txt", "contents": "bundle-data"})
     return body
 
@@ -138,8 +144,11 @@ def host_uid(pid: int) -> int:
 
 
 def left_on_host() -> list[str]:
-    """What of the attacker's files the host's own directories hold."""
-    return [where for where in LEFT_IN if os.path.exists(f"{where}/{MARK}")]
+    """What of the attacker's files the host's own directories (and its
+    System V IPC) hold."""
+    left = [where for where in LEFT_IN if os.path.exists(f"{where}/{MARK}")]
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    return left + ["shm" for line in lines if int(line.split()[0]) == SHMKEY]
 
 
 def in_private_tmp(pid: int) -> bool:
@@ -190,6 +199,7 @@ async def test_a_session_has_no_root_over_the_host(tmp_path: Path) -> None:
     assert caps(seen["CapEff"]) == caps(seen["CapPrm"]) == set(), output
     assert caps(seen["CapBnd"]) == set(), output
     assert seen["NoNewPrivs"] == "1", output
+    assert seen["shm"] == "made", output  # in its own IPC namespace, gone with it
     assert left_on_host() == []
     # Issue 17 item 5: run in the bundle's directory, HOME apart.
     assert seen["data"] == "bundle-data" and seen["home"] == "home-ok", output
