@@ -15,6 +15,7 @@ from runnerd.backend import Exited
 from runnerd.config import LocalConfig
 from runnerd.local import LocalBackend
 from runnerd.local.containment import (
+    CLONE_NEWIPC,
     CLONE_NEWNS,
     CLONE_NEWPID,
     CLONE_NEWUSER,
@@ -49,6 +50,12 @@ def test_this_host_allows_pid_namespaces() -> None:
     # each session gets its mount namespace and its own /proc.
     assert plan.private_mounts and plan.fresh_proc, plan.mount_reason
     assert plan.notice is None
+    # ... and the privilege tests (tests/daemon/test_privileges.py) only if
+    # a root daemon's sessions drop to a uid of their own, with their own IPC.
+    root = os.geteuid() == 0
+    plan = probe_containment(allow_namespaces=True, session_uid=10**9 if root else None)
+    assert plan.drops_root == root and plan.identity_notice is None, plan.root_reason
+    assert plan.unshare_flags & CLONE_NEWIPC and plan.ipc_notice is None, plan.ipc_reason
 
 
 def test_weaker_plans_say_what_a_session_can_reach() -> None:
