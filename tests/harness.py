@@ -56,6 +56,8 @@ import httpx
 import trio
 from trio_websocket import WebSocketConnection, wrap_client_stream
 
+from runnerd.local.identity import blocking_directory
+
 READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
 # AF_UNIX paths are limited to 108 bytes; pytest's tmp_path can be longer.
@@ -72,6 +74,16 @@ class DaemonExited(Exception):
 
 
 # ---------------------------------------------------------------- config text
+
+
+# The interpreter of the "python" runtime: this one, unless a session's uid
+# cannot run it (a root daemon's sessions, and a venv under a 0700 home:
+# the README's "Runtimes"); then the system's. Session scripts use the stdlib only.
+SESSION_PYTHON = (
+    sys.executable
+    if os.geteuid() != 0 or blocking_directory(sys.executable) is None
+    else "/usr/bin/python3"
+)
 
 
 def build_config(
@@ -91,7 +103,7 @@ def build_config(
             "terminal_size_wait_seconds": 0,
             "runtimes": {
                 "sh": {"command": ["/bin/sh", "{entry}"]},
-                "python": {"command": [sys.executable, "-u", "{entry}"]},
+                "python": {"command": [SESSION_PYTHON, "-u", "{entry}"]},
             },
         },
     }

@@ -119,6 +119,19 @@ class LocalConfig:
     # "none": the namespace's loopback only; "host": the host's network
     # (a session reaches runnerd's TCP listener: announced as unisolated).
     network: Literal["isolated", "none", "host"] = "isolated"
+    # A root daemon runs each live session as a uid (and gid) of its own from
+    # base … base+count-1, numbers no account or file on the host may use.
+    # 0x70000000: above the container ranges systemd hands out (524288 …
+    # 1879048191) and the /etc/subuid blocks useradd starts at 100000, below
+    # 2^31 (tools that keep uids signed). 65536: systemd's container block,
+    # far more than max_sessions. Ignored by a non-root daemon.
+    session_uid_base: int = 0x70000000
+    session_uid_count: int = 65536
+    # The interpreter that runs each session's init (`runnerd.local.nsinit`,
+    # stdlib only), as the session's uid. None: runnerd's own, else
+    # /usr/bin/python3 when a session uid cannot run runnerd's (a venv under
+    # a 0700 home). Set, it is the only one tried.
+    init_python: str | None = None
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ _TIER_KEYS = ("cpu", "memory", "ephemeral_storage", "ttl_seconds")
 _APP_KEYS = ("image", "pull_policy", "title", "description", "env")
 _LOCAL_KEYS = (
     "workdir", "stop_grace_seconds", "terminal_size_wait_seconds", "runtimes", "containment",
-    "network",
+    "network", "session_uid_base", "session_uid_count", "init_python",
 )  # fmt: skip
 MAX_TERMINAL_SIZE_WAIT_S = 30.0
 _RUNTIME_KEYS = ("command", "inspect_args", "path")
@@ -241,6 +241,10 @@ def _parse_local(t: Table, base_dir: Path) -> LocalConfig:
         )
     containment = t.choice("containment", "auto", ("auto", "process-group"))
     network = t.choice("network", LocalConfig.network, ("isolated", "none", "host"))
+    uid_base, uid_count = _session_uids(t)
+    init_python = t.optional_string("init_python")
+    if init_python is not None and not os.path.isabs(init_python):
+        raise ConfigError(t.key("init_python"), f"must be an absolute path, got {init_python!r}")
     return LocalConfig(
         workdir=workdir,
         stop_grace_s=stop_grace_s,
@@ -248,7 +252,33 @@ def _parse_local(t: Table, base_dir: Path) -> LocalConfig:
         runtimes=runtimes,
         containment=cast(Literal["auto", "process-group"], containment),
         network=cast(Literal["isolated", "none", "host"], network),
+        session_uid_base=uid_base,
+        session_uid_count=uid_count,
+        init_python=init_python,
     )
+
+
+# uid_t is 32 bits and (uid_t)-1 means "unchanged" to setresuid and chown.
+MAX_SESSION_UID = 2**32 - 2
+
+
+def _session_uids(t: Table) -> tuple[int, int]:
+    """`session_uid_base` and `session_uid_count`: a range of real uids
+    that holds neither root nor nobody (65534) nor (uid_t)-1."""
+    base = t.positive_int("session_uid_base", LocalConfig.session_uid_base)
+    count = t.positive_int("session_uid_count", LocalConfig.session_uid_count)
+    last = base + count - 1
+    if last > MAX_SESSION_UID:
+        raise ConfigError(
+            t.key("session_uid_count"),
+            f"session_uid_base + session_uid_count - 1 must be at most {MAX_SESSION_UID},"
+            f" got {last}",
+        )
+    if base <= 65534 <= last:
+        raise ConfigError(
+            t.key("session_uid_base"), f"the range {base}-{last} holds 65534 (nobody)"
+        )
+    return base, count
 
 
 def parse_config(

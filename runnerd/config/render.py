@@ -94,6 +94,9 @@ def render_config(config: Config, offered: Offered) -> str:
             "terminal_size_wait_seconds": loc.terminal_size_wait_s,
             "containment": loc.containment,
             "network": loc.network,
+            "session_uid_base": loc.session_uid_base,
+            "session_uid_count": loc.session_uid_count,
+            "init_python": loc.init_python,
         },
     )
     for rt in loc.runtimes.values():

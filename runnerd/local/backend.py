@@ -1,8 +1,10 @@
 """The local backend: each session is a process on this host, under a real PTY.
 
 Owns turning a `RunSpec` into a running process and back: the session
-directory (`workdir/<session-id>/app` holds the bundle, `work` is cwd and
-HOME), the runtime's command line, the PTY process, the `running` status with
+directory (`workdir/<session-id>/app` holds the bundle and is the cwd, as
+the Telo runners run an entry in its bundle's directory; `work` is HOME, and
+the cwd of an app session, which has no bundle), the session uid of a root
+daemon (`identity`), the runtime's command line, the PTY process, the `running` status with
 its endpoints, per-port reachability, the debug relay, the exit code, and the
 teardown (the session's PID namespace or process group stopped, its
 cgroup and session directory deleted) on every path. How sessions are
@@ -59,8 +61,14 @@ from runnerd.backend import (
 from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
-from runnerd.local.containment import SessionView, probe_containment
+from runnerd.local.containment import ContainmentPlan, SessionView, probe_containment
 from runnerd.local.forward import SessionNetwork, open_session_network
+from runnerd.local.identity import SessionIdentity, SessionUids
+from runnerd.local.initpython import (
+    choose_init_python,
+    unreachable_program,
+    unreachable_workdir,
+)
 from runnerd.local.launch import (
     Unresolved,
     build_argv,
@@ -74,7 +82,7 @@ from runnerd.local.launch import (
 from runnerd.local.network import probe_network
 from runnerd.local.pty import PtyProcess
 from runnerd.local.runtimes import runtime_problems, workload_path
-from runnerd.local.spawn import spawn_pty_process
+from runnerd.local.spawn import Launch, spawn_pty_process
 from runnerd.local.workdir import (
     SessionDir,
     WorkdirError,
@@ -115,8 +123,25 @@ class LocalBackend:
         self._apps = apps
         # Probed once, here: the daemon builds the backend once at start-up,
         # so each of these is said once.
-        self._plan = probe_containment(allow_namespaces=local.containment == "auto")
-        self._plan, self._net = probe_network(local.network, self._plan)
+        root = os.geteuid() == 0
+        self._plan = probe_containment(
+            allow_namespaces=local.containment == "auto",
+            session_uid=local.session_uid_base if root else None,
+        )
+        self._uids = (
+            SessionUids(local.session_uid_base, local.session_uid_count)
+            if self._plan.drops_root
+            else None
+        )
+        # Who runs the init is checked once, as a session would run it.
+        probe_as = None if self._uids is None else SessionIdentity(self._uids.base, self._uids.base)
+        self._plan, self._net = probe_network(local.network, self._plan, probe_as)
+        self._init_python, self.init_problem = choose_init_python(
+            self._plan, local.init_python, probe_as
+        )
+        self.workdir_problem = None
+        if self._uids is not None and self._plan.private_mounts:
+            self.workdir_problem = unreachable_workdir(os.path.abspath(local.workdir))
         self._cgroups, no_cgroups = open_session_cgroups()
         self.notices = self._announce(no_cgroups)
 
@@ -124,6 +149,9 @@ class LocalBackend:
         """Log what this host gives sessions; return what it does not, for
         `/v1/capabilities`."""
         notices: tuple[str, ...] = ()
+        for notice in (self._plan.identity_notice, self._plan.ipc_notice):
+            if notice is not None:
+                notices += (notice,)
         if self._plan.notice is not None:
             notices += (self._plan.notice,)
         else:
@@ -132,6 +160,9 @@ class LocalBackend:
             notices += (self._net.notice,)
         else:
             log.info("%s", self._net.describe())
+        if self._uids is not None:
+            last = self._uids.base + self._uids.count - 1
+            log.info("sessions run as uids %s-%s", self._uids.base, last)
         if self._cgroups is None:
             notices += (f"Resource ceilings (cpu, memory) are not enforced: {no_cgroups}.",)
         else:
@@ -149,7 +180,24 @@ class LocalBackend:
             same_file=same_file,
         ):
             log.warning("%s", problem)
+        if self._uids is not None:
+            self._warn_unreachable_runtimes(path)
         return notices
+
+    def _warn_unreachable_runtimes(self, path: str) -> None:
+        # As runtime_problems does for a missing program: one line before
+        # the first session fails "could not execute".
+        for rt in self._local.runtimes.values():
+            program = resolve_executable(rt.command[0], path) if rt.command else None
+            problem = None if program is None else unreachable_program(program)
+            if problem is not None:
+                log.warning(
+                    "local.runtimes.%s.command: %s; every session on runtime '%s' will"
+                    " fail to start",
+                    rt.name,
+                    problem,
+                    rt.name,
+                )
 
     def hide_from_sessions(self, paths: Iterable[Path]) -> None:
         """Cover `paths` (the daemon's config and socket directories) in
@@ -204,16 +252,46 @@ class LocalBackend:
         task_status: trio.TaskStatus[Started] = trio.TASK_STATUS_IGNORED,
     ) -> Outcome:
         runtime, executable = self._start_checks(spec)
-        session_dir = await self._prepare(spec)
+        identity = self._acquire_identity()
+        try:
+            return await self._run_as(spec, sink, runtime, executable, identity, task_status)
+        finally:
+            if identity is not None and self._uids is not None:
+                # Every process of the uid is gone: its PID namespace ended.
+                self._uids.release(identity)
+
+    def _acquire_identity(self) -> SessionIdentity | None:
+        """A root daemon's session uid; None keeps the daemon's. Raises StartError."""
+        if self._uids is None:
+            return None
+        identity = self._uids.acquire()
+        if identity is None:
+            raise StartError(
+                "provision",
+                f"all {self._uids.count} session uids (local.session_uid_count) are in use",
+            )
+        return identity
+
+    async def _run_as(
+        self,
+        spec: RunSpec,
+        sink: Sink,
+        runtime: RuntimeConfig,
+        executable: str,
+        identity: SessionIdentity | None,
+        task_status: trio.TaskStatus[Started],
+    ) -> Outcome:
+        session_dir = await self._prepare(spec, identity)
         cgroup: Path | None = None
         try:
             cgroup = await self._create_cgroup(spec)
             inspect_port = _free_loopback_port() if spec.inspect and runtime.inspect_args else None
+            launch = self._launch(session_dir, cgroup, identity)
             async with self._open_network(spec) as net:
                 # The PTY exists from the spawn on: its first size must be the client's.
                 size = await sink.terminal_size(self._local.terminal_size_wait_s)
                 proc = await self._spawn(
-                    spec, runtime, executable, session_dir, inspect_port, cgroup, net, size=size
+                    spec, runtime, executable, session_dir, inspect_port, launch, net, size=size
                 )
                 ids = {"session_id": spec.session_id}
                 log.info("started pid %s (runtime %s)", proc.pid, runtime.name, extra=ids)
@@ -236,6 +314,13 @@ class LocalBackend:
         async with open_session_network(self._net, spec.session_id) as net:
             yield net
 
+    def _launch(
+        self, session_dir: SessionDir, cgroup: Path | None, identity: SessionIdentity | None
+    ) -> Launch:
+        plan: ContainmentPlan = self._plan
+        view = self._view(session_dir)
+        return Launch(plan, cgroup, view, identity, self._init_python)
+
     async def _spawn(
         self,
         spec: RunSpec,
@@ -243,7 +328,7 @@ class LocalBackend:
         executable: str,
         session_dir: SessionDir,
         inspect_port: int | None,
-        cgroup: Path | None,
+        launch: Launch,
         net: SessionNetwork | None,
         *,
         size: tuple[int, int] | None,
@@ -260,21 +345,22 @@ class LocalBackend:
         try:
             return await spawn_pty_process(
                 argv,
-                cwd=session_dir.work,
+                cwd=session_dir.work if session_dir.entry is None else session_dir.app,
                 env=env,
                 stop_grace_s=self._local.stop_grace_s,
-                plan=self._plan,
-                cgroup=cgroup,
-                view=self._view(session_dir),
+                launch=launch,
                 label=spec.session_id,
                 sockets_fd=None if net is None else net.child_fd,
                 attach=None if net is None else net.attach,
                 size=size,
             )
         except OSError as exc:
-            raise StartError(
-                "boot", f"could not execute '{runtime.command[0]}': {exc.strerror}"
-            ) from exc
+            # The file that failed: the session init's interpreter or the
+            # runtime's program (never a path of the client's bundle).
+            failed = f"'{runtime.command[0]}'"
+            if exc.filename == launch.init_python:
+                failed = f"'{exc.filename}' (the session init's interpreter, as uid {_uid(launch)})"
+            raise StartError("boot", f"could not execute {failed}: {exc.strerror}") from exc
 
     async def _create_cgroup(self, spec: RunSpec) -> Path | None:
         if self._cgroups is None:
@@ -303,10 +389,11 @@ class LocalBackend:
             raise StartError("provision", resolved.message)
         return resolved
 
-    async def _prepare(self, spec: RunSpec) -> SessionDir:
+    async def _prepare(self, spec: RunSpec, identity: SessionIdentity | None) -> SessionDir:
+        owner = None if identity is None else (identity.uid, identity.gid)
         try:
             return await trio.to_thread.run_sync(
-                prepare_session_dir, self._local.workdir, spec.session_id, spec.bundle
+                prepare_session_dir, self._local.workdir, spec.session_id, spec.bundle, owner
             )
         except WorkdirError as exc:
             raise StartError("provision", str(exc)) from exc
@@ -354,6 +441,10 @@ class LocalBackend:
                     await net.drain()  # what it sent its clients last, too
             nursery.cancel_scope.cancel()
         return code
+
+
+def _uid(launch: Launch) -> int:
+    return os.geteuid() if launch.identity is None else launch.identity.uid
 
 
 def _endpoints(spec: RunSpec) -> tuple[RunnerEndpoint, ...]:

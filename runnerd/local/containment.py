@@ -20,6 +20,14 @@ With `local.network` asking for one, `runnerd.local.network` adds a network
 namespace (`CLONE_NEWNET`) to the PID namespace's flags; the child brings its
 `lo` up (`loopback_up`) right after entering it, while it still has the
 capabilities to.
+Who a session is on the host (`runnerd.local.identity`): a root daemon's
+sessions each drop to a uid of their own before entering a user namespace
+that maps it to itself; where the kernel refuses that, they stay root, and
+the notice says so. Each session has an IPC namespace of its own where
+the kernel gives one (announced where not). With a mount namespace, every
+session also gets a private /tmp, /var/tmp, /dev/shm and /run/lock
+(`PRIVATE_DIRS`: tmpfs, gone with the namespace) and sees /sys, /proc/sys
+and /proc/sysrq-trigger read-only.
 
 In both, the first process gets a parent-death signal (SIGKILL): a daemon
 killed outright takes its sessions down. The kernel ties that signal to the
@@ -37,14 +45,23 @@ import enum
 import fcntl
 import functools
 import os
+import re
 import signal
 import socket
 import stat
 import struct
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from runnerd.local.identity import (
+    SessionIdentity,
+    become,
+    drop_bounding_set,
+    set_no_new_privs,
+)
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000  # asked for by `runnerd.local.network`
@@ -73,6 +90,33 @@ class ContainmentPlan:
     reason: str | None = None
     fresh_proc: bool = False
     mount_reason: str | None = None
+    # A root daemon's sessions drop to a session uid (`identity`); when the
+    # kernel refused that, `root_reason` says why they stay root.
+    drops_root: bool = False
+    root_reason: str | None = None
+    # Without an IPC namespace (CLONE_NEWIPC in `unshare_flags`), why not.
+    ipc_reason: str | None = None
+
+    @property
+    def ipc_notice(self) -> str | None:
+        """The operator-facing sentence when sessions share the host's IPC."""
+        if self.ipc_reason is None:
+            return None
+        return (
+            f"Sessions share the host's System V IPC and POSIX message queues (no IPC "
+            f"namespace: {self.ipc_reason}): what a session creates there outlives it."
+        )
+
+    @property
+    def identity_notice(self) -> str | None:
+        """The operator-facing sentence when a root daemon's sessions are root."""
+        if self.root_reason is None:
+            return None
+        return (
+            f"Sessions run as root on the host ({self.root_reason}): a workload can "
+            "reach the host's kernel settings, raw sockets and every root-owned file "
+            "it can see; run runnerd as a non-root user or allow user namespaces."
+        )
 
     @property
     def private_mounts(self) -> bool:
@@ -162,6 +206,14 @@ def loopback_up() -> None:
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 COVER_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC
+# World-writable on a stock host: what a session writes there would outlive
+# it, so each session gets its own (a tmpfs, freed with its namespace).
+PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+# The host's kernel knobs: a write to /proc/sys/kernel/core_pattern runs
+# code on the host; /proc/sys and sysrq-trigger are redone on a fresh /proc
+# by `nsinit`.
+READ_ONLY = ("/sys",)
+HOST_PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger")
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
@@ -206,34 +258,100 @@ def covers(view: SessionView) -> list[str]:
     return chosen
 
 
-def _cover(path: str, keep: str | None, keep_fd: int | None) -> None:
+def _cover(path: str, keep: str | None, keep_fd: int | None, *, private: bool = False) -> None:
+    # `private`: a writable tmpfs of the session's own (PRIVATE_DIRS), for
+    # real directories only; else an empty read-only one.
     try:
         is_dir = stat.S_ISDIR(os.lstat(path).st_mode)
     except FileNotFoundError:
         return  # nothing there to hide
+    if private and not is_dir:
+        return  # a symlink (/var/tmp -> /tmp): its target is covered
     if not is_dir:
         mount("/dev/null", path, None, MS_BIND)
         return
-    mount("tmpfs", path, "tmpfs", COVER_FLAGS, "mode=0755,size=16k")
+    if private:
+        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    else:
+        mount("tmpfs", path, "tmpfs", COVER_FLAGS, "mode=0755,size=16k")
     if keep is not None and keep_fd is not None and _inside(keep, path):
         os.makedirs(keep, mode=0o755)  # inside the fresh tmpfs
         mount(f"/proc/self/fd/{keep_fd}", keep, None, MS_BIND | MS_REC)
-    mount(None, path, None, MS_REMOUNT | MS_RDONLY | COVER_FLAGS)
+    if not private:
+        mount(None, path, None, MS_REMOUNT | MS_RDONLY | COVER_FLAGS)
 
 
-def apply_view(view: SessionView) -> None:
+# statvfs flags that a remount must repeat: in a user namespace the kernel
+# locks them on the mounts it copied (and refuses a remount that drops one).
+_KEPT_FLAGS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC))
+_OCTAL = re.compile(rb"\\([0-7]{3})")  # mountinfo writes a space as \040
+
+
+def _unescape(match: re.Match[bytes]) -> bytes:
+    return bytes([int(match.group(1), 8)])
+
+
+def _mount_points_under(path: str) -> list[str]:
+    """`path` and every mount point below it, from /proc/self/mountinfo
+    (autofs left out: looking one up would mount it)."""
+    found = []
+    with open("/proc/self/mountinfo", "rb") as info:
+        for line in info:
+            fields, _, rest = line.partition(b" - ")
+            point = os.fsdecode(_OCTAL.sub(_unescape, fields.split()[4]))
+            if _inside(point, path) and not rest.startswith(b"autofs "):
+                found.append(point)
+    return found
+
+
+def read_only(path: str) -> None:
+    """Make `path` and every mount under it read-only in this mount
+    namespace: a recursive bind onto itself, then a read-only remount of
+    each mount in it (plain mount(2): the shipped unit's system call filter
+    allows it and not mount_setattr). A missing path is skipped, and so is
+    a mount under it out of this process's reach (it cannot write there
+    either). Raises OSError."""
+    if not os.path.lexists(path):
+        return
+    mount(path, path, None, MS_BIND | MS_REC)
+    for point in _mount_points_under(path):
+        try:
+            kept = os.statvfs(point).f_flag
+            flags = sum(ms for st, ms in _KEPT_FLAGS if kept & st)
+            mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+        except (PermissionError, FileNotFoundError):
+            if point == path:
+                raise
+
+
+def _open_kept(keep: str) -> int:
+    # By the way from the cwd when it is inside (a session's is): the
+    # workdir above may be 0700, out of a session uid's reach by its path.
+    # Opened in this mount namespace: a bind mount's source must be in it.
+    cwd = os.getcwd()
+    path = os.path.relpath(keep, cwd) if _inside(cwd, keep) else keep
+    return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def apply_view(view: SessionView, *, fresh_proc: bool = False) -> None:
     """In a fresh mount namespace: stop mount events propagating to the
-    host, cover what `view` hides, and re-enter the cwd by its path (so it
-    is the kept directory's bind mount, not the covered original).
-    Raises OSError."""
+    host, give the session its private `PRIVATE_DIRS`, cover what `view`
+    hides, make the host's kernel knobs read-only (`READ_ONLY`, and the
+    host /proc's unless `fresh_proc`: a fresh /proc cannot be mounted over
+    a partly covered one), and re-enter the cwd by its path (so it is the
+    kept directory's bind mount, not the covered original). Raises OSError."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    keep_fd = None if view.keep is None else os.open(view.keep, os.O_PATH | os.O_DIRECTORY)
+    keep_fd = None if view.keep is None else _open_kept(view.keep)
     try:
+        for path in PRIVATE_DIRS:
+            _cover(path, view.keep, keep_fd, private=True)
         for path in covers(view):
             _cover(path, view.keep, keep_fd)
     finally:
         if keep_fd is not None:
             os.close(keep_fd)
+    for path in READ_ONLY + (() if fresh_proc else HOST_PROC_READ_ONLY):
+        read_only(path)
     os.chdir(os.getcwd())
 
 
@@ -261,22 +379,39 @@ def keep_sys_admin_across_exec() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_CAP_AMBIENT)")
 
 
-def preexec_contained(plan: ContainmentPlan, parent: int, view: SessionView) -> None:
-    """Run in the forked child before exec: die with the spawning thread,
-    enter the plan's namespaces (the next process this child forks is the
-    namespace's PID 1) and, with a mount namespace, hide what `view` says.
-    Raises OSError; the spawn then fails."""
+def preexec_contained(
+    plan: ContainmentPlan,
+    parent: int,
+    view: SessionView,
+    identity: SessionIdentity | None = None,
+) -> None:
+    """Run in the forked child before exec: as root, drop to `identity`
+    (a root daemon's session uid); die with the spawning thread; enter the
+    plan's namespaces (the next process this child forks is the namespace's
+    PID 1); with a mount namespace, the private dirs, read-only knobs and
+    what `view` hides; `no_new_privs`. Raises OSError; the spawn then fails."""
+    if identity is not None:
+        become(identity)
+    # After the uid change: a credential change clears the parent-death signal.
     set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != parent:
         os._exit(1)  # the parent died before the signal was armed
-    if plan.unshare_flags:
-        enter_namespaces(plan.unshare_flags, os.geteuid(), os.getegid())
-    if plan.unshare_flags & CLONE_NEWNET:
-        loopback_up()
-    if plan.private_mounts:
-        apply_view(view)
-    if plan.fresh_proc and plan.unshare_flags & CLONE_NEWUSER:
-        keep_sys_admin_across_exec()
+    _enter(plan.unshare_flags, plan.fresh_proc, view)
+
+
+def _enter(flags: int, fresh_proc: bool, view: SessionView) -> None:
+    """Namespaces, mounts and capabilities, as the session and the probe take them."""
+    if flags:
+        enter_namespaces(flags, os.geteuid(), os.getegid())
+    if flags & CLONE_NEWNET:
+        loopback_up()  # while the new user namespace's capabilities are whole
+    if flags & CLONE_NEWNS:
+        apply_view(view, fresh_proc=fresh_proc)
+    set_no_new_privs()
+    if flags & CLONE_NEWUSER:
+        if fresh_proc:
+            keep_sys_admin_across_exec()
+        drop_bounding_set()  # after: a capability outside it cannot become inheritable
 
 
 def mount_proc() -> None:
@@ -285,19 +420,17 @@ def mount_proc() -> None:
     mount("proc", "/proc", "proc", COVER_FLAGS)
 
 
-def _probe_child(flags: int, fresh_proc: bool) -> None:
+def probe_child(flags: int, fresh_proc: bool, identity: SessionIdentity | None) -> None:
+    """A `preexec_fn` that enters `flags` as a session would (as
+    `identity` when given); exits the child with the errno when refused."""
     # Exit with the errno: subprocess only reports "Exception occurred in
     # preexec_fn", and the operator should read why. /proc is mounted by a
     # child, as `nsinit`'s init does: only it is inside the PID namespace.
     try:
-        enter_namespaces(flags, os.geteuid(), os.getegid())
-        if flags & CLONE_NEWNET:
-            loopback_up()
-        if flags & CLONE_NEWNS:
-            apply_view(SessionView())
+        if identity is not None:
+            become(identity)
+        _enter(flags, fresh_proc, SessionView())
         if fresh_proc:
-            if flags & CLONE_NEWUSER:
-                keep_sys_admin_across_exec()
             init = os.fork()
             if init == 0:
                 try:
@@ -312,12 +445,11 @@ def _probe_child(flags: int, fresh_proc: bool) -> None:
         os._exit(exc.errno or 255)
 
 
-def _try(flags: int, fresh_proc: bool = False) -> str | None:
+def _try(flags: int, identity: SessionIdentity | None, fresh_proc: bool = False) -> str | None:
     """None when a child can enter `flags` (and mount /proc), else why not."""
+    child = functools.partial(probe_child, flags, fresh_proc, identity)
     try:
-        code = subprocess.run(
-            ["/bin/true"], preexec_fn=functools.partial(_probe_child, flags, fresh_proc)
-        ).returncode
+        code = subprocess.run(["/bin/true"], preexec_fn=child, cwd="/").returncode
     except (OSError, subprocess.SubprocessError) as exc:
         return str(exc)
     if code == 0:
@@ -326,45 +458,75 @@ def _try(flags: int, fresh_proc: bool = False) -> str | None:
     return f"{call}: {os.strerror(code) if code > 0 else code}"
 
 
-def can_enter(flags: int, fresh_proc: bool = False) -> str | None:
-    """None when a child can enter the namespaces `flags` (bringing `lo` up
-    in a network namespace; mounting /proc with `fresh_proc`), else why
-    not. A few ms; never raises."""
-    return _try(flags, fresh_proc)
+def can_enter(
+    flags: int, fresh_proc: bool = False, identity: SessionIdentity | None = None
+) -> str | None:
+    """None when a child can enter the namespaces `flags` (as `identity`
+    when given; bringing `lo` up in a network namespace; mounting /proc with
+    `fresh_proc`), else why not. A few ms; never raises."""
+    return _try(flags, identity, fresh_proc)
 
 
-def _candidate_flags() -> list[int]:
-    # Privileged: plain namespaces. Otherwise (or refused), a user namespace
-    # makes them possible without CAP_SYS_ADMIN.
-    return [CLONE_NEWPID, CLONE_NEWUSER | CLONE_NEWPID]
+def _candidates(session_uid: int | None) -> list[tuple[int, SessionIdentity | None]]:
+    # Not root: plain namespaces if privileged, else a user namespace makes
+    # them possible. Root: the session uid in a user namespace first, then
+    # (announced) root in plain namespaces.
+    flags: list[tuple[int, SessionIdentity | None]] = [
+        (CLONE_NEWPID, None),
+        (CLONE_NEWUSER | CLONE_NEWPID, None),
+    ]
+    if session_uid is None:
+        return flags
+    return [(CLONE_NEWUSER | CLONE_NEWPID, SessionIdentity(session_uid, session_uid)), *flags]
 
 
-def _with_mounts(flags: int) -> ContainmentPlan:
+def _with_mounts(flags: int, identity: SessionIdentity | None) -> ContainmentPlan:
     """The plan for PID namespaces `flags` allows, with as much of a mount
     namespace (and a fresh /proc) as the kernel gives."""
-    pid_ns = Containment.PID_NAMESPACE
-    refused = _try(flags | CLONE_NEWNS, fresh_proc=True)
+    pid_ns, drops_root = Containment.PID_NAMESPACE, identity is not None
+    refused = _try(flags | CLONE_NEWNS, identity, fresh_proc=True)
     if refused is None:
-        return ContainmentPlan(pid_ns, unshare_flags=flags | CLONE_NEWNS, fresh_proc=True)
-    if _try(flags | CLONE_NEWNS) is None:
-        return ContainmentPlan(pid_ns, unshare_flags=flags | CLONE_NEWNS, mount_reason=refused)
+        flags |= CLONE_NEWNS
+        return ContainmentPlan(pid_ns, flags, fresh_proc=True, drops_root=drops_root)
+    if _try(flags | CLONE_NEWNS, identity) is None:
+        flags |= CLONE_NEWNS
+        return ContainmentPlan(pid_ns, flags, mount_reason=refused, drops_root=drops_root)
     refused = f"the kernel refused it ({refused})"
-    return ContainmentPlan(pid_ns, unshare_flags=flags, mount_reason=refused)
+    return ContainmentPlan(pid_ns, flags, mount_reason=refused, drops_root=drops_root)
 
 
-def probe_containment(*, allow_namespaces: bool) -> ContainmentPlan:
+def _with_ipc(plan: ContainmentPlan, identity: SessionIdentity | None) -> ContainmentPlan:
+    """`plan` with an IPC namespace when the kernel gives one: SysV shared
+    memory, semaphores, message queues and POSIX queues of the session's
+    own, freed with it."""
+    refused = _try(plan.unshare_flags | CLONE_NEWIPC, identity)
+    if refused is None:
+        return replace(plan, unshare_flags=plan.unshare_flags | CLONE_NEWIPC)
+    return replace(plan, ipc_reason=f"the kernel refused it ({refused})")
+
+
+def probe_containment(*, allow_namespaces: bool, session_uid: int | None = None) -> ContainmentPlan:
     """Find the strongest containment this host allows, by trying it: a
     child enters the namespaces (mounts, /proc) and execs `/bin/true` (a
-    few ms each, once). `allow_namespaces=False` (config `local.containment
-    = "process-group"`) skips the attempt. Never raises."""
+    few ms each, once). `session_uid`: the daemon is root, and its sessions
+    should drop to a uid (this one, for the probe). `allow_namespaces=False`
+    (config `local.containment = "process-group"`) skips the attempt.
+    Never raises."""
+    root = None if session_uid is None else "no user namespace for a session uid: "
     if not allow_namespaces:
+        why = 'local.containment is "process-group"'
         return ContainmentPlan(
-            Containment.PROCESS_GROUP, reason='local.containment is "process-group"'
+            Containment.PROCESS_GROUP, reason=why, root_reason=root and root + why
         )
     reason = "unknown"
-    for flags in _candidate_flags():
-        refused = _try(flags)
+    for flags, identity in _candidates(session_uid):
+        refused = _try(flags, identity)
         if refused is None:
-            return _with_mounts(flags)
-        reason = refused
-    return ContainmentPlan(Containment.PROCESS_GROUP, reason=f"the kernel refused it ({reason})")
+            plan = _with_ipc(_with_mounts(flags, identity), identity)
+            if root is not None and identity is None:
+                plan = replace(plan, root_reason=root + reason)
+            return plan
+        reason = f"the kernel refused it ({refused})"
+    return ContainmentPlan(
+        Containment.PROCESS_GROUP, reason=reason, root_reason=root and root + reason
+    )

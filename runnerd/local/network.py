@@ -53,6 +53,7 @@ from runnerd.local.containment import (
     enter_namespaces,
     loopback_up,
 )
+from runnerd.local.identity import SessionIdentity
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,9 @@ class NetworkPlan:
         )
 
 
-def probe_network(mode: str, containment: ContainmentPlan) -> tuple[ContainmentPlan, NetworkPlan]:
+def probe_network(
+    mode: str, containment: ContainmentPlan, identity: SessionIdentity | None = None
+) -> tuple[ContainmentPlan, NetworkPlan]:
     """The containment plan with a network namespace added where `mode` asks
     for one and the kernel gives it, and what sessions' network will be.
     Never raises."""
@@ -128,7 +131,7 @@ def probe_network(mode: str, containment: ContainmentPlan) -> tuple[ContainmentP
     if containment.containment is Containment.PROCESS_GROUP:
         return containment, NetworkPlan(wanted, reason="sessions have no PID namespace")
     flags = containment.unshare_flags | CLONE_NEWNET
-    refused = can_enter(flags, containment.fresh_proc)
+    refused = can_enter(flags, containment.fresh_proc, identity)
     if refused is not None:
         return containment, NetworkPlan(wanted, reason=f"the kernel refused it ({refused})")
     plan = replace(containment, unshare_flags=flags)

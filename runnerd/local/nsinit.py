@@ -23,7 +23,9 @@ its first child is the namespace's PID 1. Three processes per session:
 
 With `--proc` the init first mounts a /proc of the namespace's own (the
 daemon made the mount namespace private: see `containment.apply_view`), so
-the workload sees neither the daemon's processes nor other sessions'. The
+the workload sees neither the daemon's processes nor other sessions', and
+makes its /proc/sys and /proc/sysrq-trigger read-only (the host's kernel
+settings: a root workload could otherwise write core_pattern). The
 workload then gets no capability back: the ambient set (which carried
 CAP_SYS_ADMIN of a user namespace to this mount) is cleared, and a root
 workload loses the capabilities that would undo the mounts (umount, a
@@ -46,6 +48,10 @@ outer, which is in the new network namespace, is the daemon's way into it:
 Why Python and not a C init: nothing to build on install. The interpreter
 runs isolated (`-I -S`: no site, no PYTHON* variables from the session env).
 
+The daemon may pass this script as an open file (`python -I -S
+/proc/self/fd/N`: its own path may be unreadable by a session's uid); that
+fd is closed first thing, so the workload never inherits it.
+
 STATUS_FD reports the workload's exec to the daemon: it is closed on a
 successful exec (the daemon reads EOF) and carries the errno as decimal
 text when exec fails (the workload then exits 127).
@@ -65,19 +71,33 @@ FORWARDED = (
     signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
 )  # fmt: skip
 BLOCKED = (*FORWARDED, signal.SIGCHLD)
-MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND = 32, 4096
 PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+# A root workload (only where the kernel refused a session uid) loses
 # CAP_DAC_READ_SEARCH, CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_PTRACE,
-# CAP_SYS_ADMIN, CAP_MKNOD: what a root workload could undo its mounts with.
-UNDO_MOUNTS = (2, 16, 17, 19, 21, 27)
+# CAP_SYS_ADMIN, CAP_MKNOD (what could undo its mounts), and CAP_NET_ADMIN,
+# CAP_NET_RAW, CAP_SYS_BOOT, CAP_SYS_TIME (the host's network and clock).
+UNDO_MOUNTS = (2, 16, 17, 19, 21, 27, 12, 13, 22, 25)
+READ_ONLY = (b"/proc/sys", b"/proc/sysrq-trigger")
 libc = ctypes.CDLL(None, use_errno=True)
 
 
-def mount_proc() -> None:
-    """This namespace's own /proc over the host's. Raises OSError."""
-    if libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
+def mount(source: bytes | None, target: bytes, fstype: bytes | None, flags: int) -> None:
+    if libc.mount(source, target, fstype, ctypes.c_ulong(flags), None) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
+
+
+def mount_proc() -> None:
+    """This namespace's own /proc over the host's, its kernel settings
+    read-only. Raises OSError."""
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    mount(b"proc", b"/proc", b"proc", flags)
+    for path in READ_ONLY:
+        if os.path.exists(path):
+            mount(path, path, None, MS_BIND)
+            mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
 
 
 class CapHeader(ctypes.Structure):
@@ -228,6 +248,8 @@ def wait_serving(init: int, sock: socket.socket | None) -> int:
 
 
 def main() -> None:
+    if sys.argv[0].startswith("/proc/self/fd/"):
+        os.close(int(sys.argv[0].rpartition("/")[2]))  # this script, passed open
     status_fd = int(sys.argv[1])
     split = sys.argv.index("--")
     own_proc = "--proc" in sys.argv[2:split]

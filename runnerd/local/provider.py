@@ -20,6 +20,7 @@ from dataclasses import replace
 from runnerd.config import AppEntry, Config, ConfigError, LocalConfig, RunnerConfig
 from runnerd.config.model import ENTRY
 from runnerd.local.backend import LocalBackend
+from runnerd.local.initpython import SYSTEM_PYTHON
 from runnerd.local.launch import read_interpreter, same_file
 from runnerd.local.runtimes import SERVICE_PATH, runtime_problems, search_path
 from runnerd.local.workdir import WorkdirError
@@ -161,6 +162,20 @@ async def _open_backend(
     config: Config, apps: Callable[[], Mapping[str, AppEntry]]
 ) -> AsyncIterator[LocalBackend]:
     backend = LocalBackend(config.local, apps=apps)
+    if backend.init_problem is not None:
+        # Every session would fail its start: refuse now, with the file named.
+        raise ConfigError(
+            "local.init_python",
+            f"{backend.init_problem}; make it reachable by every uid, set local.init_python"
+            f" to one that is (Debian's python3 installs {SYSTEM_PYTHON}), or set"
+            ' local.containment = "process-group"',
+        )
+    if backend.workdir_problem is not None:
+        raise ConfigError(
+            "local.workdir",
+            f"{backend.workdir_problem}; give that directory o+x, or pick a workdir"
+            " every uid can reach the parent of (the default /var/lib/runnerd/sessions)",
+        )
     try:
         backend.claim_workdir()
     except WorkdirError as exc:

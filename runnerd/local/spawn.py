@@ -1,12 +1,15 @@
 """Starting a session's first process on a fresh PTY, contained.
 
 Owns the fork: the PTY pair, the child's set-up before exec (controlling
-terminal, parent-death signal, cgroup, namespaces: `containment`), the exec
+terminal, parent-death signal, cgroup, session uid, namespaces:
+`containment`), the exec
 status of the workload under `nsinit`, and handing the result to a
 `PtyProcess` (`runnerd.local.pty`), which owns it from then on.
 
 Error handling: `spawn_pty_process` raises `OSError` when the command cannot
-be executed; nothing is left running and no fd stays open.
+be executed, its `filename` the file that could not (the session init's
+interpreter or the workload's program); nothing is left running and no fd
+stays open.
 
 Limits: the child is exec'd after a `preexec_fn`, so spawning forks rather
 than vforks (a few ms per session start), and in a PID namespace the
@@ -25,6 +28,7 @@ import subprocess
 import sys
 import termios
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -37,6 +41,7 @@ from runnerd.local.containment import (
     SessionView,
     preexec_contained,
 )
+from runnerd.local.identity import SessionIdentity
 from runnerd.local.pty import DEFAULT_COLS, DEFAULT_ROWS, PtyProcess, set_window_size
 from runnerd.local.spawner import run_in_spawner
 
@@ -52,7 +57,11 @@ def _join_cgroup(cgroup: Path) -> None:
 
 
 def _prepare_child(
-    plan: ContainmentPlan, parent: int, cgroup: Path | None, view: SessionView
+    plan: ContainmentPlan,
+    parent: int,
+    cgroup: Path | None,
+    view: SessionView,
+    identity: SessionIdentity | None,
 ) -> None:
     # Runs in the child after setsid() (start_new_session): make the slave
     # (fd 0 by now) this session's controlling terminal (in a namespace,
@@ -64,32 +73,50 @@ def _prepare_child(
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
     if cgroup is not None:
         _join_cgroup(cgroup)  # before any namespace: as the daemon's own user
-    preexec_contained(plan, parent, view)
+    preexec_contained(plan, parent, view, identity)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Who the session's first process is: contained as `plan`, seeing
+    the host as `view`, in `cgroup`, as `identity` (a root daemon's session
+    uid; None keeps the daemon's), its init run by `init_python`."""
+
+    plan: ContainmentPlan = PROCESS_GROUP_PLAN
+    cgroup: Path | None = None
+    view: SessionView = NOTHING_HIDDEN
+    identity: SessionIdentity | None = None
+    init_python: str = sys.executable
 
 
 def _spawn(
     argv: Sequence[str],
     cwd: Path,
     env: Mapping[str, str],
-    plan: ContainmentPlan,
-    cgroup: Path | None,
-    view: SessionView,
+    launch: Launch,
     sockets_fd: int | None,
     size: tuple[int, int],
 ) -> tuple[subprocess.Popen[bytes], int, int, int | None]:
     """Fork the session's first process; returns it, the master, its pidfd
     and (in a PID namespace) the read end of the workload's exec status."""
+    plan = launch.plan
     master, slave = os.openpty()
-    status_r = status_w = None
+    status_r = status_w = script = None
     extra_fds: tuple[int, ...] = ()
     if plan.containment is Containment.PID_NAMESPACE:
         status_r, status_w = os.pipe()
+        # Passed open: the session uid may not reach runnerd's install.
+        script = os.open(NSINIT, os.O_RDONLY | os.O_CLOEXEC)
         proc = ["--proc"] if plan.fresh_proc else []
         if sockets_fd is not None:
             proc += ["--sockets", str(sockets_fd)]
             extra_fds = (sockets_fd,)
-        argv = [sys.executable, "-I", "-S", str(NSINIT), str(status_w), *proc, "--", *argv]
+        init = [launch.init_python, "-I", "-S", f"/proc/self/fd/{script}", str(status_w)]
+        argv = [*init, *proc, "--", *argv]
     try:
+        if launch.identity is not None:
+            # Its terminal, as login gives one: programs that reopen it by name.
+            os.fchown(slave, launch.identity.uid, launch.identity.gid)
         set_window_size(master, *size)
         popen = subprocess.Popen(
             list(argv),
@@ -99,9 +126,11 @@ def _spawn(
             cwd=cwd,
             env=dict(env),
             close_fds=True,
-            pass_fds=() if status_w is None else (status_w, *extra_fds),
+            pass_fds=() if status_w is None or script is None else (status_w, script, *extra_fds),
             start_new_session=True,
-            preexec_fn=functools.partial(_prepare_child, plan, os.getpid(), cgroup, view),
+            preexec_fn=functools.partial(
+                _prepare_child, plan, os.getpid(), launch.cgroup, launch.view, launch.identity
+            ),
         )
     except BaseException as exc:
         os.close(master)
@@ -115,8 +144,9 @@ def _spawn(
         # Our copies of the slave and the status pipe's write end must go,
         # or the master never reports EOF and the status never ends.
         os.close(slave)
-        if status_w is not None:
-            os.close(status_w)
+        for fd in (status_w, script):
+            if fd is not None:
+                os.close(fd)
     try:
         # Taken before anyone can reap the child, so it names this process.
         pidfd = os.pidfd_open(popen.pid)
@@ -162,20 +192,18 @@ async def spawn_pty_process(
     cwd: Path,
     env: Mapping[str, str],
     stop_grace_s: float,
-    plan: ContainmentPlan = PROCESS_GROUP_PLAN,
-    cgroup: Path | None = None,
-    view: SessionView = NOTHING_HIDDEN,
+    launch: Launch = Launch(),
     label: str = "",
     sockets_fd: int | None = None,
     attach: Callable[[int], Awaitable[None]] | None = None,
     size: tuple[int, int] | None = None,
 ) -> PtyProcess:
     """Start `argv` (argv[0] an absolute path) on a fresh PTY with exactly `env`,
-    contained as `plan` says (with a mount namespace, seeing the host's
-    file system as `view` says), in `cgroup` when given, on a terminal of
-    `size` (cols, rows; None: 80x24) from its first instruction. `label` (the
-    session id) is the `session_id` of every log line about it. Returns once
-    the workload has exec'd.
+    as `launch` says (contained, seeing the host's file system as its view
+    says, in its cgroup, as its identity), on a terminal of `size` (cols,
+    rows; None: 80x24) from its first instruction. `label` (the session id)
+    is the `session_id` of every log line about it. Returns once the
+    workload has exec'd.
 
     With a network namespace: `sockets_fd` is handed to `nsinit` (`--sockets`,
     the daemon's way into the namespace) and `attach(pid)` is awaited with
@@ -185,22 +213,15 @@ async def spawn_pty_process(
 
     Raises:
         OSError: the program could not be executed (missing, not executable,
-            bad cwd), or no pidfd could be had for it; nothing is left running
-            and no fd stays open.
+            bad cwd; `filename` names it: the init's interpreter or argv[0]),
+            or no pidfd could be had for it; nothing is left running and no
+            fd stays open.
     """
     # Forked on the spawner thread (the parent-death signal's anchor), and
     # never abandoned on cancel: a spawned child always reaches its owner.
     popen, master, pidfd, status_r = await run_in_spawner(
         functools.partial(
-            _spawn,
-            argv,
-            cwd,
-            env,
-            plan,
-            cgroup,
-            view,
-            sockets_fd,
-            size or (DEFAULT_COLS, DEFAULT_ROWS),
+            _spawn, argv, cwd, env, launch, sockets_fd, size or (DEFAULT_COLS, DEFAULT_ROWS)
         )
     )
     namespaced = status_r is not None
@@ -221,5 +242,5 @@ async def spawn_pty_process(
         os.close(status_r)
     if error:
         await proc.aclose()
-        raise OSError(error, os.strerror(error))
+        raise OSError(error, os.strerror(error), argv[0])
     return proc

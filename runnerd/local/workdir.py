@@ -1,8 +1,11 @@
 """A session's directory on disk: `workdir/<session-id>/{app,work}`.
 
-Owns creating it (the bundle written under `app/`, an empty `work/` that is
-the workload's cwd and HOME) and deleting it. Directories are 0700 and files
-0600: the bundle is the client's code and may hold secrets of theirs.
+Owns creating it (the bundle written under `app/`, the workload's cwd; an
+empty `work/`, its HOME) and deleting it. Directories are 0700 and files
+0600: the bundle is the client's code and may hold secrets of theirs. With
+an `owner` (a root daemon's session uid) every one of them is chowned to
+it, so the session can read its bundle and write its HOME, and nothing
+else of the host's is its own.
 
 Synchronous filesystem code; the backend runs it in a worker thread.
 
@@ -49,22 +52,36 @@ def _checked_relative(app: Path, relative: str) -> Path:
     return target
 
 
-def _write_file(app: Path, relative: str, contents: str) -> None:
+Owner = tuple[int, int] | None  # (uid, gid) to chown to; None: the daemon's
+
+
+def _mkdir(directory: Path, owner: Owner) -> None:
+    # mkdir, not makedirs: a name taken by a file is an error here.
+    directory.mkdir(mode=0o700)
+    if owner is not None:
+        os.chown(directory, *owner, follow_symlinks=False)
+
+
+def _write_file(app: Path, relative: str, contents: str, owner: Owner) -> None:
     target = _checked_relative(app, relative)
     directory = app
     for part in target.relative_to(app).parts[:-1]:
         directory = directory / part
         if not directory.is_dir():
-            # mkdir, not makedirs: a name taken by a file is an error here.
-            directory.mkdir(mode=0o700)
+            _mkdir(directory, owner)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(target, flags, 0o600)
+    if owner is not None:
+        os.fchown(fd, *owner)
     with open(fd, "w", encoding="utf-8", newline="") as out:
         out.write(contents)
 
 
-def prepare_session_dir(workdir: Path, session_id: str, bundle: BundleSpec | None) -> SessionDir:
-    """Create `workdir/<session_id>` with the bundle under `app/` and an empty `work/`.
+def prepare_session_dir(
+    workdir: Path, session_id: str, bundle: BundleSpec | None, owner: Owner = None
+) -> SessionDir:
+    """Create `workdir/<session_id>` with the bundle under `app/` and an
+    empty `work/`, all of it owned by `owner` when given.
 
     Raises:
         WorkdirError: unwritable workdir, a session dir that already exists,
@@ -78,13 +95,15 @@ def prepare_session_dir(workdir: Path, session_id: str, bundle: BundleSpec | Non
         raise WorkdirError(f"cannot create the session directory: {exc.strerror}") from exc
     layout = SessionDir(root=root, app=root / "app", work=root / "work", entry=None)
     try:
-        layout.app.mkdir(mode=0o700)
-        layout.work.mkdir(mode=0o700)
+        if owner is not None:
+            os.chown(root, *owner)
+        _mkdir(layout.app, owner)
+        _mkdir(layout.work, owner)
         if bundle is None:
             return layout
         for relative, contents in bundle.files:
             try:
-                _write_file(layout.app, relative, contents)
+                _write_file(layout.app, relative, contents, owner)
             except UnicodeEncodeError as exc:
                 # JSON can carry lone surrogates ("\ud800"): not writable as UTF-8.
                 raise WorkdirError(f"bundle file '{relative}' is not valid Unicode text") from exc

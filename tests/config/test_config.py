@@ -529,6 +529,36 @@ def test_config_stop_grace_is_capped_so_sigterm_ends_within_10_s() -> None:
     )
 
 
+def test_config_session_uids_and_init_python() -> None:
+    local = parse(minimal()).local
+    assert (local.session_uid_base, local.session_uid_count) == (0x70000000, 65536)
+    assert local.init_python is None
+    chosen = parse(
+        minimal(
+            local={
+                "session_uid_base": 200000,
+                "session_uid_count": 10,
+                "init_python": "/usr/bin/python3",
+            }
+        )
+    ).local
+    assert (chosen.session_uid_base, chosen.session_uid_count) == (200000, 10)
+    assert chosen.init_python == "/usr/bin/python3"
+    assert error_of(minimal(local={"session_uid_base": 0})) == (
+        "local.session_uid_base: must be a positive integer, got 0"
+    )
+    assert error_of(minimal(local={"session_uid_base": 2**32 - 10})) == (
+        "local.session_uid_count: session_uid_base + session_uid_count - 1 must be at most"
+        f" {2**32 - 2}, got {2**32 - 10 + 65535}"
+    )
+    assert error_of(minimal(local={"session_uid_base": 60000, "session_uid_count": 6000})) == (
+        "local.session_uid_base: the range 60000-65999 holds 65534 (nobody)"
+    )
+    assert error_of(minimal(local={"init_python": "python3"})) == (
+        "local.init_python: must be an absolute path, got 'python3'"
+    )
+
+
 def test_config_runtime_inspect_args_and_names_that_need_quoting() -> None:
     runtimes = {
         "telorun/node:latest-slim": {

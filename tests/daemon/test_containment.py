@@ -29,14 +29,15 @@ LOCK = ".runnerd.lock"
 async def start_escapes(daemon: Daemon) -> tuple[str, dict[str, int]]:
     """Start the escape script in a session; once every escapee runs, return
     the session id and their host pids. The pid file is in the session's
-    own directory (the only one of the host's temp dir it sees)."""
+    own directory (its cwd, the bundle's: the host's temp dirs are not
+    the session's)."""
     async with daemon.client() as client:
         body = session_body(escape_script(), env={"PIDFILE": "pids"})
         response = await client.post("/v1/sessions", json=body)
         assert response.status_code == 201, response.text
     session_id: str = response.json()["sessionId"]
     await read_pty_until(daemon.socket_path, session_id, rb"escaped")
-    pids = read_pids(daemon.workdir / session_id / "work" / "pids")
+    pids = read_pids(daemon.workdir / session_id / "app" / "pids")
     assert all(is_running(pid) for pid in pids.values())
     return session_id, pids
 

@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.e2e.contract_client import bundle_body, wait_terminal
 from tests.e2e.edge import raw_exchange, tcp_daemon
@@ -21,26 +20,20 @@ EDITOR = "https://editor.example"
 EVIL = "http://evil.example"
 
 
-def _marker_body(marker: Path) -> dict[str, object]:
-    return bundle_body(f"touch {marker}")
-
-
-@pytest.fixture
-def markers(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # Not under tmp_path: that is the daemon's config directory, which no
-    # session sees (tests/daemon/test_isolation.py).
-    return tmp_path_factory.mktemp("markers")
+# A workload that ran says so by its exit code: a session has no way to
+# leave a file on the host (its /tmp is its own: tests/daemon/test_privileges.py),
+# so a refused start is shown to run nothing by no session being registered.
+RAN = bundle_body("exit 7")
 
 
 async def test_drive_by_simple_post_from_another_origin_runs_nothing(
-    tmp_path: Path, markers: Path, on_backend: OnBackend
+    tmp_path: Path, on_backend: OnBackend
 ) -> None:
-    marker, allowed_marker = markers / "pwned", markers / "allowed"
     async with tcp_daemon(
         tmp_path, on_backend.overrides({"server": {"cors_origins": [EDITOR]}})
     ) as (daemon, port):
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
-            body = httpx.Request("POST", "/", json=_marker_body(marker)).content
+            body = httpx.Request("POST", "/", json=RAN).content
             # What a page can send with no preflight: a text/plain "simple" POST.
             drive_by = await client.post(
                 "/v1/sessions",
@@ -58,12 +51,12 @@ async def test_drive_by_simple_post_from_another_origin_runs_nothing(
                 "/v1/sessions", content=body, headers={"content-type": "text/plain"}
             )
             replay = await client.get("/v1/sessions/whatever/events", headers={"origin": EVIL})
-            # The listed editor may start sessions (its own marker file).
+            # The listed editor may start sessions (its workload runs: exit 7).
             allowed = await client.post(
-                "/v1/sessions", json=_marker_body(allowed_marker),
+                "/v1/sessions", json=RAN,
                 headers={"origin": EDITOR, "content-type": "application/json"},
             )  # fmt: skip
-            await wait_terminal(client, allowed.json()["sessionId"])
+            ended = await wait_terminal(client, allowed.json()["sessionId"])
             listed = (await client.get("/v1/sessions")).json()["sessions"]
             refused_ran = await client.post(
                 "/v1/probe",
@@ -76,16 +69,15 @@ async def test_drive_by_simple_post_from_another_origin_runs_nothing(
         assert "access-control-allow-origin" not in response.headers
     assert plain.status_code == 415 and plain.json()["error"] == "unsupported_media_type"
     assert "application/json" in plain.json()["message"]
-    assert allowed.status_code == 201 and allowed_marker.exists()
+    assert allowed.status_code == 201 and ended == {"kind": "exited", "code": 7}
     assert allowed.headers["access-control-allow-origin"] == EDITOR
-    # Exactly one session was ever registered, the allowed one, and no refused
-    # request's workload ran (it would have written `marker`).
+    # Exactly one session was ever registered, the allowed one: no refused
+    # request's workload ran.
     assert [session["sessionId"] for session in listed] == [allowed.json()["sessionId"]]
-    assert not marker.exists()
 
 
 async def test_dns_rebinding_host_is_refused_on_tcp_only(
-    tmp_path: Path, markers: Path, on_backend: OnBackend
+    tmp_path: Path, on_backend: OnBackend
 ) -> None:
     overrides = {"server": {"allowed_hosts": ["runner.example"]}}
     async with tcp_daemon(tmp_path, on_backend.overrides(overrides)) as (daemon, port):
@@ -97,18 +89,19 @@ async def test_dns_rebinding_host_is_refused_on_tcp_only(
             }  # fmt: skip
             started = await client.post(
                 "/v1/sessions",
-                json=_marker_body(markers / "rebound"),
+                json=RAN,
                 headers={"host": f"evil.example:{port}"},
             )
         async with daemon.client() as unix:
             over_unix = await unix.get("/v1/health", headers={"host": "evil.example"})
+            listed = (await unix.get("/v1/sessions")).json()["sessions"]
     for host in (f"evil.example:{port}", "evil.example", "127.0.0.1.evil.example"):
         assert answers[host].status_code == 403, host
         assert answers[host].json()["error"] == "forbidden_host"
         assert "server.allowed_hosts" in answers[host].json()["message"]
     for host in (f"localhost:{port}", f"127.0.0.1:{port}", "runner.example"):
         assert answers[host].status_code == 200, host
-    assert started.status_code == 403 and not (markers / "rebound").exists()
+    assert started.status_code == 403 and listed == []
     assert over_unix.status_code == 200  # a UNIX socket is out of any page's reach
 
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
 from runnerd.local import LocalBackend
+from tests.harness import SESSION_PYTHON
 
-# The test interpreter, by absolute path: it runs fine in the workload's
-# minimal environment.
-PYTHON = sys.executable
+# An interpreter by absolute path: it runs fine in the workload's minimal
+# environment, as the session's uid.
+PYTHON = SESSION_PYTHON
 
 
 def runtimes() -> dict[str, RuntimeConfig]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import stat
 from pathlib import Path
 
@@ -19,7 +20,16 @@ from .specs import bundle_spec
 
 # A background sleep that records its pid token ($! is the namespace's number).
 RECORDED_SLEEP = f"sh -c '{HOST_PID}; echo $HOST_PID > \"$PIDFILE\"; exec sleep 1000'"
-WAIT_PIDFILE = 'while [ ! -s "$PIDFILE" ]; do sleep 0.02; done'
+# The pid file is in the session's cwd; its token is also printed, for a
+# test that reads it once the session (and its directory) is gone.
+WAIT_PIDFILE = 'while [ ! -s "$PIDFILE" ]; do sleep 0.02; done; echo "token $(cat "$PIDFILE")"'
+
+
+def printed_token(out: bytes) -> str:
+    """The `HOST_PID` token `WAIT_PIDFILE` printed."""
+    match = re.search(rb"token (\S+)", out)
+    assert match is not None, out
+    return match.group(1).decode()
 
 
 def is_gone(pid: int) -> bool:
@@ -32,34 +42,37 @@ def is_gone(pid: int) -> bool:
 
 
 async def test_stop_sends_sigterm_then_sigkill_after_grace(
-    backend: LocalBackend, tmp_path: Path
+    backend: LocalBackend, workdir: Path
 ) -> None:
-    marker = tmp_path / "marker"
     sink = RecordingSink()
+    # The marker is in the session's cwd, which goes with it: the test holds
+    # the file open and reads it once the session is gone.
     spec = bundle_spec(
         "python",
         """
-        import os, signal, time
+        import signal, time
         def on_term(signum, frame):
-            with open(os.environ["MARKER"], "w") as f:
+            with open("marker", "w") as f:
                 f.write("TERM")
+        open("marker", "w").close()
         signal.signal(signal.SIGTERM, on_term)
         print("trapped", flush=True)
         while True:
             time.sleep(1)
         """,
-        env={"MARKER": str(marker)},
     )
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             session = await start_session(nursery, backend, spec, sink)
             await sink.wait_output(b"trapped")
+            marker = (workdir / spec.session_id / "app" / "marker").open()
             pid = session.handle.pid
             started = trio.current_time()
             session.scope.cancel()
             await session.result()
             elapsed = trio.current_time() - started
-    assert marker.read_text() == "TERM"
+    with marker:
+        assert marker.read() == "TERM"
     # stop_grace_s is 0.5: TERM ignored, then KILL. The upper bound is loose
     # (grace + 5 s): a loaded 2-core CI box may schedule us late.
     assert 0.5 <= elapsed < 0.5 + 5
@@ -85,18 +98,17 @@ async def test_stop_of_cooperative_program_does_not_wait_for_grace(workdir: Path
 async def test_stop_kills_grandchildren_in_the_process_group(
     backend: LocalBackend, tmp_path: Path
 ) -> None:
-    pidfile = tmp_path / "grandchild.pid"
     sink = RecordingSink()
     spec = bundle_spec(
         "sh",
         f'trap "" TERM\n{RECORDED_SLEEP} &\n{WAIT_PIDFILE}\necho spawned\nwait\n',
-        env={"PIDFILE": str(pidfile)},
+        env={"PIDFILE": "pid"},
     )
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             session = await start_session(nursery, backend, spec, sink)
             await sink.wait_output(b"spawned")
-            grandchild = host_pid(pidfile.read_text())
+            grandchild = host_pid(printed_token(sink.out))
             assert not is_gone(grandchild)
             session.scope.cancel()
             await session.result()
@@ -106,19 +118,18 @@ async def test_stop_kills_grandchildren_in_the_process_group(
 async def test_exit_kills_background_children_left_behind(
     backend: LocalBackend, tmp_path: Path
 ) -> None:
-    pidfile = tmp_path / "grandchild.pid"
     sink = RecordingSink()
     # nohup: the child ignores the SIGHUP the kernel sends when the leader exits.
     spec = bundle_spec(
         "sh",
         f"nohup {RECORDED_SLEEP} >/dev/null 2>&1 &\n{WAIT_PIDFILE}\nexit 5\n",
-        env={"PIDFILE": str(pidfile)},
+        env={"PIDFILE": "pid"},
     )
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             session = await start_session(nursery, backend, spec, sink)
             assert await session.result() == Exited(5)
-        await wait_token_gone(pidfile.read_text())
+        await wait_token_gone(printed_token(sink.out))
 
 
 async def test_environment_is_session_env_plus_plumbing_only(
@@ -143,6 +154,7 @@ async def test_environment_is_session_env_plus_plumbing_only(
     lines = sink.out.decode().split("\r\n")
     env = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("cwd="))
     work = str(workdir / spec.session_id / "work")
+    app = str(workdir / spec.session_id / "app")
     # LC_CTYPE is set by the interpreter itself (PEP 538 locale coercion).
     env.pop("LC_CTYPE", None)
     assert env == {
@@ -152,7 +164,8 @@ async def test_environment_is_session_env_plus_plumbing_only(
         "TERM": "xterm-256color",
         "LANG": "C.UTF-8",
     }
-    assert f"cwd={work}" in lines
+    # The bundle's directory, as the Telo runners run an entry; HOME apart.
+    assert f"cwd={app}" in lines
 
 
 async def test_bundle_is_written_private_with_its_layout(
@@ -203,19 +216,18 @@ def pgrp_of(pid: int) -> int:
 async def test_stop_reaches_job_control_jobs_in_other_process_groups(
     backend: LocalBackend, tmp_path: Path
 ) -> None:
-    pidfile = tmp_path / "job.pid"
     sink = RecordingSink()
     # `set -m`: job control, so the background job gets a process group of its own.
     spec = bundle_spec(
         "sh",
         f"set -m\n{RECORDED_SLEEP} &\n{WAIT_PIDFILE}\necho spawned\nwait\n",
-        env={"PIDFILE": str(pidfile)},
+        env={"PIDFILE": "pid"},
     )
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             session = await start_session(nursery, backend, spec, sink)
             await sink.wait_output(b"spawned")
-            job = host_pid(pidfile.read_text())
+            job = host_pid(printed_token(sink.out))
             assert pgrp_of(job) != session.handle.pid
             session.scope.cancel()
             await session.result()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -146,4 +147,27 @@ async def test_env_value_with_nul_is_a_start_error_naming_only_the_key(
     error = await start_failure(backend, bundle_spec("sh", "true", env={"TOKEN": "a\0secret"}))
     assert error.stage == "provision"
     assert error.message == "env TOKEN contains a NUL character"
+    assert entries(workdir) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a non-root daemon's sessions keep its uid")
+async def test_an_init_interpreter_out_of_the_session_uids_reach_is_named(
+    tmp_path: Path, workdir: Path
+) -> None:
+    # Issue 17 item 7: the start failed with "could not execute '/bin/sh'"
+    # when what the session could not run was the init's interpreter. One
+    # in the host's /tmp is out of reach (a session's /tmp is its own);
+    # `open_backend` would refuse it, and a session started anyway says so.
+    python = tmp_path / "python3"
+    python.symlink_to("/usr/bin/python3")
+    local = LocalConfig(workdir=workdir, runtimes=runtimes(), init_python=str(python))
+    backend = LocalBackend(local, apps=dict)
+    assert backend.init_problem is not None and str(python) in backend.init_problem
+    error = await start_failure(backend, bundle_spec("sh", "true"))
+    assert error.stage == "boot"
+    uid = LocalConfig.session_uid_base
+    assert error.message == (
+        f"could not execute '{python}' (the session init's interpreter, as uid {uid}):"
+        " No such file or directory"
+    )
     assert entries(workdir) == []

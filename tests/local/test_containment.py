@@ -15,6 +15,7 @@ from runnerd.backend import Exited
 from runnerd.config import LocalConfig
 from runnerd.local import LocalBackend
 from runnerd.local.containment import (
+    CLONE_NEWIPC,
     CLONE_NEWNS,
     CLONE_NEWPID,
     CLONE_NEWUSER,
@@ -49,6 +50,12 @@ def test_this_host_allows_pid_namespaces() -> None:
     # each session gets its mount namespace and its own /proc.
     assert plan.private_mounts and plan.fresh_proc, plan.mount_reason
     assert plan.notice is None
+    # ... and the privilege tests (tests/daemon/test_privileges.py) only if
+    # a root daemon's sessions drop to a uid of their own, with their own IPC.
+    root = os.geteuid() == 0
+    plan = probe_containment(allow_namespaces=True, session_uid=10**9 if root else None)
+    assert plan.drops_root == root and plan.identity_notice is None, plan.root_reason
+    assert plan.unshare_flags & CLONE_NEWIPC and plan.ipc_notice is None, plan.ipc_reason
 
 
 def test_weaker_plans_say_what_a_session_can_reach() -> None:
@@ -82,17 +89,17 @@ def test_covers_hide_the_outermost_paths_and_never_the_session_itself() -> None:
     assert covers(view) == ["/w", "/etc/runnerd", "/run/runnerd"]
 
 
-async def run_escapes(backend: LocalBackend, pidfile: Path, then: str, end: str) -> dict[str, int]:
+async def run_escapes(backend: LocalBackend, workdir: Path, then: str, end: str) -> dict[str, int]:
     """Start the escape script; end the session by `end` ("stop", "exit" or
-    "kill-first-process"); return the escapees' host pids."""
-    await trio.Path(pidfile).write_bytes(b"")
+    "kill-first-process"); return the escapees' host pids. The pid file is
+    in the session's cwd (the host's temp dirs are not the session's)."""
     sink = RecordingSink()
-    spec = bundle_spec("sh", escape_script(then), env={"PIDFILE": str(pidfile)})
+    spec = bundle_spec("sh", escape_script(then), env={"PIDFILE": "pids"})
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             session = await start_session(nursery, backend, spec, sink)
             await sink.wait_output(b"escaped")
-            pids = read_pids(pidfile)
+            pids = read_pids(workdir / spec.session_id / "app" / "pids")
             assert all(is_running(pid) for pid in pids.values())
             if end == "stop":
                 session.scope.cancel()
@@ -109,13 +116,13 @@ async def run_escapes(backend: LocalBackend, pidfile: Path, then: str, end: str)
 @pytest.mark.parametrize("end", ["stop", "kill-first-process"])
 async def test_every_escapee_dies_with_the_session(tmp_path: Path, end: str) -> None:
     backend = make_backend(tmp_path / "w")
-    pids = await run_escapes(backend, tmp_path / "pids", STAY, end)
+    pids = await run_escapes(backend, tmp_path / "w", STAY, end)
     await wait_all_gone(pids)
 
 
 async def test_every_escapee_dies_when_the_workload_exits(tmp_path: Path) -> None:
     backend = make_backend(tmp_path / "w")
-    pids = await run_escapes(backend, tmp_path / "pids", "read x; exit 3", "exit")
+    pids = await run_escapes(backend, tmp_path / "w", "read x; exit 3", "exit")
     await wait_all_gone(pids)
 
 
@@ -128,7 +135,7 @@ async def test_fallback_leaves_a_setsid_escapee_alive_and_says_so(
     assert "setsid" in notice and "read runnerd's config" in notice
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings.count(notice) == 1
-    pids = await run_escapes(backend, tmp_path / "pids", STAY, "stop")
+    pids = await run_escapes(backend, tmp_path / "w", STAY, "stop")
     try:
         # The documented limit: the group kill cannot reach a setsid'd orphan.
         assert is_running(pids["setsid"])

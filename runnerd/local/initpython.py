@@ -1,0 +1,94 @@
+"""What a session uid must reach, checked at start-up: the Python that runs
+each session's init (`runnerd.local.nsinit`), the way to the workdir, and
+the runtimes' programs.
+
+Owns the start-up check that the init's interpreter runs as a session runs
+it: in the plan's namespaces, as the session uid (`identity`). Issue 17
+item 7: a venv whose python lives under a 0700 home ran for the daemon and
+not for its sessions, and every start failed naming the runtime instead.
+
+The order: `local.init_python` when set (the only one tried), else
+runnerd's own interpreter, else `SYSTEM_PYTHON` (nsinit needs only the
+stdlib). Each check runs the interpreter once (`-I -S -c ""`, ~20 ms).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import subprocess
+import sys
+
+from runnerd.local.containment import PRIVATE_DIRS, Containment, ContainmentPlan, probe_child
+from runnerd.local.identity import SessionIdentity, blocking_directory
+
+log = logging.getLogger(__name__)
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def unreachable_workdir(workdir: str) -> str | None:
+    """Why a session uid cannot reach its directory under `workdir` (it
+    re-enters it by path in its mount namespace; the workdir itself may be
+    0700, it is covered there), None when it can."""
+    blocked = blocking_directory(workdir, PRIVATE_DIRS)
+    if blocked is None:
+        return None
+    return f"session uids cannot reach {workdir}: {blocked} is not searchable by others"
+
+
+def unreachable_program(program: str) -> str | None:
+    """Why a session uid cannot run the runtime program `program` (an
+    absolute path), None when nothing stands in the way."""
+    if any(program.startswith(p + "/") for p in PRIVATE_DIRS):
+        return f"{program} is in the host's {program.split('/')[1]}, which sessions do not see"
+    blocked = blocking_directory(program)
+    if blocked is None:
+        return None
+    return f"session uids cannot run {program}: {blocked} is not searchable by others"
+
+
+def choose_init_python(
+    plan: ContainmentPlan, configured: str | None, identity: SessionIdentity | None
+) -> tuple[str, str | None]:
+    """The interpreter to run the init with, and None; or the first
+    candidate and the sentence saying why it does not run (none did: the
+    caller refuses to start). Without a PID namespace there is no init, and
+    nothing is checked. Never raises."""
+    first = configured or sys.executable
+    if plan.containment is not Containment.PID_NAMESPACE:
+        return first, None
+    problem = check_init_python(plan, first, identity)
+    if problem is None or configured is not None:
+        return first, problem
+    if os.path.realpath(SYSTEM_PYTHON) != os.path.realpath(first):
+        if check_init_python(plan, SYSTEM_PYTHON, identity) is None:
+            log.info("%s; the session init runs %s instead", problem, SYSTEM_PYTHON)
+            return SYSTEM_PYTHON, None
+    return first, problem
+
+
+def check_init_python(
+    plan: ContainmentPlan, python: str, identity: SessionIdentity | None
+) -> str | None:
+    """None when `python` runs (`-I -S`, as `nsinit`) as a session does,
+    under `plan` and `identity`; else the sentence naming the file that
+    failed and why. Never raises."""
+    child = functools.partial(probe_child, plan.unshare_flags, False, identity)
+    argv = [python, "-I", "-S", "-c", ""]
+    try:
+        done = subprocess.run(argv, preexec_fn=child, cwd="/", capture_output=True, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)
+    else:
+        if done.returncode == 0:
+            return None
+        lines = done.stderr.decode(errors="replace").strip().splitlines()
+        why = lines[0] if lines else f"exit code {done.returncode}"
+    who = "the session uid" if identity is None else f"session uid {identity.uid}"
+    where = blocking_directory(python)
+    because = "" if where is None else f" ({where} is not searchable by others)"
+    real = os.path.realpath(python)
+    shown = python if real == python else f"{python} (-> {real})"
+    return f"the session init's interpreter {shown} does not run as {who}: {why}{because}"
