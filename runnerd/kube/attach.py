@@ -193,8 +193,17 @@ async def _connect(client: KubeClient) -> trio.SSLStream[trio.SocketStream]:
     url = urlsplit(client.connection.server)
     host, port = url.hostname or "localhost", url.port or 443
     tcp = await trio.open_tcp_stream(host, port)
-    return trio.SSLStream(tcp, client.ssl_context, https_compatible=True,
-                          server_hostname=client.connection.tls_server_name or host)
+    stream = trio.SSLStream(tcp, client.ssl_context, https_compatible=True,
+                            server_hostname=client.connection.tls_server_name or host)
+    # Handshaken here, not by the WebSocket's first send: trio-websocket
+    # waits forever for a handshake whose request could not be sent (a peer
+    # that resets at once, as a restarting apiserver's port does).
+    try:
+        await stream.do_handshake()
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+    return stream
 
 
 async def _attach_once(client: KubeClient, pod: str, container: str,
@@ -207,7 +216,7 @@ async def _attach_once(client: KubeClient, pod: str, container: str,
     try:
         with trio.fail_after(client.policy.deadline_s):
             stream = await _connect(client)
-    except (OSError, trio.TooSlowError) as exc:
+    except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
         raise errors.classify(OPERATION, None) from exc
     async with stream, trio.open_nursery() as nursery:
         with trio.fail_after(client.policy.deadline_s):
