@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
@@ -43,6 +43,7 @@ from runnerd.backend import (
     Sink,
     Started,
     StartError,
+    StopRefused,
 )
 from runnerd.config import AppEntry, KubeSettings
 from runnerd.contract import AvailabilityReport
@@ -105,6 +106,9 @@ class KubeBackend:
         self.abandoned: dict[str, float] = {}
         # Pods the previous process stopped but could not delete (`giveup`).
         self.stopped_before: set[str] = set()
+        # Pods whose delete a user stop had accepted (`_stop`): their run's
+        # teardown only waits for them to be gone.
+        self._stopping: set[str] = set()
 
     async def recover(self) -> list[Recovered]:
         """With `on_restart = "adopt"`, once the informer has listed them:
@@ -165,7 +169,8 @@ class KubeBackend:
         ip = _pod_ip(running)
         # The kernel's debug server on the pod's own address (never published).
         inspect_url = f"http://{ip}:{INSPECT_PORT}" if spec.inspect and ip else None
-        task_status.started(Started(relay, endpoints, inspect_url))
+        stop = self._stopper(pod_name(spec.session_id))
+        task_status.started(Started(relay, endpoints, inspect_url, stop))
         return await self._supervise(spec, sink, sub, running, relay, inspect_url)
 
     async def _readopt(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
@@ -182,9 +187,33 @@ class KubeBackend:
                                              sink)
                      if pod is not None else announced(self._settings, spec.identity,
                                                        published=False))
-        task_status.started(Started(relay, endpoints, inspect_url))
+        task_status.started(Started(relay, endpoints, inspect_url,
+                                    self._stopper(pod_name(spec.session_id))))
         sink.output(RESTARTED_LINE)
         return await self._supervise(spec, sink, sub, pod, relay, inspect_url, adopted=True)
+
+    def _stopper(self, name: str) -> Callable[[], Awaitable[None]]:
+        """`Started.stop` for pod `name`: see `_stop`."""
+        return lambda: self._stop(name)
+
+    async def _stop(self, name: str) -> None:
+        """A user stop's first step: the pod's delete (with its grace), which
+        the apiserver must accept before the session is cancelled; the run's
+        teardown then only waits for the pod to be gone. Issued before the
+        attach is closed, so N stops are N deletes in flight at once.
+
+        Raises:
+            StopRefused: the delete was refused or failed (the classified
+                cause); the pod and the session run on.
+        """
+        try:
+            await self._client.delete_pod(name, operation="could not delete the session pod",
+                                          grace_period_s=STOP_GRACE_S)
+        except errors.KubeError as exc:
+            log.warning("could not delete pod %s: %r", name, exc.__cause__ or exc,
+                        extra={"pod": name})
+            raise StopRefused(exc.client_message) from exc
+        self._stopping.add(name)
 
     async def _stage_bundle(self, spec: RunSpec) -> str | None:
         """The URL the pod fetches its bundle from (None: no bundle), its
@@ -332,6 +361,8 @@ class KubeBackend:
                 nursery.start_soon(relay_debug_stream, f"{inspect_url}/events", sink.debug)
             while (outcome := terminal_outcome(state["pod"])) is None and state["pod"] is not None:
                 state["pod"] = _pod(await sub.next())
+            if name in self._stopping:  # a stop deleted it: its cancellation is on the way
+                await trio.sleep_forever()
             with trio.move_on_after(DRAIN_TIMEOUT_S):
                 await attached.wait()
             nursery.cancel_scope.cancel()
@@ -350,7 +381,8 @@ class KubeBackend:
         deleted = False
         with trio.move_on_after(STOP_WAIT_S):
             try:
-                existed = await self._client.delete_pod(
+                # A stop's delete already accepted (`_stop`): only the wait is left.
+                existed = name in self._stopping or await self._client.delete_pod(
                     name, operation="could not delete the session pod",
                     grace_period_s=STOP_GRACE_S if wait else 0)
                 deleted = True
@@ -359,6 +391,7 @@ class KubeBackend:
                 return False
             finally:
                 self.live.discard(name)
+                self._stopping.discard(name)
                 if not deleted:  # refused or unanswered: the sweep deletes it later
                     self.abandoned[name] = trio.current_time()
             while wait and existed and sub.latest() is not GONE:
