@@ -1,13 +1,14 @@
 """The Kubernetes backend's figures through a real daemon, on the test cluster.
 
-`.venv/bin/python -m bench.kube [--sessions N] [--endpoints]` runs the test cluster
+`.venv/bin/python -m bench.kube [--sessions N] [--teardown N] [--endpoints]` runs the test cluster
 (tests/kubesim, kubelet included) in this process and a real `runnerd serve`
 on it (the kubernetes backend over TLS and the cluster's token), then drives
 N sequential sessions over `/v1` (`print hello` then `exit 0`, the upstream
 runner's bar): POST → the pod exists in the cluster, POST → `running` on SSE,
 POST → `exited`; the apiserver requests and new connections per session; the
 PTY throughput through the attach; `/v1/health` while the apiserver is
-silent. With `--endpoints`, runnerd has `ingress_base_domain` set and each
+silent; then the teardown of `--teardown` N concurrent sessions against N raw
+pod DELETEs in the same run (`bench.kube_teardown`). With `--endpoints`, runnerd has `ingress_base_domain` set and each
 session declares two tcp ports (so publishes a Service and an Ingress).
 Printed, never asserted.
 """
@@ -24,6 +25,7 @@ from typing import Any
 import httpx
 import trio
 
+from bench.kube_teardown import teardown
 from tests.harness import iter_sse, open_ws
 from tests.kube.daemon import kube_daemon, telo_body
 from tests.kubesim.server import KubeSim, open_kubesim
@@ -88,7 +90,8 @@ async def health_when_silent(sim: KubeSim, tmp: Path) -> float:
         sim.faults.resume()
 
 
-async def measure(sim: KubeSim, tmp: Path, sessions: int, endpoints: bool) -> None:
+async def measure(sim: KubeSim, tmp: Path, sessions: int, endpoints: bool,
+                  concurrent: int) -> None:
     seen: dict[str, float] = {}
     (tmp / "daemon").mkdir()
     (tmp / "silent").mkdir()
@@ -103,6 +106,7 @@ async def measure(sim: KubeSim, tmp: Path, sessions: int, endpoints: bool) -> No
             results = [await one_session(client, seen, ports) for _ in range(sessions)]
             after = sim.stats.snapshot()
             throughput = await pty_throughput(daemon, client)
+            torn = await teardown(sim, client, concurrent) if concurrent else None
         health = await health_when_silent(sim, tmp)
         nursery.cancel_scope.cancel()
     requests = sum(after["requestsByVerb"].values()) - sum(before["requestsByVerb"].values())
@@ -119,21 +123,25 @@ async def measure(sim: KubeSim, tmp: Path, sessions: int, endpoints: bool) -> No
     print(f"  pods left in the cluster        {len(sim.store.list('pods', 'runnerd'))}")
     print(f"  PTY throughput through attach   {throughput:.1f} MB/s")
     print(f"  /v1/health, apiserver silent    {health * 1000:.1f} ms")
+    for line in torn.lines() if torn else []:
+        print(line)
 
 
-async def run(sessions: int, endpoints: bool) -> None:
+async def run(sessions: int, endpoints: bool, concurrent: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         async with open_kubesim(Path(tmp)) as sim:
-            await measure(sim, Path(tmp), sessions, endpoints)
+            await measure(sim, Path(tmp), sessions, endpoints, concurrent)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--teardown", type=int, default=20,
+                        help="concurrent sessions to tear down at the end (0: none)")
     parser.add_argument("--endpoints", action="store_true",
                         help="publish each session's ports (ingress_base_domain set)")
     args = parser.parse_args()
-    trio.run(run, args.sessions, args.endpoints)
+    trio.run(run, args.sessions, args.endpoints, args.teardown)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any
@@ -231,8 +232,11 @@ async def _attach_once(client: KubeClient, pod: str, container: str,
             return await _read(ws, on_output)
         finally:
             terminal._close()
+            # Cancelled (a stop: the pod is being deleted), the close
+            # handshake would only wait on a peer that is going away.
+            stopping = trio.current_effective_deadline() == -math.inf
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
-                await ws.aclose()
+                await (trio.aclose_forcefully(stream) if stopping else ws.aclose())
             nursery.cancel_scope.cancel()
 
 
