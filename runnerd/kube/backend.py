@@ -109,6 +109,8 @@ class KubeBackend:
         # Pods whose delete a user stop had accepted (`_stop`): their run's
         # teardown only waits for them to be gone.
         self._stopping: set[str] = set()
+        # The splice of each supervised pod, for `_stop` (the log read first).
+        self._splices: dict[str, Splice] = {}
 
     async def recover(self) -> list[Recovered]:
         """With `on_restart = "adopt"`, once the informer has listed them:
@@ -206,6 +208,11 @@ class KubeBackend:
             StopRefused: the delete was refused or failed (the classified
                 cause); the pod and the session run on.
         """
+        splice = self._splices.get(name)
+        if splice is not None and not splice.released:
+            # No attach came up yet: what it wrote is only in the pod's log.
+            with trio.move_on_after(STOP_LOG_READ_S):
+                splice.release(await read_log(self._client, name))
         try:
             await self._client.delete_pod(name, operation="could not delete the session pod",
                                           grace_period_s=STOP_GRACE_S)
@@ -323,9 +330,11 @@ class KubeBackend:
             if not splice.released:
                 splice.release(await read_log(self._client, name))
             return outcome
+        self._splices[name] = splice  # before any checkpoint: a stop may need it next
         try:
             return await self._follow(spec, sink, sub, pod, relay, splice, inspect_url)
         finally:
+            del self._splices[name]
             if not splice.released:  # stopped before the attach came up: keep what it wrote
                 with trio.CancelScope(shield=True), trio.move_on_after(STOP_LOG_READ_S):
                     splice.release(await read_log(self._client, name))
