@@ -106,7 +106,8 @@ async def measure(sim: KubeSim, tmp: Path, sessions: int, endpoints: bool,
             results = [await one_session(client, seen, ports) for _ in range(sessions)]
             after = sim.stats.snapshot()
             throughput = await pty_throughput(daemon, client)
-            torn = await teardown(sim, client, concurrent) if concurrent else None
+            # One alone (a DELETE's own latency), then N at once.
+            torn = [await teardown(sim, client, n) for n in (1, concurrent) if n]
         health = await health_when_silent(sim, tmp)
         nursery.cancel_scope.cancel()
     requests = sum(after["requestsByVerb"].values()) - sum(before["requestsByVerb"].values())
@@ -123,8 +124,9 @@ async def measure(sim: KubeSim, tmp: Path, sessions: int, endpoints: bool,
     print(f"  pods left in the cluster        {len(sim.store.list('pods', 'runnerd'))}")
     print(f"  PTY throughput through attach   {throughput:.1f} MB/s")
     print(f"  /v1/health, apiserver silent    {health * 1000:.1f} ms")
-    for line in torn.lines() if torn else []:
-        print(line)
+    for figure in torn:
+        for line in figure.lines():
+            print(line)
 
 
 async def run(sessions: int, endpoints: bool, concurrent: int) -> None:

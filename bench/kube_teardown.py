@@ -41,9 +41,9 @@ class Teardown:
         ratio = self.all_gone_s / self.reference_s if self.reference_s else float("nan")
         load = " ".join(f"{x:.2f}" for x in self.load)
         return [
-            f"  teardown, {self.sessions} concurrent DELETEs: last 204 {self.all_204_s:.2f} s,"
+            f"  teardown, {self.sessions} concurrent DELETE(s): last 204 {self.all_204_s:.2f} s,"
             f" last pod gone {self.all_gone_s:.2f} s",
-            f"  reference, {self.sessions} raw pod DELETEs (httpx) until gone"
+            f"  reference, {self.sessions} raw pod DELETE(s) (httpx) until gone"
             f" {self.reference_s:.2f} s; ratio {ratio:.2f} (load average {load})",
         ]
 
