@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import httpx
 import trio
 
-from runnerd.kube.backend import STOP_GRACE_S
+from runnerd.kube.podstop import STOP_GRACE_S
 from tests.e2e.contract_client import wait_status
 from tests.kube.daemon import session_pods, telo_body, wait_no_pods
 from tests.kubesim.conftest import build_client
@@ -75,12 +75,19 @@ async def _delete_sessions(client: httpx.AsyncClient, ids: list[str]) -> None:
 
 
 async def _delete_pods(sim: KubeSim, names: list[str]) -> None:
-    body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background",
-            "gracePeriodSeconds": STOP_GRACE_S}
+    body = {
+        "kind": "DeleteOptions",
+        "apiVersion": "v1",
+        "propagationPolicy": "Background",
+        "gracePeriodSeconds": STOP_GRACE_S,
+    }
     async with build_client(sim) as kube, trio.open_nursery() as nursery:
         for name in names:
-            nursery.start_soon(lambda n=name: kube.request(
-                "DELETE", f"/api/v1/namespaces/runnerd/pods/{n}", json=body))
+            nursery.start_soon(
+                lambda n=name: kube.request(
+                    "DELETE", f"/api/v1/namespaces/runnerd/pods/{n}", json=body
+                )
+            )
 
 
 async def teardown(sim: KubeSim, client: httpx.AsyncClient, n: int) -> Teardown:

@@ -24,13 +24,14 @@ import trio
 import runnerd.kube.errors as errors
 import runnerd.kube.giveup as giveup
 from runnerd.config import AppEntry, Config, ConfigError, parse_listen
-from runnerd.kube.backend import CREATE_GRACE_S, STOP_WAIT_S, KubeBackend
+from runnerd.kube.backend import CREATE_GRACE_S, KubeBackend
 from runnerd.kube.bundle import BundleTokens
 from runnerd.kube.bundlehttp import bind_bundle_listener, serve_bundles
 from runnerd.kube.client import open_kube_client
 from runnerd.kube.informer import PodInformer
 from runnerd.kube.kubeconfig import KubeconfigError, load_connection
 from runnerd.kube.podspec import managed_by_selector
+from runnerd.kube.podstop import STOP_WAIT_S
 from runnerd.kube.recovery import delete_stale
 
 NAME = "kubernetes"
@@ -50,7 +51,7 @@ def check_config(config: Config, *, reloaded: bool = False) -> None:
     if not config.kubernetes.self_url:
         raise ConfigError(
             "kubernetes.self_url",
-            "is required with backend = \"kubernetes\": the URL session pods use to reach"
+            'is required with backend = "kubernetes": the URL session pods use to reach'
             " bundle_listen (e.g. http://10.0.0.5:8063)",
         )
 
@@ -71,8 +72,10 @@ def config_warnings(config: Config, daemon_path: str | None) -> list[str]:
     (no pod can reach it unless the cluster runs on this host)."""
     url = config.kubernetes.self_url
     if "://127." in url or "://localhost" in url or "://[::1]" in url:
-        return [f"kubernetes.self_url {url!r} is a loopback address: only a cluster on this"
-                " host can reach it"]
+        return [
+            f"kubernetes.self_url {url!r} is a loopback address: only a cluster on this"
+            " host can reach it"
+        ]
     return []
 
 
@@ -107,15 +110,17 @@ async def _open_backend(
     settings = config.kubernetes
     try:
         conn = await trio.to_thread.run_sync(
-            load_connection, settings, dict(os.environ), Path.home())
+            load_connection, settings, dict(os.environ), Path.home()
+        )
     except KubeconfigError as exc:
         raise ConfigError("kubernetes.kubeconfig", str(exc)) from exc
     address = parse_listen(settings.bundle_listen)
     try:
         listener = await bind_bundle_listener(address.host or "", address.port or 0)
     except OSError as exc:
-        raise ConfigError("kubernetes.bundle_listen",
-                          f"cannot listen on {settings.bundle_listen}: {exc.strerror}") from exc
+        raise ConfigError(
+            "kubernetes.bundle_listen", f"cannot listen on {settings.bundle_listen}: {exc.strerror}"
+        ) from exc
     try:
         async with open_kube_client(conn) as client, trio.open_nursery() as nursery:
             informer = PodInformer(client, managed_by_selector(settings))
@@ -128,8 +133,12 @@ async def _open_backend(
             if settings.on_restart == "reap":  # else `recover()` adopts them
                 nursery.start_soon(_reap, backend, informer)
             nursery.start_soon(_sweep_abandoned, backend, informer)
-            log.info("kubernetes backend: namespace %s via %s; bundles on %s",
-                     client.namespace, conn.source, settings.bundle_listen)
+            log.info(
+                "kubernetes backend: namespace %s via %s; bundles on %s",
+                client.namespace,
+                conn.source,
+                settings.bundle_listen,
+            )
             try:
                 yield backend
             finally:
@@ -171,8 +180,11 @@ async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
     """`on_restart = "reap"`: delete the pods a previous process left, once
     the informer has listed them; this process's own pods are spared."""
     await informer.wait_synced()
-    left = [str(p["metadata"]["name"]) for p in informer.pods()
-            if str(p["metadata"]["name"]) not in backend.live]
+    left = [
+        str(p["metadata"]["name"])
+        for p in informer.pods()
+        if str(p["metadata"]["name"]) not in backend.live
+    ]
     for name in left:
         await delete_stale(backend.client, name, "a pod left by a previous run")
     if left:

@@ -188,8 +188,8 @@ class Splice:
             self._emit(held)
             return
         log_bytes = log_bytes or b""
-        if log_bytes[self.emitted:]:
-            self._emit(log_bytes[self.emitted:])
+        if log_bytes[self.emitted :]:
+            self._emit(log_bytes[self.emitted :])
         if len(held) > MAX_HELD_OUTPUT_BYTES:  # too much to compare: repeat rather than lose
             self._emit(held)
             return
@@ -222,7 +222,7 @@ class Splice:
         if not self._aligning:
             return
         if log_bytes.startswith(self._log) and len(log_bytes) > len(self._log):
-            self._emit(log_bytes[len(self._log):])
+            self._emit(log_bytes[len(self._log) :])
             self._log = log_bytes
         self._align(self._pending)
 
@@ -230,8 +230,12 @@ class Splice:
         """Whether `log_bytes` holds everything past `emitted` up to a new
         attach: read, not shorter than what was delivered (rotated), not cut
         at its read limit, and `emitted` still a place in it."""
-        return (self._tracking and log_bytes is not None and len(log_bytes) >= self.emitted
-                and len(log_bytes) < self.log_limit_bytes())
+        return (
+            self._tracking
+            and log_bytes is not None
+            and len(log_bytes) >= self.emitted
+            and len(log_bytes) < self.log_limit_bytes()
+        )
 
     def _say_lost(self) -> None:
         """Output is missing: say so once, and stop counting positions."""
@@ -271,16 +275,16 @@ class Splice:
             if self._dropped:  # what the dropped attach missed is nowhere else
                 self._say_lost()
         elif len(final_log) > self.emitted:
-            self._emit(final_log[self.emitted:])
+            self._emit(final_log[self.emitted :])
 
 
-async def read_log(client: KubeClient, pod: str,
-                   limit_bytes: int = LOG_READ_BYTES) -> bytes | None:
+async def read_log(client: KubeClient, pod: str, limit_bytes: int = LOG_READ_BYTES) -> bytes | None:
     """The container's output so far (its first `limit_bytes`); None when it
     cannot be read (logged)."""
     try:
-        return await client.read_log(pod, container="session", operation=LOG_OPERATION,
-                                     limit_bytes=limit_bytes)
+        return await client.read_log(
+            pod, container="session", operation=LOG_OPERATION, limit_bytes=limit_bytes
+        )
     except errors.KubeError as exc:
         log.warning("could not read the pod's log: %r", exc.__cause__ or exc, extra={"pod": pod})
         return None
@@ -296,8 +300,14 @@ class _OnAttached:
         self._callback(value)
 
 
-async def keep_attached(client: KubeClient, pod: str, relay: Relay, splice: Splice,
-                        emit: Callable[[bytes], None], pod_runs: Callable[[], bool]) -> bool:
+async def keep_attached(
+    client: KubeClient,
+    pod: str,
+    relay: Relay,
+    splice: Splice,
+    emit: Callable[[bytes], None],
+    pod_runs: Callable[[], bool],
+) -> bool:
     """Attach to `pod` until its terminal ends, re-attaching while `pod_runs()`.
 
     The first attach that comes up also starts the log read for the splice.
@@ -316,9 +326,15 @@ async def keep_attached(client: KubeClient, pod: str, relay: Relay, splice: Spli
             splice.reread = None  # the nursery is closing: no second read past it
 
 
-async def _attach_until_end(client: KubeClient, pod: str, relay: Relay, splice: Splice,
-                            emit: Callable[[bytes], None], pod_runs: Callable[[], bool],
-                            nursery: trio.Nursery) -> bool:
+async def _attach_until_end(
+    client: KubeClient,
+    pod: str,
+    relay: Relay,
+    splice: Splice,
+    emit: Callable[[bytes], None],
+    pod_runs: Callable[[], bool],
+    nursery: trio.Nursery,
+) -> bool:
     delay = REATTACH_FIRST_S
     refusals_said = False
 
@@ -347,8 +363,9 @@ async def _attach_until_end(client: KubeClient, pod: str, relay: Relay, splice: 
         elif not refusals_said:  # once per run of refusals, not once per retry
             emit(notice(str(refused)))
             refusals_said = True
-        log.warning("attach %s; re-attaching in %.1f s", refused or "dropped", delay,
-                    extra={"pod": pod})
+        log.warning(
+            "attach %s; re-attaching in %.1f s", refused or "dropped", delay, extra={"pod": pod}
+        )
         await trio.sleep(delay)
         delay = min(delay * 2, REATTACH_CAP_S)
         if not pod_runs():

@@ -220,8 +220,13 @@ class SessionManager:
         self, spec: RunSpec, created_at: float, resumed: Resumed | None = None
     ) -> Session:
         reserver = self._recovery.reserver(spec.session_id)
-        record = SessionRecord(spec.session_id, created_at, self._replay_buffer_bytes,
-                               reserver=reserver, resumed=resumed)
+        record = SessionRecord(
+            spec.session_id,
+            created_at,
+            self._replay_buffer_bytes,
+            reserver=reserver,
+            resumed=resumed,
+        )
         return Session(record, spec, self._wall_clock, self._metrics, self._backend.name)
 
     # -- recovery ------------------------------------------------------------

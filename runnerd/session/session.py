@@ -66,9 +66,7 @@ class Session:
         # The image a client asked for, for listings (None: an app session,
         # or one adopted from a previous daemon, which stored no creation).
         self.image: str | None = (
-            spec.creation.image.image
-            if spec.creation is not None and spec.app is None
-            else None
+            spec.creation.image.image if spec.creation is not None and spec.app is None else None
         )
         self.metrics = metrics
         self.backend_name = backend_name

@@ -23,16 +23,16 @@ def numbered_lines(output: bytes) -> list[int]:
     return [int(n) for n in re.findall(rb"line (\d+)\r?\n", output)]
 
 
-async def test_an_apiserver_outage_mid_session_loses_no_output(kubesim: KubeSim,
-                                                               tmp_path: Path) -> None:
+async def test_an_apiserver_outage_mid_session_loses_no_output(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
     async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
         session_id = await start_telo(client, TICKING)
         async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
             transcript = await read_pty(ws, until=b"line 2\r\n", timeout_s=TIMEOUT_S)
             # Down for 5 s: the attach drops, lines are written meanwhile.
             await kubesim.faults.restart(down_s=5)
-            await read_pty(ws, transcript, until=f"line {LINES}\r\n".encode(),
-                           timeout_s=TIMEOUT_S)
+            await read_pty(ws, transcript, until=f"line {LINES}\r\n".encode(), timeout_s=TIMEOUT_S)
             # Re-attached once the apiserver is back: input reaches the program.
             await kubesim.stats.wait_until(lambda stats: stats.attaches_open == 1)
             await ws.send_message(b"after\n")
@@ -53,8 +53,9 @@ async def test_an_apiserver_outage_mid_session_loses_no_output(kubesim: KubeSim,
         await wait_no_pods(kubesim)
 
 
-async def test_a_drop_the_log_cannot_backfill_is_said_in_the_terminal(kubesim: KubeSim,
-                                                                     tmp_path: Path) -> None:
+async def test_a_drop_the_log_cannot_backfill_is_said_in_the_terminal(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
     async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
         session_id = await start_telo(client, "print ready\necho got:\n")
         async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:

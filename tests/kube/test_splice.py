@@ -25,7 +25,7 @@ def test_attach_bytes_held_or_late_are_written_once(start: int, before: int) -> 
     sp.feed(attach[:before])
     sp.release(OUTPUT)
     for i in range(before, len(attach), 5):  # the rest in small chunks
-        sp.feed(attach[i:i + 5])
+        sp.feed(attach[i : i + 5])
     assert bytes(written) == OUTPUT + b"after the log\r\n"
     assert sp.emitted == len(written)
 
@@ -81,10 +81,12 @@ def test_after_a_dropped_attach_catch_up_adds_what_the_log_has_past_it() -> None
     assert bytes(written) == b"one\r\ntwo\r\nthree\r\n"
 
 
-@pytest.mark.parametrize("log_bytes", [None, b"on", b"x" * (LOG_READ_BYTES + 5)],
-                         ids=["unreadable", "rotated", "past-the-read-limit"])
-def test_a_drop_the_log_cannot_backfill_says_output_was_lost_once(
-        log_bytes: bytes | None) -> None:
+@pytest.mark.parametrize(
+    "log_bytes",
+    [None, b"on", b"x" * (LOG_READ_BYTES + 5)],
+    ids=["unreadable", "rotated", "past-the-read-limit"],
+)
+def test_a_drop_the_log_cannot_backfill_says_output_was_lost_once(log_bytes: bytes | None) -> None:
     sp, written = splice()
     sp.release(b"one\r\n")
     sp.resume()
