@@ -1,14 +1,17 @@
 """The Kubernetes backend's figures through a real daemon, on the test cluster.
 
-`.venv/bin/python -m bench.kube [--sessions N] [--endpoints]` runs the test cluster
+`.venv/bin/python -m bench.kube [--sessions N] [--teardown N] [--endpoints]` runs the test cluster
 (tests/kubesim, kubelet included) in this process and a real `runnerd serve`
 on it (the kubernetes backend over TLS and the cluster's token), then drives
 N sequential sessions over `/v1` (`print hello` then `exit 0`, the upstream
 runner's bar): POST → the pod exists in the cluster, POST → `running` on SSE,
 POST → `exited`; the apiserver requests and new connections per session; the
 PTY throughput through the attach; `/v1/health` while the apiserver is
-silent. With `--endpoints`, runnerd has `ingress_base_domain` set and each
-session declares two tcp ports (so publishes a Service and an Ingress).
+silent; then the teardown of one session and of `--teardown` N concurrent
+ones, each against as many raw pod DELETEs in the same run
+(`bench.kube_teardown`). With `--endpoints`, runnerd has
+`ingress_base_domain` set and each session declares two tcp ports (so
+publishes a Service and an Ingress).
 Printed, never asserted.
 """
 
@@ -24,6 +27,7 @@ from typing import Any
 import httpx
 import trio
 
+from bench.kube_teardown import teardown
 from tests.harness import iter_sse, open_ws
 from tests.kube.daemon import kube_daemon, telo_body
 from tests.kubesim.server import KubeSim, open_kubesim
@@ -46,8 +50,9 @@ async def _pod_added(sim: KubeSim, seen: dict[str, float]) -> None:
                 seen.setdefault(obj["metadata"]["name"], time.perf_counter())
 
 
-async def one_session(client: httpx.AsyncClient, seen: dict[str, float],
-                      ports: list[dict[str, Any]]) -> tuple[float, ...]:
+async def one_session(
+    client: httpx.AsyncClient, seen: dict[str, float], ports: list[dict[str, Any]]
+) -> tuple[float, ...]:
     t0 = time.perf_counter()
     body = telo_body("print hello\nexit 0\n", ports=ports)
     response = await client.post("/v1/sessions", json=body)
@@ -88,7 +93,7 @@ async def health_when_silent(sim: KubeSim, tmp: Path) -> float:
         sim.faults.resume()
 
 
-async def measure(sim: KubeSim, tmp: Path, sessions: int, endpoints: bool) -> None:
+async def measure(sim: KubeSim, tmp: Path, sessions: int, endpoints: bool, concurrent: int) -> None:
     seen: dict[str, float] = {}
     (tmp / "daemon").mkdir()
     (tmp / "silent").mkdir()
@@ -96,44 +101,61 @@ async def measure(sim: KubeSim, tmp: Path, sessions: int, endpoints: bool) -> No
         nursery.start_soon(_pod_added, sim, seen)
         keys = {"ingress_base_domain": "sessions.example.test"} if endpoints else {}
         ports = ENDPOINT_PORTS if endpoints else []
-        async with kube_daemon(sim, tmp / "daemon", **keys) as daemon, \
-                daemon.client() as client:
+        async with kube_daemon(sim, tmp / "daemon", **keys) as daemon, daemon.client() as client:
             await sim.stats.wait_until(lambda s: s.watches_open == 1)
             before = sim.stats.snapshot()
             results = [await one_session(client, seen, ports) for _ in range(sessions)]
             after = sim.stats.snapshot()
             throughput = await pty_throughput(daemon, client)
+            # One alone (a DELETE's own latency), then N at once.
+            torn = [await teardown(sim, client, n) for n in (1, concurrent) if n]
         health = await health_when_silent(sim, tmp)
         nursery.cancel_scope.cancel()
     requests = sum(after["requestsByVerb"].values()) - sum(before["requestsByVerb"].values())
     conns = after["connections"]["accepted"] - before["connections"]["accepted"]
-    print(f"runnerd (kubernetes backend), {sessions} sequential sessions (print; exit 0)"
-          + (", each publishing 2 tcp ports (Service + Ingress)" if endpoints else ""))
+    print(
+        f"runnerd (kubernetes backend), {sessions} sequential sessions (print; exit 0)"
+        + (", each publishing 2 tcp ports (Service + Ingress)" if endpoints else "")
+    )
     print(f"  POST → pod exists      {_ms([r[0] for r in results])}")
     print(f"  POST → running         {_ms([r[1] for r in results])}")
     print(f"  POST → exited          {_ms([r[2] for r in results])}")
-    print(f"  apiserver requests per session  {requests / sessions:.2f}"
-          f" {dict(after['requestsByVerb'])}")
+    print(
+        f"  apiserver requests per session  {requests / sessions:.2f}"
+        f" {dict(after['requestsByVerb'])}"
+    )
     print(f"  new TCP connections per session {conns / sessions:.2f} (attaches included)")
     print(f"  watch streams ever opened       {after['watches']['total']}")
     print(f"  pods left in the cluster        {len(sim.store.list('pods', 'runnerd'))}")
     print(f"  PTY throughput through attach   {throughput:.1f} MB/s")
     print(f"  /v1/health, apiserver silent    {health * 1000:.1f} ms")
+    for figure in torn:
+        for line in figure.lines():
+            print(line)
 
 
-async def run(sessions: int, endpoints: bool) -> None:
+async def run(sessions: int, endpoints: bool, concurrent: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         async with open_kubesim(Path(tmp)) as sim:
-            await measure(sim, Path(tmp), sessions, endpoints)
+            await measure(sim, Path(tmp), sessions, endpoints, concurrent)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, default=20)
-    parser.add_argument("--endpoints", action="store_true",
-                        help="publish each session's ports (ingress_base_domain set)")
+    parser.add_argument(
+        "--teardown",
+        type=int,
+        default=20,
+        help="concurrent sessions to tear down at the end (0: none)",
+    )
+    parser.add_argument(
+        "--endpoints",
+        action="store_true",
+        help="publish each session's ports (ingress_base_domain set)",
+    )
     args = parser.parse_args()
-    trio.run(run, args.sessions, args.endpoints)
+    trio.run(run, args.sessions, args.endpoints, args.teardown)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ The guarantees, member by member:
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -245,6 +245,12 @@ class StartError(Exception):
         self.message = message
 
 
+class StopRefused(Exception):
+    """`Started.stop` could not stop the workload: it is still running (and a
+    later stop may succeed). `str()` is client-safe: the classified cause,
+    never a cluster identity; the raw cause travels as `__cause__`."""
+
+
 class Sink(Protocol):
     """Where a running backend reports. Every method but `terminal_size` is
     synchronous, never blocks, never raises, and is a no-op once the session
@@ -351,6 +357,11 @@ class Started:
     handle: WorkloadHandle
     endpoints: tuple[RunnerEndpoint, ...] = ()
     inspect_url: str | None = None
+    # The backend's own first step of a user stop, for a workload whose stop
+    # can be refused (a pod delete the apiserver denies): awaited before the
+    # run is cancelled; raising `StopRefused` leaves the session running and
+    # the stop answered `stop_failed`. None: cancelling the run stops it.
+    stop: Callable[[], Awaitable[None]] | None = None
 
 
 class NullHandle:

@@ -2,7 +2,9 @@
 
 Pure: `settings`, `errors`, `podstatus`, `podspec`, `bundle`, `kubeconfig`.
 IO at the edge: `credentials`, `client` (httpx), `informer` (the one shared pod
-watch), `attach` (the PTY bridge over trio-websocket). No httpx name escapes
+watch), `attach` (the PTY bridge over trio-websocket), `terminal` (the attach
+kept up, the log spliced and backfilled), `podstop` (a pod's delete, the
+stop's and the teardown's). No httpx name escapes
 this package: every apiserver answer that is not 2xx becomes an
 `errors.KubeError` whose `str()` is client-safe.
 
@@ -45,11 +47,13 @@ How `backend.KubeBackend` and `provider` put them together:
   classified `KubeError`. `kube.read_log(...)` has what was written earlier.
 - `POST /v1/probe`: `await probe.probe_cluster(kube)` (ready, or unavailable
   with a remediation line; bounded).
-- Teardown: `await kube.delete_pod(name, operation=…, grace_period_s=…)`
-  (idempotent: False when already gone); none on a detach (SIGUSR2).
+- Teardown (`podstop.PodStops`): a user stop first awaits `Started.stop`,
+  the pod's `await kube.delete_pod(name, operation=…, grace_period_s=…)`
+  (idempotent: False when already gone); a refusal raises `StopRefused` and
+  the session runs on. Then the run is cancelled and only waits for the pod
+  to be gone; every other end deletes it then; none on a detach (SIGUSR2).
 - After a restart (`on_restart = "adopt"`): `recovery.left_pods(informer.pods(),
   ours)` reads each left pod back (`read_left_pod`: identity and status, or
   unreadable), `recovery.recover_pods` deletes the ended and unreadable ones
   and returns the `Recovered` to adopt; `run()` with no creation re-attaches.
 """
-

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any
@@ -117,8 +118,7 @@ class Terminal:
 
 
 def attach_resource(client: KubeClient, pod: str, container: str) -> str:
-    query = urlencode({"container": container, "stdin": "true", "stdout": "true",
-                       "tty": "true"})
+    query = urlencode({"container": container, "stdin": "true", "stdout": "true", "tty": "true"})
     return f"{client.pods_path(pod)}/attach?{query}"
 
 
@@ -156,8 +156,9 @@ async def _read(ws: WebSocketConnection, on_output: Callable[[bytes], None]) -> 
 _EXPECTED = (ConnectionRejected, HandshakeError, errors.KubeError, OSError, trio.TooSlowError)
 
 
-async def _heartbeat(ws: WebSocketConnection, stream: trio.abc.AsyncResource,
-                     interval_s: float, timeout_s: float) -> None:
+async def _heartbeat(
+    ws: WebSocketConnection, stream: trio.abc.AsyncResource, interval_s: float, timeout_s: float
+) -> None:
     """Ping every `interval_s`; without a pong in `timeout_s`, cut the stream
     (the reader then ends as DROPPED)."""
     while True:
@@ -193,27 +194,50 @@ async def _connect(client: KubeClient) -> trio.SSLStream[trio.SocketStream]:
     url = urlsplit(client.connection.server)
     host, port = url.hostname or "localhost", url.port or 443
     tcp = await trio.open_tcp_stream(host, port)
-    return trio.SSLStream(tcp, client.ssl_context, https_compatible=True,
-                          server_hostname=client.connection.tls_server_name or host)
+    stream = trio.SSLStream(
+        tcp,
+        client.ssl_context,
+        https_compatible=True,
+        server_hostname=client.connection.tls_server_name or host,
+    )
+    # Handshaken here, not by the WebSocket's first send: trio-websocket
+    # waits forever for a handshake whose request could not be sent (a peer
+    # that resets at once, as a restarting apiserver's port does).
+    try:
+        await stream.do_handshake()
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+    return stream
 
 
-async def _attach_once(client: KubeClient, pod: str, container: str,
-                       protocols: Sequence[str], on_output: Callable[[bytes], None],
-                       heartbeat: tuple[float, float],
-                       task_status: trio.TaskStatus[Terminal]) -> AttachEnd:
+async def _attach_once(
+    client: KubeClient,
+    pod: str,
+    container: str,
+    protocols: Sequence[str],
+    on_output: Callable[[bytes], None],
+    heartbeat: tuple[float, float],
+    task_status: trio.TaskStatus[Terminal],
+) -> AttachEnd:
     headers = await client.headers(OPERATION)
     extra = [(k.encode(), v.encode()) for k, v in headers.items() if k == "Authorization"]
     host = urlsplit(client.connection.server).netloc
     try:
         with trio.fail_after(client.policy.deadline_s):
             stream = await _connect(client)
-    except (OSError, trio.TooSlowError) as exc:
+    except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
         raise errors.classify(OPERATION, None) from exc
     async with stream, trio.open_nursery() as nursery:
         with trio.fail_after(client.policy.deadline_s):
-            ws = await wrap_client_stream(nursery, stream, host,
-                                          attach_resource(client, pod, container),
-                                          subprotocols=list(protocols), extra_headers=extra)
+            ws = await wrap_client_stream(
+                nursery,
+                stream,
+                host,
+                attach_resource(client, pod, container),
+                subprotocols=list(protocols),
+                extra_headers=extra,
+            )
         terminal = Terminal(ws.subprotocol or protocols[0])
         nursery.start_soon(terminal._pump, ws)
         nursery.start_soon(_heartbeat, ws, stream, *heartbeat)
@@ -222,8 +246,14 @@ async def _attach_once(client: KubeClient, pod: str, container: str,
             return await _read(ws, on_output)
         finally:
             terminal._close()
+            # Cancelled (a stop: the pod is being deleted), the close
+            # handshake would only wait on a peer that is going away.
+            stopping = trio.current_effective_deadline() == -math.inf
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
-                await ws.aclose()
+                if stopping:
+                    await trio.aclose_forcefully(stream)
+                else:
+                    await ws.aclose()
             nursery.cancel_scope.cancel()
 
 
@@ -248,8 +278,15 @@ async def run_attach(
     """
     for attempt in range(2):
         try:
-            return await _attach_once(client, pod, container, protocols, on_output,
-                                      (ping_interval_s, pong_timeout_s), task_status)
+            return await _attach_once(
+                client,
+                pod,
+                container,
+                protocols,
+                on_output,
+                (ping_interval_s, pong_timeout_s),
+                task_status,
+            )
         except BaseExceptionGroup as group:
             single = _single(group)
             if not isinstance(single, _EXPECTED):

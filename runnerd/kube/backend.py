@@ -11,7 +11,9 @@ too), `Started` reported the moment it runs (a `terminal.Relay` as the
 handle), its terminal kept attached (`terminal.keep_attached`), its end read
 by `podstatus.terminal_outcome`, and the pod deleted on every path: as soon
 as its status is read, or on cancellation (DELETE, TTL, shutdown), except a
-detach (SIGUSR2), which leaves it running for a successor daemon.
+detach (SIGUSR2), which leaves it running for a successor daemon. A user
+stop deletes it first, before the cancellation (`Started.stop`,
+`podstop.PodStops`): a refused delete leaves the session running.
 
 Restarts (`runnerd.kube.recovery`): `recover()` reads back the pods a
 previous process left; `run()` with no creation re-attaches to one (no log
@@ -52,6 +54,7 @@ from runnerd.kube.endpoints import announced, publish_endpoints
 from runnerd.kube.informer import GONE, PodInformer, PodState, PodSubscription
 from runnerd.kube.podspec import INSPECT_PORT, build_pod, format_created_at, is_ours, pod_name
 from runnerd.kube.podstatus import Progress, StartFailed, StartWatch, terminal_outcome
+from runnerd.kube.podstop import STOP_LOG_READ_S, PodStops
 from runnerd.kube.probe import probe_cluster
 from runnerd.kube.recovery import left_pods, recover_pods
 from runnerd.kube.terminal import Relay, Splice, keep_attached, notice, read_log
@@ -60,11 +63,6 @@ from runnerd.workload.reachability import watch_reachability
 
 log = logging.getLogger(__name__)
 
-# A stopped session's pod gets this long to end (SIGTERM, then the kubelet's
-# SIGKILL); runnerd waits for it to be gone at most STOP_WAIT_S, so a
-# shutdown stays within the contract's 10 s whatever the cluster does.
-STOP_GRACE_S = 1
-STOP_WAIT_S = 5.0
 # A pod create cancelled in flight (a stop) is awaited this much longer, then
 # given up on: the reaper deletes the pod if it lands later (kept in mind for
 # ABANDONED_KEEP_S, past the client's own per-call deadline).
@@ -72,11 +70,9 @@ CREATE_GRACE_S = 2.0
 ABANDONED_KEEP_S = 120.0
 # After the container ends, how long the attach may take to deliver the rest.
 DRAIN_TIMEOUT_S = 2.0
-RESTARTED_LINE = notice("runnerd restarted and re-attached; output from while it was away"
-                        " may have been missed")
-# A session stopped before its attach came up: its output so far is read from
-# the log (shielded) for at most this long before the pod is deleted.
-STOP_LOG_READ_S = 1.0
+RESTARTED_LINE = notice(
+    "runnerd restarted and re-attached; output from while it was away may have been missed"
+)
 
 
 def _pod(state: PodState) -> Mapping[str, Any] | None:
@@ -91,8 +87,15 @@ class KubeBackend:
     # A pod outlives its daemon: a detach leaves it for a successor to adopt.
     detach_supported = True
 
-    def __init__(self, settings: KubeSettings, client: KubeClient, informer: PodInformer,
-                 tokens: BundleTokens, *, apps: Callable[[], Mapping[str, AppEntry]]) -> None:
+    def __init__(
+        self,
+        settings: KubeSettings,
+        client: KubeClient,
+        informer: PodInformer,
+        tokens: BundleTokens,
+        *,
+        apps: Callable[[], Mapping[str, AppEntry]],
+    ) -> None:
         self._settings = settings
         self.client = self._client = client
         self._informer = informer
@@ -105,6 +108,7 @@ class KubeBackend:
         self.abandoned: dict[str, float] = {}
         # Pods the previous process stopped but could not delete (`giveup`).
         self.stopped_before: set[str] = set()
+        self._stops = PodStops(client, self.live, self.abandoned)
 
     async def recover(self) -> list[Recovered]:
         """With `on_restart = "adopt"`, once the informer has listed them:
@@ -115,8 +119,9 @@ class KubeBackend:
             await trio.lowlevel.checkpoint()
             return []
         await self._informer.wait_synced()
-        return await recover_pods(self._client, left_pods(self._informer.pods(), self.live,
-                                                          self.stopped_before))
+        return await recover_pods(
+            self._client, left_pods(self._informer.pods(), self.live, self.stopped_before)
+        )
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         """Whether sessions could start now (`probe.probe_cluster`)."""
@@ -142,34 +147,40 @@ class KubeBackend:
                 # pod is gone before the cancellation propagates; or a detach.
                 stopped = trio.current_effective_deadline() == -math.inf
                 if stopped and sink.end_intent() is EndIntent.DETACH:
-                    log.info("session pod left running for a successor",
-                             extra={**ids, "pod": name})
+                    log.info("session pod left running for a successor", extra={**ids, "pod": name})
                 else:
                     with trio.CancelScope(shield=True):
-                        deleted = await self._delete(name, sub, wait=stopped)
-                    log.log(logging.INFO if deleted else logging.WARNING, "session pod %s",
-                            "deleted" if deleted else "not deleted yet (retried in the"
-                            " background)", extra={**ids, "pod": name})
+                        deleted = await self._stops.delete(name, sub, wait=stopped)
+                    log.log(
+                        logging.INFO if deleted else logging.WARNING,
+                        "session pod %s",
+                        "deleted" if deleted else "not deleted yet (retried in the background)",
+                        extra={**ids, "pod": name},
+                    )
 
-    async def _run(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
-                   task_status: trio.TaskStatus[Started]) -> Outcome:
+    async def _run(
+        self, spec: RunSpec, sink: Sink, sub: PodSubscription, task_status: trio.TaskStatus[Started]
+    ) -> Outcome:
         if spec.creation is None:
             return await self._readopt(spec, sink, sub, task_status)
         began = trio.current_time()  # the start deadline counts from here (the POST)
         first = await self._create(spec, sink)
         # Published while the pod starts; owned by it, so collected with it.
-        endpoints = await publish_endpoints(self._client, self._settings, spec.identity, first,
-                                            sink)
+        endpoints = await publish_endpoints(
+            self._client, self._settings, spec.identity, first, sink
+        )
         running = await self._await_running(sub, first, sink, began)
         relay = Relay()
         ip = _pod_ip(running)
         # The kernel's debug server on the pod's own address (never published).
         inspect_url = f"http://{ip}:{INSPECT_PORT}" if spec.inspect and ip else None
-        task_status.started(Started(relay, endpoints, inspect_url))
+        stop = self._stops.stopper(pod_name(spec.session_id))
+        task_status.started(Started(relay, endpoints, inspect_url, stop))
         return await self._supervise(spec, sink, sub, running, relay, inspect_url)
 
-    async def _readopt(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
-                       task_status: trio.TaskStatus[Started]) -> Outcome:
+    async def _readopt(
+        self, spec: RunSpec, sink: Sink, sub: PodSubscription, task_status: trio.TaskStatus[Started]
+    ) -> Outcome:
         """An adopted pod (`recover()` saw it running): `Started` at once, then
         supervised as a pod this process started."""
         self.live.add(pod_name(spec.session_id))
@@ -178,11 +189,14 @@ class KubeBackend:
         ip = _pod_ip(pod)
         inspect_url = f"http://{ip}:{INSPECT_PORT}" if spec.inspect and ip else None
         # Re-announced (and re-created if they went missing) for the same pod.
-        endpoints = (await publish_endpoints(self._client, self._settings, spec.identity, pod,
-                                             sink)
-                     if pod is not None else announced(self._settings, spec.identity,
-                                                       published=False))
-        task_status.started(Started(relay, endpoints, inspect_url))
+        endpoints = (
+            await publish_endpoints(self._client, self._settings, spec.identity, pod, sink)
+            if pod is not None
+            else announced(self._settings, spec.identity, published=False)
+        )
+        task_status.started(
+            Started(relay, endpoints, inspect_url, self._stops.stopper(pod_name(spec.session_id)))
+        )
         sink.output(RESTARTED_LINE)
         return await self._supervise(spec, sink, sub, pod, relay, inspect_url, adopted=True)
 
@@ -221,22 +235,30 @@ class KubeBackend:
             with window:
                 try:
                     created = await self._client.create_pod(
-                        pod, operation="could not create the session pod",
-                        is_ours=lambda p: is_ours(p, self._settings, spec.session_id))
+                        pod,
+                        operation="could not create the session pod",
+                        is_ours=lambda p: is_ours(p, self._settings, spec.session_id),
+                    )
                 except errors.KubeError as exc:  # raised here, never as a group
                     failure = exc
             if window.cancelled_caught:  # given up on: the stop goes on without it
-                log.warning("pod create unanswered %g s after the stop; the reaper deletes"
-                            " the pod if it lands", CREATE_GRACE_S,
-                            extra={"session_id": spec.session_id})
+                log.warning(
+                    "pod create unanswered %g s after the stop; the reaper deletes"
+                    " the pod if it lands",
+                    CREATE_GRACE_S,
+                    extra={"session_id": spec.session_id},
+                )
                 self.abandoned[name] = trio.current_time()
             nursery.cancel_scope.cancel()
         # A stop that cut the create short ends as a stop, not as its error.
         await trio.lowlevel.checkpoint_if_cancelled()
         if failure is not None or created is None:
             error = failure or errors.Unreachable("could not create the session pod")
-            log.warning("pod create failed: %r", error.__cause__ or error,
-                        extra={"session_id": spec.session_id})
+            log.warning(
+                "pod create failed: %r",
+                error.__cause__ or error,
+                extra={"session_id": spec.session_id},
+            )
             raise errors.start_error(error, "create") from error
         return created
 
@@ -252,8 +274,9 @@ class KubeBackend:
                 del self.abandoned[name]
         return landed
 
-    async def _await_running(self, sub: PodSubscription, first: Mapping[str, Any],
-                             sink: Sink, began: float) -> Mapping[str, Any] | None:
+    async def _await_running(
+        self, sub: PodSubscription, first: Mapping[str, Any], sink: Sink, began: float
+    ) -> Mapping[str, Any] | None:
         """The pod once it runs (or has already ended: None or its last state),
         within `start_deadline_seconds` of `began` (the session's start, so a
         slow bundle build or create counts too).
@@ -279,12 +302,23 @@ class KubeBackend:
                     return pod
                 pod = _pod(await sub.next())
         refused = f"; {self._informer.refused}" if self._informer.refused else ""
-        raise StartError("provision", f"the session pod was not running after {deadline_s:g} s"
-                         f" (last: {said or 'waiting'}{refused})")
+        raise StartError(
+            "provision",
+            f"the session pod was not running after {deadline_s:g} s"
+            f" (last: {said or 'waiting'}{refused})",
+        )
 
-    async def _supervise(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
-                         pod: Mapping[str, Any] | None, relay: Relay,
-                         inspect_url: str | None, *, adopted: bool = False) -> Outcome:
+    async def _supervise(
+        self,
+        spec: RunSpec,
+        sink: Sink,
+        sub: PodSubscription,
+        pod: Mapping[str, Any] | None,
+        relay: Relay,
+        inspect_url: str | None,
+        *,
+        adopted: bool = False,
+    ) -> Outcome:
         name = pod_name(spec.session_id)
         splice = Splice(sink.output)
         if adopted:  # the log is output its clients saw from the previous daemon
@@ -295,15 +329,24 @@ class KubeBackend:
                 splice.release(await read_log(self._client, name))
             return outcome
         try:
-            return await self._follow(spec, sink, sub, pod, relay, splice, inspect_url)
+            # Entered before any checkpoint: a stop may need the splice next.
+            with self._stops.supervising(name, splice):
+                return await self._follow(spec, sink, sub, pod, relay, splice, inspect_url)
         finally:
             if not splice.released:  # stopped before the attach came up: keep what it wrote
                 with trio.CancelScope(shield=True), trio.move_on_after(STOP_LOG_READ_S):
                     splice.release(await read_log(self._client, name))
 
-    async def _follow(self, spec: RunSpec, sink: Sink, sub: PodSubscription,
-                      pod: Mapping[str, Any] | None, relay: Relay, splice: Splice,
-                      inspect_url: str | None) -> Outcome:
+    async def _follow(
+        self,
+        spec: RunSpec,
+        sink: Sink,
+        sub: PodSubscription,
+        pod: Mapping[str, Any] | None,
+        relay: Relay,
+        splice: Splice,
+        inspect_url: str | None,
+    ) -> Outcome:
         """The running pod's terminal, reachability and debug stream, to its end."""
         name = pod_name(spec.session_id)
         state: dict[str, Mapping[str, Any] | None] = {"pod": pod}
@@ -318,8 +361,11 @@ class KubeBackend:
 
             async def attach() -> None:
                 try:
-                    delivered.append(await keep_attached(
-                        self._client, name, relay, splice, sink.output, pod_runs))
+                    delivered.append(
+                        await keep_attached(
+                            self._client, name, relay, splice, sink.output, pod_runs
+                        )
+                    )
                 finally:
                     attached.set()
 
@@ -332,6 +378,8 @@ class KubeBackend:
                 nursery.start_soon(relay_debug_stream, f"{inspect_url}/events", sink.debug)
             while (outcome := terminal_outcome(state["pod"])) is None and state["pod"] is not None:
                 state["pod"] = _pod(await sub.next())
+            if self._stops.accepted(name):  # a stop deleted it: its cancellation follows
+                await trio.sleep_forever()
             with trio.move_on_after(DRAIN_TIMEOUT_S):
                 await attached.wait()
             nursery.cancel_scope.cancel()
@@ -339,31 +387,11 @@ class KubeBackend:
             splice.flush()
         else:  # no attach came up, it was cut short or saw nothing: the log has it all
             splice.catch_up(await read_log(self._client, name))
-        return outcome if outcome is not None else Failed("the session pod was deleted outside"
-                                                          " runnerd")
-
-    async def _delete(self, name: str, sub: PodSubscription, *, wait: bool) -> bool:
-        """Delete the pod; with `wait` (a stop), with a grace and until it is
-        gone (at most STOP_WAIT_S); without (it ended, or never started), at
-        once: there is nothing left in it to let finish. False: the apiserver
-        did not take the delete (the pod is then `abandoned`)."""
-        deleted = False
-        with trio.move_on_after(STOP_WAIT_S):
-            try:
-                existed = await self._client.delete_pod(
-                    name, operation="could not delete the session pod",
-                    grace_period_s=STOP_GRACE_S if wait else 0)
-                deleted = True
-            except errors.KubeError as exc:
-                log.warning("could not delete pod %s: %r", name, exc.__cause__ or exc)
-                return False
-            finally:
-                self.live.discard(name)
-                if not deleted:  # refused or unanswered: the sweep deletes it later
-                    self.abandoned[name] = trio.current_time()
-            while wait and existed and sub.latest() is not GONE:
-                await sub.next()
-        return deleted
+        return (
+            outcome
+            if outcome is not None
+            else Failed("the session pod was deleted outside runnerd")
+        )
 
 
 async def _grace_on_cancel(window: trio.CancelScope) -> None:

@@ -24,13 +24,14 @@ import trio
 import runnerd.kube.errors as errors
 import runnerd.kube.giveup as giveup
 from runnerd.config import AppEntry, Config, ConfigError, parse_listen
-from runnerd.kube.backend import CREATE_GRACE_S, STOP_WAIT_S, KubeBackend
+from runnerd.kube.backend import CREATE_GRACE_S, KubeBackend
 from runnerd.kube.bundle import BundleTokens
 from runnerd.kube.bundlehttp import bind_bundle_listener, serve_bundles
 from runnerd.kube.client import open_kube_client
 from runnerd.kube.informer import PodInformer
 from runnerd.kube.kubeconfig import KubeconfigError, load_connection
 from runnerd.kube.podspec import managed_by_selector
+from runnerd.kube.podstop import STOP_WAIT_S
 from runnerd.kube.recovery import delete_stale
 from runnerd.metrics import NULL_METRICS, Metrics
 

@@ -14,8 +14,13 @@ Owns three things between `attach.run_attach` and the session's sink:
   needs a wrapper in the session image, and a fast `print; exit` ends
   before any attach could connect.
 - `keep_attached`: an attach that drops while the pod runs is re-attached
-  with capped backoff, and one line in the terminal says output may have
-  been missed; a refused attach writes its classified reason the same way.
+  with capped backoff, and what the container wrote meanwhile is backfilled
+  from `pods/log` the same way (`Splice.resume`): the log past the bytes
+  already delivered goes ahead of the new attach's stream, so an apiserver
+  outage loses nothing. Where the log cannot say (unreadable, rotated
+  shorter than what was delivered, past its read limit), one line in the
+  terminal says output was lost. A refused attach writes its classified
+  reason the same way; an unreachable apiserver is only waited out.
 """
 
 from __future__ import annotations
@@ -40,11 +45,22 @@ MAX_HELD_STDIN_BYTES = 1024 * 1024
 MAX_HELD_OUTPUT_BYTES = 4 * 1024 * 1024
 REATTACH_FIRST_S = 0.2
 REATTACH_CAP_S = 5.0
+# An adopted session's splice passes through (its log is output the previous
+# daemon delivered), so a drop there cannot be backfilled.
 DROPPED_LINE = (
     b"\r\n[runnerd: the terminal connection to the session pod dropped; reconnecting."
     b" Output may have been missed.]\r\n"
 )
+LOST_LINE = (
+    b"\r\n[runnerd: the terminal connection to the session pod dropped and the output"
+    b" written meanwhile could not be read back from the pod's log; some is missing.]\r\n"
+)
 LOG_OPERATION = "could not read the session's output"
+# What one log read returns at most (the first bytes of the log). A
+# backfill reads what was delivered plus this much, up to BACKFILL_MAX_BYTES
+# delivered: past that, a drop is reported as a loss instead.
+LOG_READ_BYTES = 1024 * 1024
+BACKFILL_MAX_BYTES = 32 * 1024 * 1024
 
 
 def notice(text: str) -> bytes:
@@ -106,7 +122,9 @@ class Splice:
     are held for a second read (`reread`, once), which has everything up to
     them. `emitted` counts the container's bytes written so far, so
     `catch_up` can add what a cut-short attach, or one that saw nothing,
-    never delivered, once the container has ended.
+    never delivered, once the container has ended. `resume` after a dropped
+    attach holds the next attach's bytes the same way, and `release` then
+    writes only the log past `emitted` (the backfill).
     Content decides what repeats: output identical to the log's tail, sent
     again right after the attach came up, is taken for a repeat.
     """
@@ -124,6 +142,8 @@ class Splice:
         self._reread_spent = False
         self.emitted = 0
         self.fed = 0  # attach bytes seen: none, and the attach may have come up too late
+        self.lost = False  # output was lost (said once in the terminal)
+        self._dropped = False  # an attach dropped while the container ran
 
     def pass_through(self) -> None:
         """No log splicing at all: an adopted pod's log is output the previous
@@ -134,6 +154,15 @@ class Splice:
     @property
     def released(self) -> bool:
         return self._held is None
+
+    @property
+    def tracking(self) -> bool:
+        """Whether `emitted` still says where the stream is in the log."""
+        return self._tracking
+
+    def log_limit_bytes(self) -> int:
+        """How much of the log the next read needs (what was delivered, and more)."""
+        return self.emitted + LOG_READ_BYTES
 
     def _emit(self, data: bytes) -> None:
         self.emitted += len(data)
@@ -148,13 +177,19 @@ class Splice:
         else:
             self._emit(data)
 
-    def release(self, log_bytes: bytes) -> None:
-        """The log is back: write it, then the held attach bytes it lacks."""
+    def release(self, log_bytes: bytes | None) -> None:
+        """The log is back (None: it could not be read): write what of it was
+        not written yet, then the held attach bytes it lacks."""
         if self._held is None:
             return
         held, self._held = bytes(self._held), None
-        if log_bytes:
-            self._emit(log_bytes)
+        if self.emitted and not self._backfills(log_bytes):
+            self._say_lost()
+            self._emit(held)
+            return
+        log_bytes = log_bytes or b""
+        if log_bytes[self.emitted :]:
+            self._emit(log_bytes[self.emitted :])
         if len(held) > MAX_HELD_OUTPUT_BYTES:  # too much to compare: repeat rather than lose
             self._emit(held)
             return
@@ -187,36 +222,72 @@ class Splice:
         if not self._aligning:
             return
         if log_bytes.startswith(self._log) and len(log_bytes) > len(self._log):
-            self._emit(log_bytes[len(self._log):])
+            self._emit(log_bytes[len(self._log) :])
             self._log = log_bytes
         self._align(self._pending)
 
-    def gap(self) -> None:
-        """The attach dropped: output may be missing, so `emitted` no longer
-        says where the stream is in the log (`catch_up` adds nothing)."""
+    def _backfills(self, log_bytes: bytes | None) -> bool:
+        """Whether `log_bytes` holds everything past `emitted` up to a new
+        attach: read, not shorter than what was delivered (rotated), not cut
+        at its read limit, and `emitted` still a place in it."""
+        return (
+            self._tracking
+            and log_bytes is not None
+            and len(log_bytes) >= self.emitted
+            and len(log_bytes) < self.log_limit_bytes()
+        )
+
+    def _say_lost(self) -> None:
+        """Output is missing: say so once, and stop counting positions."""
+        if not self.lost:
+            self._emit_raw(LOST_LINE)
+        self.lost, self._tracking = True, False
+
+    def resume(self) -> None:
+        """The attach dropped: hold the next one's bytes until the log is
+        read again (`release`), which backfills what was written meanwhile.
+        Passing through (no positions known), nothing can be backfilled.
+        Still holding (no log read back yet), that read releases it all."""
+        self._dropped = True
+        if self._held is not None:
+            return
         self.flush()
-        self._tracking = False
+        if not self._tracking:
+            return
+        if self.emitted > BACKFILL_MAX_BYTES:  # too much log to read past
+            self._say_lost()
+            return
+        self._held, self._reread_spent = bytearray(), False
 
     def flush(self) -> None:
         """The attach ended: what it sent that still looked like a repeat was one."""
         self._aligning, self._rereading, self._log, self._pending = False, False, b"", b""
 
-    def catch_up(self, final_log: bytes) -> None:
+    def catch_up(self, final_log: bytes | None) -> None:
         """The container ended but its attach was cut short: `final_log` (its
-        whole output) past what was already written."""
+        whole output; None: unreadable, so output may be missing) past what
+        was already written."""
         self.release(final_log)
         self.flush()
-        if self._tracking and len(final_log) > self.emitted:
-            self._emit(final_log[self.emitted:])
+        if not self._tracking:
+            return
+        if final_log is None:
+            if self._dropped:  # what the dropped attach missed is nowhere else
+                self._say_lost()
+        elif len(final_log) > self.emitted:
+            self._emit(final_log[self.emitted :])
 
 
-async def read_log(client: KubeClient, pod: str) -> bytes:
-    """The container's output so far; empty when it cannot be read (logged)."""
+async def read_log(client: KubeClient, pod: str, limit_bytes: int = LOG_READ_BYTES) -> bytes | None:
+    """The container's output so far (its first `limit_bytes`); None when it
+    cannot be read (logged)."""
     try:
-        return await client.read_log(pod, container="session", operation=LOG_OPERATION)
+        return await client.read_log(
+            pod, container="session", operation=LOG_OPERATION, limit_bytes=limit_bytes
+        )
     except errors.KubeError as exc:
         log.warning("could not read the pod's log: %r", exc.__cause__ or exc, extra={"pod": pod})
-        return b""
+        return None
 
 
 class _OnAttached:
@@ -229,8 +300,14 @@ class _OnAttached:
         self._callback(value)
 
 
-async def keep_attached(client: KubeClient, pod: str, relay: Relay, splice: Splice,
-                        emit: Callable[[bytes], None], pod_runs: Callable[[], bool]) -> bool:
+async def keep_attached(
+    client: KubeClient,
+    pod: str,
+    relay: Relay,
+    splice: Splice,
+    emit: Callable[[bytes], None],
+    pod_runs: Callable[[], bool],
+) -> bool:
     """Attach to `pod` until its terminal ends, re-attaching while `pod_runs()`.
 
     The first attach that comes up also starts the log read for the splice.
@@ -240,7 +317,7 @@ async def keep_attached(client: KubeClient, pod: str, relay: Relay, splice: Spli
     async with trio.open_nursery() as nursery:
 
         async def reread() -> None:
-            splice.reread_done(await read_log(client, pod))
+            splice.reread_done(await read_log(client, pod, splice.log_limit_bytes()) or b"")
 
         splice.reread = lambda: nursery.start_soon(reread)
         try:
@@ -249,9 +326,15 @@ async def keep_attached(client: KubeClient, pod: str, relay: Relay, splice: Spli
             splice.reread = None  # the nursery is closing: no second read past it
 
 
-async def _attach_until_end(client: KubeClient, pod: str, relay: Relay, splice: Splice,
-                            emit: Callable[[bytes], None], pod_runs: Callable[[], bool],
-                            nursery: trio.Nursery) -> bool:
+async def _attach_until_end(
+    client: KubeClient,
+    pod: str,
+    relay: Relay,
+    splice: Splice,
+    emit: Callable[[bytes], None],
+    pod_runs: Callable[[], bool],
+    nursery: trio.Nursery,
+) -> bool:
     delay = REATTACH_FIRST_S
     refusals_said = False
     attaches_up = 0
@@ -276,14 +359,17 @@ async def _attach_until_end(client: KubeClient, pod: str, relay: Relay, splice: 
         relay.attached(None)
         if end is AttachEnd.ENDED or not pod_runs():
             return end is AttachEnd.ENDED
-        if refused is None:
-            splice.gap()
-            emit(DROPPED_LINE)
+        if refused is None or isinstance(refused, errors.Unreachable):
+            passing = not splice.tracking  # nothing to backfill from: say so
+            splice.resume()  # the next attach backfills from the log
+            if passing and refused is None:
+                emit(DROPPED_LINE)
         elif not refusals_said:  # once per run of refusals, not once per retry
             emit(notice(str(refused)))
             refusals_said = True
-        log.warning("attach %s; re-attaching in %.1f s", refused or "dropped", delay,
-                    extra={"pod": pod})
+        log.warning(
+            "attach %s; re-attaching in %.1f s", refused or "dropped", delay, extra={"pod": pod}
+        )
         await trio.sleep(delay)
         delay = min(delay * 2, REATTACH_CAP_S)
         if not pod_runs():
@@ -291,4 +377,4 @@ async def _attach_until_end(client: KubeClient, pod: str, relay: Relay, splice: 
 
 
 async def _splice_log(client: KubeClient, pod: str, splice: Splice) -> None:
-    splice.release(await read_log(client, pod))
+    splice.release(await read_log(client, pod, splice.log_limit_bytes()))

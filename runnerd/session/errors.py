@@ -7,15 +7,22 @@ from runnerd.errors import RunnerdError
 
 
 class StopFailed(RunnerdError):
-    """The session did not reach a terminal status within the stop timeout."""
+    """The session did not reach a terminal status within the stop timeout,
+    or (`reason` given) its backend refused to stop the workload, which is
+    still running: the session is not marked stopped, a later stop may work."""
 
     code = "stop_failed"
     log_as_error = True
 
-    def __init__(self, session_id: str, timeout_s: float) -> None:
-        super().__init__(f"session '{session_id}' did not stop within {timeout_s:g} s")
+    def __init__(self, session_id: str, timeout_s: float, reason: str | None = None) -> None:
+        super().__init__(
+            f"session '{session_id}' did not stop within {timeout_s:g} s"
+            if reason is None
+            else f"session '{session_id}' could not be stopped and is still running: {reason}"
+        )
         self.session_id = session_id
         self.timeout_s = timeout_s
+        self.reason = reason
 
 
 # Seconds a client should wait before retrying a start refused during shutdown

@@ -49,7 +49,7 @@ from dataclasses import replace
 
 import trio
 
-from runnerd.backend import Backend, EndIntent, Recovered, RunSpec
+from runnerd.backend import Backend, EndIntent, Recovered, RunSpec, StopRefused
 from runnerd.contract import RunStatus, is_terminal, stopped
 from runnerd.errors import SessionNotFound
 from runnerd.metrics import NULL_METRICS, Metrics
@@ -220,8 +220,13 @@ class SessionManager:
         self, spec: RunSpec, created_at: float, resumed: Resumed | None = None
     ) -> Session:
         reserver = self._recovery.reserver(spec.session_id)
-        record = SessionRecord(spec.session_id, created_at, self._replay_buffer_bytes,
-                               reserver=reserver, resumed=resumed)
+        record = SessionRecord(
+            spec.session_id,
+            created_at,
+            self._replay_buffer_bytes,
+            reserver=reserver,
+            resumed=resumed,
+        )
         return Session(record, spec, self._wall_clock, self._metrics, self._backend.name)
 
     # -- recovery ------------------------------------------------------------
@@ -279,21 +284,45 @@ class SessionManager:
         it is terminal (`stopped`, or whatever it had already ended as).
 
         Idempotent; an unknown id is fine. A stop that lands while the workload
-        is still being created cancels the creation, which stops it.
+        is still being created cancels the creation, which stops it. A
+        backend that gave a stop of its own (`Started.stop`) is asked first;
+        if it refuses, nothing changes: the session is not marked stopped.
 
         Raises:
-            StopFailed: the session was not terminal within `stop_timeout_s`.
+            StopFailed: the backend refused the stop (the session runs on), or
+                the session was not terminal within `stop_timeout_s`.
         """
         session = await self.find(session_id)
         if session is None:
             return
+        if intent is EndIntent.STOP and session.end_requested is None:
+            await self._stop_workload(session)
+        await self._end(session, intent)
+
+    async def _stop_workload(self, session: Session) -> None:
+        """`session.stop_workload()` within `stop_timeout_s`, its refusal a `StopFailed`."""
+        with trio.move_on_after(self._stop_timeout_s):
+            try:
+                await session.stop_workload()
+            except StopRefused as exc:
+                log.warning("stop refused: %s", exc, extra={"session_id": session.id})
+                raise StopFailed(session.id, self._stop_timeout_s, str(exc)) from exc
+            return
+        raise StopFailed(session.id, self._stop_timeout_s)
+
+    async def _end(self, session: Session, intent: EndIntent) -> None:
+        """Cancel the session's run with `intent`; return once it is terminal.
+
+        Raises:
+            StopFailed: it was not terminal within `stop_timeout_s`.
+        """
         if not session.is_terminal:
-            log.info("stop requested", extra={"session_id": session_id})
+            log.info("stop requested", extra={"session_id": session.id})
             session.request_stop(intent)
         with trio.move_on_after(self._stop_timeout_s):
             await session.wait_terminal()
             return
-        raise StopFailed(session_id, self._stop_timeout_s)
+        raise StopFailed(session.id, self._stop_timeout_s)
 
     async def stop_all(self, intent: EndIntent = EndIntent.STOP) -> list[str]:
         """Shutdown: refuse new sessions and end every live one, concurrently,
@@ -312,18 +341,21 @@ class SessionManager:
         self._state = ManagerState.CLOSING
         stuck: list[str] = []
 
-        async def stop_one(session_id: str) -> None:
+        # Not `stop()`: a shutdown ends every session whatever its backend's
+        # stop says (a pod whose delete is refused is left on the backend's
+        # list of undeleted pods for the next daemon).
+        async def stop_one(session: Session) -> None:
             try:
-                await self.stop(session_id, intent)
+                await self._end(session, intent)
             except StopFailed as exc:
-                extra = {"session_id": session_id}
+                extra = {"session_id": session.id}
                 log.error("did not stop within %g s", exc.timeout_s, extra=extra)
-                stuck.append(session_id)
+                stuck.append(session.id)
 
         async with trio.open_nursery() as nursery:
             for session in self._registry:
                 if not session.is_terminal:
-                    nursery.start_soon(stop_one, session.id)
+                    nursery.start_soon(stop_one, session)
         return stuck
 
     def reconfigure(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -86,6 +86,7 @@ class Session:
         self._done = trio.Event()
         self._stop_scope: trio.CancelScope | None = None
         self._handle: WorkloadHandle | None = None
+        self._stop_workload: Callable[[], Awaitable[None]] | None = None  # `Started.stop`
         self._nursery: trio.Nursery | None = None  # workload nursery (resize flushes)
         self._pending_size: tuple[int, int] | None = None
         # The latest size any client asked for, and when one first was: what
@@ -229,13 +230,24 @@ class Session:
         it), then publish `running` (in that order: load-bearing, see
         `write_stdin`)."""
         self._handle, self._nursery = started.handle, nursery
+        self._stop_workload = started.stop
         if self._pending_size is not None:
             self.resize(*self._pending_size)
         self._set_status(running(list(started.endpoints), started.inspect_url))
 
     def detach(self) -> None:
         """The workload is gone: stdin and resizes are dropped from now on."""
-        self._handle, self._nursery = None, None
+        self._handle, self._nursery, self._stop_workload = None, None, None
+
+    async def stop_workload(self) -> None:
+        """The backend's own first step of a user stop (`Started.stop`), if
+        it gave one and the workload is still there; else nothing.
+
+        Raises:
+            StopRefused: the workload could not be stopped; it runs on.
+        """
+        if self._stop_workload is not None and not self.is_terminal:
+            await self._stop_workload()
 
     def release_creation(self) -> None:
         """Forget what creating the workload needed (its bundle, its env with

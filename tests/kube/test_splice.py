@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runnerd.kube.terminal import Splice
+from runnerd.kube.terminal import LOG_READ_BYTES, LOST_LINE, Splice
 
 OUTPUT = b"REG=https://env.example.\r\nsecond line\r\n"
 
@@ -25,7 +25,7 @@ def test_attach_bytes_held_or_late_are_written_once(start: int, before: int) -> 
     sp.feed(attach[:before])
     sp.release(OUTPUT)
     for i in range(before, len(attach), 5):  # the rest in small chunks
-        sp.feed(attach[i:i + 5])
+        sp.feed(attach[i : i + 5])
     assert bytes(written) == OUTPUT + b"after the log\r\n"
     assert sp.emitted == len(written)
 
@@ -60,14 +60,42 @@ def test_catch_up_without_any_attach_writes_the_whole_log() -> None:
     assert bytes(written) == OUTPUT
 
 
-def test_after_a_dropped_attach_catch_up_adds_nothing() -> None:
-    # Output may be missing after a drop: where the stream is in the log is unknown.
+def test_after_a_dropped_attach_the_next_one_is_backfilled_from_the_log() -> None:
+    # Written while no attach was up: the log past what was delivered has it.
     sp, written = splice()
     sp.release(b"one\r\n")
-    sp.gap()
-    sp.feed(b"three\r\n")
+    sp.resume()
+    sp.feed(b"three\r\n")  # the new attach, up before the log read
+    sp.release(b"one\r\ntwo\r\nthree\r\n")
+    sp.feed(b"four\r\n")
+    assert bytes(written) == b"one\r\ntwo\r\nthree\r\nfour\r\n"
+    assert not sp.lost
+
+
+def test_after_a_dropped_attach_catch_up_adds_what_the_log_has_past_it() -> None:
+    # No attach came up again before the container ended.
+    sp, written = splice()
+    sp.release(b"one\r\n")
+    sp.resume()
     sp.catch_up(b"one\r\ntwo\r\nthree\r\n")
-    assert bytes(written) == b"one\r\nthree\r\n"
+    assert bytes(written) == b"one\r\ntwo\r\nthree\r\n"
+
+
+@pytest.mark.parametrize(
+    "log_bytes",
+    [None, b"on", b"x" * (LOG_READ_BYTES + 5)],
+    ids=["unreadable", "rotated", "past-the-read-limit"],
+)
+def test_a_drop_the_log_cannot_backfill_says_output_was_lost_once(log_bytes: bytes | None) -> None:
+    sp, written = splice()
+    sp.release(b"one\r\n")
+    sp.resume()
+    sp.feed(b"three\r\n")
+    sp.release(log_bytes)
+    assert bytes(written) == b"one\r\n" + LOST_LINE + b"three\r\n"
+    assert sp.lost and not sp.tracking
+    sp.catch_up(b"one\r\ntwo\r\nthree\r\nfour\r\n")  # positions unknown: nothing added
+    assert bytes(written) == b"one\r\n" + LOST_LINE + b"three\r\n"
 
 
 def test_an_attach_that_came_up_too_late_is_made_good_from_the_final_log() -> None:

@@ -23,11 +23,12 @@ from runnerd.backend import (
     SessionIdentity,
     Sink,
     Started,
+    StopRefused,
 )
-from runnerd.contract import AvailabilityReport, exited, failed, ready, running
+from runnerd.contract import AvailabilityReport, exited, failed, ready, running, stopped
 from runnerd.http.listing import session_entry
 from runnerd.session.ending import format_ttl_failure
-from runnerd.session.manager import DetachUnsupported
+from runnerd.session.manager import DetachUnsupported, StopFailed
 from runnerd.session.registry import RegistryFull
 
 from .backends import InProcessBackend
@@ -198,3 +199,54 @@ async def test_seam_adopting_an_ended_workload_registers_it_for_replay_and_never
         assert manager.get("adoptedaaaa3") is session
         await trio.sleep(60)
         assert manager.get("adoptedaaaa3") is None  # kept exit_ttl_s, like any ended one
+
+
+class RefusingStopBackend:
+    """Gives a stop of its own (`Started.stop`) that refuses while `refuse`."""
+
+    name = "refusing-stop"
+    notices: tuple[str, ...] = ()
+    detach_supported = False
+
+    def __init__(self) -> None:
+        self.refuse = True
+        self.stops = 0
+
+    async def probe(self, image: ImageSpec) -> AvailabilityReport:
+        return ready()
+
+    async def recover(self) -> list[Recovered]:
+        return []
+
+    async def stop(self) -> None:
+        await trio.lowlevel.checkpoint()
+        self.stops += 1
+        if self.refuse:
+            raise StopRefused("the runner is not permitted to do this")
+
+    async def run(self, spec: RunSpec, sink: Sink, *, task_status: Any) -> Outcome:
+        task_status.started(Started(NullHandle(), stop=self.stop))
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+async def test_seam_a_refused_stop_changes_nothing_and_a_later_one_stops() -> None:
+    backend = RefusingStopBackend()
+    async with open_manager(backend) as manager:
+        session = manager.start(build_spec())
+        with trio.fail_after(10):
+            while session.status["kind"] != "running":
+                await session.wait_change()
+        with pytest.raises(StopFailed) as refused:
+            await manager.stop(session.id)
+        assert refused.value.code == "stop_failed"
+        assert "still running: the runner is not permitted" in refused.value.message
+        # Not marked stopped, not cancelled: still running.
+        assert session.status == running([], None)
+        assert session.end_requested is None
+        backend.refuse = False
+        await manager.stop(session.id)
+        assert await wait_terminal(session) == stopped()
+        assert backend.stops == 2
+        await manager.stop(session.id)  # idempotent: an ended session asks nothing
+        assert backend.stops == 2
