@@ -26,6 +26,11 @@ accept, graceful stop) because what the issue needs is not configurable there:
   response, until a whole request head has arrived); the body's deadline is
   quart's `BODY_TIMEOUT`.
 - **Closing never races a send** (`_close`).
+- **A connection fails alone.** Whatever one connection raises (an h11 or
+  wsproto state error, a handler bug that escapes hypercorn) is logged once
+  with the connection's peer and ends that connection only: it escaped
+  through the connections nursery before, and ended the daemon and every
+  session with it.
 - **Reason phrases.** hypercorn sends `HTTP/1.1 200 ` (an empty reason,
   legal but unhelpful in a trace); `_Connection` fills in the standard phrase.
 - **JSON protocol errors.** What h11 refuses before the app runs (garbage,
@@ -46,6 +51,7 @@ import logging
 import os
 import re
 import socket
+import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -79,6 +85,8 @@ _FDS_RESERVED = 64
 # health checks, a few streams and a CLI must always fit, even when the
 # open files limit is too low to also leave room for every session.
 MIN_CONNECTIONS = 16
+# struct ucred, as SO_PEERCRED returns it: pid, uid, gid.
+_UCRED = struct.Struct("3i")
 
 
 def with_reason(data: bytes) -> bytes:
@@ -231,7 +239,8 @@ class _AcceptLoop:
                 await trio.sleep(_CAPACITY_RETRY_S)
                 continue
             self._note_recovery()
-            nursery.start_soon(self._serve_one, make(stream))
+            # The peer now: once a connection failed, its socket is closed.
+            nursery.start_soon(self._serve_one, make(stream), peer_name(stream))
 
     def _set_idle(self, connection: _Connection, idle: bool) -> None:
         if idle:
@@ -239,11 +248,20 @@ class _AcceptLoop:
         else:
             self.idle.pop(connection, None)
 
-    async def _serve_one(self, connection: _Connection) -> None:
+    async def _serve_one(self, connection: _Connection, peer: str) -> None:
         connection.on_idle = self._set_idle
         self.idle[connection] = None  # idle until its first request arrives
         try:
             await connection
+        except* Exception as failure:
+            # This connection's alone: it is closed below, and the daemon,
+            # every other connection and every session go on. Cancellation
+            # (a BaseException) is not caught and goes on up.
+            log.error(
+                "connection failed; closed it",
+                exc_info=failure,
+                extra={"listener": self.name, "peer": peer},
+            )
         finally:
             self.idle.pop(connection, None)
             self.slots.release()
@@ -280,6 +298,21 @@ class _AcceptLoop:
                 extra={"listener": self.name, "failed_attempts": self.failures},
             )
             self.failures = 0
+
+
+def peer_name(stream: trio.SocketStream) -> str:
+    """Who is on the other end, for the log: `host:port` over TCP, the
+    peer's `pid`/`uid` over a UNIX socket (SO_PEERCRED: a session's workload
+    shows up with its pid)."""
+    sock = stream.socket
+    try:
+        if sock.family == socket.AF_UNIX:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+            pid, uid, _ = _UCRED.unpack(creds)
+            return f"pid {pid} uid {uid}"
+        return repr_socket_addr(sock.family, sock.getpeername())
+    except OSError:
+        return "unknown (gone)"
 
 
 def listener_name(sock: socket.socket) -> str:
