@@ -26,6 +26,9 @@ accept, graceful stop) because what the issue needs is not configurable there:
   response, until a whole request head has arrived); the body's deadline is
   quart's `BODY_TIMEOUT`.
 - **Closing never races a send** (`_close`).
+- **runnerd's HTTP/1.1 protocol** (`runnerd.http.protocol`) takes the place
+  of hypercorn's on every connection: it refuses the upgrades, chunk sizes
+  and WebSocket frames that broke hypercorn's.
 - **A connection fails alone.** Whatever one connection raises (an h11 or
   wsproto state error, a handler bug that escapes hypercorn) is logged once
   with the connection's peer and ends that connection only: it escaped
@@ -58,6 +61,8 @@ from typing import Any
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, RawData, Updated
+from hypercorn.protocol import ProtocolWrapper
+from hypercorn.protocol.h11 import H11Protocol as HypercornH11Protocol
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
@@ -65,6 +70,7 @@ from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
 from runnerd.contract import error_body
+from runnerd.http.protocol import H11Protocol
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +168,21 @@ class _Connection(TCPServer):
     idle/busy transition (idle: no request in flight)."""
 
     on_idle: Callable[[_Connection, bool], None] | None = None
+
+    @property
+    def protocol(self) -> ProtocolWrapper:
+        return self._protocol
+
+    @protocol.setter
+    def protocol(self, wrapper: ProtocolWrapper) -> None:
+        # hypercorn's run() builds the wrapper just before the first read:
+        # runnerd's HTTP/1.1 protocol takes the place of hypercorn's there.
+        if type(wrapper.protocol) is HypercornH11Protocol:
+            wrapper.protocol = H11Protocol(
+                wrapper.app, wrapper.config, wrapper.context, wrapper.task_group,
+                wrapper.state, wrapper.ssl, wrapper.client, wrapper.server, wrapper.send,
+            )  # fmt: skip
+        self._protocol = wrapper
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, Updated | Closed):
