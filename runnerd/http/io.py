@@ -24,7 +24,7 @@ from quart_trio import QuartTrio
 from runnerd.contract import is_terminal
 from runnerd.errors import RunnerdError
 from runnerd.http.events import parse_cursor
-from runnerd.http.guard import edge_refusal, server_address
+from runnerd.http.guard import edge_refusal, request_host, server_address
 from runnerd.http.waiting import Wake, wait_for_change
 from runnerd.metrics import Metrics
 
@@ -139,7 +139,7 @@ async def _send_output(
 def register_io_route(app: QuartTrio, state: AppState) -> None:
     async def session_io(session_id: str) -> None:
         refusal = edge_refusal(
-            websocket.headers.get("host"),
+            request_host(websocket.scope, websocket.headers.get("host")),
             websocket.headers.get("origin"),
             server_address(websocket.scope),
             state.config,
