@@ -132,8 +132,10 @@ def _send(fuzz_daemon: FuzzDaemon, over_tcp: bool, parts: list[bytes]) -> None:
             sock.shutdown(socket.SHUT_WR)
             while sock.recv(65536):
                 pass
-        except (ConnectionResetError, BrokenPipeError):
-            pass  # the server may close first: a refusal is allowed to
+        except TimeoutError:
+            raise  # the server kept the connection open: a failure
+        except OSError:
+            pass  # reset, broken pipe, not connected: the server closed first, as a refusal may
 
 
 def _check(
