@@ -168,6 +168,7 @@ class _Connection(TCPServer):
     idle/busy transition (idle: no request in flight)."""
 
     on_idle: Callable[[_Connection, bool], None] | None = None
+    peer = "unknown"  # for the log: set by the accept loop (`peer_name`)
 
     @property
     def protocol(self) -> ProtocolWrapper:
@@ -248,7 +249,7 @@ class _AcceptLoop:
             if self.slots.value == 0 and self.idle:
                 oldest = next(iter(self.idle))
                 del self.idle[oldest]
-                nursery.start_soon(oldest.evict)
+                nursery.start_soon(self._evict, oldest)
             await self.slots.acquire()
             try:
                 stream = await self.listener.accept()
@@ -271,6 +272,7 @@ class _AcceptLoop:
 
     async def _serve_one(self, connection: _Connection, peer: str) -> None:
         connection.on_idle = self._set_idle
+        connection.peer = peer
         self.idle[connection] = None  # idle until its first request arrives
         try:
             await connection
@@ -278,15 +280,27 @@ class _AcceptLoop:
             # This connection's alone: it is closed below, and the daemon,
             # every other connection and every session go on. Cancellation
             # (a BaseException) is not caught and goes on up.
-            log.error(
-                "connection failed; closed it",
-                exc_info=failure,
-                extra={"listener": self.name, "peer": peer},
-            )
+            self._log_failure(connection, failure)
         finally:
             self.idle.pop(connection, None)
             self.slots.release()
             await trio.aclose_forcefully(connection.stream)
+
+    async def _evict(self, connection: _Connection) -> None:
+        """Close an idle connection to make room (a task of the connections
+        nursery, so contained like the connection's own)."""
+        try:
+            await connection.evict()
+        except* Exception as failure:
+            self._log_failure(connection, failure)
+            await trio.aclose_forcefully(connection.stream)
+
+    def _log_failure(self, connection: _Connection, failure: BaseException) -> None:
+        log.error(
+            "connection failed; closed it",
+            exc_info=failure,
+            extra={"listener": self.name, "peer": connection.peer},
+        )
 
     def _note_cap(self, action: str) -> None:
         """Count reaching the cap; warn once per burst (at most once every
