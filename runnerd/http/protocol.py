@@ -101,8 +101,7 @@ class H11Protocol(HypercornH11Protocol):
                 return
             if not stream.handshake.accepted:
                 return  # refused already; the answer and the close are on their way
-            declared = self._frames.feed(event.data)
-            if declared is not None:
+            if self._frames.feed(event.data) is not None:
                 await self._close_too_big(stream)
                 return
         try:
