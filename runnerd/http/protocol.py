@@ -24,11 +24,20 @@ still does the work). Each change answers a request a client can send:
   any, is dropped).
 - **A WebSocket frame declaring more than `websocket_max_message_size`**:
   wsproto waited for the payload. The connection closes with 1009 at once.
+
+It also owns the rewrites of the bytes hypercorn's protocol sends, which
+`runnerd.http.server` applies to everything a connection sends (pure):
+`with_reason` fills the empty reason phrase h11 writes (`HTTP/1.1 200 `),
+`with_error_body` gives the empty answer to what h11 refuses before any app
+runs (garbage, `Content-Length: abc`, a bad chunk: 400; an oversized head:
+431) the contract's JSON error body.
 """
 
 from __future__ import annotations
 
+import http
 import json
+import re
 from typing import Any
 
 import h11
@@ -50,6 +59,61 @@ EARLY_DATA = (
     "a WebSocket client must wait for the handshake's answer before it sends "
     "anything (RFC 6455 section 4.1)"
 )
+
+
+# An HTTP/1.x status line as h11 writes it for hypercorn: no reason phrase.
+_BARE_STATUS = re.compile(rb"HTTP/1\.([01]) (\d{3}) \r\n")
+
+
+def with_reason(data: bytes) -> bytes:
+    """`HTTP/1.1 200 \\r\\n...` → `HTTP/1.1 200 OK\\r\\n...`; other bytes unchanged.
+
+    Only a chunk that *starts* with a bare status line is touched: h11 writes
+    a response head as one chunk, and no body runnerd sends (JSON, SSE
+    frames, chunked sizes, WebSocket frames) starts with one.
+    """
+    match = _BARE_STATUS.match(data)
+    if match is None:
+        return data
+    try:
+        phrase = http.HTTPStatus(int(match[2])).phrase
+    except ValueError:
+        return data
+    return b"HTTP/1.%s %s %s\r\n" % (match[1], match[2], phrase.encode()) + data[match.end() :]
+
+
+# hypercorn's own error answer (H11Protocol._send_error_response, for what
+# h11 refuses before any app runs: a malformed request line or header, a bad
+# Content-Length or chunk, a head over h11_max_incomplete_size): a 4xx whose
+# first header is `content-length: 0`, with `connection: close` (h11 may move
+# it after `date`) and no content-type, then the close. App responses never
+# look so: quart always sends content-type first.
+_BARE_ERROR = re.compile(rb"(HTTP/1\.[01] (4\d\d) [^\r\n]*\r\n)content-length: 0\r\n")
+_PROTOCOL_ERRORS = {
+    400: ("invalid_request", "the request is not valid HTTP/1.1 (malformed request line, "
+          "header, Content-Length or chunk)"),
+    431: ("headers_too_large", "the request line and headers are too large"),
+}  # fmt: skip
+
+
+def with_error_body(data: bytes) -> bytes:
+    """hypercorn's empty protocol-error answer (`_BARE_ERROR`) with the
+    contract's JSON error body; other bytes unchanged. The head is one chunk
+    ending in the blank line (h11 writes it so), and the body is the last
+    thing sent before the close, so appending it is safe."""
+    match = _BARE_ERROR.match(data)
+    if match is None or not data.endswith(b"\r\n\r\n"):
+        return data
+    rest = data[match.end() :]
+    if b"connection: close\r\n" not in rest.lower() or b"content-type:" in rest.lower():
+        return data
+    status = int(match[2])
+    code, message = _PROTOCOL_ERRORS.get(
+        status, ("invalid_request", http.HTTPStatus(status).phrase)
+    )
+    body = json.dumps(error_body(code, message), separators=(",", ":")).encode()
+    head = b"%scontent-type: application/json\r\ncontent-length: %d\r\n" % (match[1], len(body))
+    return head + rest + body
 
 
 class _EarlyData(Exception):

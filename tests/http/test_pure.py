@@ -83,7 +83,7 @@ def test_request_host_is_an_absolute_targets_authority_else_the_host_header() ->
 
 
 def test_with_reason_fills_only_a_bare_status_line() -> None:
-    from runnerd.http.server import with_reason
+    from runnerd.http.protocol import with_reason
 
     head = b"HTTP/1.1 204 \r\nx: y\r\n\r\n"
     assert with_reason(head) == b"HTTP/1.1 204 No Content\r\nx: y\r\n\r\n"
