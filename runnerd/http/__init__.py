@@ -6,7 +6,8 @@ One module per concern: `app` (`create_app` wires the rest together),
 the OpenAPI document), `sessions` (start, inspect, stop), `listing`, `events`
 (Server-Sent Events), `io` (the WebSocket PTY channel), `waiting` (how a
 stream writer waits on a session), `openapi` (the pure document builder),
-`counting` (HTTP metrics), `server` (hypercorn).
+`counting` (HTTP metrics), `server` (hypercorn), `protocol` (hypercorn's
+HTTP/1.1 protocol, hardened), `wsframes` (WebSocket frame lengths, pure).
 
 May import: `contract`, `errors`, `metrics`, `backend`, `config`, `session`.
 Never a backend package, `daemon` or `cli`.

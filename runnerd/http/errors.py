@@ -14,7 +14,7 @@ import json
 import logging
 from typing import Any
 
-from quart import Response, request
+from quart import Response, has_request_context, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.routing import WebsocketMismatch
@@ -60,7 +60,9 @@ def close_if_body_unread(response: Response) -> Response:
     """Mark `response` `connection: close` when the request has a body that
     may be unread: on a reused connection the next request then hangs
     (observed with hypercorn 0.18 + quart 0.22). Closing the connection lets
-    the client start clean."""
+    the client start clean. (A WebSocket handshake has no body.)"""
+    if not has_request_context():
+        return response
     if request.content_length or "transfer-encoding" in request.headers:
         response.headers["connection"] = "close"
     return response
@@ -93,17 +95,27 @@ def build_http_error(exc: HTTPException, max_body_bytes: int) -> Response:
     """The JSON answer for an error the framework raised (routing, limits)."""
     status = exc.code or 500
     code, message = _CODES.get(status, ("http_error", exc.description or "error"))
+    method, path = (
+        (request.method, request.path) if has_request_context() else ("GET", websocket.path)
+    )
+    if isinstance(exc, WebsocketMismatch) and not has_request_context():
+        # A WebSocket upgrade of a plain route (it was a 500 and two tracebacks).
+        return error_response(
+            400,
+            "invalid_request",
+            f"{path} is not a WebSocket endpoint; send the request without 'Upgrade: websocket'",
+        )
     if isinstance(exc, WebsocketMismatch):
         # A plain GET on the WebSocket route: say what is missing, not "bad request".
         response = error_response(
             426,
             "upgrade_required",
-            f"{request.path} is a WebSocket endpoint; send the request with 'Upgrade: websocket'",
+            f"{path} is a WebSocket endpoint; send the request with 'Upgrade: websocket'",
         )
         response.headers["upgrade"] = "websocket"
         return response
     if status == 404:
-        message = f"no route for {request.method} {request.path}"
+        message = f"no route for {method} {path}"
     elif status == 413:
         message = f"the request body exceeds the limit of {max_body_bytes} bytes"
     elif isinstance(exc, MethodNotAllowed):

@@ -8,7 +8,10 @@ browser treat runnerd as that page's own origin. So before any route runs:
 1. On a TCP listener, the `Host` header must name a loopback address,
    `localhost`, the listener's own address, or a name in
    `server.allowed_hosts` (else `403 forbidden_host`): a rebound name is
-   none of these. UNIX sockets are out of a browser's reach and skip this.
+   none of these. An absolute-form target (`GET http://name/v1/...`) names
+   the host in its authority (RFC 9112 §3.2.2: it replaces `Host`), so that
+   authority is what is judged; before, `Host: 127.0.0.1` let any such
+   target through. UNIX sockets are out of a browser's reach and skip this.
 2. A request that carries an `Origin` not allowed by `server.cors_origins`
    is refused with `403 forbidden_origin`, GETs included (replays carry
    terminal output). A request without `Origin` is not from a browser page
@@ -38,6 +41,7 @@ import ipaddress
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from quart import Response, request
 from quart_trio import QuartTrio
@@ -79,7 +83,7 @@ def host_refusal(
     if server is None:
         return None
     if not host_header:
-        return "a request over TCP must carry a Host header"
+        return "a request over TCP must name its host (a Host header, or an absolute-form target)"
     name = host_name(host_header)
     if is_loopback_host(name) or _same_address(name, server) or name in allowed_hosts:
         return None
@@ -88,6 +92,16 @@ def host_refusal(
         + (f", {', '.join(allowed_hosts)}" if allowed_hosts else "")
         + " (server.allowed_hosts)"
     )
+
+
+def request_host(scope: Mapping[str, Any], host_header: str | None) -> str | None:
+    """The host a request names: the authority of a target that is not
+    origin-form (`http://name:port/path`: RFC 9112 §3.2.2 makes it the host,
+    whatever `Host` says; none for `*` or a bare word), else `host_header`."""
+    target = str(scope.get("path", "/"))
+    if target.startswith("/"):
+        return host_header
+    return urlsplit(target).netloc or None
 
 
 def edge_refusal(
@@ -174,7 +188,7 @@ class HostSyntaxGuard:
             return
         if self.config is not None:
             refusal = edge_refusal(
-                _header(scope, b"host"), _header(scope, b"origin"),
+                request_host(scope, _header(scope, b"host")), _header(scope, b"origin"),
                 server_address(scope), self.config(),
             )  # fmt: skip
             if refusal is not None:
@@ -188,7 +202,7 @@ def register_guard(app: QuartTrio, config: Callable[[], Config]) -> None:
 
     async def guard() -> Response | None:
         refusal = edge_refusal(
-            request.headers.get("host"),
+            request_host(request.scope, request.headers.get("host")),
             request.headers.get("origin"),
             server_address(request.scope),
             config(),

@@ -26,7 +26,7 @@ from quart_trio import QuartTrio
 from runnerd.contract import is_terminal
 from runnerd.errors import RunnerdError
 from runnerd.http.events import parse_cursor
-from runnerd.http.guard import edge_refusal, server_address
+from runnerd.http.guard import edge_refusal, request_host, server_address
 from runnerd.http.streams import stream_slot
 from runnerd.http.waiting import Wake, wait_for_change
 from runnerd.metrics import Metrics
@@ -165,7 +165,7 @@ async def _stream(session: Session, last_seq: int, state: AppState) -> bool:
 def register_io_route(app: QuartTrio, state: AppState) -> None:
     async def session_io(session_id: str) -> None:
         refusal = edge_refusal(
-            websocket.headers.get("host"),
+            request_host(websocket.scope, websocket.headers.get("host")),
             websocket.headers.get("origin"),
             server_address(websocket.scope),
             state.config,

@@ -28,6 +28,14 @@ accept, graceful stop) because what the issue needs is not configurable there:
   response, until a whole request head has arrived); the body's deadline is
   quart's `BODY_TIMEOUT`.
 - **Closing never races a send** (`_close`).
+- **runnerd's HTTP/1.1 protocol** (`runnerd.http.protocol`) takes the place
+  of hypercorn's on every connection: it refuses the upgrades, chunk sizes
+  and WebSocket frames that broke hypercorn's.
+- **A connection fails alone.** Whatever one connection raises (an h11 or
+  wsproto state error, a handler bug that escapes hypercorn) is logged once
+  with the connection's peer and ends that connection only: it escaped
+  through the connections nursery before, and ended the daemon and every
+  session with it.
 - **Reason phrases.** hypercorn sends `HTTP/1.1 200 ` (an empty reason,
   legal but unhelpful in a trace); `_Connection` fills in the standard phrase.
 - **JSON protocol errors.** What h11 refuses before the app runs (garbage,
@@ -42,25 +50,25 @@ protocol code (h11, wsproto, the ASGI glue) as shipped.
 from __future__ import annotations
 
 import errno
-import http
-import json
 import logging
 import os
-import re
 import socket
+import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, RawData, Updated
+from hypercorn.protocol import ProtocolWrapper
+from hypercorn.protocol.h11 import H11Protocol as HypercornH11Protocol
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
-from runnerd.contract import error_body
+from runnerd.http.protocol import H11Protocol, with_error_body, with_reason
 from runnerd.http.streams import ListenerApp, ListenerStreams
 
 log = logging.getLogger(__name__)
@@ -68,8 +76,6 @@ log = logging.getLogger(__name__)
 # Errors that mean "no resources to accept right now", not "the listener is broken".
 _CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 _CAPACITY_RETRY_S = 0.1
-# An HTTP/1.x status line as h11 writes it for hypercorn: no reason phrase.
-_BARE_STATUS = re.compile(rb"HTTP/1\.([01]) (\d{3}) \r\n")
 # Reaching the connection cap is logged at most this often per listener.
 CAP_WARNING_INTERVAL_S = 60.0
 # Told (listener, "evicted" | "queued") each time a listener reaches its cap.
@@ -82,57 +88,8 @@ _FDS_RESERVED = 64
 # health checks, a few streams and a CLI must always fit, even when the
 # open files limit is too low to also leave room for every session.
 MIN_CONNECTIONS = 16
-
-
-def with_reason(data: bytes) -> bytes:
-    """`HTTP/1.1 200 \\r\\n...` → `HTTP/1.1 200 OK\\r\\n...`; other bytes unchanged.
-
-    Only a chunk that *starts* with a bare status line is touched: h11 writes
-    a response head as one chunk, and no body runnerd sends (JSON, SSE
-    frames, chunked sizes, WebSocket frames) starts with one.
-    """
-    match = _BARE_STATUS.match(data)
-    if match is None:
-        return data
-    try:
-        phrase = http.HTTPStatus(int(match[2])).phrase
-    except ValueError:
-        return data
-    return b"HTTP/1.%s %s %s\r\n" % (match[1], match[2], phrase.encode()) + data[match.end() :]
-
-
-# hypercorn's own error answer (H11Protocol._send_error_response, for what
-# h11 refuses before any app runs: a malformed request line or header, a bad
-# Content-Length or chunk, a head over h11_max_incomplete_size): a 4xx whose
-# first header is `content-length: 0`, with `connection: close` (h11 may move
-# it after `date`) and no content-type, then the close. App responses never
-# look so: quart always sends content-type first.
-_BARE_ERROR = re.compile(rb"(HTTP/1\.[01] (4\d\d) [^\r\n]*\r\n)content-length: 0\r\n")
-_PROTOCOL_ERRORS = {
-    400: ("invalid_request", "the request is not valid HTTP/1.1 (malformed request line, "
-          "header, Content-Length or chunk)"),
-    431: ("headers_too_large", "the request line and headers are too large"),
-}  # fmt: skip
-
-
-def with_error_body(data: bytes) -> bytes:
-    """hypercorn's empty protocol-error answer (`_BARE_ERROR`) with the
-    contract's JSON error body; other bytes unchanged. The head is one chunk
-    ending in the blank line (h11 writes it so), and the body is the last
-    thing sent before the close, so appending it is safe."""
-    match = _BARE_ERROR.match(data)
-    if match is None or not data.endswith(b"\r\n\r\n"):
-        return data
-    rest = data[match.end() :]
-    if b"connection: close\r\n" not in rest.lower() or b"content-type:" in rest.lower():
-        return data
-    status = int(match[2])
-    code, message = _PROTOCOL_ERRORS.get(
-        status, ("invalid_request", http.HTTPStatus(status).phrase)
-    )
-    body = json.dumps(error_body(code, message), separators=(",", ":")).encode()
-    head = b"%scontent-type: application/json\r\ncontent-length: %d\r\n" % (match[1], len(body))
-    return head + rest + body
+# struct ucred, as SO_PEERCRED returns it: pid, uid, gid.
+_UCRED = struct.Struct("3i")
 
 
 def connection_cap(configured: int, listeners: int, nofile: int, max_sessions: int) -> int:
@@ -157,6 +114,22 @@ class _Connection(TCPServer):
     idle/busy transition (idle: no request in flight)."""
 
     on_idle: Callable[[_Connection, bool], None] | None = None
+    peer = "unknown"  # for the log: set by the accept loop (`peer_name`)
+
+    @property
+    def protocol(self) -> ProtocolWrapper:
+        return self._protocol
+
+    @protocol.setter
+    def protocol(self, wrapper: ProtocolWrapper) -> None:
+        # hypercorn's run() builds the wrapper just before the first read:
+        # runnerd's HTTP/1.1 protocol takes the place of hypercorn's there.
+        if type(wrapper.protocol) is HypercornH11Protocol:
+            wrapper.protocol = H11Protocol(
+                wrapper.app, wrapper.config, wrapper.context, wrapper.task_group,
+                wrapper.state, wrapper.ssl, wrapper.client, wrapper.server, wrapper.send,
+            )  # fmt: skip
+        self._protocol = wrapper
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, Updated | Closed):
@@ -224,7 +197,7 @@ class _AcceptLoop:
             if self.slots.value == 0 and self.idle:
                 oldest = next(iter(self.idle))
                 del self.idle[oldest]
-                nursery.start_soon(oldest.evict)
+                nursery.start_soon(self._evict, oldest)
             await self.slots.acquire()
             try:
                 stream = await self.listener.accept()
@@ -236,7 +209,8 @@ class _AcceptLoop:
                 await trio.sleep(_CAPACITY_RETRY_S)
                 continue
             self._note_recovery()
-            nursery.start_soon(self._serve_one, make(stream))
+            # The peer now: once a connection failed, its socket is closed.
+            nursery.start_soon(self._serve_one, make(stream), peer_name(stream))
 
     def _set_idle(self, connection: _Connection, idle: bool) -> None:
         if idle:
@@ -244,15 +218,37 @@ class _AcceptLoop:
         else:
             self.idle.pop(connection, None)
 
-    async def _serve_one(self, connection: _Connection) -> None:
+    async def _serve_one(self, connection: _Connection, peer: str) -> None:
         connection.on_idle = self._set_idle
+        connection.peer = peer
         self.idle[connection] = None  # idle until its first request arrives
         try:
             await connection
+        except* Exception as failure:
+            # This connection's alone: it is closed below, and the daemon,
+            # every other connection and every session go on. Cancellation
+            # (a BaseException) is not caught and goes on up.
+            self._log_failure(connection, failure)
         finally:
             self.idle.pop(connection, None)
             self.slots.release()
             await trio.aclose_forcefully(connection.stream)
+
+    async def _evict(self, connection: _Connection) -> None:
+        """Close an idle connection to make room (a task of the connections
+        nursery, so contained like the connection's own)."""
+        try:
+            await connection.evict()
+        except* Exception as failure:
+            self._log_failure(connection, failure)
+            await trio.aclose_forcefully(connection.stream)
+
+    def _log_failure(self, connection: _Connection, failure: BaseException) -> None:
+        log.error(
+            "connection failed; closed it",
+            exc_info=failure,
+            extra={"listener": self.name, "peer": connection.peer},
+        )
 
     def _note_cap(self, action: str) -> None:
         """Count reaching the cap; warn once per burst (at most once every
@@ -296,6 +292,19 @@ def _connection_factory(
         return _Connection(app, config, context, state, stream)  # type: ignore[arg-type]
 
     return make
+def peer_name(stream: trio.SocketStream) -> str:
+    """Who is on the other end, for the log: `host:port` over TCP, the
+    peer's `pid`/`uid` over a UNIX socket (SO_PEERCRED: a session's workload
+    shows up with its pid)."""
+    sock = stream.socket
+    try:
+        if sock.family == socket.AF_UNIX:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+            pid, uid, _ = _UCRED.unpack(creds)
+            return f"pid {pid} uid {uid}"
+        return repr_socket_addr(sock.family, sock.getpeername())
+    except OSError:
+        return "unknown (gone)"
 
 
 def listener_name(sock: socket.socket) -> str:

@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import socket
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,15 @@ import trio
 
 from tests.e2e.contract_client import SSE_TIMEOUT
 from tests.e2e.edge import tcp_daemon
-from tests.harness import Daemon, iter_sse, open_ws, read_pty_until, session_body, start_daemon
+from tests.harness import (
+    SESSION_PYTHON,
+    Daemon,
+    iter_sse,
+    open_ws,
+    read_pty_until,
+    session_body,
+    start_daemon,
+)
 
 # CI installs slirp4netns (.ci/run): there, this never skips.
 needs_slirp = pytest.mark.skipif(
@@ -286,7 +293,7 @@ async def test_inspect_url_and_the_debug_relay_work_through_the_published_port(
     tmp_path: Path,
 ) -> None:
     runtime = {
-        "command": [sys.executable, "-u", "{entry}"],
+        "command": [SESSION_PYTHON, "-u", "{entry}"],
         "inspect_args": ["--inspect-port", "{inspect_port}"],
     }
     overrides = {

@@ -71,8 +71,19 @@ def test_host_refusal_allows_loopback_own_address_and_listed_names_only() -> Non
     assert host_refusal("evil.example", None, ()) is None  # a UNIX socket: no page reaches it
 
 
+def test_request_host_is_an_absolute_targets_authority_else_the_host_header() -> None:
+    from runnerd.http.guard import request_host
+
+    assert request_host({"path": "/v1/sessions"}, "127.0.0.1") == "127.0.0.1"
+    assert request_host({"path": "http://evil.example/v1/sessions"}, "127.0.0.1") == (
+        "evil.example"
+    )
+    assert request_host({"path": "http://127.0.0.1:8062/v1"}, "evil.example") == "127.0.0.1:8062"
+    assert request_host({"path": "*"}, "127.0.0.1") is None  # names no host: refused on TCP
+
+
 def test_with_reason_fills_only_a_bare_status_line() -> None:
-    from runnerd.http.server import with_reason
+    from runnerd.http.protocol import with_reason
 
     head = b"HTTP/1.1 204 \r\nx: y\r\n\r\n"
     assert with_reason(head) == b"HTTP/1.1 204 No Content\r\nx: y\r\n\r\n"

@@ -55,6 +55,7 @@ PURE = (
     "runnerd.session.paths",
     "runnerd.session.capabilities",
     "runnerd.http.openapi",
+    "runnerd.http.wsframes",
     "runnerd.kube.settings",
     "runnerd.kube.errors",
     "runnerd.kube.podstatus",
@@ -142,8 +143,7 @@ def test_layers_every_package_has_its_docstring() -> None:
 @pytest.mark.parametrize("module", PURE)
 def test_layers_pure_modules_import_no_io_library(module: str) -> None:
     code = (
-        f"import sys, {module}\n"
-        f"print(','.join(m for m in {IO_LIBRARIES!r} if m in sys.modules))\n"
+        f"import sys, {module}\nprint(','.join(m for m in {IO_LIBRARIES!r} if m in sys.modules))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30

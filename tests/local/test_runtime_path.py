@@ -103,8 +103,11 @@ def test_a_script_whose_interpreter_is_not_on_the_workloads_path_is_named() -> N
 
 @pytest.fixture
 def tools() -> Iterator[Path]:
-    # Outside tmp_path: the config's directory is hidden from sessions.
-    root = Path(tempfile.mkdtemp(prefix="rd-tools-", dir="/tmp"))
+    # Outside tmp_path (the config's directory is hidden from sessions) and
+    # outside /tmp (each session has a private one): /run where we may write.
+    parent = "/run" if os.access("/run", os.W_OK) else str(Path.home())
+    root = Path(tempfile.mkdtemp(prefix="rd-tools-", dir=parent))
+    root.chmod(0o755)  # mkdtemp makes it 0700: a session uid must reach it
     (root / "bin").mkdir()
     write_exec(root / "bin" / "sh", '#!/bin/sh\necho "the operator\'s sh"\nexec /bin/sh "$@"\n')
     # The runtime: a script run by whatever `sh` the PATH finds, as `telo` is by `node`.
