@@ -68,7 +68,7 @@ def new_session_id() -> str:
 
 
 def _check_env(env: Mapping[str, str]) -> None:
-    """A name outside the one env-name rule (`runnerd.envnames`, the rule the
+    """A name outside the one env-name rule (`runnerd.config.envnames`, the rule the
     config and the backends apply too) or a value execve cannot carry is a
     schema error, caught up front (before terms, like every schema error)
     rather than as a start failure."""

@@ -11,7 +11,7 @@ bounded (contract.md, "Session registry semantics"):
   oldest-exited terminal session, and exit-TTL expiry.
 
 Time is passed in as `now` (epoch seconds) so everything here is testable
-without a clock. The IO side (tasks, wake-ups) is `runnerd.sessions`.
+without a clock. The IO side (tasks, wake-ups) is `runnerd.session.manager`.
 
 The rings themselves, with their invariants, are `runnerd.session.rings`.
 """
