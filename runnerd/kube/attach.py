@@ -2,9 +2,10 @@
 
 Owns `run_attach` (one attach, from handshake to its end) and `Terminal`
 (the handle stdin and resizes go through). The channel protocol is
-docs/kubernetes.md §1: every message starts with a channel byte; 1 (and 2)
-carry output, 0 stdin, 4 resizes as `{"Width":W,"Height":H}` JSON, 3 the final
-`Status`, and on v5 `[255, 0]` half-closes stdin.
+Kubernetes' `v5.channel.k8s.io` (k/k `wsstream/conn.go`): every message
+starts with a channel byte; 1 (and 2) carry output, 0 stdin, 4 resizes as
+`{"Width":W,"Height":H}` JSON, 3 the final `Status`, and on v5 `[255, 0]`
+half-closes stdin.
 
 Protocol choice: the handshake offers `v5.channel.k8s.io` then
 `v4.channel.k8s.io`. The server walks the client's list and takes the first

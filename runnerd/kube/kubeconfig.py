@@ -1,7 +1,7 @@
 """Where the apiserver is and how to authenticate: kubeconfig and in-cluster files.
 
 Owns `Connection` (server, namespace, TLS material, credentials, all resolved)
-and its sources, in the order the issue fixes (docs/kubernetes.md §4):
+and its sources, in this order:
 `settings.kubeconfig` (that file only), else `$KUBECONFIG` (a `:` list merged
 so the first file to set a name or `current-context` wins), else the
 in-cluster files (`KUBERNETES_SERVICE_HOST` set), else `~/.kube/config`.

@@ -1,7 +1,7 @@
 """A session pod's status, read for the session. Pure.
 
 Owns the interpretation of `status.phase`, `conditions`, `initContainerStatuses`
-and `containerStatuses` (docs/kubernetes.md §6) as one `Verdict`:
+and `containerStatuses` (core/v1 `PodStatus`, as the kubelet fills it) as one `Verdict`:
 
 - `Progress`: still starting; a client-facing line with the kubelet's reason
   (scheduled, pulling, delivering the application, creating the container);

@@ -1,7 +1,8 @@
 """The session registry and its replay buffers. Pure: no trio, no IO.
 
 Owns the data the `/v1` streams replay from and the rules that keep it
-bounded (contract.md, "Session registry semantics"):
+bounded (`runner.max_sessions`, `exit_ttl_seconds`, `replay_buffer_bytes`;
+README.md, "Configuration"):
 
 - `EventRing` / `ByteRing` (`runnerd.session.rings`): a session's run events
   and PTY bytes.

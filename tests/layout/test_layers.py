@@ -161,6 +161,8 @@ REPO = ROOT.parent
 PROSE_DIRS = ("runnerd", "tests", "bench")
 # A dotted name under runnerd as prose writes it: not inside a path or a URL.
 DOTTED = re.compile(r"(?<![\w./-])runnerd(?:\.[A-Za-z_]\w*)+")
+# A Markdown document a docstring or comment cites, as a path from the repository root.
+CITED_MD = re.compile(r"(?<![\w/.-])[\w./-]*\.md\b")
 
 
 def _prose(path: Path) -> Iterator[str]:
@@ -226,3 +228,22 @@ def test_layers_a_renamed_module_in_prose_is_caught() -> None:
     assert _unresolved_names(text) == ["runnerd.sessions"]
     assert _unresolved_names("see runnerd.socket and runnerd.toml's keys") == []
     assert _unresolved_names("runnerd.session.session.Session.no_such_member") != []
+
+
+def _missing_documents(text: str) -> list[str]:
+    return [cited for cited in CITED_MD.findall(text) if not (REPO / cited).is_file()]
+
+
+def test_layers_every_cited_document_is_in_the_repository() -> None:
+    missing = [
+        f"{path.relative_to(REPO)}: {cited}"
+        for path in _prose_files()
+        for text in _prose(path)
+        for cited in _missing_documents(text)
+    ]
+    assert missing == []
+
+
+def test_layers_a_document_outside_the_repository_is_caught() -> None:
+    text = "See docs/kubernetes.md §2, README.md and bench/README.md."
+    assert _missing_documents(text) == ["docs/kubernetes.md"]
