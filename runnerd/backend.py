@@ -76,7 +76,7 @@ class ImageSpec:
 
 @dataclass(frozen=True)
 class Limits:
-    """Effective (already clamped) resource limits, as Kubernetes quantities."""
+    """Effective resource limits (the session's tier's), as Kubernetes quantities."""
 
     cpu: str
     memory: str

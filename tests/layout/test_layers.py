@@ -56,7 +56,6 @@ PURE = (
     "runnerd.session.registry",
     "runnerd.session.rings",
     "runnerd.session.admission",
-    "runnerd.session.limits",
     "runnerd.session.paths",
     "runnerd.session.capabilities",
     "runnerd.http.openapi",
