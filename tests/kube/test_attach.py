@@ -93,7 +93,6 @@ async def test_attach_speaks_v4_when_that_is_what_the_server_takes(
                 terminal, ends = await attach(client, "old", screen, nursery,
                                               protocols=("v4.channel.k8s.io",))
                 assert terminal.protocol == "v4.channel.k8s.io"
-                terminal.close_stdin()  # no CLOSE frame on v4: must not end stdin
                 terminal.write(b"still open\n")
                 await screen.until("got still open")
                 terminal.write(b"quit\n")
