@@ -255,7 +255,7 @@ class SessionRegistry(Generic[E]):
         if need > 0:
             terminal = sorted(
                 (e.record for e in self._entries.values() if e.record.is_terminal),
-                key=lambda r: (r.exited_at or 0.0),
+                key=lambda r: r.exited_at or 0.0,
             )
             if len(terminal) < need:
                 raise RegistryFull(self.max_sessions)
