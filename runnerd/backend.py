@@ -76,7 +76,7 @@ class ImageSpec:
 
 @dataclass(frozen=True)
 class Limits:
-    """Effective (already clamped) resource limits, as Kubernetes quantities."""
+    """Effective resource limits (the session's tier's), as Kubernetes quantities."""
 
     cpu: str
     memory: str
@@ -362,13 +362,3 @@ class Started:
     # run is cancelled; raising `StopRefused` leaves the session running and
     # the stop answered `stop_failed`. None: cancelling the run stops it.
     stop: Callable[[], Awaitable[None]] | None = None
-
-
-class NullHandle:
-    """A handle for a workload that has no terminal."""
-
-    def write(self, data: bytes) -> None:
-        return None
-
-    def resize(self, cols: int, rows: int) -> None:
-        return None

@@ -430,7 +430,7 @@ def session_body(
 async def open_ws(
     socket_path: Path | str, resource: str, *, host: str = "runnerd", **kwargs: Any
 ) -> AsyncIterator[WebSocketConnection]:
-    """A WebSocket over runnerd's UNIX socket (docs/stack.md).
+    """A WebSocket over runnerd's UNIX socket.
 
     Raises trio_websocket's `ConnectionRejected` / `HandshakeError` unwrapped.
     """

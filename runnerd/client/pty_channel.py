@@ -13,7 +13,7 @@ SIGTERM and SIGHUP end the loop (and so restore the terminal) too.
 Three tasks race in one nursery (output, stdin, signals); the first that
 knows how the channel ends returns it as a `ChannelEnd` and the rest are
 cancelled. What that end means for the exit code is the caller's
-(runnerd.attach).
+(`runnerd.client.attach`).
 
 Error handling: a connection that cannot be opened is `ClientError`; one
 that drops later is an end like any other (`Ended.CLOSED`, code 1006).

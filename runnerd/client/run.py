@@ -11,7 +11,7 @@ Owns the run flow:
 4. progress on stderr (runnerd.client.progress) from the event stream until
    the session runs or ends; from a terminal, its size went with the POST
    (`x-runnerd-terminal-size`), so the workload starts with it;
-5. attach (runnerd.attach): output replayed from the start, so nothing the
+5. attach (`runnerd.client.attach`): output replayed from the start, so nothing the
    workload printed before we attached is lost; the exit code from its end.
 """
 

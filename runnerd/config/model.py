@@ -2,8 +2,8 @@
 
 Owns the `Config` dataclasses (frozen: a reload builds a new one and swaps it
 whole), `ConfigError`, and the defaults and limits parsing applies. Pure data:
-parsing is `runnerd.config_parse`, files are `runnerd.config`, printing is
-`runnerd.config_render`.
+parsing is `runnerd.config.parse`, files are `runnerd.config`, printing is
+`runnerd.config.render`.
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ class RunnerConfig:
     description: str = "Runs Telo applications on this host."
     default_image: str = "telorun/node:latest-slim"
     # None: not configured (backend default applies, see
-    # `runnerd.capabilities.allowed_images`).
+    # `runnerd.config.images.allowed_images`).
     allowed_images: tuple[str, ...] | None = None
     registry_url: str | None = None
     max_sessions: int = 32

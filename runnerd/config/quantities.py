@@ -1,8 +1,8 @@
 """Kubernetes quantities. Pure.
 
 Owns `parse_quantity` (the Kubernetes quantity grammar: `500m`, `2`, `0.5`,
-`100Mi`, `1Gi`, `512M`, `1e3`): the config reads its ceilings with it, the
-session layer clamps requests with it, a backend converts limits with it.
+`100Mi`, `1Gi`, `512M`, `1e3`): the config reads its ceilings with it, a
+backend converts limits with it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Owns every listening socket runnerd serves on, before hypercorn sees them:
 hypercorn is handed `fd://N` only, so socket modes, locking and cleanup are
 ours, not a side effect of its `unix:` bind (which silently unlinks and takes
-over a live socket of another instance, see docs/stack.md).
+over a live socket of another instance).
 
 Entries of `server.listen`:
 - `unix:PATH`: we take an exclusive `flock` on `PATH.lock` first (a second

@@ -2,9 +2,10 @@
 
 Owns `run_attach` (one attach, from handshake to its end) and `Terminal`
 (the handle stdin and resizes go through). The channel protocol is
-docs/kubernetes.md §1: every message starts with a channel byte; 1 (and 2)
-carry output, 0 stdin, 4 resizes as `{"Width":W,"Height":H}` JSON, 3 the final
-`Status`, and on v5 `[255, 0]` half-closes stdin.
+Kubernetes' `v5.channel.k8s.io` (k/k `wsstream/conn.go`): every message
+starts with a channel byte; 1 (and 2) carry output, 0 stdin, 4 resizes as
+`{"Width":W,"Height":H}` JSON, 3 the final `Status` (v5's `[255, 0]`
+half-close of stdin is never sent: a session's stdin is open until it ends).
 
 Protocol choice: the handshake offers `v5.channel.k8s.io` then
 `v4.channel.k8s.io`. The server walks the client's list and takes the first
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 
 OPERATION = "could not attach to the session terminal"
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
-STDIN, STDOUT, STDERR, STATUS, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
+STDIN, STDOUT, STDERR, STATUS, RESIZE = 0, 1, 2, 3, 4
 # Stdin not yet sent; beyond this it is dropped (and logged) rather than
 # growing the daemon without bound behind a stalled apiserver.
 MAX_PENDING_STDIN_BYTES = 4 * 1024 * 1024
@@ -91,11 +92,6 @@ class Terminal:
     def resize(self, cols: int, rows: int) -> None:
         # Go's TerminalSize has no JSON tags: the keys are capitalised.
         self._put(bytes([RESIZE]) + json.dumps({"Width": cols, "Height": rows}).encode())
-
-    def close_stdin(self) -> None:
-        """Half-close stdin (v5 only; v4 has no way but closing everything)."""
-        if self.protocol.startswith("v5."):
-            self._put(bytes([CLOSE, STDIN]))
 
     def _put(self, frame: bytes) -> None:
         try:

@@ -6,7 +6,7 @@ Nothing httpx-shaped leaves this module: answers are JSON dicts, failures are
 `errors.KubeError`s (`str()` client-safe, the raw answer or transport error
 chained for the log).
 
-Retry policy (docs/kubernetes.md §3.3), by `Retry` class:
+Retry policy, by `Retry` class:
 - `READ` (GET, list, opening a watch): 429, 5xx and connection errors, with
   capped exponential backoff plus jitter, or the server's `Retry-After`.
 - `WRITE` (create): only an answer that carried `Retry-After` (the server

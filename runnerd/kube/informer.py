@@ -4,7 +4,7 @@ Owns `PodInformer`: a cache of the pods runnerd manages (the managed-by label
 selector), kept by list-then-watch, and `PodSubscription`, one consumer's
 view of one pod.
 
-The reflector loop (client-go's, docs/kubernetes.md §2.2–2.6): list; watch
+The reflector loop (client-go's `tools/cache/reflector.go`): list; watch
 the namespace from the list's resourceVersion with bookmarks, remembering the
 RV of every event (bookmarks included); a stream that ends is re-opened from
 that RV; an `ERROR` 410 (the RV was compacted away) or an HTTP 410 re-lists;

@@ -1,7 +1,7 @@
 """Where the apiserver is and how to authenticate: kubeconfig and in-cluster files.
 
 Owns `Connection` (server, namespace, TLS material, credentials, all resolved)
-and its sources, in the order the issue fixes (docs/kubernetes.md §4):
+and its sources, in this order:
 `settings.kubeconfig` (that file only), else `$KUBECONFIG` (a `:` list merged
 so the first file to set a name or `current-context` wins), else the
 in-cluster files (`KUBERNETES_SERVICE_HOST` set), else `~/.kube/config`.
@@ -36,8 +36,15 @@ from runnerd.kube.settings import KubeSettings
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
-_UNSUPPORTED_USER_KEYS = ("username", "password", "auth-provider", "as", "as-groups", "as-uid",
-                          "as-user-extra")
+_UNSUPPORTED_USER_KEYS = (
+    "username",
+    "password",
+    "auth-provider",
+    "as",
+    "as-groups",
+    "as-uid",
+    "as-user-extra",
+)
 
 Read = Callable[[Path], bytes]
 
@@ -146,8 +153,10 @@ def _exec_plugin(spec: Mapping[str, Any], base: Path, where: str) -> ExecPlugin:
         raise KubeconfigError(f"{where}.exec.command: required")
     api_version = spec.get("apiVersion", "")
     if api_version not in EXEC_API_VERSIONS:
-        raise KubeconfigError(f"{where}.exec.apiVersion: {api_version!r} is not supported "
-                              f"(use {' or '.join(EXEC_API_VERSIONS)})")
+        raise KubeconfigError(
+            f"{where}.exec.apiVersion: {api_version!r} is not supported "
+            f"(use {' or '.join(EXEC_API_VERSIONS)})"
+        )
     # A command with a slash is relative to the kubeconfig (kubectl's rule); a
     # bare name is looked up on PATH.
     if "/" in command and not command.startswith("/"):
@@ -168,8 +177,10 @@ def _credentials(user: Entry, where: str, read: Read) -> dict[str, Any]:
     body = user.body
     for key in _UNSUPPORTED_USER_KEYS:
         if body.get(key):
-            raise KubeconfigError(f"{where}.{key}: not supported by runnerd; use a token, a "
-                                  "client certificate or an exec plugin")
+            raise KubeconfigError(
+                f"{where}.{key}: not supported by runnerd; use a token, a "
+                "client certificate or an exec plugin"
+            )
     token_file = body.get("tokenFile")
     return {
         "client_cert_pem": _data_or_file(body, "client-certificate", user.base, read),
@@ -198,12 +209,14 @@ def connection_from_kubeconfig(
         raise KubeconfigError(f"{merged.source}: context {name!r} not found")
     cluster = merged.clusters.get(str(ctx.body.get("cluster", "")))
     if cluster is None:
-        raise KubeconfigError(f"{merged.source}: context {name!r}: cluster "
-                              f"{ctx.body.get('cluster')!r} not found")
+        raise KubeconfigError(
+            f"{merged.source}: context {name!r}: cluster {ctx.body.get('cluster')!r} not found"
+        )
     server = str(cluster.body.get("server") or "").rstrip("/")
     if not server.startswith(("https://", "http://")):
-        raise KubeconfigError(f"{merged.source}: cluster {ctx.body.get('cluster')!r}: "
-                              "server must be an http(s) URL")
+        raise KubeconfigError(
+            f"{merged.source}: cluster {ctx.body.get('cluster')!r}: server must be an http(s) URL"
+        )
     if cluster.body.get("proxy-url"):
         raise KubeconfigError(f"{merged.source}: proxy-url is not supported by runnerd")
     user_name = str(ctx.body.get("user", ""))
@@ -222,7 +235,9 @@ def connection_from_kubeconfig(
 
 
 def in_cluster_connection(
-    environ: Mapping[str, str], namespace: str | None, read: Read,
+    environ: Mapping[str, str],
+    namespace: str | None,
+    read: Read,
     directory: Path = SERVICE_ACCOUNT_DIR,
 ) -> Connection:
     """The pod's own service account (client-go's `InClusterConfig`).
@@ -238,8 +253,13 @@ def in_cluster_connection(
         ca = read(directory / "ca.crt")
     except OSError as exc:
         raise KubeconfigError(f"in-cluster: cannot read {exc.filename}: {exc.strerror}") from exc
-    return Connection(server=f"https://{host}:{port}", namespace=ns, source="in-cluster",
-                      ca_pem=ca, token_file=directory / "token")
+    return Connection(
+        server=f"https://{host}:{port}",
+        namespace=ns,
+        source="in-cluster",
+        ca_pem=ca,
+        token_file=directory / "token",
+    )
 
 
 def _read_file(path: Path) -> bytes:
@@ -280,8 +300,10 @@ def load_connection(
     if not documents:
         raise KubeconfigError(f"$KUBECONFIG: none of {environ.get('KUBECONFIG')!r} exists")
     return connection_from_kubeconfig(
-        merge_kubeconfigs(documents), context=settings.context,
-        namespace=settings.namespace, read=read,
+        merge_kubeconfigs(documents),
+        context=settings.context,
+        namespace=settings.namespace,
+        read=read,
     )
 
 

@@ -1,7 +1,7 @@
 """A session pod's status, read for the session. Pure.
 
 Owns the interpretation of `status.phase`, `conditions`, `initContainerStatuses`
-and `containerStatuses` (docs/kubernetes.md §6) as one `Verdict`:
+and `containerStatuses` (core/v1 `PodStatus`, as the kubelet fills it) as one `Verdict`:
 
 - `Progress`: still starting; a client-facing line with the kubelet's reason
   (scheduled, pulling, delivering the application, creating the container);
@@ -45,9 +45,20 @@ PERMANENT_REASONS = frozenset(
 # Waiting reasons that may heal (a registry hiccup): fail after the grace.
 PULL_BACKOFF_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff"})
 # Waiting reasons worth naming in a failure message (the pod ended while these held).
-BLOCKING_REASONS = PERMANENT_REASONS | PULL_BACKOFF_REASONS | frozenset(
-    {"CreateContainerError", "CrashLoopBackOff", "RunContainerError", "ImageInspectError",
-     "PreStartHookError", "PostStartHookError", "CreatePodSandboxError"}
+BLOCKING_REASONS = (
+    PERMANENT_REASONS
+    | PULL_BACKOFF_REASONS
+    | frozenset(
+        {
+            "CreateContainerError",
+            "CrashLoopBackOff",
+            "RunContainerError",
+            "ImageInspectError",
+            "PreStartHookError",
+            "PostStartHookError",
+            "CreatePodSandboxError",
+        }
+    )
 )
 # Reasons a runtime gives a container that ended on its own (exit code stands).
 ENDED_ON_ITS_OWN = frozenset({"Completed", "Error"})
@@ -104,8 +115,11 @@ def _container(pod: Pod, name: str) -> Mapping[str, Any] | None:
 def is_running(pod: Pod, container: str = SESSION_CONTAINER) -> bool:
     """The pod is Running and its `container` runs (not waiting, not ended)."""
     cs = _container(pod, container)
-    return _status(pod).get("phase") == "Running" and cs is not None \
+    return (
+        _status(pod).get("phase") == "Running"
+        and cs is not None
         and _state(cs, "running") is not None
+    )
 
 
 def _condition(pod: Pod, kind: str) -> Mapping[str, Any] | None:
@@ -135,14 +149,18 @@ def failure_message(pod: Pod) -> str:
     for cs in _statuses(pod, "initContainerStatuses"):
         term = _state(cs, "terminated")
         if term and term.get("exitCode", 0) != 0:
-            head = f"init container {cs.get('name')} failed ({term.get('reason', 'Error')}, " \
-                   f"exit {term.get('exitCode')})"
+            head = (
+                f"init container {cs.get('name')} failed ({term.get('reason', 'Error')}, "
+                f"exit {term.get('exitCode')})"
+            )
             return _with_message(head, str(term.get("message", "")))
     for cs in _statuses(pod, "containerStatuses"):
         term = _state(cs, "terminated")
         if term:
-            head = f"container {cs.get('name')} terminated ({term.get('reason', 'Unknown')}, " \
-                   f"exit {term.get('exitCode')})"
+            head = (
+                f"container {cs.get('name')} terminated ({term.get('reason', 'Unknown')}, "
+                f"exit {term.get('exitCode')})"
+            )
             return _with_message(head, str(term.get("message", "")))
     for name, reason, message in _waiting(pod):
         if reason in BLOCKING_REASONS:

@@ -2,7 +2,7 @@
 
 Owns finding the cgroup subtree runnerd was *given* (systemd `Delegate=yes`),
 and, inside it only, a cgroup per session with `memory.max`, `cpu.max` and
-`pids.max` from the session's clamped limits, and reading back whether the
+`pids.max` from the session's limits, and reading back whether the
 kernel OOM-killed it. Nothing outside the delegated subtree is ever written.
 
 Delegated means: runnerd's own cgroup (`0::/path` in /proc/self/cgroup, on a
@@ -48,7 +48,7 @@ DELEGATE_XATTRS = ("trusted.delegate", "user.delegate")
 
 
 def build_ceilings(limits: Limits) -> dict[str, str]:
-    """The files to write in a session's cgroup, from its clamped limits.
+    """The files to write in a session's cgroup, from its limits.
 
     `cpu` (cores, e.g. "500m") becomes a quota per 100 ms period, at least
     1 ms; `memory` becomes bytes (rounded up) for `memory.max`, and swap is

@@ -138,7 +138,7 @@ def build_env(
     operator's, for catalog apps), and the executable is already resolved.
 
     Raises:
-        ValueError: a key outside the one env-name rule (`runnerd.envnames`)
+        ValueError: a key outside the one env-name rule (`runnerd.config.envnames`)
             or a value with a NUL byte; names the key, never a value.
     """
     for key, value in session_env.items():

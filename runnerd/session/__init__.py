@@ -6,7 +6,7 @@ per session, the only place a session's lifecycle is decided; `running`: one
 workload's run under its stop scope and TTL; `ending`: its terminal status;
 `errors`: its refusals; `recovery`: state files and adoption after a
 restart; `statefile`: their format), admission
-(`admission`: a request body to a `RunSpec`, with `limits` clamping and
+(`admission`: a request body to a `RunSpec`, with its tier's limits and
 `paths` bundle-path normalisation, pure) and the capabilities document
 (`capabilities`, pure).
 

@@ -11,7 +11,8 @@ capacity (the registry's), in the contract's order, each with its own answer:
   6. `config.image` not allowed → 400 invalid_config (not for app sessions)
 
 and what the workload then gets: its image, its final env (catalog values
-win over the client's, TELO_REGISTRY_URL added), and its clamped limits.
+win over the client's, TELO_REGISTRY_URL added), and its tier's limits (no
+request field asks for less, so a session runs at its tier's ceilings).
 
 A rejection raises `AdmissionError` and has touched nothing: admission only
 reads the config, so a rejected request changes no state.
@@ -24,8 +25,8 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from runnerd.backend import BundleSpec, ImageSpec, RunSpec
-from runnerd.config import AppEntry, Config, TermsConfig
+from runnerd.backend import BundleSpec, ImageSpec, Limits, RunSpec
+from runnerd.config import AppEntry, Config, TermsConfig, TierLimits
 from runnerd.config.envnames import is_env_name
 from runnerd.config.images import Offered, check_image
 from runnerd.contract import (
@@ -37,7 +38,6 @@ from runnerd.contract import (
     error_body,
 )
 from runnerd.errors import RunnerdError
-from runnerd.session.limits import clamp_limits
 from runnerd.session.paths import BundlePathError, normalise_bundle_path
 
 REGISTRY_ENV = "TELO_REGISTRY_URL"
@@ -68,7 +68,7 @@ def new_session_id() -> str:
 
 
 def _check_env(env: Mapping[str, str]) -> None:
-    """A name outside the one env-name rule (`runnerd.envnames`, the rule the
+    """A name outside the one env-name rule (`runnerd.config.envnames`, the rule the
     config and the backends apply too) or a value execve cannot carry is a
     schema error, caught up front (before terms, like every schema error)
     rather than as a start failure."""
@@ -139,6 +139,12 @@ def _registry_env(
     return {**env, REGISTRY_ENV: url} if url else env
 
 
+def _tier_limits(tier: TierLimits) -> Limits:
+    return Limits(
+        cpu=tier.cpu, memory=tier.memory, ephemeral_storage=tier.ephemeral_storage, ttl_s=tier.ttl_s
+    )
+
+
 def _app_spec(
     app: AppEntry,
     client_env: Mapping[str, str],
@@ -154,7 +160,7 @@ def _app_spec(
         session_id=session_id,
         image=ImageSpec(app.image, app.pull_policy),
         env=_registry_env(env, None, config),
-        limits=clamp_limits(None, config.app_limits),
+        limits=_tier_limits(config.app_limits),
         bundle=None,
         app=app.name,
         ports=tuple(body.ports or ()),
@@ -205,7 +211,7 @@ def admit(
         session_id=session_id,
         image=ImageSpec(body.config.image, body.config.pullPolicy),
         env=_registry_env(dict(body.env), body.config, config),
-        limits=clamp_limits(None, config.session_limits),
+        limits=_tier_limits(config.session_limits),
         bundle=bundle,
         ports=tuple(body.ports or ()),
         inspect=bool(body.inspect),

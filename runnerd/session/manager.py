@@ -3,7 +3,7 @@
 Owns the IO side of sessions: the sessions nursery (started by the daemon),
 one cancel scope and workload nursery per session, the terminal-status
 decision, user stops, shutdown and exit-TTL expiry. The state itself
-(status, rings, capacity) is the pure `runnerd.registry`; the workload is
+(status, rings, capacity) is the pure `runnerd.session.registry`; the workload is
 the `Backend`'s.
 
 How a session runs: `start()` registers it (`starting`, event 1) and starts

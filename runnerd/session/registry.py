@@ -1,7 +1,8 @@
 """The session registry and its replay buffers. Pure: no trio, no IO.
 
 Owns the data the `/v1` streams replay from and the rules that keep it
-bounded (contract.md, "Session registry semantics"):
+bounded (`runner.max_sessions`, `exit_ttl_seconds`, `replay_buffer_bytes`;
+README.md, "Configuration"):
 
 - `EventRing` / `ByteRing` (`runnerd.session.rings`): a session's run events
   and PTY bytes.
@@ -11,7 +12,7 @@ bounded (contract.md, "Session registry semantics"):
   oldest-exited terminal session, and exit-TTL expiry.
 
 Time is passed in as `now` (epoch seconds) so everything here is testable
-without a clock. The IO side (tasks, wake-ups) is `runnerd.sessions`.
+without a clock. The IO side (tasks, wake-ups) is `runnerd.session.manager`.
 
 The rings themselves, with their invariants, are `runnerd.session.rings`.
 """
@@ -254,7 +255,7 @@ class SessionRegistry(Generic[E]):
         if need > 0:
             terminal = sorted(
                 (e.record for e in self._entries.values() if e.record.is_terminal),
-                key=lambda r: (r.exited_at or 0.0),
+                key=lambda r: r.exited_at or 0.0,
             )
             if len(terminal) < need:
                 raise RegistryFull(self.max_sessions)

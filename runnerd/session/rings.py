@@ -2,7 +2,8 @@
 
 Owns `EventRing` (run events, each sized by its compact JSON length) and
 `ByteRing` (PTY bytes, in chunks of at most 64 KiB), and `Replay`, what a
-reader gets from them (contract.md, "Session registry semantics").
+reader gets from them. Each ring is capped at `runner.replay_buffer_bytes`
+(README.md, "Configuration").
 
 Ring invariants (both rings):
 - Ids/seqs start at 1 and grow by one per entry; they are never reused, even

@@ -3,7 +3,7 @@
 Owns the per-session IO state around the pure `SessionRecord`: the wake-up
 that stream readers wait on, the live workload's handle (stdin, resizes with
 their 50 ms coalescing), and the stop scope a user stop cancels. The
-`SessionManager` (runnerd.sessions) creates sessions and drives their
+`SessionManager` (`runnerd.session.manager`) creates sessions and drives their
 lifecycle through the methods under "the manager's side".
 
 Reader contract (SSE, WebSocket): read `ring.since(cursor)`, send, then

@@ -108,7 +108,7 @@ async def test_probe_reports_ready_for_a_runtime_and_unavailable_otherwise(runne
 
 async def test_probe_takes_the_editors_whole_runner_config(runnerd) -> None:
     # The Telo editor's HTTP-runner adapter sends every field of its runner
-    # settings; unknown ones are ignored at every level (contract.md).
+    # settings; unknown ones are ignored at every level.
     editor_body = {
         "config": {"image": "sh", "pullPolicy": "missing", "registryUrl": "http://reg.example",
                    "displayName": "my runner", "advanced": {"retries": 3}},

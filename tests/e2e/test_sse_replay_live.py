@@ -25,11 +25,12 @@ import httpx
 import trio
 import trio.lowlevel
 
-from runnerd.backend import Exited, ImageSpec, NullHandle, Outcome, RunSpec, Sink, Started
+from runnerd.backend import Exited, ImageSpec, Outcome, RunSpec, Sink, Started
 from runnerd.contract import AvailabilityReport, ready
 from tests.e2e.contract_client import SSE_TIMEOUT, start_session
 from tests.e2e.in_process import open_app, open_client
 from tests.harness import SseFrame, iter_sse
+from tests.session.backends import NullHandle
 
 BEFORE = 2_000  # emitted before the pause
 TOTAL = 12_000  # progress events "n 0".."n 11999", plus a "half" marker at the pause

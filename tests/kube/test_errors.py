@@ -1,5 +1,5 @@
 """runnerd.kube.errors: the seed's classification rules, fed the apiserver's
-real Status bodies (docs/kubernetes.md §3.2), and what a client can read."""
+real Status bodies (apimachinery's `errors.go`), and what a client can read."""
 
 from __future__ import annotations
 

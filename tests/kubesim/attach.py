@@ -1,4 +1,4 @@
-"""The pods/attach and pods/exec channel protocol (docs/kubernetes.md §1.3–1.9).
+"""The pods/attach and pods/exec channel protocol (k/k `wsstream/conn.go`).
 
 Owns the framing (pure helpers: channel byte + payload, the v5 CLOSE frame,
 the streaming resize decoder, the channel-3 Status bodies) and `serve_channels`,

@@ -2,7 +2,7 @@
 
 Owns `PodModel`/`ContainerModel` (what the kubelet knows about one pod) and
 `render_status`, which turns that into `status` with the real shapes
-(docs/kubernetes.md §6): phase derived from the container states, the five
+(core/v1 `PodStatus`): phase derived from the container states, the five
 conditions with stable `lastTransitionTime`s, `initContainerStatuses` and
 `containerStatuses` (waiting / running / terminated), addresses, startTime,
 qosClass. Also the waiting reasons' message texts and `derive_phase`.

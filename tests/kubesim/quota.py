@@ -1,6 +1,6 @@
 """ResourceQuota admission for pod create: quantities, usage, the exact 403 wording. Pure.
 
-Mirrors k/k's resourcequota admission (docs/kubernetes.md §3.2): for each quota
+Mirrors k/k's resourcequota admission (`admission/plugin/resourcequota`): for each quota
 in the namespace, the pod's usage of every resource the quota limits is added
 to what live pods already use; the first quota exceeded yields
 `exceeded quota: NAME, requested: …, used: …, limited: …` (keys sorted,

@@ -1,6 +1,6 @@
 """metav1.Status error bodies, byte-for-byte as the real apiserver writes them (pure).
 
-Field order is Go struct order (docs/kubernetes.md §3.1): kind, apiVersion,
+Field order is Go struct order (`metav1.Status`): kind, apiVersion,
 metadata, status, message, reason, details, code; details: name, group, kind,
 uid, causes, retryAfterSeconds, each omitted when empty. `details.kind` is the
 resource (`pods`) except in Invalid, where it is the Kind (`Pod`).

@@ -438,7 +438,7 @@ def _without_owner(owner_uid: str) -> Callable[[Obj], None]:
 
 
 def _pod_grace(pod: Obj, requested: int | None) -> int:
-    """Grace period per k/k CheckGracefulDelete (see docs/kubernetes.md §5.1)."""
+    """Grace period per k/k CheckGracefulDelete (`pkg/registry/core/pod/strategy.go`)."""
     if not pod.get("spec", {}).get("nodeName"):
         return 0
     if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):

@@ -1,6 +1,6 @@
 """pods/attach and pods/exec up to the handover: pre-upgrade checks, subprotocol, the 101.
 
-After authentication and RBAC (apiserver.py), in the order of docs/kubernetes.md §1.9:
+After authentication and RBAC (apiserver.py), in the real apiserver's order:
 pod exists (404) → container valid (400) → node assigned (400) → a subprotocol we
 speak among the client's offers, walked in the client's order (else 403 with an
 empty body, as golang.org/x/net/websocket answers). Then the WebSocket is accepted

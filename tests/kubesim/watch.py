@@ -1,6 +1,7 @@
 """List and watch: the collection GET, with the real apiserver's RV and stream semantics.
 
-Watch (docs/kubernetes.md §2): headers are flushed before any event; RV unset
+Watch (the apiserver's `cacher.go` and `handlers/watch.go`): headers are
+flushed before any event; RV unset
 or "0" starts with ADDED for what exists; any other RV replays the retained
 history after it, or answers HTTP 200 + one ERROR 410 Expired event when it is
 older than the history; `timeoutSeconds` ends the chunked body cleanly with no

@@ -8,8 +8,13 @@ import is still a dependency a reader must follow) and checks each against it.
 from __future__ import annotations
 
 import ast
+import importlib
+import io
+import re
 import subprocess
 import sys
+import tokenize
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,7 +56,6 @@ PURE = (
     "runnerd.session.registry",
     "runnerd.session.rings",
     "runnerd.session.admission",
-    "runnerd.session.limits",
     "runnerd.session.paths",
     "runnerd.session.capabilities",
     "runnerd.http.openapi",
@@ -149,3 +153,97 @@ def test_layers_pure_modules_import_no_io_library(module: str) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30
     )
     assert out.stdout.strip() == ""
+
+
+# --- what docstrings and comments cite, so a reference can always be followed
+
+REPO = ROOT.parent
+PROSE_DIRS = ("runnerd", "tests", "bench")
+# A dotted name under runnerd as prose writes it: not inside a path or a URL.
+DOTTED = re.compile(r"(?<![\w./-])runnerd(?:\.[A-Za-z_]\w*)+")
+# A Markdown document a docstring or comment cites, as a path from the repository root.
+CITED_MD = re.compile(r"(?<![\w/.-])[\w./-]*\.md\b")
+
+
+def _prose(path: Path) -> Iterator[str]:
+    """Every docstring (module, class, function) and comment of `path`."""
+    source = path.read_text()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.string
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                yield doc
+
+
+def _shipped_file_names() -> set[str]:
+    """Names like `runnerd.socket` are files (the systemd units), not modules."""
+    return {p.name for d in ("systemd", "config") for p in (REPO / d).iterdir()}
+
+
+def _resolves(name: str) -> bool:
+    """`name` is a module, or an attribute of one (a class's members and
+    annotated fields included)."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for part in parts[cut:]:
+            if hasattr(obj, part):
+                obj = getattr(obj, part)
+            elif isinstance(obj, type) and part in getattr(obj, "__annotations__", {}):
+                obj = None
+            else:
+                return False
+        return True
+    return False
+
+
+def _unresolved_names(text: str) -> list[str]:
+    files = _shipped_file_names()
+    names = (match.group(0) for match in DOTTED.finditer(text))
+    return [name for name in names if name not in files and not _resolves(name)]
+
+
+def _prose_files() -> list[Path]:
+    return [p for d in PROSE_DIRS for p in sorted((REPO / d).rglob("*.py"))]
+
+
+def test_layers_every_runnerd_name_in_prose_exists() -> None:
+    wrong = [
+        f"{path.relative_to(REPO)}: {name}"
+        for path in _prose_files()
+        for text in _prose(path)
+        for name in _unresolved_names(text)
+    ]
+    assert wrong == []
+
+
+def test_layers_a_renamed_module_in_prose_is_caught() -> None:
+    text = "The IO side is `runnerd.sessions`; the rings, runnerd.session.rings.EventRing."
+    assert _unresolved_names(text) == ["runnerd.sessions"]
+    assert _unresolved_names("see runnerd.socket and runnerd.toml's keys") == []
+    assert _unresolved_names("runnerd.session.session.Session.no_such_member") != []
+
+
+def _missing_documents(text: str) -> list[str]:
+    return [cited for cited in CITED_MD.findall(text) if not (REPO / cited).is_file()]
+
+
+def test_layers_every_cited_document_is_in_the_repository() -> None:
+    missing = [
+        f"{path.relative_to(REPO)}: {cited}"
+        for path in _prose_files()
+        for text in _prose(path)
+        for cited in _missing_documents(text)
+    ]
+    assert missing == []
+
+
+def test_layers_a_document_outside_the_repository_is_caught() -> None:
+    text = "See docs/kubernetes.md §2, README.md and bench/README.md."
+    assert _missing_documents(text) == ["docs/kubernetes.md"]

@@ -25,7 +25,6 @@ import trio.lowlevel
 
 from runnerd.backend import (
     ImageSpec,
-    NullHandle,
     Outcome,
     RunSpec,
     Sink,
@@ -33,6 +32,16 @@ from runnerd.backend import (
     StartError,
 )
 from runnerd.contract import AvailabilityReport, ready
+
+
+class NullHandle:
+    """A handle for a workload that has no terminal: both calls do nothing."""
+
+    def write(self, data: bytes) -> None:
+        return None
+
+    def resize(self, cols: int, rows: int) -> None:
+        return None
 
 
 @dataclass

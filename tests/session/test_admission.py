@@ -1,4 +1,4 @@
-"""Unit tests for runnerd.admission: contract checks 2-6 in order, the
+"""Unit tests for runnerd.session.admission: contract checks 2-6 in order, the
 workload's env (catalog precedence and secrecy, TELO_REGISTRY_URL), limits."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Unit tests for runnerd.capabilities: the /v1/capabilities document and the
+"""Unit tests for runnerd.session.capabilities: the /v1/capabilities document and the
 image allowlist (advertised and enforced from one place)."""
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ from typing import Any
 import trio
 import trio.testing
 
-from runnerd.backend import Exited, ImageSpec, NullHandle, Outcome, RunSpec, Sink, Started
+from runnerd.backend import Exited, ImageSpec, Outcome, RunSpec, Sink, Started
 from runnerd.contract import AvailabilityReport, ready
 
+from .backends import NullHandle
 from .test_manager import build_spec, open_manager, status_kinds, wait_terminal
 
 WINDOW_S = 5.0

@@ -1,4 +1,4 @@
-"""Unit tests for runnerd.paths: the bundle traversal guard."""
+"""Unit tests for runnerd.session.paths: the bundle traversal guard."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unit tests for runnerd.registry: rings, records and the registry. Pure, no IO."""
+"""Unit tests for runnerd.session.registry: rings, records and the registry. Pure, no IO."""
 
 from __future__ import annotations
 

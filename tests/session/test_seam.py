@@ -16,7 +16,6 @@ from runnerd.backend import (
     Exited,
     ImageSpec,
     Limits,
-    NullHandle,
     Outcome,
     Recovered,
     RunSpec,
@@ -31,7 +30,7 @@ from runnerd.session.ending import format_ttl_failure
 from runnerd.session.manager import DetachUnsupported, StopFailed
 from runnerd.session.registry import RegistryFull
 
-from .backends import InProcessBackend
+from .backends import InProcessBackend, NullHandle
 from .test_manager import build_spec, open_manager, status_kinds, wait_terminal
 
 
