@@ -72,6 +72,12 @@ __all__ = [
 log = logging.getLogger("runnerd.sessions")
 
 
+def _request_stop(session: Session, intent: EndIntent) -> None:
+    if not session.is_terminal:
+        log.info("stop requested", extra={"session_id": session.id})
+        session.request_stop(intent)
+
+
 class ManagerState(enum.Enum):
     """IDLE: `run()` is not running (no session can start). SERVING: sessions
     start and are adopted. CLOSING: `stop_all()` began; nothing new enters
@@ -220,8 +226,13 @@ class SessionManager:
         self, spec: RunSpec, created_at: float, resumed: Resumed | None = None
     ) -> Session:
         reserver = self._recovery.reserver(spec.session_id)
-        record = SessionRecord(spec.session_id, created_at, self._replay_buffer_bytes,
-                               reserver=reserver, resumed=resumed)
+        record = SessionRecord(
+            spec.session_id,
+            created_at,
+            self._replay_buffer_bytes,
+            reserver=reserver,
+            resumed=resumed,
+        )
         return Session(record, spec, self._wall_clock, self._metrics, self._backend.name)
 
     # -- recovery ------------------------------------------------------------
@@ -287,13 +298,15 @@ class SessionManager:
         session = await self.find(session_id)
         if session is None:
             return
-        if not session.is_terminal:
-            log.info("stop requested", extra={"session_id": session_id})
-            session.request_stop(intent)
+        _request_stop(session, intent)
+        await self._wait_stopped(session)
+
+    async def _wait_stopped(self, session: Session) -> None:
+        """Raises StopFailed: not terminal within `stop_timeout_s`."""
         with trio.move_on_after(self._stop_timeout_s):
             await session.wait_terminal()
             return
-        raise StopFailed(session_id, self._stop_timeout_s)
+        raise StopFailed(session.id, self._stop_timeout_s)
 
     async def stop_all(self, intent: EndIntent = EndIntent.STOP) -> list[str]:
         """Shutdown: refuse new sessions and end every live one, concurrently,
@@ -312,18 +325,22 @@ class SessionManager:
         self._state = ManagerState.CLOSING
         stuck: list[str] = []
 
-        async def stop_one(session_id: str) -> None:
+        async def wait_one(session: Session) -> None:
             try:
-                await self.stop(session_id, intent)
+                await self._wait_stopped(session)
             except StopFailed as exc:
-                extra = {"session_id": session_id}
+                extra = {"session_id": session.id}
                 log.error("did not stop within %g s", exc.timeout_s, extra=extra)
-                stuck.append(session_id)
+                stuck.append(session.id)
 
+        # Every stop is requested in one pass, before any waiting: a task per
+        # session first would delay the last one's by all the others' starts.
+        live = [session for session in self._registry if not session.is_terminal]
+        for session in live:
+            _request_stop(session, intent)
         async with trio.open_nursery() as nursery:
-            for session in self._registry:
-                if not session.is_terminal:
-                    nursery.start_soon(stop_one, session.id)
+            for session in live:
+                nursery.start_soon(wait_one, session)
         return stuck
 
     def reconfigure(
