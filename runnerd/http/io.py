@@ -248,6 +248,22 @@ async def _send_output(
     return False
 
 
+async def _serve_channel(session: Session, last_seq: int, state: AppState) -> None:
+    """An accepted channel from `seq` to its close: the sender here, the
+    receiver and the stall watch beside it."""
+    delivery = _Delivery(probe_of(websocket.scope))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_receive_input, session)
+        nursery.start_soon(_watch_stall, delivery)
+        await delivery.send(json.dumps({"type": "seq", "seq": last_seq}, separators=SEP))
+        terminal = await _send_output(session, last_seq, state.closing, state.metrics, delivery)
+        if terminal:
+            await _close_when_taken(delivery, 1000, "session terminal")
+        else:
+            await _close_when_taken(delivery, 1001, "runnerd is shutting down")
+        nursery.cancel_scope.cancel()
+
+
 def register_io_route(app: QuartTrio, state: AppState) -> None:
     async def session_io(session_id: str) -> None:
         refusal = edge_refusal(
@@ -272,19 +288,7 @@ def register_io_route(app: QuartTrio, state: AppState) -> None:
             await _close(4410, "session terminal and nothing buffered after lastSeq")
             return
         await websocket.accept()
-        delivery = _Delivery(probe_of(websocket.scope))
         with state.metrics.subscriber("websocket"):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_receive_input, session)
-                nursery.start_soon(_watch_stall, delivery)
-                await delivery.send(json.dumps({"type": "seq", "seq": last_seq}, separators=SEP))
-                terminal = await _send_output(
-                    session, last_seq, state.closing, state.metrics, delivery
-                )
-                if terminal:
-                    await _close_when_taken(delivery, 1000, "session terminal")
-                else:
-                    await _close_when_taken(delivery, 1001, "runnerd is shutting down")
-                nursery.cancel_scope.cancel()
+            await _serve_channel(session, last_seq, state)
 
     app.add_websocket("/v1/sessions/<session_id>/io", view_func=session_io)
