@@ -44,21 +44,24 @@ class Screen:
 
 
 @asynccontextmanager
-async def kernel_pod(kubesim: KubeSim, tmp_path: Path, name: str, script: str
-                     ) -> AsyncIterator[KubeClient]:
+async def kernel_pod(
+    kubesim: KubeSim, tmp_path: Path, name: str, script: str
+) -> AsyncIterator[KubeClient]:
     async with build_client(kubesim) as raw:
         await start_kernel_pod(raw, tmp_path, name, script, stdin=True, tty=True)
     async with open_client(kubesim, tmp_path) as client:
         yield client
 
 
-async def attach(client: KubeClient, pod: str, screen: Screen, nursery: trio.Nursery,
-                 **kw: Any) -> tuple[Terminal, list[AttachEnd]]:
+async def attach(
+    client: KubeClient, pod: str, screen: Screen, nursery: trio.Nursery, **kw: Any
+) -> tuple[Terminal, list[AttachEnd]]:
     ends: list[AttachEnd] = []
 
     async def run(task_status: trio.TaskStatus[Terminal]) -> None:
-        ends.append(await run_attach(client, pod, on_output=screen.write,
-                                     task_status=task_status, **kw))
+        ends.append(
+            await run_attach(client, pod, on_output=screen.write, task_status=task_status, **kw)
+        )
 
     return await nursery.start(run), ends
 
@@ -90,8 +93,9 @@ async def test_attach_speaks_v4_when_that_is_what_the_server_takes(
     async with kernel_pod(kubesim, tmp_path, "old", "echo got \n") as client:
         with trio.fail_after(15):
             async with trio.open_nursery() as nursery:
-                terminal, ends = await attach(client, "old", screen, nursery,
-                                              protocols=("v4.channel.k8s.io",))
+                terminal, ends = await attach(
+                    client, "old", screen, nursery, protocols=("v4.channel.k8s.io",)
+                )
                 assert terminal.protocol == "v4.channel.k8s.io"
                 terminal.close_stdin()  # no CLOSE frame on v4: must not end stdin
                 terminal.write(b"still open\n")
@@ -129,19 +133,22 @@ async def test_a_refused_attach_is_a_classified_client_safe_error(
                 await run_attach(client, "refused", on_output=lambda _: None)
             assert str(rbac.value) == (
                 f"{OP}: the runner is not permitted to do this (Forbidden, HTTP 403). "
-                "The cluster operator must check the runner's RBAC.")
+                "The cluster operator must check the runner's RBAC."
+            )
             assert kubesim.user not in str(rbac.value)
             kubesim.faults.allow("get", "pods/attach")
             with pytest.raises(errors.NotFound) as missing:
                 await run_attach(client, "no-such-pod", on_output=lambda _: None)
             assert str(missing.value) == (
-                f"{OP}: the Kubernetes API rejected the request (NotFound, HTTP 404)")
+                f"{OP}: the Kubernetes API rejected the request (NotFound, HTTP 404)"
+            )
             with pytest.raises(errors.KubeError) as container:
                 await run_attach(client, "refused", container="nope", on_output=lambda _: None)
             assert container.value.status == 400
             with pytest.raises(errors.KubeError) as protocol:
-                await run_attach(client, "refused", protocols=("channel.k8s.io",),
-                                 on_output=lambda _: None)
+                await run_attach(
+                    client, "refused", protocols=("channel.k8s.io",), on_output=lambda _: None
+                )
             assert protocol.value.status == 403
 
 
@@ -154,7 +161,8 @@ async def test_attach_to_a_finished_container_fails_on_channel_3(
         with trio.fail_after(15), pytest.raises(errors.ServerError) as caught:
             await run_attach(client, "done", on_output=lambda _: None)
         assert str(caught.value) == (
-            f"{OP}: the Kubernetes API rejected the request (InternalError, HTTP 500)")
+            f"{OP}: the Kubernetes API rejected the request (InternalError, HTTP 500)"
+        )
         assert "not found" in str(caught.value.__cause__)  # the kubelet's words, log only
 
 
@@ -172,17 +180,22 @@ async def test_a_peer_gone_silent_is_dropped_by_the_heartbeat(
     screen = Screen()
     async with build_client(kubesim) as raw:
         await start_kernel_pod(raw, tmp_path, "hb", "echo > \n", stdin=True, tty=True)
-    conn = load_connection(KubeSettings(kubeconfig=str(kubesim.write_kubeconfig(tmp_path / "kc"))),
-                           {}, tmp_path)
-    async with open_black_hole(kubesim.port) as hole, open_kube_client(
-        replace(conn, server=f"https://127.0.0.1:{hole.port}"), policy=FAST
-    ) as client:
+    conn = load_connection(
+        KubeSettings(kubeconfig=str(kubesim.write_kubeconfig(tmp_path / "kc"))), {}, tmp_path
+    )
+    async with (
+        open_black_hole(kubesim.port) as hole,
+        open_kube_client(
+            replace(conn, server=f"https://127.0.0.1:{hole.port}"), policy=FAST
+        ) as client,
+    ):
         with trio.fail_after(15):
             async with trio.open_nursery() as nursery:
                 # A pong may be late on a loaded machine (the cluster runs in
                 # this process): 2 s, so only the swallowed ones count.
-                terminal, ends = await attach(client, "hb", screen, nursery,
-                                              ping_interval_s=0.1, pong_timeout_s=2.0)
+                terminal, ends = await attach(
+                    client, "hb", screen, nursery, ping_interval_s=0.1, pong_timeout_s=2.0
+                )
                 terminal.write(b"alive\n")
                 await screen.until("> alive")  # pongs flow: the attach stays up
                 await trio.sleep(0.5)  # five ping rounds answered: still attached

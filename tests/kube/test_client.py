@@ -33,9 +33,12 @@ LABELS = {"app.kubernetes.io/managed-by": "runnerd", "runnerd.telo.run/session-i
 
 
 def pod(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": labels if labels is not None else LABELS},
-            "spec": {"containers": [{"name": "session", "image": "busybox:1.36"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels if labels is not None else LABELS},
+        "spec": {"containers": [{"name": "session", "image": "busybox:1.36"}]},
+    }
 
 
 def ours(p: Any) -> bool:
@@ -47,9 +50,10 @@ async def test_requests_reuse_one_keepalive_connection(apiserver: KubeSim, tmp_p
         before = apiserver.stats.tls_handshakes
         for i in range(10):
             await client.create_pod(pod(f"p{i}"), operation=OP, is_ours=ours)
-            assert (await client.get_pod(f"p{i}", operation="read"))is not None
-        items, rv = await client.list_pods(label_selector=managed_by_selector(SETTINGS),
-                                           operation="list")
+            assert (await client.get_pod(f"p{i}", operation="read")) is not None
+        items, rv = await client.list_pods(
+            label_selector=managed_by_selector(SETTINGS), operation="list"
+        )
         assert len(items) == 10 and rv
         for i in range(10):
             assert await client.delete_pod(f"p{i}", operation="delete", grace_period_s=0)
@@ -86,7 +90,8 @@ async def test_a_write_is_retried_only_when_the_server_said_retry_after(
         with pytest.raises(errors.ServerError) as caught:
             await client.create_pod(pod("w1"), operation=OP, is_ours=ours)
         assert str(caught.value) == (
-            f"{OP}: the Kubernetes API rejected the request (InternalError, HTTP 500)")
+            f"{OP}: the Kubernetes API rejected the request (InternalError, HTTP 500)"
+        )
         assert apiserver.store.get("pods", "runnerd", "w1") is None
         assert apiserver.stats.count("create", "/api/v1/namespaces/{namespace}/pods") == 1
         apiserver.faults.fail_next(2, 503, retry_after_s=1, verb="create")
@@ -129,14 +134,16 @@ async def test_rbac_and_quota_refusals_are_classified_and_client_safe(
             await client.create_pod(pod("r1"), operation=OP, is_ours=ours)
         assert str(rbac.value) == (
             f"{OP}: the runner is not permitted to do this (Forbidden, HTTP 403). "
-            "The cluster operator must check the runner's RBAC.")
+            "The cluster operator must check the runner's RBAC."
+        )
         assert apiserver.user in str(rbac.value.__cause__)  # the log keeps the detail
         apiserver.faults.allow("create", "pods")
         await apiserver.faults.set_quota("runnerd", "compute", {"pods": "0"})
         with pytest.raises(errors.Forbidden) as quota:
             await client.create_pod(pod("q1"), operation=OP, is_ours=ours)
         assert str(quota.value) == (
-            f"{OP}: the session namespace's resource quota is exhausted (Forbidden, HTTP 403)")
+            f"{OP}: the session namespace's resource quota is exhausted (Forbidden, HTTP 403)"
+        )
         for err in (rbac.value, quota.value):
             for secret in (apiserver.user, "serviceaccount", "compute", "exceeded", "q1", "r1"):
                 assert secret not in str(err)
@@ -150,7 +157,8 @@ async def test_a_silent_apiserver_cannot_hang_a_call(apiserver: KubeSim, tmp_pat
             with pytest.raises(errors.Unreachable) as caught:
                 await client.list_pods(label_selector="a=b", operation="could not list pods")
             assert str(caught.value) == (
-                "could not list pods: the Kubernetes API could not be reached")
+                "could not list pods: the Kubernetes API could not be reached"
+            )
             apiserver.faults.go_silent(handshakes=True)
             # A frozen server: even new connections stall, and the deadline still holds.
             with pytest.raises(errors.Unreachable):
@@ -184,8 +192,11 @@ async def test_a_401_rereads_the_token_and_retries_once(kubesim: KubeSim, tmp_pa
     token_file = tmp_path / "token"
     token_file.write_text("stale-token")
     path = kubesim.write_kubeconfig(tmp_path / "kc")
-    conn = replace(load_connection(replace(SETTINGS, kubeconfig=str(path)), {}, tmp_path),
-                   token=None, token_file=token_file)
+    conn = replace(
+        load_connection(replace(SETTINGS, kubeconfig=str(path)), {}, tmp_path),
+        token=None,
+        token_file=token_file,
+    )
     credentials = Credentials(conn, environ={})
     async with open_kube_client(conn, policy=FAST, credentials=credentials) as client:
         assert await credentials.authorization() == "Bearer stale-token"  # cached for a minute
@@ -216,12 +227,15 @@ async def test_session_pod_fetches_its_bundle_and_runs(kubesim: KubeSim, tmp_pat
         url = f"{base}/internal/bundles/{spec.session_id}?token={token}"
         body = build_session_pod(SETTINGS, spec, bundle_url=url, created_at="2026-12-01T00:00:00Z")
         name = pod_name(spec.session_id)
-        created = await client.create_pod(body, operation=OP,
-                                          is_ours=lambda p: is_ours(p, SETTINGS, spec.session_id))
+        created = await client.create_pod(
+            body, operation=OP, is_ours=lambda p: is_ours(p, SETTINGS, spec.session_id)
+        )
         outcome = None
         with trio.fail_after(20):
-            params = {"fieldSelector": f"metadata.name={name}",
-                      "resourceVersion": created["metadata"]["resourceVersion"]}
+            params = {
+                "fieldSelector": f"metadata.name={name}",
+                "resourceVersion": created["metadata"]["resourceVersion"],
+            }
             async with client.open_watch(client.pods_path(), params, operation="watch") as events:
                 async for event in events:
                     outcome = terminal_outcome(event["object"])
