@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 GAP_FRAME = b'event: gap\ndata: {"reason":"buffer_evicted"}\n\n'
 HEARTBEAT_FRAME = b": heartbeat\n\n"
 DEFAULT_HEARTBEAT_S = 20.0
+# Replayed frames are joined up to about this much per write.
+BATCH_BYTES = 64 * 1024
 
 SSE_HEADERS = {
     "content-type": "text/event-stream",
@@ -77,11 +79,24 @@ async def stream_events(
         if replay.gap:
             yield GAP_FRAME
             cursor = max(cursor, replay.evicted_to)  # told once, never again
+        # A replay goes out in batches, not a write per event: a late reader
+        # of thousands of events cost the daemon a send (chunk header, lock,
+        # syscall) for each.
+        batch: list[bytes] = []
+        size = 0
         for event_id, event in replay.items:
-            yield format_event(event_id, event)
+            frame = format_event(event_id, event)
+            batch.append(frame)
+            size += len(frame)
             cursor = event_id
             if _is_terminal_event(event):
+                yield b"".join(batch)
                 return
+            if size >= BATCH_BYTES:
+                yield b"".join(batch)
+                batch, size = [], 0
+        if batch:
+            yield b"".join(batch)
         if replay.gap or replay.items:
             continue  # more may have arrived while we were sending
         if is_terminal(session.status):

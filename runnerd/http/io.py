@@ -6,10 +6,13 @@ on the session (4429) or streams on the listener (4503; both
 `runnerd.http.streams`), the `seq` and `gap`
 text frames, output as binary frames of a 4-byte big-endian seq plus the
 payload, client binary frames as stdin, client `resize` text frames, and the
-final `1000 "session terminal"` close, with a closing handshake that
-completes (`_close`). Two loops run in one nursery: the sender (replay, then
-live) and the receiver (stdin, resizes); the sender's end closes the
-connection and cancels the receiver.
+final `1000 "session terminal"` close, sent only once the client has taken
+every byte before it, with a closing handshake that completes
+(`_close_when_taken`); and giving up on a client that stopped taking bytes
+(`_Delivery`: close `4408`, connection dropped). Three tasks run in one
+nursery: the sender (replay, then live, then the close), the receiver
+(stdin, resizes; it keeps reading until the end, so no input is left unread)
+and the stall watch; the sender's end cancels the other two.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from quart_trio import QuartTrio
 
 from runnerd.contract import is_terminal
 from runnerd.errors import RunnerdError
+from runnerd.http.connection_probe import ConnectionProbe, probe_of
 from runnerd.http.events import parse_cursor
 from runnerd.http.guard import edge_refusal, request_host, server_address
 from runnerd.http.streams import stream_slot
@@ -37,11 +41,24 @@ if TYPE_CHECKING:
 
 # The contract's terminal size bounds; this is the one place they are applied.
 MAX_TERMINAL_DIMENSION = 10_000
+# After our Close: how long the handler waits for the client's Close reply.
 CLOSE_DRAIN_S = 2.0
+# After the handler, how long the connection waits for the client to close
+# its side (reading what it still sends): a slow reader may still have
+# megabytes in its kernel to read before it reaches our Close.
+CLOSE_LINGER_S = 30.0
+# A client that takes none of the bytes waiting for it for this long has
+# stopped reading (or is gone): it is told its output is incomplete and its
+# connection is dropped. A reader that takes anything at all is never cut.
+STALL_S = 10.0
+STALL_POLL_S = 0.05
+INCOMPLETE_CLOSE_CODE = 4408
+INCOMPLETE_CLOSE_REASON = "client stopped reading; output incomplete"
 # A resize message is ~40 characters; longer text is no control message and
 # is ignored unparsed (parsing it could only cost time or hit the recursion limit).
 MAX_CONTROL_TEXT = 1024
-GAP_MESSAGE = json.dumps({"type": "gap", "reason": "buffer_evicted"}, separators=(",", ":"))
+SEP = (",", ":")
+GAP_MESSAGE = json.dumps({"type": "gap", "reason": "buffer_evicted"}, separators=SEP)
 
 
 def frame_chunk(seq: int, payload: bytes) -> bytes:
@@ -110,6 +127,101 @@ async def _close(code: int, reason: str) -> None:
             await websocket.receive()
 
 
+class _Delivery:
+    """The sender's sends, and whether the client still takes them.
+
+    Progress is a send that completes or the socket's untaken bytes
+    (`ConnectionProbe.unsent_bytes`) going down; a stall is bytes waiting
+    for the client (a send in progress, or untaken bytes) and no progress
+    for `STALL_S`. Without a probe (a server other than `serve_app`) nothing
+    is measured: `until_taken` returns at once and `watch` never returns.
+    """
+
+    def __init__(self, probe: ConnectionProbe | None) -> None:
+        self._probe = probe
+        self._sending = False
+        self._closed = False
+        self._progress_at = trio.current_time()
+
+    async def close(self, code: int, reason: str) -> None:
+        self._closed = True
+        await websocket.close(code, reason)
+
+    async def send(self, message: bytes | str) -> None:
+        self._sending = True
+        try:
+            await websocket.send(message)
+        finally:
+            self._sending = False
+            self._progress_at = trio.current_time()
+
+    def linger(self, seconds: float) -> None:
+        """Have the connection's close linger (`ConnectionProbe.linger_s`)."""
+        if self._probe is not None:
+            self._probe.linger_s = seconds
+
+    def _unsent(self) -> int:
+        return (self._probe.unsent_bytes() or 0) if self._probe is not None else 0
+
+    async def until_taken(self) -> None:
+        """Until the client has taken everything sent (a stall is `watch`'s
+        to handle). Cancellable."""
+        while True:
+            if self._unsent() == 0:
+                return
+            await trio.sleep(STALL_POLL_S)  # the kernel has no event for this: poll
+
+    async def watch(self) -> None:
+        """Return when the client has stalled. Cancellable."""
+        if self._probe is None:
+            await trio.sleep_forever()
+        last = self._unsent()
+        while True:
+            await trio.sleep(STALL_POLL_S)
+            unsent, now = self._unsent(), trio.current_time()
+            if unsent < last or not (unsent or self._sending):
+                self._progress_at = now
+            last = unsent
+            if now - self._progress_at >= STALL_S:
+                return
+
+    async def give_up(self) -> None:
+        """Tell a stalled client its output is incomplete (the Close goes out
+        if a send is not stuck on it) and drop the connection; quart-trio then
+        cancels the handler. Cancellable."""
+        if not (self._sending or self._closed):
+            with trio.move_on_after(STALL_POLL_S * 10):
+                await self.close(INCOMPLETE_CLOSE_CODE, INCOMPLETE_CLOSE_REASON)
+        if self._probe is not None:
+            self._probe.abort()
+
+
+async def _watch_stall(delivery: _Delivery) -> None:
+    await delivery.watch()
+    await delivery.give_up()
+
+
+async def _close_when_taken(delivery: _Delivery, code: int, reason: str) -> None:
+    """Close once the client has taken every byte sent before it, then wait
+    for its Close reply (which makes quart-trio cancel the handler), at most
+    `CLOSE_DRAIN_S`.
+
+    A Close sent earlier could not be taken back if the client stalls (it
+    would say 1000 over an incomplete replay); `watch` gives up on such a
+    client instead. The receiver keeps reading meanwhile, so the client's
+    pings and its Close get through. After the handler, the server's
+    connection lingers until the client closes its side (`serve_app`): a
+    slow reader may still have megabytes in its kernel to read, and closing
+    under it, with its pings arriving, would reset the connection and lose
+    them (a slow reader lost up to 180 KB of a replay that way).
+    """
+    await delivery.until_taken()
+    delivery.linger(CLOSE_LINGER_S)
+    await delivery.close(code, reason)
+    with trio.move_on_after(CLOSE_DRAIN_S):
+        await trio.sleep_forever()
+
+
 async def _receive_input(session: Session) -> None:
     while True:
         message = await websocket.receive()
@@ -123,7 +235,7 @@ async def _receive_input(session: Session) -> None:
 
 
 async def _send_output(
-    session: Session, cursor: int, closing: trio.Event, metrics: Metrics
+    session: Session, cursor: int, closing: trio.Event, metrics: Metrics, delivery: _Delivery
 ) -> bool:
     """Replay then stream PTY chunks. True when the session is terminal and
     everything was sent; False when the daemon is shutting down."""
@@ -131,10 +243,10 @@ async def _send_output(
         replay = session.pty.since(cursor)
         if replay.gap:
             metrics.replay_gap("websocket")
-            await websocket.send(GAP_MESSAGE)
+            await delivery.send(GAP_MESSAGE)
             cursor = max(cursor, replay.evicted_to)  # told once, never again
         for seq, chunk in replay.items:
-            await websocket.send(frame_chunk(seq, chunk))
+            await delivery.send(frame_chunk(seq, chunk))
             cursor = seq
         if replay.gap or replay.items:
             continue
@@ -149,17 +261,20 @@ async def _send_output(
     return False
 
 
-async def _stream(session: Session, last_seq: int, state: AppState) -> bool:
-    """Accept, then run the sender and the receiver until the sender ends;
-    its answer (True: the session is terminal and everything was sent)."""
-    await websocket.accept()
-    await websocket.send(json.dumps({"type": "seq", "seq": last_seq}, separators=(",", ":")))
-    with state.metrics.subscriber("websocket"):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_receive_input, session)
-            terminal = await _send_output(session, last_seq, state.closing, state.metrics)
-            nursery.cancel_scope.cancel()
-    return terminal
+async def _serve_channel(session: Session, last_seq: int, state: AppState) -> None:
+    """An accepted channel from `seq` to its close: the sender here, the
+    receiver and the stall watch beside it."""
+    delivery = _Delivery(probe_of(websocket.scope))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_receive_input, session)
+        nursery.start_soon(_watch_stall, delivery)
+        await delivery.send(json.dumps({"type": "seq", "seq": last_seq}, separators=SEP))
+        terminal = await _send_output(session, last_seq, state.closing, state.metrics, delivery)
+        if terminal:
+            await _close_when_taken(delivery, 1000, "session terminal")
+        else:
+            await _close_when_taken(delivery, 1001, "runnerd is shutting down")
+        nursery.cancel_scope.cancel()
 
 
 def register_io_route(app: QuartTrio, state: AppState) -> None:
@@ -195,12 +310,10 @@ def register_io_route(app: QuartTrio, state: AppState) -> None:
             await _close(4000 + exc.status_hint, exc.message)
             return
         try:
-            terminal = await _stream(session, last_seq, state)
+            await websocket.accept()
+            with state.metrics.subscriber("websocket"):
+                await _serve_channel(session, last_seq, state)
         finally:
             slot.release()
-        if terminal:
-            await _close(1000, "session terminal")
-        else:
-            await _close(1001, "runnerd is shutting down")
 
     app.add_websocket("/v1/sessions/<session_id>/io", view_func=session_io)

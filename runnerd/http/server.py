@@ -27,7 +27,9 @@ accept, graceful stop) because what the issue needs is not configurable there:
   a request's headers may take (it runs from connect, or from the previous
   response, until a whole request head has arrived); the body's deadline is
   quart's `BODY_TIMEOUT`.
-- **Closing never races a send** (`_close`).
+- **Closing never races a send, nor resets a WebSocket peer** (`_close`):
+  after our FIN its connection lingers until the peer closes too, its
+  input read.
 - **runnerd's HTTP/1.1 protocol** (`runnerd.http.protocol`) takes the place
   of hypercorn's on every connection: it refuses the upgrades, chunk sizes
   and WebSocket frames that broke hypercorn's.
@@ -49,6 +51,7 @@ protocol code (h11, wsproto, the ASGI glue) as shipped.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -68,6 +71,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
+from runnerd.http.connection_probe import CONNECTION_PROBE, ConnectionProbe
 from runnerd.http.protocol import H11Protocol, with_error_body, with_reason
 from runnerd.http.streams import ListenerApp, ListenerStreams
 
@@ -115,6 +119,11 @@ class _Connection(TCPServer):
 
     on_idle: Callable[[_Connection, bool], None] | None = None
     peer = "unknown"  # for the log: set by the accept loop (`peer_name`)
+    _reader: trio.lowlevel.Task | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._reader_done = trio.Event()
 
     @property
     def protocol(self) -> ProtocolWrapper:
@@ -156,13 +165,46 @@ class _Connection(TCPServer):
         # 500-style traceback; found by the WebSocket frame fuzzer: a client
         # protocol error makes hypercorn close while the handler sends).
         async with self.send_lock:
-            await super()._close()
+            with contextlib.suppress(
+                trio.BrokenResourceError, trio.BusyResourceError, trio.ClosedResourceError
+            ):
+                await self.stream.send_eof()
+        await self._linger()
+        await self.stream.aclose()
+
+    async def _linger(self) -> None:
+        """After our FIN, let the reader take what the peer still sends until
+        the peer closes too, for as long as the handler asked
+        (`ConnectionProbe.linger_s`; plain HTTP answers do not linger).
+        Closing with input unread, or with the peer still sending (a
+        WebSocket client's pings), resets the connection, and the peer's
+        kernel then drops what its reader had not read yet. The daemon's
+        shutdown ends the wait (this runs shielded)."""
+        probe = self.state.get(CONNECTION_PROBE)
+        linger_s = probe.linger_s if isinstance(probe, ConnectionProbe) else 0.0
+        if linger_s <= 0 or self._reader_done.is_set():
+            return
+        if trio.lowlevel.current_task() is self._reader:
+            return  # the reader itself: the peer's input has ended
+        with trio.move_on_after(linger_s) as scope:
+            async with trio.open_nursery() as waits:
+                for event in (self._reader_done, self.context.terminated):
+                    waits.start_soon(_set_then_cancel, event, scope)
 
     async def _read_data(self) -> None:
-        await super()._read_data()
+        self._reader = trio.lowlevel.current_task()
+        try:
+            await super()._read_data()
+        finally:
+            self._reader_done.set()
         # The peer is gone. hypercorn leaves the keep-alive timer running, and
         # the connection (and its slot under the cap) lingers until it fires.
         await self.idle_task.stop()
+
+
+async def _set_then_cancel(event: Any, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 class _AcceptLoop:
@@ -289,9 +331,12 @@ def _connection_factory(
     def make(stream: trio.SocketStream) -> _Connection:
         # Each connection gets its own copy, as in hypercorn's worker_serve.
         state = ConnectionState(lifespan_state.copy())
-        return _Connection(app, config, context, state, stream)  # type: ignore[arg-type]
+        state[CONNECTION_PROBE] = ConnectionProbe(stream)  # for runnerd.http.io
+        return _Connection(app, config, context, state, stream)
 
     return make
+
+
 def peer_name(stream: trio.SocketStream) -> str:
     """Who is on the other end, for the log: `host:port` over TCP, the
     peer's `pid`/`uid` over a UNIX socket (SO_PEERCRED: a session's workload

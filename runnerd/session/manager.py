@@ -72,6 +72,12 @@ __all__ = [
 log = logging.getLogger("runnerd.sessions")
 
 
+def _request_stop(session: Session, intent: EndIntent) -> None:
+    if not session.is_terminal:
+        log.info("stop requested", extra={"session_id": session.id})
+        session.request_stop(intent)
+
+
 class ManagerState(enum.Enum):
     """IDLE: `run()` is not running (no session can start). SERVING: sessions
     start and are adopted. CLOSING: `stop_all()` began; nothing new enters
@@ -297,7 +303,8 @@ class SessionManager:
             return
         if intent is EndIntent.STOP and session.end_requested is None:
             await self._stop_workload(session)
-        await self._end(session, intent)
+        _request_stop(session, intent)
+        await self._wait_stopped(session)
 
     async def _stop_workload(self, session: Session) -> None:
         """`session.stop_workload()` within `stop_timeout_s`, its refusal a `StopFailed`."""
@@ -310,15 +317,8 @@ class SessionManager:
             return
         raise StopFailed(session.id, self._stop_timeout_s)
 
-    async def _end(self, session: Session, intent: EndIntent) -> None:
-        """Cancel the session's run with `intent`; return once it is terminal.
-
-        Raises:
-            StopFailed: it was not terminal within `stop_timeout_s`.
-        """
-        if not session.is_terminal:
-            log.info("stop requested", extra={"session_id": session.id})
-            session.request_stop(intent)
+    async def _wait_stopped(self, session: Session) -> None:
+        """Raises StopFailed: not terminal within `stop_timeout_s`."""
         with trio.move_on_after(self._stop_timeout_s):
             await session.wait_terminal()
             return
@@ -344,18 +344,22 @@ class SessionManager:
         # Not `stop()`: a shutdown ends every session whatever its backend's
         # stop says (a pod whose delete is refused is left on the backend's
         # list of undeleted pods for the next daemon).
-        async def stop_one(session: Session) -> None:
+        async def wait_one(session: Session) -> None:
             try:
-                await self._end(session, intent)
+                await self._wait_stopped(session)
             except StopFailed as exc:
                 extra = {"session_id": session.id}
                 log.error("did not stop within %g s", exc.timeout_s, extra=extra)
                 stuck.append(session.id)
 
+        # Every stop is requested in one pass, before any waiting: a task per
+        # session first would delay the last one's by all the others' starts.
+        live = [session for session in self._registry if not session.is_terminal]
+        for session in live:
+            _request_stop(session, intent)
         async with trio.open_nursery() as nursery:
-            for session in self._registry:
-                if not session.is_terminal:
-                    nursery.start_soon(stop_one, session)
+            for session in live:
+                nursery.start_soon(wait_one, session)
         return stuck
 
     def reconfigure(

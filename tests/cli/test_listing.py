@@ -8,7 +8,7 @@ import sys
 import trio
 
 from tests.cli.helpers import cli, start, wait_status
-from tests.harness import Daemon, start_daemon
+from tests.harness import Daemon, read_pty_until, start_daemon
 from tests.shared_daemon import OnBackend, shared_runnerd_on_each_backend
 
 __all__ = ["shared_runnerd_on_each_backend"]  # the module's `runnerd`
@@ -29,6 +29,9 @@ async def test_the_list_names_each_session_and_never_its_env(
         app_id = created.json()["sessionId"]
         await wait_status(daemon, bundle_id, ("exited",))
         await wait_status(daemon, app_id, ("running",))
+        # `running` can precede the first output (a pod's log stream attaches
+        # after it): wait for the "hi" the list must then count.
+        await read_pty_until(daemon.socket_path, app_id, rb"hi")
         response = await client.get("/v1/sessions")
         assert response.status_code == 200
         assert response.headers["x-runnerd-max-body-bytes"] == str(16 * 1024 * 1024)

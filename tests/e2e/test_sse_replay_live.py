@@ -35,6 +35,9 @@ from tests.session.backends import NullHandle
 BEFORE = 2_000  # emitted before the pause
 TOTAL = 12_000  # progress events "n 0".."n 11999", plus a "half" marker at the pause
 BURST = 50  # events between checkpoints in the second part
+# No reader got a frame for this long: the stream is stuck (the whole test
+# takes ~1 s on a quiet machine; its deadline moves with every frame).
+STALL_S = 30.0
 
 
 class ProgressBurstBackend:
@@ -83,10 +86,12 @@ async def read_stream(
     frames: list[SseFrame],
     *,
     first_frame: trio.Event,
+    deadline: trio.CancelScope,
     marks: dict[str, trio.Event] | None = None,
 ) -> None:
     """Read the session's SSE stream to its end; set `marks[message]` when a
-    progress event with that message arrives."""
+    progress event with that message arrives. Each frame moves `deadline`
+    to `STALL_S` from now: the test fails on a stall, never on slowness."""
     marks = marks or {}
     async with client.stream(
         "GET", f"/v1/sessions/{session_id}/events", timeout=SSE_TIMEOUT
@@ -94,6 +99,7 @@ async def read_stream(
         assert response.status_code == 200
         async with contextlib.aclosing(iter_sse(response)) as stream:
             async for frame in stream:
+                deadline.deadline = trio.current_time() + STALL_S
                 frames.append(frame)
                 first_frame.set()
                 if frame.event == "progress" and frame.data["message"] in marks:
@@ -108,7 +114,7 @@ async def test_late_sse_readers_see_every_event_exactly_once(tmp_path: Path) -> 
     async with open_app(tmp_path, backend=backend) as (_, socket_path):
         async with open_client(socket_path) as client:
             session_id = await start_session(client, "unused by this backend")
-            with trio.fail_after(30):
+            with trio.fail_after(STALL_S) as deadline:
                 async with trio.open_nursery() as nursery:
                     marks = {"half": paused, f"n {TOTAL // 2}": mid_live}
                     nursery.start_soon(
@@ -117,6 +123,7 @@ async def test_late_sse_readers_see_every_event_exactly_once(tmp_path: Path) -> 
                             session_id,
                             readers["first"],
                             first_frame=connected["first"],
+                            deadline=deadline,
                             marks=marks,
                         )
                     )
@@ -127,6 +134,7 @@ async def test_late_sse_readers_see_every_event_exactly_once(tmp_path: Path) -> 
                             session_id,
                             readers["at_pause"],
                             first_frame=connected["at_pause"],
+                            deadline=deadline,
                         )
                     )
                     # Its replay has begun; the second part now pours in behind it.
@@ -139,6 +147,7 @@ async def test_late_sse_readers_see_every_event_exactly_once(tmp_path: Path) -> 
                             session_id,
                             readers["mid_live"],
                             first_frame=connected["mid_live"],
+                            deadline=deadline,
                         )
                     )
     expected = expected_events()

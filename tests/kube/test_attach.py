@@ -190,8 +190,10 @@ async def test_a_peer_gone_silent_is_dropped_by_the_heartbeat(
     ):
         with trio.fail_after(15):
             async with trio.open_nursery() as nursery:
+                # A pong may be late on a loaded machine (the cluster runs in
+                # this process): 2 s, so only the swallowed ones count.
                 terminal, ends = await attach(
-                    client, "hb", screen, nursery, ping_interval_s=0.1, pong_timeout_s=0.5
+                    client, "hb", screen, nursery, ping_interval_s=0.1, pong_timeout_s=2.0
                 )
                 terminal.write(b"alive\n")
                 await screen.until("> alive")  # pongs flow: the attach stays up

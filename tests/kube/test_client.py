@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from runnerd.backend import BundleSpec, Exited, ImageSpec, Limits, RunSpec
 from runnerd.kube import errors
@@ -174,7 +175,9 @@ async def test_apiserver_down_for_3s_bounded_reconnects_then_recovery(
     async with open_client(apiserver, tmp_path, policy) as client, trio.open_nursery() as n:
         await client.list_pods(label_selector="a=b", operation="list")
         n.start_soon(apiserver.faults.restart, 3.0)
-        await trio.sleep(0.1)  # the restart has closed the listener
+        # Until the restart has closed the listener (it then blocks refusing
+        # connections): a fixed 0.1 s was a race on a loaded machine.
+        await trio.testing.wait_all_tasks_blocked()
         started = trio.current_time()
         with trio.fail_after(15):
             items, _ = await client.list_pods(label_selector="a=b", operation="list")

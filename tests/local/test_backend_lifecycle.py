@@ -79,6 +79,37 @@ async def test_stop_sends_sigterm_then_sigkill_after_grace(
     await wait_gone(pid)
 
 
+async def test_a_stop_sends_one_sigterm_however_the_session_unwinds(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    # The SIGTERM goes out when the session's wait is cancelled, before its
+    # tasks unwind to the teardown, which must not send a second one (a
+    # program may take a second TERM as "force quit").
+    marker = tmp_path / "marker"
+    sink = RecordingSink()
+    spec = bundle_spec(
+        "python",
+        """
+        import os, signal, time
+        def on_term(signum, frame):
+            with open(os.environ["MARKER"], "a") as f:
+                f.write("TERM\\n")
+        signal.signal(signal.SIGTERM, on_term)
+        print("trapped", flush=True)
+        while True:
+            time.sleep(1)
+        """,
+        env={"MARKER": str(marker)},
+    )
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            session = await start_session(nursery, backend, spec, sink)
+            await sink.wait_output(b"trapped")
+            session.scope.cancel()
+            await session.result()  # TERM ignored: SIGKILL after the grace
+    assert marker.read_text() == "TERM\n"
+
+
 async def test_stop_of_cooperative_program_does_not_wait_for_grace(workdir: Path) -> None:
     patient = LocalBackend(
         LocalConfig(workdir=workdir, stop_grace_s=30, runtimes=runtimes()), apps=dict
