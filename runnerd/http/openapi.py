@@ -303,7 +303,9 @@ def _session_paths() -> dict[str, Any]:
                        "forbidden_origin, 4404 unknown session, 4410 nothing to replay, "
                        "4429 too_many_subscribers on the session, 4503 too_many_streams on "
                        "the listener (both after the upgrade, as the events route's 429 "
-                       "and 503), 1000 session terminal.",
+                       "and 503), 1000 session terminal (sent once the client has taken "
+                       "every byte), 1001 runnerd shutting down, 1009 a frame over 16 MiB, "
+                       "4408 the client stopped reading (the replay is incomplete).",
             "parameters": [
                 _SESSION_ID,
                 {"name": "lastSeq", "in": "query", "required": False, "schema": cursor}],
