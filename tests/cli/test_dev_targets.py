@@ -42,7 +42,11 @@ def checkout() -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="rd-make-", dir="/tmp"))
     try:
         for name in ("Makefile", "pyproject.toml"):
-            shutil.copy2(REPO / name, root / name)  # copy2: the venv's stamps stay newer
+            shutil.copy2(REPO / name, root / name)
+        # Older than any stamp of the (shared, symlinked) venv: make must never
+        # reinstall from this copy, which has no runnerd package to install
+        # (an editable install from here empties the real venv's mapping).
+        os.utime(root / "pyproject.toml", (0, 0))
         shutil.copytree(REPO / "config", root / "config")
         for name in (".venv", "tests"):
             (root / name).symlink_to(REPO / name)
