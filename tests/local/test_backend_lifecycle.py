@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -85,7 +88,12 @@ async def test_a_stop_sends_one_sigterm_however_the_session_unwinds(
     # The SIGTERM goes out when the session's wait is cancelled, before its
     # tasks unwind to the teardown, which must not send a second one (a
     # program may take a second TERM as "force quit").
-    marker = tmp_path / "marker"
+    # Outside /tmp (the session has a private one), writable by its uid.
+    shared = Path(
+        tempfile.mkdtemp(prefix="rd-term-", dir="/run" if os.access("/run", os.W_OK) else None)
+    )
+    os.chmod(shared, 0o777)
+    marker = shared / "marker"
     sink = RecordingSink()
     spec = bundle_spec(
         "python",
@@ -107,7 +115,10 @@ async def test_a_stop_sends_one_sigterm_however_the_session_unwinds(
             await sink.wait_output(b"trapped")
             session.scope.cancel()
             await session.result()  # TERM ignored: SIGKILL after the grace
-    assert marker.read_text() == "TERM\n"
+    try:
+        assert marker.read_text() == "TERM\n"
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 async def test_stop_of_cooperative_program_does_not_wait_for_grace(workdir: Path) -> None:
