@@ -1,8 +1,13 @@
 """The Kubernetes backend's parts below the backend seam (sessions as pods).
 
 Pure: `settings`, `errors`, `podstatus`, `podspec`, `bundle`, `kubeconfig`.
-IO at the edge: `credentials`, `client` (httpx), `informer` (the one shared pod
-watch), `attach` (the PTY bridge over trio-websocket), `terminal` (the attach
+IO at the edge: `credentials`, `client` (httpx; `open_kube_client(...,
+transport=...)` is the test seam: an `httpx.MockTransport` in place of the
+network, so the client's policy is tested without a cluster), `informer` (the
+one shared pod watch: a `Reflector` over a `ListerWatcher` protocol, so it too
+is tested on a fake), `podcache` (the informer's store and fan-out, with the
+consumers' consistency contract), `attach` (the PTY bridge over
+trio-websocket), `terminal` (the attach
 kept up, the log spliced and backfilled), `podstop` (a pod's delete, the
 stop's and the teardown's). No httpx name escapes
 this package: every apiserver answer that is not 2xx becomes an

@@ -6,6 +6,13 @@ Nothing httpx-shaped leaves this module: answers are JSON dicts, failures are
 `errors.KubeError`s (`str()` client-safe, the raw answer or transport error
 chained for the log).
 
+Test seam: `open_kube_client(..., transport=...)` puts any
+`httpx.AsyncBaseTransport` (an `httpx.MockTransport`) under the same client,
+so everything below runs against a handler in memory, under a fake clock
+(tests/kube/test_client_transport.py). Without it (production) the client is
+httpx's pooled transport with the connection's TLS context and `Policy`'s
+pool limits, exactly as before.
+
 Retry policy, by `Retry` class:
 - `READ` (GET, list, opening a watch): 429, 5xx and connection errors, with
   capped exponential backoff plus jitter, or the server's `Retry-After`.
@@ -260,7 +267,7 @@ class KubeClient:
             started = trio.current_time()
             try:
                 with trio.fail_after(max(remaining, 0.0) + BACKSTOP_S):
-                    response = await self._http.send(request, stream=stream)
+                    response, body = await self._send(request, stream)
             except (httpx.TransportError, trio.TooSlowError) as exc:
                 self._count(verb, started, None, None)
                 log.debug("apiserver unreachable; retrying op=%s error=%r", operation, exc)
@@ -270,11 +277,13 @@ class KubeClient:
                     raise errors.classify(operation, None) from exc
                 attempt += 1
                 continue
-            if response.is_success:
+            except httpx.HTTPError as exc:  # an answer httpx could not decode: the server's fault
+                malformed = errors.classify(operation, 502)
+                self._count(verb, started, None, malformed)
+                raise malformed from exc
+            if body is None:
                 self._count(verb, started, response.status_code, None)
                 return response
-            body = await response.aread()
-            await response.aclose()
             error = errors.classify_answer(operation, response.status_code, body)
             self._count(verb, started, response.status_code, error)
             if response.status_code == 401 and not reauthenticated:
@@ -287,6 +296,21 @@ class KubeClient:
             ):
                 raise error
             attempt += 1
+
+    async def _send(
+        self, request: httpx.Request, stream: bool
+    ) -> tuple[httpx.Response, bytes | None]:
+        """One attempt: a 2xx response (open, if `stream`) and None, or a
+        closed non-2xx response and its body. Reading an error body is part of
+        the attempt: a connection that breaks mid-body is a transport error
+        like any other, retried by class, never an httpx error escaping."""
+        response = await self._http.send(request, stream=stream)
+        if response.is_success:
+            return response, None
+        try:
+            return response, await response.aread()
+        finally:
+            await response.aclose()
 
     async def _build(
         self,
@@ -313,8 +337,9 @@ class KubeClient:
     def _count(
         self, verb: str, started: float, status: int | None, error: errors.KubeError | None
     ) -> None:
-        """One attempt in the metrics: no answer (`status` None) is `none`/`unreachable`."""
-        if status is None:
+        """One attempt in the metrics: no answer (`status` None) is `none`, its
+        class `unreachable` unless `error` says otherwise (a malformed answer)."""
+        if status is None and error is None:
             error = errors.Unreachable("")
         self.metrics.apiserver_request(
             verb,
@@ -450,7 +475,7 @@ class KubeClient:
                     raise errors.classify(operation, None) from exc
                 if isinstance(event, dict):
                     yield event
-        except httpx.TransportError as exc:
+        except httpx.HTTPError as exc:  # a broken stream, or a body that cannot be decoded
             raise errors.classify(operation, None) from exc
 
 
@@ -461,9 +486,17 @@ async def open_kube_client(
     policy: Policy | None = None,
     credentials: Credentials | None = None,
     metrics: Metrics = NULL_METRICS,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> AsyncIterator[KubeClient]:
     """A `KubeClient` whose connection pool lives as long as the block,
     counting its requests in `metrics`.
+
+    `transport` is the test seam: None (production) is httpx's own pooled
+    transport, with the TLS context and the pool limits of `policy`; a given
+    one (an `httpx.MockTransport`) carries every request instead, so the
+    retry loop, the deadline, the 401 reload and the metrics run IO-free.
+    Everything else (credentials, headers, timeouts, the SSL context the
+    attach bridge shares) is built the same either way.
 
     Raises:
         errors.NoCredentials: an exec plugin that yields a client certificate
@@ -495,5 +528,6 @@ async def open_kube_client(
         http1=True,
         http2=False,
         trust_env=False,
+        transport=transport,
     ) as http:
         yield KubeClient(http, conn, credentials, policy, ctx, metrics)
