@@ -26,12 +26,13 @@ from typing import Generic, Protocol, TypeVar
 
 from runnerd.contract import RunEvent, RunStatus, is_terminal, starting, status_event
 from runnerd.errors import RunnerdError
-from runnerd.session.rings import CHUNK_BYTES, ByteRing, EventRing, Replay
+from runnerd.session.rings import CHUNK_BYTES, ByteRing, EventRing, Lost, Replay
 
 __all__ = [
     "CHUNK_BYTES",
     "ByteRing",
     "EventRing",
+    "Lost",
     "RegistryEntry",
     "RegistryFull",
     "Replay",
@@ -164,6 +165,14 @@ class SessionRecord:
             return None
         self._claim(chunks=ByteRing.chunks_for(len(data)))
         return self.pty.append(data)
+
+    def output_lost(self) -> int | None:
+        """Mark PTY output as lost after the newest seq (`ByteRing.mark_lost`);
+        return the mark's number, or None once terminal. Marks claim no ids
+        and are not in the state file: a detach-restart forgets them."""
+        if self.is_terminal:
+            return None
+        return self.pty.mark_lost()
 
 
 class RegistryFull(RunnerdError):
