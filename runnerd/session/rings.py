@@ -242,9 +242,7 @@ class ByteRing(_Ring[bytes]):
         numbered above `after_mark` (those the reader was not told of)."""
         replay = self._since(after_seq)
         after_seq = max(after_seq, 0)
-        lost = tuple(
-            m for m in self._lost if m.after_seq >= after_seq and m.mark > after_mark
-        )
+        lost = tuple(m for m in self._lost if m.after_seq >= after_seq and m.mark > after_mark)
         if not lost:
             return replay
         return Replay(replay.gap, replay.items, replay.evicted_to, lost)

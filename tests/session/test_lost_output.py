@@ -11,8 +11,7 @@ from runnerd.session.registry import ByteRing, Lost, Replay, SessionRecord
 def _flat(replay: Replay[bytes]) -> list[object]:
     """A replay as a reader sends it: seqs for chunks, ("lost", n) for marks."""
     return [
-        ("lost", entry.mark) if isinstance(entry, Lost) else entry[0]
-        for entry in replay.in_order()
+        ("lost", entry.mark) if isinstance(entry, Lost) else entry[0] for entry in replay.in_order()
     ]
 
 
