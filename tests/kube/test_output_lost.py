@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+import jsonschema
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
@@ -20,6 +22,7 @@ from tests.cli.helpers import cli
 from tests.e2e.contract_client import wait_terminal
 from tests.harness import open_ws
 from tests.kube.daemon import kube_daemon, start_telo, wait_no_pods
+from tests.kubesim.kubelet_logs import ContainerLog
 from tests.kubesim.server import KubeSim
 
 TIMEOUT_S = 30.0
@@ -74,12 +77,17 @@ async def read(ws: WebSocketConnection, channel: Channel, until: bytes | None = 
                 channel.messages.append((int.from_bytes(message[:4], "big"), message[4:]))
 
 
-def pod_output(sim: KubeSim) -> bytes:
-    """What the session container wrote so far, as the cluster's kubelet holds it."""
+def container_log(sim: KubeSim) -> ContainerLog:
+    """The session container's output, as the cluster's kubelet holds it."""
     assert sim.kubelet is not None
     (pod,) = sim.store.list("pods", "runnerd")
     log = sim.kubelet.container_log(pod["metadata"]["uid"], "session")
-    return b"" if log is None else b"".join(line.text for line in log.lines)
+    assert log is not None
+    return log
+
+
+def lines_in(log: ContainerLog) -> int:
+    return len(numbered(b"".join(line.text for line in log.lines)))
 
 
 async def lose_a_line(sim: KubeSim) -> int:
@@ -89,12 +97,25 @@ async def lose_a_line(sim: KubeSim) -> int:
     sim.faults.deny("get", "pods/log")
     sim.faults.deny("create", "pods/attach")
     assert await sim.faults.drop_attaches() == 1
-    written = len(numbered(pod_output(sim)))  # every later line is written unattached
+    log = container_log(sim)
+    written = lines_in(log)  # every later line is written unattached
     with trio.fail_after(TIMEOUT_S):
-        while len(numbered(pod_output(sim))) <= written:
-            await trio.sleep(0.05)  # the kubelet's log has no waiter to subscribe to
+        while lines_in(log) <= written:
+            await log.changed()
     sim.faults.allow("create", "pods/attach")
     return written + 1
+
+
+async def assert_documented(client: httpx.AsyncClient, channel: Channel) -> None:
+    """Every text frame as `/v1/openapi.json` describes `/io`'s (`x-runnerd-ws-text`)."""
+    doc = (await client.get("/v1/openapi.json")).json()
+    schema = doc["paths"]["/v1/sessions/{id}/io"]["get"]["responses"]["101"]["x-runnerd-ws-text"]
+    validator = jsonschema.Draft202012Validator(
+        {"components": doc["components"], "allOf": [schema]}
+    )
+    for message in channel.messages:
+        if isinstance(message, dict):
+            assert not list(validator.iter_errors(message)), message
 
 
 async def test_output_lost_in_an_attach_drop_is_a_gap_frame_in_its_place(
@@ -126,6 +147,7 @@ async def test_output_lost_in_an_attach_drop_is_a_gap_frame_in_its_place(
         assert live.output(live.messages[at + 1 :]).startswith(LOST_LINE)  # for a human
         seqs = [m[0] for m in live.messages if isinstance(m, tuple)]
         assert seqs == list(range(1, len(seqs) + 1))
+        await assert_documented(client, live)
 
         # After the fact: a replay from the start, and from the chunk right
         # before the gap, get it in the same place; one from past it does not.
