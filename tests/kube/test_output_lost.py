@@ -2,12 +2,16 @@
 attach drops while the pod keeps writing and `pods/log` is denied, so the
 lines written meanwhile are nowhere runnerd can read them. An `/io` client
 gets `{"type":"gap","reason":"output_lost"}` where they are missing, live
-and on every replay from before that place, and `runnerd logs` says so."""
+and on every replay from before that place, and `runnerd logs` says so.
+An adopted session (after a detach-restart) has no log to backfill from: a
+drop there is a gap too; the gaps from before the restart are forgotten
+(their lines are in the saved replay)."""
 
 from __future__ import annotations
 
 import json
 import re
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +21,7 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from runnerd.client.pty_channel import LOST_NOTICE
-from runnerd.kube.terminal import LOST_LINE
+from runnerd.kube.terminal import DROPPED_LINE, LOST_LINE
 from tests.cli.helpers import cli
 from tests.e2e.contract_client import wait_terminal
 from tests.harness import open_ws
@@ -168,4 +172,46 @@ async def test_output_lost_in_an_attach_drop_is_a_gap_frame_in_its_place(
         logs = await cli(daemon, "logs", session_id)
         assert logs.returncode == 0, logs.stderr
         assert logs.stderr.decode().count(LOST_NOTICE) == 1, logs.stderr
+        await wait_no_pods(kubesim)
+
+
+async def test_an_adopted_sessions_drop_is_a_gap_and_a_restart_forgets_older_gaps(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    async with kube_daemon(kubesim, tmp_path) as first, first.client() as client:
+        session_id = await start_telo(client, "print ready\necho got:\n")
+        path = f"/v1/sessions/{session_id}/io"
+        before = Channel()
+        async with open_ws(first.socket_path, path) as ws:
+            await read(ws, before, until=b"ready")
+            await kubesim.stats.wait_until(lambda stats: stats.attaches_open == 1)
+            kubesim.faults.deny("get", "pods/log")  # the drop cannot be backfilled
+            assert await kubesim.faults.drop_attaches() == 1
+            await read(ws, before, until=LOST_LINE)
+        assert LOST in before.messages
+        assert await first.stop(signal.SIGUSR2) == 75
+    kubesim.faults.allow("get", "pods/log")
+    async with kube_daemon(kubesim, tmp_path) as second, second.client() as client:
+        # The saved replay has the line, not the gap's place (README).
+        replay = Channel()
+        async with open_ws(second.socket_path, path) as ws:
+            await read(ws, replay, until=LOST_LINE)
+            assert LOST not in replay.messages
+            # Adopted: its log is what the first daemon delivered, so a drop
+            # now cannot be backfilled, and is a gap where it happened.
+            await kubesim.stats.wait_until(lambda stats: stats.attaches_open == 1)
+            total = kubesim.stats.attaches_total
+            assert await kubesim.faults.drop_attaches() == 1
+            await read(ws, replay, until=DROPPED_LINE)
+            at = replay.messages.index(LOST)
+            assert replay.output(replay.messages[at + 1 :]) == DROPPED_LINE
+            await kubesim.stats.wait_until(
+                lambda s: s.attaches_total > total and s.attaches_open == 1
+            )
+            await ws.send_message(b"after\n")
+            await read(ws, replay, until=b"got:after")
+            await ws.send_message(b"quit\n")
+            await read(ws, replay)
+        assert replay.messages.count(LOST) == 1
+        assert await wait_terminal(client, session_id) == {"kind": "exited", "code": 0}
         await wait_no_pods(kubesim)
