@@ -203,6 +203,10 @@ class ByteRing(_Ring[bytes]):
         """The number of the newest lost-output mark ever made (0 when none)."""
         return self._marks
 
+    def lost_places(self) -> list[int]:
+        """The places of the marks retained (seqs, oldest first)."""
+        return [m.after_seq for m in self._lost]
+
     def mark_lost(self) -> int:
         """Mark output as lost after the newest seq; return the mark's number."""
         self._marks += 1

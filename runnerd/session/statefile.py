@@ -5,10 +5,12 @@ whose workload can outlive the daemon) and their one shape:
 
     {"format": 1, "session_id": ID,
      "event_floor": N, "events": [RunEvent, ...],
-     "seq_floor": M, "chunks": ["<base64>", ...]}
+     "seq_floor": M, "chunks": ["<base64>", ...], "lost": [SEQ, ...]}
 
 Ids up to a floor were (or may have been) issued and are not in the file;
-the items that follow have ids `floor + 1, floor + 2, ...`. Two writers:
+the items that follow have ids `floor + 1, floor + 2, ...`. `lost` (absent
+in older files) holds the places of the PTY ring's lost-output marks: seqs
+from `seq_floor` (before the first chunk) to the last chunk's. Two writers:
 
 - `FileReserver` (while a session runs): high-water *reservations*, no
   items. Before an id above the reservation is issued, the reservation moves
@@ -80,6 +82,7 @@ def encode(session_id: str, resumed: Resumed) -> bytes:
         "events": list(resumed.events),
         "seq_floor": resumed.seq_floor,
         "chunks": [base64.b64encode(c).decode("ascii") for c in resumed.chunks],
+        "lost": list(resumed.lost),
     }
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
 
@@ -108,8 +111,19 @@ def decode(raw: bytes) -> Saved:
         raise ValueError(f"a chunk is not base64: {exc}") from None
     event_floor, seq_floor = floors
     assert isinstance(event_floor, int) and isinstance(seq_floor, int)
+    lost = _lost_places(data.get("lost", []), seq_floor, len(decoded))
     typed: tuple[RunEvent, ...] = tuple(events)
-    return Saved(session_id, Resumed(event_floor, seq_floor, typed, decoded))
+    return Saved(session_id, Resumed(event_floor, seq_floor, typed, decoded, lost))
+
+
+def _lost_places(places: Any, seq_floor: int, chunks: int) -> tuple[int, ...]:
+    """The file's `lost`, checked: seqs within the saved chunks' span."""
+    if not isinstance(places, list) or not all(
+        isinstance(p, int) and not isinstance(p, bool) and seq_floor <= p <= seq_floor + chunks
+        for p in places
+    ):
+        raise ValueError("lost must be a list of seqs from seq_floor to the last chunk's")
+    return tuple(places)
 
 
 class StateDir:
@@ -209,7 +223,8 @@ class StateDir:
         """A clean detach: the exact floors and everything the rings retain."""
         events, pty = record.events, record.pty
         resumed = Resumed(events.first - 1, pty.first - 1,
-                          tuple(events.retained()), tuple(pty.retained()))
+                          tuple(events.retained()), tuple(pty.retained()),
+                          tuple(pty.lost_places()))
         return self.write(record.id, resumed)
 
     def reserver(self, session_id: str) -> FileReserver:

@@ -24,6 +24,12 @@ def test_statefile_round_trips_floors_events_and_binary_chunks() -> None:
     b'{"format":1,"session_id":"a","event_floor":-1,"seq_floor":0,"events":[],"chunks":[]}',
     b'{"format":1,"session_id":"a","event_floor":0,"seq_floor":0,"events":[1],"chunks":[]}',
     b'{"format":1,"session_id":"a","event_floor":0,"seq_floor":0,"events":[],"chunks":["!"]}',
+    b'{"format":1,"session_id":"a","event_floor":0,"seq_floor":0,"events":[],"chunks":[],'
+    b'"lost":[1]}',
+    b'{"format":1,"session_id":"a","event_floor":0,"seq_floor":5,"events":[],"chunks":[],'
+    b'"lost":[4]}',
+    b'{"format":1,"session_id":"a","event_floor":0,"seq_floor":0,"events":[],"chunks":[],'
+    b'"lost":{}}',
 ])
 def test_statefile_garbled_files_are_refused(raw: bytes) -> None:
     with pytest.raises(ValueError):
@@ -111,6 +117,25 @@ def test_statefile_a_detached_replay_continues_with_no_gap(tmp_path: Path) -> No
     assert new.pty.since(0) == old.pty.since(0)
     assert new.events.since(0) == old.events.since(0)
     assert new.pty.since(1).gap is False
+
+
+def test_statefile_a_detached_replay_keeps_each_lost_output_mark_in_place(
+        tmp_path: Path) -> None:
+    state = StateDir.open(tmp_path)
+    old = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"))
+    old.output_lost()  # before any output: at the floor
+    old.output(b"one")
+    old.output_lost()
+    old.output(b"two")
+    assert state.save_replay(old)
+    new = SessionRecord("sess1", 0.0, 10_000_000, resumed=state.resume("sess1"))
+    assert new.pty.lost_places() == old.pty.lost_places() == [0, 1]
+    assert new.pty.since(0).in_order() == old.pty.since(0).in_order()
+
+
+def test_statefile_an_older_file_without_lost_places_still_resumes() -> None:
+    raw = b'{"format":1,"session_id":"a","event_floor":2,"seq_floor":3,"events":[],"chunks":[]}'
+    assert decode(raw).resumed == Resumed(2, 3)
 
 
 def test_statefile_missing_or_garbled_resumes_above_every_plausible_id(tmp_path: Path) -> None:
