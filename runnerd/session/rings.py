@@ -246,7 +246,13 @@ class ByteRing(_Ring[bytes]):
         numbered above `after_mark` (those the reader was not told of)."""
         replay = self._since(after_seq)
         after_seq = max(after_seq, 0)
-        lost = tuple(m for m in self._lost if m.after_seq >= after_seq and m.mark > after_mark)
+        # From the right, as the chunks: a caught-up reader walks no old marks.
+        newer: list[Lost] = []
+        for m in reversed(self._lost):
+            if m.after_seq < after_seq or m.mark <= after_mark:
+                break
+            newer.append(m)
+        lost = tuple(reversed(newer))
         if not lost:
             return replay
         return Replay(replay.gap, replay.items, replay.evicted_to, lost)
