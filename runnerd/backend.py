@@ -267,6 +267,11 @@ class Sink(Protocol):
     def output(self, data: bytes) -> None:
         """PTY bytes, in order. Split into ≤64 KiB chunks downstream."""
 
+    def output_lost(self) -> None:
+        """Output the workload wrote after the last `output` may be missing
+        (the backend could not deliver or recover it): `/io` readers get a
+        `{"type":"gap","reason":"output_lost"}` frame at this place."""
+
     def reachability(self, port: int, state: Reachability) -> None: ...
 
     def debug(self, frame: dict[str, Any]) -> None:

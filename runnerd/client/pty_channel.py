@@ -1,7 +1,9 @@
 """The attach loop: a session's PTY channel wired to this process's stdio.
 
 Owns `follow_channel`: open `/v1/sessions/{id}/io?lastSeq=N`, write every
-output chunk to stdout as it arrives, and, by `StdinMode`:
+output chunk to stdout as it arrives (a `gap` frame saying `output_lost`
+becomes one notice line on stderr, in its place: `LOST_NOTICE`), and, by
+`StdinMode`:
 - `NONE` (logs): read only; optionally stop once seq `stop_at_seq` arrived;
 - `PIPE` (stdin is not a terminal): stdin bytes go to the workload; the end
   of stdin is sent as the terminal's EOF character (^D), so `cat` ends;
@@ -43,6 +45,8 @@ EOF_CHAR = b"\x04"
 LOST = 1006  # no close frame: the connection dropped (a killed daemon)
 # Close codes that mean "the session is over", not "something went wrong".
 FINISHED = frozenset({1000, 4410})
+# For `{"type":"gap","reason":"output_lost"}`: the backend lost output here.
+LOST_NOTICE = "some of the session's output is missing here (runnerd could not deliver it)"
 
 WebSocket = trio_websocket.WebSocketConnection
 
@@ -126,8 +130,12 @@ async def _receive_output(ws: WebSocket, stop_at_seq: int | None) -> ChannelEnd:
     try:
         while True:
             message = await ws.get_message()
-            if not isinstance(message, bytes) or len(message) < 4:
-                continue  # the `seq` / `gap` text frames: nothing to show
+            if isinstance(message, str):
+                if _is_lost_output(message):
+                    await trio.to_thread.run_sync(_write_notice, LOST_NOTICE)
+                continue  # the `seq` frame, the eviction `gap`: nothing to show
+            if len(message) < 4:
+                continue
             (seq,) = struct.unpack(">I", message[:4])
             await trio.to_thread.run_sync(_write_stdout, message[4:])
             if stop_at_seq is not None and seq >= stop_at_seq:
@@ -137,6 +145,22 @@ async def _receive_output(ws: WebSocket, stop_at_seq: int | None) -> ChannelEnd:
         if reason is None:
             return ChannelEnd(Ended.CLOSED)
         return ChannelEnd(Ended.CLOSED, reason.code, reason.reason or "")
+
+
+def _is_lost_output(text: str) -> bool:
+    try:
+        message = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(message, dict):
+        return False
+    return message.get("type") == "gap" and message.get("reason") == "output_lost"
+
+
+def _write_notice(text: str) -> None:
+    # "\r\n" on a terminal: in raw mode the cursor may sit mid-line.
+    sys.stderr.write(f"\r\nrunnerd: {text}\r\n" if os.isatty(2) else f"runnerd: {text}\n")
+    sys.stderr.flush()
 
 
 def _write_stdout(data: bytes) -> None:

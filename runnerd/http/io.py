@@ -3,9 +3,10 @@
 Owns the channel's protocol: the origin check (close 4403), unknown session
 (4404), nothing to replay on a terminal session (4410), too many subscribers
 on the session (4429) or streams on the listener (4503; both
-`runnerd.http.streams`), the `seq` and `gap`
-text frames, output as binary frames of a 4-byte big-endian seq plus the
-payload, client binary frames as stdin, client `resize` text frames, and the
+`runnerd.http.streams`), the `seq` and `gap` text frames (`gap` says
+`buffer_evicted` for what the replay buffer dropped, `output_lost` where
+the backend lost output), output as binary frames of a 4-byte big-endian
+seq plus the payload, client binary frames as stdin, client `resize` text frames, and the
 final `1000 "session terminal"` close, sent only once the client has taken
 every byte before it, with a closing handshake that completes
 (`_close_when_taken`); and giving up on a client that stopped taking bytes
@@ -34,6 +35,7 @@ from runnerd.http.guard import edge_refusal, request_host, server_address
 from runnerd.http.streams import stream_slot
 from runnerd.http.waiting import Wake, wait_for_change
 from runnerd.metrics import Metrics
+from runnerd.session.rings import Lost
 
 if TYPE_CHECKING:
     from runnerd.http.state import AppState
@@ -59,6 +61,8 @@ INCOMPLETE_CLOSE_REASON = "client stopped reading; output incomplete"
 MAX_CONTROL_TEXT = 1024
 SEP = (",", ":")
 GAP_MESSAGE = json.dumps({"type": "gap", "reason": "buffer_evicted"}, separators=SEP)
+# Output the backend could not deliver is missing here (`Sink.output_lost`).
+LOST_MESSAGE = json.dumps({"type": "gap", "reason": "output_lost"}, separators=SEP)
 
 
 def frame_chunk(seq: int, payload: bytes) -> bytes:
@@ -237,24 +241,32 @@ async def _receive_input(session: Session) -> None:
 async def _send_output(
     session: Session, cursor: int, closing: trio.Event, metrics: Metrics, delivery: _Delivery
 ) -> bool:
-    """Replay then stream PTY chunks. True when the session is terminal and
-    everything was sent; False when the daemon is shutting down."""
+    """Replay then stream PTY chunks, each lost-output mark in its place as
+    a `gap` frame (`output_lost`; told once: `told` is the newest mark
+    sent). True when the session is terminal and everything was sent;
+    False when the daemon is shutting down."""
+    told = 0
     while not closing.is_set():
-        replay = session.pty.since(cursor)
+        replay = session.pty.since(cursor, told)
         if replay.gap:
             metrics.replay_gap("websocket")
             await delivery.send(GAP_MESSAGE)
             cursor = max(cursor, replay.evicted_to)  # told once, never again
-        for seq, chunk in replay.items:
-            await delivery.send(frame_chunk(seq, chunk))
-            cursor = seq
-        if replay.gap or replay.items:
+        for entry in replay.in_order():
+            if isinstance(entry, Lost):
+                await delivery.send(LOST_MESSAGE)
+                told = entry.mark
+            else:
+                await delivery.send(frame_chunk(*entry))
+                cursor = entry[0]
+        if replay.gap or replay.items or replay.lost:
             continue
         if is_terminal(session.status):
             return True
 
-        def has_news(after: int = cursor) -> bool:
-            return session.pty.last_seq > after or is_terminal(session.status)
+        def has_news(after: int = cursor, marked: int = told) -> bool:
+            pty = session.pty
+            return pty.last_seq > after or pty.last_mark > marked or is_terminal(session.status)
 
         if await wait_for_change(session, has_news, closing) is Wake.CLOSING:
             return False
@@ -296,7 +308,8 @@ def register_io_route(app: QuartTrio, state: AppState) -> None:
             await _close(4000 + exc.status_hint, exc.message)
             return
         last_seq = parse_cursor(websocket.args.get("lastSeq"))
-        if is_terminal(session.status) and not session.pty.since(last_seq).items:
+        pending = session.pty.since(last_seq)
+        if is_terminal(session.status) and not (pending.items or pending.lost):
             await websocket.accept()
             await _close(4410, "session terminal and nothing buffered after lastSeq")
             return

@@ -5,7 +5,9 @@ schemas are generated from the msgspec structs in `runnerd.contract` (the
 same models that validate the bodies, so the two cannot drift), with what
 admission checks beyond them added (`_with_admission_rules`); response
 shapes are written out here from the contract's types. The event stream's
-body is text: each frame's data is described by `x-runnerd-sse-data`.
+body is text: each frame's data is described by `x-runnerd-sse-data`; the
+`/io` server's text frames (`seq`, `gap` and its reasons) by
+`x-runnerd-ws-text` on its `101`.
 """
 
 from __future__ import annotations
@@ -84,6 +86,21 @@ _RESPONSE_SCHEMAS: dict[str, Any] = {
     "ReplayGap": {
         **_obj(["reason"], reason={"const": "buffer_evicted"}),
         "description": "the data of an `event: gap` frame (no id): events were evicted",
+    },
+    "IoTextFrame": {
+        "description": "a server → client text frame on `/io`: `seq` first (the `lastSeq` "
+        "replayed from); `gap` where output is missing (no seq of its own): `buffer_evicted`, "
+        "the replay buffer dropped output after `lastSeq` (sent before what it holds), or "
+        "`output_lost`, the backend could not deliver output written at that place (after "
+        "the chunk before it, before the next)",
+        "oneOf": [
+            _obj(["type", "seq"], type={"const": "seq"}, seq={"type": "integer", "minimum": 0}),
+            _obj(
+                ["type", "reason"],
+                type={"const": "gap"},
+                reason={"enum": ["buffer_evicted", "output_lost"]},
+            ),
+        ],
     },
     "SseData": {
         "description": "the `data:` of an SSE frame: a RunEvent (`event:` is its `type`) "
@@ -309,7 +326,9 @@ def _session_paths() -> dict[str, Any]:
             "parameters": [
                 _SESSION_ID,
                 {"name": "lastSeq", "in": "query", "required": False, "schema": cursor}],
-            "responses": {"101": {"description": "switching protocols"},
+            "responses": {"101": {"description": "switching protocols; the server's "
+                                                 "text frames are `x-runnerd-ws-text`",
+                                  "x-runnerd-ws-text": _ref("IoTextFrame")},
                           "426": _error("upgrade_required: a plain GET, without "
                                         "`Upgrade: websocket`")}}},
     }  # fmt: skip

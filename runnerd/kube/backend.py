@@ -320,7 +320,7 @@ class KubeBackend:
         adopted: bool = False,
     ) -> Outcome:
         name = pod_name(spec.session_id)
-        splice = Splice(sink.output)
+        splice = Splice(sink.output, sink.output_lost)
         if adopted:  # the log is output its clients saw from the previous daemon
             splice.pass_through()
         outcome = terminal_outcome(pod) if pod is not None else Failed("the session pod is gone")

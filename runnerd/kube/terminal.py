@@ -18,8 +18,11 @@ Owns three things between `attach.run_attach` and the session's sink:
   from `pods/log` the same way (`Splice.resume`): the log past the bytes
   already delivered goes ahead of the new attach's stream, so an apiserver
   outage loses nothing. Where the log cannot say (unreadable, rotated
-  shorter than what was delivered, past its read limit), one line in the
-  terminal says output was lost. A refused attach writes its classified
+  shorter than what was delivered, past its read limit), or there is no log
+  to read from (an adopted session's splice passes through), the loss is
+  reported at its place (`Sink.output_lost`: a `gap` frame for `/io`
+  readers) and one line in the terminal says so for a human, who sees no
+  frames. A refused attach writes its classified
   reason the same way; an unreachable apiserver is only waited out.
 """
 
@@ -124,13 +127,15 @@ class Splice:
     `catch_up` can add what a cut-short attach, or one that saw nothing,
     never delivered, once the container has ended. `resume` after a dropped
     attach holds the next attach's bytes the same way, and `release` then
-    writes only the log past `emitted` (the backfill).
+    writes only the log past `emitted` (the backfill). Where output is lost,
+    `lost` is called at that place, then a line says so (`LOST_LINE`).
     Content decides what repeats: output identical to the log's tail, sent
     again right after the attach came up, is taken for a repeat.
     """
 
-    def __init__(self, emit: Callable[[bytes], None]) -> None:
+    def __init__(self, emit: Callable[[bytes], None], lost: Callable[[], None]) -> None:
         self._emit_raw = emit
+        self._lost_raw = lost
         self._held: bytearray | None = bytearray()
         self._aligning = False  # the log is out; attach bytes may still repeat it
         self._log = b""  # the log read, while aligning
@@ -240,8 +245,16 @@ class Splice:
     def _say_lost(self) -> None:
         """Output is missing: say so once, and stop counting positions."""
         if not self.lost:
+            self._lost_raw()
             self._emit_raw(LOST_LINE)
         self.lost, self._tracking = True, False
+
+    def say_dropped(self) -> None:
+        """An attach dropped with nothing to backfill from (passing through,
+        or positions already lost): what the container writes until the next
+        attach is up is missed. Report the place, then say so in a line."""
+        self._lost_raw()
+        self._emit_raw(DROPPED_LINE)
 
     def resume(self) -> None:
         """The attach dropped: hold the next one's bytes until the log is
@@ -363,7 +376,7 @@ async def _attach_until_end(
             passing = not splice.tracking  # nothing to backfill from: say so
             splice.resume()  # the next attach backfills from the log
             if passing and refused is None:
-                emit(DROPPED_LINE)
+                splice.say_dropped()
         elif not refusals_said:  # once per run of refusals, not once per retry
             emit(notice(str(refused)))
             refusals_said = True

@@ -26,12 +26,13 @@ from typing import Generic, Protocol, TypeVar
 
 from runnerd.contract import RunEvent, RunStatus, is_terminal, starting, status_event
 from runnerd.errors import RunnerdError
-from runnerd.session.rings import CHUNK_BYTES, ByteRing, EventRing, Replay
+from runnerd.session.rings import CHUNK_BYTES, ByteRing, EventRing, Lost, Replay
 
 __all__ = [
     "CHUNK_BYTES",
     "ByteRing",
     "EventRing",
+    "Lost",
     "RegistryEntry",
     "RegistryFull",
     "Replay",
@@ -67,6 +68,9 @@ class Resumed:
     seq_floor: int
     events: tuple[RunEvent, ...] = ()
     chunks: tuple[bytes, ...] = ()
+    # Where output was lost (`ByteRing.mark_lost`): seqs from `seq_floor`
+    # (before the first chunk) to the last chunk's.
+    lost: tuple[int, ...] = ()
 
 
 class SessionRecord:
@@ -102,13 +106,22 @@ class SessionRecord:
             self.pty = ByteRing(replay_buffer_bytes, resumed.seq_floor)
             for event in resumed.events:
                 self.events.append(event)
-            for chunk in resumed.chunks:
-                self.pty.append(chunk)
+            self._restore_chunks(resumed)
         # Attached after the restore: those ids were the previous daemon's to claim.
         self._reserver = reserver
         if resumed is None:
             self._claim(events=1)
             self.events.append(status_event(self.status))
+
+    def _restore_chunks(self, resumed: Resumed) -> None:
+        """The saved chunks, each lost-output mark back in its place."""
+        places = set(resumed.lost)
+        if self.pty.last_seq in places:
+            self.pty.mark_lost()
+        for chunk in resumed.chunks:
+            self.pty.append(chunk)
+            if self.pty.last_seq in places:
+                self.pty.mark_lost()
 
     def _claim(self, events: int = 0, chunks: int = 0) -> None:
         if self._reserver is not None:
@@ -164,6 +177,15 @@ class SessionRecord:
             return None
         self._claim(chunks=ByteRing.chunks_for(len(data)))
         return self.pty.append(data)
+
+    def output_lost(self) -> int | None:
+        """Mark PTY output as lost after the newest seq (`ByteRing.mark_lost`);
+        return the mark's number, or None once terminal. Marks claim no ids;
+        a clean detach saves their places with the replay (`Resumed.lost`),
+        a SIGKILL loses them with it."""
+        if self.is_terminal:
+            return None
+        return self.pty.mark_lost()
 
 
 class RegistryFull(RunnerdError):

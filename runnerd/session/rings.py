@@ -16,6 +16,17 @@ Ring invariants (both rings):
 - A ring may start above a floor (a session a previous daemon ran): its ids
   then continue at `floor + 1`, and `1..floor` count as evicted, so a reader
   from anywhere below the floor is told of the gap and never gets an id twice.
+
+Lost-output marks (`ByteRing` only): a backend that could not deliver some
+of the workload's output marks the place (`mark_lost`): after the newest seq,
+between it and the next. A mark takes no seq (seqs stay what clients resume
+from) and no bytes of the cap; it has its own number, from 1, never reused,
+so a reader that was told of it is not told again (`since(after, after_mark)`).
+Marks at one place merge into one (the newest number). A reader from at or
+before a mark's place gets it in order: after the chunk at its place, before
+the next (`Replay.in_order`). A mark lives as long as its place is retained
+or is the evicted frontier (`first - 1`); marks deeper in the evicted part
+go with it (the reader is told of that eviction instead).
 """
 
 from __future__ import annotations
@@ -34,6 +45,15 @@ X = TypeVar("X")
 
 
 @dataclass(frozen=True)
+class Lost:
+    """A lost-output mark: output after seq `after_seq` is missing; `mark` is
+    its own number (from 1, never reused)."""
+
+    after_seq: int
+    mark: int
+
+
+@dataclass(frozen=True)
 class Replay(Generic[X]):
     """What a reader gets from `since(after)`: `(id, item)` pairs in id order.
 
@@ -43,11 +63,28 @@ class Replay(Generic[X]):
     is gone; a reader that told its client of the gap continues from there
     (with no items, e.g. a ring that starts above a floor and holds nothing
     yet, asking again from `after` would report the same gap forever).
+    `lost`: the lost-output marks the reader was not told of yet, oldest
+    first (`ByteRing` only); `in_order` puts them among the items.
     """
 
     gap: bool
     items: list[tuple[int, X]]
     evicted_to: int = 0
+    lost: tuple[Lost, ...] = ()
+
+    def in_order(self) -> list[tuple[int, X] | Lost]:
+        """`items` and `lost` merged: each mark right after the item at its
+        place (or before every item, when its place precedes them)."""
+        if not self.lost:
+            return list(self.items)
+        merged: list[tuple[int, X] | Lost] = []
+        marks = list(self.lost)
+        for seq, item in self.items:
+            while marks and marks[0].after_seq < seq:
+                merged.append(marks.pop(0))
+            merged.append((seq, item))
+        merged.extend(marks)
+        return merged
 
 
 class _Ring(Generic[X]):
@@ -152,7 +189,31 @@ class ByteRing(_Ring[bytes]):
     Every `append` makes at least one chunk of its own (writes are never
     coalesced: a seq is what a client resumes from, so it must name bytes
     that were delivered together). Per-chunk overhead is one `bytes` object.
+    Lost-output marks (module docstring) are kept beside the chunks, at
+    most one per place, so there are never more of them than chunks + 1.
     """
+
+    def __init__(self, cap_bytes: int, floor: int = 0) -> None:
+        super().__init__(cap_bytes, floor)
+        self._lost: deque[Lost] = deque()
+        self._marks = 0
+
+    @property
+    def last_mark(self) -> int:
+        """The number of the newest lost-output mark ever made (0 when none)."""
+        return self._marks
+
+    def lost_places(self) -> list[int]:
+        """The places of the marks retained (seqs, oldest first)."""
+        return [m.after_seq for m in self._lost]
+
+    def mark_lost(self) -> int:
+        """Mark output as lost after the newest seq; return the mark's number."""
+        self._marks += 1
+        if self._lost and self._lost[-1].after_seq == self._last:
+            self._lost.pop()  # the same place: one mark, told again as the newest
+        self._lost.append(Lost(self._last, self._marks))
+        return self._marks
 
     @property
     def last_seq(self) -> int:
@@ -180,8 +241,25 @@ class ByteRing(_Ring[bytes]):
             self._push(piece, len(piece))
         return self._last
 
-    def since(self, after_seq: int) -> Replay[bytes]:
-        return self._since(after_seq)
+    def since(self, after_seq: int, after_mark: int = 0) -> Replay[bytes]:
+        """Chunks after `after_seq`, and the lost-output marks at or after it
+        numbered above `after_mark` (those the reader was not told of)."""
+        replay = self._since(after_seq)
+        after_seq = max(after_seq, 0)
+        # From the right, as the chunks: a caught-up reader walks no old marks.
+        newer: list[Lost] = []
+        for m in reversed(self._lost):
+            if m.after_seq < after_seq or m.mark <= after_mark:
+                break
+            newer.append(m)
+        lost = tuple(reversed(newer))
+        if not lost:
+            return replay
+        return Replay(replay.gap, replay.items, replay.evicted_to, lost)
 
     def _drop_oldest(self) -> int:
-        return len(self._items.popleft())
+        evicted_to = self.first  # the frontier once this chunk is gone
+        size = len(self._items.popleft())
+        while self._lost and self._lost[0].after_seq < evicted_to:
+            self._lost.popleft()  # inside the evicted part: its gap says it
+        return size

@@ -310,6 +310,10 @@ class SessionSink:
             self._session.metrics.pty_bytes("output", len(data))
             self._session._notify()
 
+    def output_lost(self) -> None:
+        if self._record.output_lost() is not None:
+            self._session._notify()
+
     def reachability(self, port: int, state: Reachability) -> None:
         if self._record.emit(reachability_event(port, state)) is not None:
             self._session._notify()

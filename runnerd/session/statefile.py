@@ -5,10 +5,12 @@ whose workload can outlive the daemon) and their one shape:
 
     {"format": 1, "session_id": ID,
      "event_floor": N, "events": [RunEvent, ...],
-     "seq_floor": M, "chunks": ["<base64>", ...]}
+     "seq_floor": M, "chunks": ["<base64>", ...], "lost": [SEQ, ...]}
 
 Ids up to a floor were (or may have been) issued and are not in the file;
-the items that follow have ids `floor + 1, floor + 2, ...`. Two writers:
+the items that follow have ids `floor + 1, floor + 2, ...`. `lost` (absent
+in older files) holds the places of the PTY ring's lost-output marks: seqs
+from `seq_floor` (before the first chunk) to the last chunk's. Two writers:
 
 - `FileReserver` (while a session runs): high-water *reservations*, no
   items. Before an id above the reservation is issued, the reservation moves
@@ -80,6 +82,7 @@ def encode(session_id: str, resumed: Resumed) -> bytes:
         "events": list(resumed.events),
         "seq_floor": resumed.seq_floor,
         "chunks": [base64.b64encode(c).decode("ascii") for c in resumed.chunks],
+        "lost": list(resumed.lost),
     }
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
 
@@ -95,8 +98,7 @@ def decode(raw: bytes) -> Saved:
         raise ValueError(f"not a format {FORMAT} state file")
     session_id, events, chunks = data.get("session_id"), data.get("events"), data.get("chunks")
     floors = (data.get("event_floor"), data.get("seq_floor"))
-    if not (isinstance(session_id, str) and isinstance(events, list)
-            and isinstance(chunks, list)):
+    if not (isinstance(session_id, str) and isinstance(events, list) and isinstance(chunks, list)):
         raise ValueError("session_id, events or chunks missing")
     if not all(isinstance(f, int) and not isinstance(f, bool) and f >= 0 for f in floors):
         raise ValueError("event_floor and seq_floor must be integers >= 0")
@@ -108,8 +110,19 @@ def decode(raw: bytes) -> Saved:
         raise ValueError(f"a chunk is not base64: {exc}") from None
     event_floor, seq_floor = floors
     assert isinstance(event_floor, int) and isinstance(seq_floor, int)
+    lost = _lost_places(data.get("lost", []), seq_floor, len(decoded))
     typed: tuple[RunEvent, ...] = tuple(events)
-    return Saved(session_id, Resumed(event_floor, seq_floor, typed, decoded))
+    return Saved(session_id, Resumed(event_floor, seq_floor, typed, decoded, lost))
+
+
+def _lost_places(places: Any, seq_floor: int, chunks: int) -> tuple[int, ...]:
+    """The file's `lost`, checked: seqs within the saved chunks' span."""
+    if not isinstance(places, list) or not all(
+        isinstance(p, int) and not isinstance(p, bool) and seq_floor <= p <= seq_floor + chunks
+        for p in places
+    ):
+        raise ValueError("lost must be a list of seqs from seq_floor to the last chunk's")
+    return tuple(places)
 
 
 class StateDir:
@@ -143,8 +156,12 @@ class StateDir:
         try:
             write_atomic(path, encode(session_id, resumed))
         except OSError as exc:
-            log.error("cannot write the session's state file %s: %s", path, exc,
-                      extra={"session_id": session_id})
+            log.error(
+                "cannot write the session's state file %s: %s",
+                path,
+                exc,
+                extra={"session_id": session_id},
+            )
             return False
         return True
 
@@ -159,12 +176,15 @@ class StateDir:
             log.warning("no state file for an adopted session", extra={"session_id": session_id})
             return None
         except (OSError, ValueError) as exc:
-            log.warning("unreadable state file %s: %s", path, exc,
-                        extra={"session_id": session_id})
+            log.warning("unreadable state file %s: %s", path, exc, extra={"session_id": session_id})
             return None
         if saved.session_id != session_id:
-            log.warning("state file %s names session %s", path, saved.session_id,
-                        extra={"session_id": session_id})
+            log.warning(
+                "state file %s names session %s",
+                path,
+                saved.session_id,
+                extra={"session_id": session_id},
+            )
             return None
         return saved.resumed
 
@@ -184,9 +204,13 @@ class StateDir:
         try:
             self.remove(session_id)
         except OSError as exc:
-            log.error("cannot remove the stale state file of %s: %s; a successor may reuse"
-                      " event ids and PTY seqs", session_id, exc,
-                      extra={"session_id": session_id})
+            log.error(
+                "cannot remove the stale state file of %s: %s; a successor may reuse"
+                " event ids and PTY seqs",
+                session_id,
+                exc,
+                extra={"session_id": session_id},
+            )
 
     def session_ids(self) -> list[str]:
         """Every session with a file here."""
@@ -195,8 +219,9 @@ class StateDir:
         except OSError as exc:
             log.error("cannot list the state directory %s: %s", self.path, exc)
             return []
-        return sorted(n.removesuffix(_SUFFIX) for n in names
-                      if n.endswith(_SUFFIX) and not n.startswith("."))
+        return sorted(
+            n.removesuffix(_SUFFIX) for n in names if n.endswith(_SUFFIX) and not n.startswith(".")
+        )
 
     def prune(self, keep: set[str]) -> list[str]:
         """Remove every file whose session is not in `keep`; return their ids."""
@@ -208,8 +233,13 @@ class StateDir:
     def save_replay(self, record: SessionRecord) -> bool:
         """A clean detach: the exact floors and everything the rings retain."""
         events, pty = record.events, record.pty
-        resumed = Resumed(events.first - 1, pty.first - 1,
-                          tuple(events.retained()), tuple(pty.retained()))
+        resumed = Resumed(
+            events.first - 1,
+            pty.first - 1,
+            tuple(events.retained()),
+            tuple(pty.retained()),
+            tuple(pty.lost_places()),
+        )
         return self.write(record.id, resumed)
 
     def reserver(self, session_id: str) -> FileReserver:
@@ -241,5 +271,9 @@ class FileReserver:
 
 def describe(resumed: Resumed) -> dict[str, Any]:
     """Log fields for a resumed session."""
-    return {"event_floor": resumed.event_floor, "seq_floor": resumed.seq_floor,
-            "events": len(resumed.events), "chunks": len(resumed.chunks)}
+    return {
+        "event_floor": resumed.event_floor,
+        "seq_floor": resumed.seq_floor,
+        "events": len(resumed.events),
+        "chunks": len(resumed.chunks),
+    }

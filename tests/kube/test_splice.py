@@ -8,11 +8,12 @@ import pytest
 from runnerd.kube.terminal import LOG_READ_BYTES, LOST_LINE, Splice
 
 OUTPUT = b"REG=https://env.example.\r\nsecond line\r\n"
+GAP = b"<gap>"  # where the splice reported the loss (`Sink.output_lost`)
 
 
 def splice() -> tuple[Splice, bytearray]:
     written = bytearray()
-    return Splice(written.extend), written
+    return Splice(written.extend, lambda: written.extend(GAP)), written
 
 
 @pytest.mark.parametrize("start", [0, 4, len(OUTPUT) - 1, len(OUTPUT)])
@@ -92,10 +93,10 @@ def test_a_drop_the_log_cannot_backfill_says_output_was_lost_once(log_bytes: byt
     sp.resume()
     sp.feed(b"three\r\n")
     sp.release(log_bytes)
-    assert bytes(written) == b"one\r\n" + LOST_LINE + b"three\r\n"
+    assert bytes(written) == b"one\r\n" + GAP + LOST_LINE + b"three\r\n"
     assert sp.lost and not sp.tracking
     sp.catch_up(b"one\r\ntwo\r\nthree\r\nfour\r\n")  # positions unknown: nothing added
-    assert bytes(written) == b"one\r\n" + LOST_LINE + b"three\r\n"
+    assert bytes(written) == b"one\r\n" + GAP + LOST_LINE + b"three\r\n"
 
 
 def test_an_attach_that_came_up_too_late_is_made_good_from_the_final_log() -> None:

@@ -46,6 +46,10 @@ class RecordingSink:
         self.largest_output = max(self.largest_output, len(data))
         self._changed()
 
+    def output_lost(self) -> None:
+        self.out += b"<lost>"  # where it was reported, among the bytes
+        self._changed()
+
     def reachability(self, port: int, state: Any) -> None:
         self.reachability_calls.append((port, state))
         self._changed()

@@ -19,12 +19,24 @@ def test_statefile_round_trips_floors_events_and_binary_chunks() -> None:
     assert back.session_id == "abc" and back.resumed == saved
 
 
-@pytest.mark.parametrize("raw", [
-    b"", b"[]", b'{"format": 2}', b'{"format":1,"session_id":"a","events":[],"chunks":[]}',
-    b'{"format":1,"session_id":"a","event_floor":-1,"seq_floor":0,"events":[],"chunks":[]}',
-    b'{"format":1,"session_id":"a","event_floor":0,"seq_floor":0,"events":[1],"chunks":[]}',
-    b'{"format":1,"session_id":"a","event_floor":0,"seq_floor":0,"events":[],"chunks":["!"]}',
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"[]",
+        b'{"format": 2}',
+        b'{"format":1,"session_id":"a","events":[],"chunks":[]}',
+        b'{"format":1,"session_id":"a","event_floor":-1,"seq_floor":0,"events":[],"chunks":[]}',
+        b'{"format":1,"session_id":"a","event_floor":0,"seq_floor":0,"events":[1],"chunks":[]}',
+        b'{"format":1,"session_id":"a","event_floor":0,"seq_floor":0,"events":[],"chunks":["!"]}',
+        b'{"format":1,"session_id":"a","event_floor":0,"seq_floor":0,"events":[],"chunks":[],'
+        b'"lost":[1]}',
+        b'{"format":1,"session_id":"a","event_floor":0,"seq_floor":5,"events":[],"chunks":[],'
+        b'"lost":[4]}',
+        b'{"format":1,"session_id":"a","event_floor":0,"seq_floor":0,"events":[],"chunks":[],'
+        b'"lost":{}}',
+    ],
+)
 def test_statefile_garbled_files_are_refused(raw: bytes) -> None:
     with pytest.raises(ValueError):
         decode(raw)
@@ -72,8 +84,9 @@ def test_statefile_a_killed_daemons_successor_never_reuses_an_id(tmp_path: Path)
         old.output(b"seen")
     seen = old.pty.last_seq
     # SIGKILL: nothing more is written; the successor reads the reservation.
-    new = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"),
-                        resumed=state.resume("sess1"))
+    new = SessionRecord(
+        "sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"), resumed=state.resume("sess1")
+    )
     new.output(b"after")
     replay = new.pty.since(seen)
     assert replay.gap and [c for _, c in replay.items] == [b"after"]
@@ -82,7 +95,8 @@ def test_statefile_a_killed_daemons_successor_never_reuses_an_id(tmp_path: Path)
 
 
 def test_statefile_a_reservation_that_cannot_be_written_leaves_no_stale_one(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     state = StateDir.open(tmp_path)
     old = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"))
     old.output(b"first")
@@ -93,8 +107,7 @@ def test_statefile_a_reservation_that_cannot_be_written_leaves_no_stale_one(
     for _ in range(BLOCK + 10):
         old.output(b"more")
     assert "cannot write the session's state file" in caplog.text
-    new = SessionRecord("sess1", 0.0, 10_000_000, reserver=None,
-                        resumed=state.resume("sess1"))
+    new = SessionRecord("sess1", 0.0, 10_000_000, reserver=None, resumed=state.resume("sess1"))
     new.output(b"after")
     assert new.pty.last_seq > old.pty.last_seq  # a SIGKILL's successor skips ahead
 
@@ -106,11 +119,30 @@ def test_statefile_a_detached_replay_continues_with_no_gap(tmp_path: Path) -> No
     old.output(b"one")
     old.output(b"two")
     assert state.save_replay(old)
-    new = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"),
-                        resumed=state.resume("sess1"))
+    new = SessionRecord(
+        "sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"), resumed=state.resume("sess1")
+    )
     assert new.pty.since(0) == old.pty.since(0)
     assert new.events.since(0) == old.events.since(0)
     assert new.pty.since(1).gap is False
+
+
+def test_statefile_a_detached_replay_keeps_each_lost_output_mark_in_place(tmp_path: Path) -> None:
+    state = StateDir.open(tmp_path)
+    old = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"))
+    old.output_lost()  # before any output: at the floor
+    old.output(b"one")
+    old.output_lost()
+    old.output(b"two")
+    assert state.save_replay(old)
+    new = SessionRecord("sess1", 0.0, 10_000_000, resumed=state.resume("sess1"))
+    assert new.pty.lost_places() == old.pty.lost_places() == [0, 1]
+    assert new.pty.since(0).in_order() == old.pty.since(0).in_order()
+
+
+def test_statefile_an_older_file_without_lost_places_still_resumes() -> None:
+    raw = b'{"format":1,"session_id":"a","event_floor":2,"seq_floor":3,"events":[],"chunks":[]}'
+    assert decode(raw).resumed == Resumed(2, 3)
 
 
 def test_statefile_missing_or_garbled_resumes_above_every_plausible_id(tmp_path: Path) -> None:
