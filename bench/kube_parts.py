@@ -35,18 +35,27 @@ SETTINGS = KubeSettings()
 LIMITS = Limits(cpu="500m", memory="512Mi", ephemeral_storage="1Gi", ttl_s=600)
 
 
-async def one_session(i: int, client: KubeClient, informer: PodInformer, tokens: BundleTokens,
-                      base: str) -> tuple[float, float, float]:
+async def one_session(
+    i: int, client: KubeClient, informer: PodInformer, tokens: BundleTokens, base: str
+) -> tuple[float, float, float]:
     """(create → pod exists, → running, → exited) in seconds for one session."""
     sid = f"bench{i:07d}"
-    spec = RunSpec.create(session_id=sid, image=ImageSpec("telorun/node:latest-slim", "missing"),
-                   env={}, limits=LIMITS,
-                   bundle=BundleSpec("main.telo", (("main.telo", "print hello\nexit 0\n"),)))
+    spec = RunSpec.create(
+        session_id=sid,
+        image=ImageSpec("telorun/node:latest-slim", "missing"),
+        env={},
+        limits=LIMITS,
+        bundle=BundleSpec("main.telo", (("main.telo", "print hello\nexit 0\n"),)),
+    )
     t0 = trio.current_time()
     archive = await trio.to_thread.run_sync(build_bundle_archive, spec.bundle)
     token = tokens.stage(sid, archive, now=t0)
-    pod = build_session_pod(SETTINGS, spec, bundle_url=f"{base}/internal/bundles/{sid}?token="
-                            f"{token}", created_at="2026-12-01T00:00:00Z")
+    pod = build_session_pod(
+        SETTINGS,
+        spec,
+        bundle_url=f"{base}/internal/bundles/{sid}?token={token}",
+        created_at="2026-12-01T00:00:00Z",
+    )
     await client.create_pod(pod, operation="create", is_ours=lambda p: is_ours(p, SETTINGS, sid))
     exists = trio.current_time() - t0
     watch, running = StartWatch(30.0), None
@@ -77,11 +86,13 @@ async def run(sessions: int) -> None:
 
 
 async def measure(sim: KubeSim, tmp: Path, sessions: int) -> None:
-    conn = load_connection(KubeSettings(kubeconfig=str(sim.write_kubeconfig(tmp / "kc"))), {},
-                           tmp)
+    conn = load_connection(KubeSettings(kubeconfig=str(sim.write_kubeconfig(tmp / "kc"))), {}, tmp)
     tokens = BundleTokens()
-    async with serve_bundles(tokens) as (base, _), open_kube_client(conn) as client, \
-            trio.open_nursery() as nursery:
+    async with (
+        serve_bundles(tokens) as (base, _),
+        open_kube_client(conn) as client,
+        trio.open_nursery() as nursery,
+    ):
         informer = PodInformer(client, managed_by_selector(SETTINGS))
         await nursery.start(informer.run)
         await informer.wait_synced()
@@ -95,8 +106,10 @@ async def measure(sim: KubeSim, tmp: Path, sessions: int) -> None:
     print(f"  create → pod exists    {_ms([r[0] for r in results])}")
     print(f"  create → running       {_ms([r[1] for r in results])}")
     print(f"  create → exited        {_ms([r[2] for r in results])}")
-    print(f"  apiserver requests per session  {requests / sessions:.2f} "
-          "(create + delete; the watch is shared)")
+    print(
+        f"  apiserver requests per session  {requests / sessions:.2f} "
+        "(create + delete; the watch is shared)"
+    )
     print(f"  new TLS connections per session {tls / sessions:.2f}")
     print(f"  watch streams ever opened       {after['watches']['total']}")
     print(f"  pods left in the cluster        {len(sim.store.list('pods', 'runnerd'))}")

@@ -43,8 +43,10 @@ def main(sessions: int) -> None:
             t0 = time.perf_counter()
             state.reserver(f"w{i:04d}").claim(1, 1)
             writes.append(time.perf_counter() - t0)
-        print(f"reservation write (fsync + rename): median {statistics.median(writes) * 1e3:.3f}"
-              f" ms, p95 {sorted(writes)[189] * 1e3:.3f} ms")
+        print(
+            f"reservation write (fsync + rename): median {statistics.median(writes) * 1e3:.3f}"
+            f" ms, p95 {sorted(writes)[189] * 1e3:.3f} ms"
+        )
         for label, files in (("without", None), ("with", state)):
             t0 = time.perf_counter()
             _full_record(files, "perchunk")
@@ -61,8 +63,10 @@ def main(sessions: int) -> None:
             resumed = state.resume(record.id)
             SessionRecord(record.id, 0.0, REPLAY_BYTES, resumed=resumed)
         loaded = time.perf_counter() - t0
-        print(f"detach save of {sessions} full sessions: {saved:.2f} s, {size / 1e6:.1f} MB on"
-              f" disk; successor load + ring rebuild: {loaded:.2f} s")
+        print(
+            f"detach save of {sessions} full sessions: {saved:.2f} s, {size / 1e6:.1f} MB on"
+            f" disk; successor load + ring rebuild: {loaded:.2f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -51,5 +51,3 @@ def _check_text(text: str, where: str) -> None:
         raise JsonCheckError(
             f"{shown} contains a lone surrogate (\\ud800-\\udfff), which is not valid text"
         ) from None
-
-

@@ -78,9 +78,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
 
 
 @contextlib.contextmanager
-def shared_daemon(
-    base: Path, overrides: Mapping[str, Any] | None = None
-) -> Iterator[SharedDaemon]:
+def shared_daemon(base: Path, overrides: Mapping[str, Any] | None = None) -> Iterator[SharedDaemon]:
     """Run runnerd on the harness's config (with `overrides`) in `base`."""
     sock_dir, remove_sock_dir = _short_base(base)
     socket_path = sock_dir / "runnerd.sock"
@@ -132,11 +130,21 @@ def standalone_kubesim(base: Path) -> Iterator[Path]:
     module's life; yields its kubeconfig (TLS and its token). Its images are
     the defaults plus those written to `images_file(kubeconfig)`."""
     kubeconfig = base / "kubesim.kubeconfig"
-    argv = [sys.executable, "-m", "tests.kubesim", "--listen", "127.0.0.1:0",
-            "--kubeconfig-out", str(kubeconfig), "--images-file", str(images_file(kubeconfig))]
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.kubesim",
+        "--listen",
+        "127.0.0.1:0",
+        "--kubeconfig-out",
+        str(kubeconfig),
+        "--images-file",
+        str(images_file(kubeconfig)),
+    ]
     with (base / "kubesim.stderr").open("wb") as stderr:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL
+        )
     try:
         assert proc.stdout is not None
         # It prints its URL once listening with the kubeconfig written.
@@ -175,12 +183,18 @@ def kube_overrides(base: Path, kubeconfig: Path) -> dict[str, Any]:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return {
-        "runner": {"backend": "kubernetes", "default_image": "sh",
-                   "allowed_images": ["sh", "python"]},
+        "runner": {
+            "backend": "kubernetes",
+            "default_image": "sh",
+            "allowed_images": ["sh", "python"],
+        },
         "local": None,
-        "kubernetes": {"kubeconfig": str(kubeconfig), "self_url": f"http://127.0.0.1:{port}",
-                       "bundle_listen": f"tcp:127.0.0.1:{port}",
-                       "managed_by": f"runnerd-test-{port}"},
+        "kubernetes": {
+            "kubeconfig": str(kubeconfig),
+            "self_url": f"http://127.0.0.1:{port}",
+            "bundle_listen": f"tcp:127.0.0.1:{port}",
+            "managed_by": f"runnerd-test-{port}",
+        },
     }
 
 
@@ -192,16 +206,18 @@ class OnBackend:
         self.name = name
         self._kubeconfig = kubeconfig
 
-    def overrides(self, extra: Mapping[str, Any] | None = None,
-                  kube: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def overrides(
+        self, extra: Mapping[str, Any] | None = None, kube: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         """`extra` on this backend; on kubernetes `kube` is merged last (what
         the test needs said differently there, e.g. its catalog's images)."""
         if self._kubeconfig is None:
             return _merge({}, extra or {})
         self._add_images((extra or {}).get("local", {}).get("runtimes", {}))
         base = kube_overrides(self._kubeconfig.parent, self._kubeconfig)
-        return _merge(_merge(base, {k: v for k, v in (extra or {}).items() if k != "local"}),
-                      kube or {})
+        return _merge(
+            _merge(base, {k: v for k, v in (extra or {}).items() if k != "local"}), kube or {}
+        )
 
     def _add_images(self, runtimes: Mapping[str, Any]) -> None:
         """A local runtime `NAME` (a catalog app's image) becomes the cluster's

@@ -58,8 +58,14 @@ def _self_url(t: Table) -> str:
             port_ok = True
         except ValueError:
             port_ok = False
-        if (url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment
-                or not port_ok or any(c.isspace() or ord(c) < 0x21 for c in value)):
+        if (
+            url.scheme not in ("http", "https")
+            or not url.hostname
+            or url.query
+            or url.fragment
+            or not port_ok
+            or any(c.isspace() or ord(c) < 0x21 for c in value)
+        ):
             raise ConfigError(
                 t.key("self_url"),
                 f"must be an http(s) URL pods can reach (e.g. http://10.0.0.5:8063), got"
@@ -89,15 +95,21 @@ def _base_domain(t: Table) -> str | None:
     key = t.key("ingress_base_domain")
     labels = value.split(".")
     if not all(_DNS_LABEL.fullmatch(label) for label in labels):
-        raise ConfigError(key, "must be a DNS name of lowercase RFC 1123 labels (e.g."
-                               f" sessions.example.com, no trailing dot), got {show(value)}")
+        raise ConfigError(
+            key,
+            "must be a DNS name of lowercase RFC 1123 labels (e.g."
+            f" sessions.example.com, no trailing dot), got {show(value)}",
+        )
     if _is_ip(value):
         raise ConfigError(key, f"must be a DNS name, not an IP address, got {show(value)}")
     longest = _DNS_NAME_MAX - HOST_PREFIX_MAX
     if len(value) > longest:
-        raise ConfigError(key, f"is {len(value)} characters, at most {longest} fit: session hosts"
-                               f" <port>-<session id>.<domain> must fit a DNS name's"
-                               f" {_DNS_NAME_MAX}")
+        raise ConfigError(
+            key,
+            f"is {len(value)} characters, at most {longest} fit: session hosts"
+            f" <port>-<session id>.<domain> must fit a DNS name's"
+            f" {_DNS_NAME_MAX}",
+        )
     return value
 
 
@@ -117,9 +129,12 @@ def _ingress(t: Table) -> tuple[str | None, str | None, str | None]:
     tls_secret = _name(t, "ingress_tls_secret", _DNS_SUBDOMAIN, "a Secret name")
     for key, value in (("ingress_class", ingress_class), ("ingress_tls_secret", tls_secret)):
         if value is not None and domain is None:
-            raise ConfigError(t.key(key), "has no effect without kubernetes.ingress_base_domain"
-                                          " (no Ingress is created without it): set both or"
-                                          " neither")
+            raise ConfigError(
+                t.key(key),
+                "has no effect without kubernetes.ingress_base_domain"
+                " (no Ingress is created without it): set both or"
+                " neither",
+            )
     return domain, ingress_class, tls_secret
 
 
@@ -151,6 +166,7 @@ def parse_kubernetes(t: Table, base_dir: Path) -> KubeSettings:
         ingress_base_domain=domain,
         ingress_class=ingress_class,
         ingress_tls_secret=tls_secret,
-        on_restart=cast(Literal["adopt", "reap"],
-                        t.choice("on_restart", d.on_restart, ("adopt", "reap"))),
+        on_restart=cast(
+            Literal["adopt", "reap"], t.choice("on_restart", d.on_restart, ("adopt", "reap"))
+        ),
     )

@@ -31,8 +31,10 @@ def open_state_dir(config: Config, backend: Backend) -> StateDir | None:
     try:
         return StateDir.open(config.runner.state_dir)
     except OSError as exc:
-        raise ConfigError("runner.state_dir", f"cannot use {str(config.runner.state_dir)!r}:"
-                          f" {exc.strerror or exc}") from exc
+        raise ConfigError(
+            "runner.state_dir",
+            f"cannot use {str(config.runner.state_dir)!r}: {exc.strerror or exc}",
+        ) from exc
 
 
 async def recover_sessions(state: AppState) -> None:
@@ -56,6 +58,5 @@ async def recover_sessions(state: AppState) -> None:
             sessions.end_recovery(prune=False)
             return
         except ValueError as exc:
-            log.warning("not adopted: %s", exc,
-                        extra={"session_id": recovered.identity.session_id})
+            log.warning("not adopted: %s", exc, extra={"session_id": recovered.identity.session_id})
     sessions.end_recovery(prune=True)

@@ -36,7 +36,7 @@ def parse_target(head: bytes) -> tuple[str, str] | None:
     url = urlsplit(parts[1])
     if not url.path.startswith(PREFIX):
         return None
-    session_id = url.path[len(PREFIX):]
+    session_id = url.path[len(PREFIX) :]
     tokens = parse_qs(url.query).get("token", [])
     if not session_id or "/" in session_id or len(tokens) != 1:
         return None
@@ -55,8 +55,9 @@ async def _read_head(stream: trio.SocketStream) -> bytes | None:
     return data
 
 
-async def _serve_one(stream: trio.SocketStream, tokens: BundleTokens,
-                     now: Callable[[], float]) -> None:
+async def _serve_one(
+    stream: trio.SocketStream, tokens: BundleTokens, now: Callable[[], float]
+) -> None:
     async with stream:
         try:
             with trio.move_on_after(REQUEST_TIMEOUT_S):

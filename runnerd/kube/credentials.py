@@ -127,8 +127,10 @@ class Credentials:
                 await self._refresh()
         status = self._exec_status or {}
         if status.get("clientCertificateData") and status.get("clientKeyData"):
-            return (str(status["clientCertificateData"]).encode(),
-                    str(status["clientKeyData"]).encode())
+            return (
+                str(status["clientCertificateData"]).encode(),
+                str(status["clientKeyData"]).encode(),
+            )
         return None
 
     async def _refresh(self) -> None:
@@ -153,19 +155,28 @@ class Credentials:
         self._fresh_until = trio.current_time() + TOKEN_FILE_PERIOD_S
 
     async def _run_plugin(self, plugin: ExecPlugin) -> None:
-        env = {**self._environ, **dict(plugin.env),
-               "KUBERNETES_EXEC_INFO": exec_info(plugin, self._conn)}
+        env = {
+            **self._environ,
+            **dict(plugin.env),
+            "KUBERNETES_EXEC_INFO": exec_info(plugin, self._conn),
+        }
         try:
             with trio.fail_after(EXEC_TIMEOUT_S):
                 done = await trio.run_process(
-                    [plugin.command, *plugin.args], env=env, stdin=subprocess.DEVNULL,
-                    capture_stdout=True, capture_stderr=True, check=False)
+                    [plugin.command, *plugin.args],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    capture_stdout=True,
+                    capture_stderr=True,
+                    check=False,
+                )
         except (OSError, trio.TooSlowError) as exc:
             raise CredentialsUnavailable(f"exec plugin {plugin.command}: {exc!r}") from exc
         if done.returncode != 0:
             stderr = done.stderr.decode("utf-8", "replace").strip()[-500:]
             raise CredentialsUnavailable(
-                f"exec plugin {plugin.command} exited {done.returncode}: {stderr}")
+                f"exec plugin {plugin.command} exited {done.returncode}: {stderr}"
+            )
         status, expires_in = parse_exec_credential(done.stdout, datetime.now(UTC))
         self._exec_status = status
         self._token = str(status["token"]) if status.get("token") else None

@@ -62,16 +62,20 @@ def endpoint_host(port: int, session_id: str, base_domain: str) -> str:
 
 def published_ports(identity: SessionIdentity) -> tuple[PortMapping, ...]:
     """The ports the Service carries: every declared one but the debug port."""
-    return tuple(p for p in identity.ports
-                 if not (identity.inspect and p.port == INSPECT_PORT and p.protocol == "tcp"))
+    return tuple(
+        p
+        for p in identity.ports
+        if not (identity.inspect and p.port == INSPECT_PORT and p.protocol == "tcp")
+    )
 
 
 def _labels(settings: KubeSettings, session_id: str) -> dict[str, str]:
     return {MANAGED_BY_LABEL: settings.managed_by, SESSION_LABEL: session_id}
 
 
-def _metadata(settings: KubeSettings, identity: SessionIdentity,
-              pod: Mapping[str, Any]) -> dict[str, Any]:
+def _metadata(
+    settings: KubeSettings, identity: SessionIdentity, pod: Mapping[str, Any]
+) -> dict[str, Any]:
     """Name, labels and the ownerReference to `pod` (as the apiserver stored it).
 
     Raises:
@@ -81,14 +85,24 @@ def _metadata(settings: KubeSettings, identity: SessionIdentity,
     name, uid = meta.get("name"), meta.get("uid")
     if not isinstance(name, str) or not isinstance(uid, str) or not name or not uid:
         raise ValueError("the owner pod needs the name and uid the apiserver gave it")
-    owner = {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid,
-             "controller": True, "blockOwnerDeletion": True}
-    return {"name": pod_name(identity.session_id),
-            "labels": _labels(settings, identity.session_id), "ownerReferences": [owner]}
+    owner = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    return {
+        "name": pod_name(identity.session_id),
+        "labels": _labels(settings, identity.session_id),
+        "ownerReferences": [owner],
+    }
 
 
-def build_service(settings: KubeSettings, identity: SessionIdentity,
-                  pod: Mapping[str, Any]) -> dict[str, Any] | None:
+def build_service(
+    settings: KubeSettings, identity: SessionIdentity, pod: Mapping[str, Any]
+) -> dict[str, Any] | None:
     """The session's Service, or None when nothing is to be published (no
     base domain, or no port beside the debug one).
 
@@ -106,14 +120,22 @@ def build_service(settings: KubeSettings, identity: SessionIdentity,
             "type": "ClusterIP",
             "selector": _labels(settings, identity.session_id),
             # A multi-port Service needs a name per port, unique per protocol.
-            "ports": [{"name": f"{p.protocol}-{p.port}", "protocol": p.protocol.upper(),
-                       "port": p.port, "targetPort": p.port} for p in ports],
+            "ports": [
+                {
+                    "name": f"{p.protocol}-{p.port}",
+                    "protocol": p.protocol.upper(),
+                    "port": p.port,
+                    "targetPort": p.port,
+                }
+                for p in ports
+            ],
         },
     }
 
 
-def build_ingress(settings: KubeSettings, identity: SessionIdentity,
-                  pod: Mapping[str, Any]) -> dict[str, Any] | None:
+def build_ingress(
+    settings: KubeSettings, identity: SessionIdentity, pod: Mapping[str, Any]
+) -> dict[str, Any] | None:
     """The session's Ingress, or None (no base domain, or no tcp port to route).
 
     Raises:
@@ -131,18 +153,31 @@ def build_ingress(settings: KubeSettings, identity: SessionIdentity,
     if settings.ingress_tls_secret is not None:
         spec["tls"] = [{"hosts": hosts, "secretName": settings.ingress_tls_secret}]
     spec["rules"] = [
-        {"host": host, "http": {"paths": [{
-            "path": "/", "pathType": "Prefix",
-            "backend": {"service": {"name": service, "port": {"number": port}}},
-        }]}}
+        {
+            "host": host,
+            "http": {
+                "paths": [
+                    {
+                        "path": "/",
+                        "pathType": "Prefix",
+                        "backend": {"service": {"name": service, "port": {"number": port}}},
+                    }
+                ]
+            },
+        }
         for host, port in zip(hosts, tcp, strict=True)
     ]
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
-            "metadata": _metadata(settings, identity, pod), "spec": spec}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": _metadata(settings, identity, pod),
+        "spec": spec,
+    }
 
 
-def announced(settings: KubeSettings, identity: SessionIdentity,
-              *, published: bool) -> tuple[RunnerEndpoint, ...]:
+def announced(
+    settings: KubeSettings, identity: SessionIdentity, *, published: bool
+) -> tuple[RunnerEndpoint, ...]:
     """What `running` announces per declared port: with `published`, each
     routed tcp port's host and `https://` URL; every other port (udp, the
     debug port, nothing published) with an empty host."""
@@ -152,16 +187,21 @@ def announced(settings: KubeSettings, identity: SessionIdentity,
     for p in identity.ports:
         if domain is not None and p.protocol == "tcp" and p.port in routed:
             host = endpoint_host(p.port, identity.session_id, domain)
-            out.append({"host": host, "port": p.port, "protocol": p.protocol,
-                        "url": f"https://{host}"})
+            out.append(
+                {"host": host, "port": p.port, "protocol": p.protocol, "url": f"https://{host}"}
+            )
         else:
             out.append({"host": "", "port": p.port, "protocol": p.protocol})
     return tuple(out)
 
 
-async def publish_endpoints(client: KubeClient, settings: KubeSettings,
-                            identity: SessionIdentity, pod: Mapping[str, Any],
-                            sink: Sink) -> tuple[RunnerEndpoint, ...]:
+async def publish_endpoints(
+    client: KubeClient,
+    settings: KubeSettings,
+    identity: SessionIdentity,
+    pod: Mapping[str, Any],
+    sink: Sink,
+) -> tuple[RunnerEndpoint, ...]:
     """Create (or bring up to date) the session's Service and Ingress, owned
     by `pod`; the endpoints `running` announces.
 
@@ -178,21 +218,28 @@ async def publish_endpoints(client: KubeClient, settings: KubeSettings,
     ingress = build_ingress(settings, identity, pod)
     namespace = quote(client.namespace, safe="")
     try:
-        await _ensure(client, f"/api/v1/namespaces/{namespace}/services", service,
-                      SERVICE_OPERATION)
+        await _ensure(
+            client, f"/api/v1/namespaces/{namespace}/services", service, SERVICE_OPERATION
+        )
         if ingress is not None:
-            await _ensure(client, f"/apis/networking.k8s.io/v1/namespaces/{namespace}/ingresses",
-                          ingress, INGRESS_OPERATION)
+            await _ensure(
+                client,
+                f"/apis/networking.k8s.io/v1/namespaces/{namespace}/ingresses",
+                ingress,
+                INGRESS_OPERATION,
+            )
     except errors.KubeError as exc:
-        log.warning("endpoints not published: %r", exc.__cause__ or exc,
-                    extra={"session_id": identity.session_id})
+        log.warning(
+            "endpoints not published: %r",
+            exc.__cause__ or exc,
+            extra={"session_id": identity.session_id},
+        )
         sink.output(notice(f"the session's ports are not published: {exc}"))
         return announced(settings, identity, published=False)
     return announced(settings, identity, published=True)
 
 
-async def _ensure(client: KubeClient, collection: str, obj: dict[str, Any],
-                  operation: str) -> None:
+async def _ensure(client: KubeClient, collection: str, obj: dict[str, Any], operation: str) -> None:
     """Create `obj`; on 409, keep the existing object if it is ours and current,
     replace it if ours and stale, else raise the 409.
 
@@ -200,8 +247,7 @@ async def _ensure(client: KubeClient, collection: str, obj: dict[str, Any],
         errors.KubeError: classified, `operation` naming the object.
     """
     try:
-        await client.request("POST", collection, operation=operation, retry=Retry.WRITE,
-                             body=obj)
+        await client.request("POST", collection, operation=operation, retry=Retry.WRITE, body=obj)
         return
     except errors.AlreadyExists as exc:
         conflict = exc
@@ -213,8 +259,10 @@ async def _ensure(client: KubeClient, collection: str, obj: dict[str, Any],
         raise conflict  # a same-named object that is not this session's: left alone
     if _is_current(existing, obj):
         return
-    replacement = {**obj, "metadata": {**obj["metadata"],
-                                       "resourceVersion": meta.get("resourceVersion")}}
+    replacement = {
+        **obj,
+        "metadata": {**obj["metadata"], "resourceVersion": meta.get("resourceVersion")},
+    }
     await client.request("PUT", path, operation=operation, retry=Retry.WRITE, body=replacement)
 
 
@@ -222,4 +270,5 @@ def _is_current(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     have, want = existing.get("spec") or {}, wanted["spec"]
     owners = (existing.get("metadata") or {}).get("ownerReferences")
     return owners == wanted["metadata"]["ownerReferences"] and all(
-        have.get(key) == want.get(key) for key in _SPEC_KEYS[wanted["kind"]])
+        have.get(key) == want.get(key) for key in _SPEC_KEYS[wanted["kind"]]
+    )

@@ -56,9 +56,17 @@ def save(state_dir: Path, names: Iterable[str]) -> None:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_atomic(path, json.dumps(wanted).encode())
     except OSError as exc:
-        log.error("cannot write %s: %s; the next runnerd may adopt the pods %s instead of"
-                  " deleting them", path, exc, ", ".join(wanted))
+        log.error(
+            "cannot write %s: %s; the next runnerd may adopt the pods %s instead of deleting them",
+            path,
+            exc,
+            ", ".join(wanted),
+        )
     else:
         if wanted:
-            log.warning("%d session pods could not be deleted at shutdown; the next runnerd"
-                        " deletes them: %s", len(wanted), ", ".join(wanted))
+            log.warning(
+                "%d session pods could not be deleted at shutdown; the next runnerd"
+                " deletes them: %s",
+                len(wanted),
+                ", ".join(wanted),
+            )

@@ -44,8 +44,10 @@ from runnerd.kube.podstatus import is_running, terminal_outcome
 
 log = logging.getLogger(__name__)
 
-NEVER_STARTED = ("provision: runnerd restarted before the session pod was running (its"
-                 " bundle download went with the old process); start the session again")
+NEVER_STARTED = (
+    "provision: runnerd restarted before the session pod was running (its"
+    " bundle download went with the old process); start the session again"
+)
 # Each delete of a left pod is bounded: recovery must end even on a slow apiserver.
 DELETE_WAIT_S = 5.0
 
@@ -75,9 +77,10 @@ def _identity(pod: Mapping[str, Any]) -> SessionIdentity | str:
     if notes["kind"] == "app" and not notes["app"]:
         return "an app pod without its app annotation"
     try:
-        ports = tuple(PortMapping(port=int(p["port"]),
-                                  protocol=cast(Literal["tcp", "udp"], p["protocol"]))
-                      for p in notes["ports"])
+        ports = tuple(
+            PortMapping(port=int(p["port"]), protocol=cast(Literal["tcp", "udp"], p["protocol"]))
+            for p in notes["ports"]
+        )
     except (KeyError, TypeError, ValueError):
         return "garbled ports annotation"
     if any(p.protocol not in ("tcp", "udp") or not 0 < p.port < 65536 for p in ports):
@@ -94,8 +97,9 @@ def _limits(pod: Mapping[str, Any]) -> Limits | None:
     deadline = spec.get("activeDeadlineSeconds")
     limits = (_session_container(pod).get("resources") or {}).get("limits") or {}
     values = [limits.get(k) for k in ("cpu", "memory", "ephemeral-storage")]
-    if not (isinstance(deadline, int) and deadline > 0
-            and all(isinstance(v, str) and v for v in values)):
+    if not (
+        isinstance(deadline, int) and deadline > 0 and all(isinstance(v, str) and v for v in values)
+    ):
         return None
     return Limits(str(values[0]), str(values[1]), str(values[2]), float(deadline))
 
@@ -132,15 +136,17 @@ def _session_image(pod: Mapping[str, Any]) -> str | None:
 def _session_container(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     """The session container's spec (empty when the pod has none)."""
     containers = (pod.get("spec") or {}).get("containers") or []
-    return next((c for c in containers
-                 if isinstance(c, Mapping) and c.get("name") == SESSION_CONTAINER), {})
+    return next(
+        (c for c in containers if isinstance(c, Mapping) and c.get("name") == SESSION_CONTAINER), {}
+    )
 
 
 STOPPED = "its session was stopped by the previous run, which could not delete it"
 
 
-def left_pods(pods: Iterable[Mapping[str, Any]], ours: set[str],
-              stopped: Collection[str] = ()) -> list[LeftPod]:
+def left_pods(
+    pods: Iterable[Mapping[str, Any]], ours: set[str], stopped: Collection[str] = ()
+) -> list[LeftPod]:
     """Every pod not in `ours` (this process's own) and not being deleted;
     those in `stopped` (the previous run stopped their sessions) to delete."""
     left: list[LeftPod] = []
@@ -149,8 +155,11 @@ def left_pods(pods: Iterable[Mapping[str, Any]], ours: set[str],
         name = str(meta.get("name", ""))
         if name in ours or meta.get("deletionTimestamp"):
             continue
-        left.append(LeftPod(name, None, delete=True, reason=STOPPED) if name in stopped
-                    else read_left_pod(pod))
+        left.append(
+            LeftPod(name, None, delete=True, reason=STOPPED)
+            if name in stopped
+            else read_left_pod(pod)
+        )
     return left
 
 

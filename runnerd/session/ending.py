@@ -57,6 +57,7 @@ def classify(session: Session, run: WorkloadRun) -> RunStatus:
         return failed(f"{error.stage}: {error.message}")
     return failed("internal: the session runner failed unexpectedly")
 
+
 def _outcome_status(session: Session, outcome: Outcome) -> RunStatus:
     if isinstance(outcome, Exited):
         return exited(outcome.code)

@@ -55,7 +55,8 @@ class Recovery:
         if files is None or not session_ids:
             return {}
         return await trio.to_thread.run_sync(
-            lambda: {session_id: files.resume(session_id) for session_id in session_ids})
+            lambda: {session_id: files.resume(session_id) for session_id in session_ids}
+        )
 
     def resume(self, session_id: str, resumed: Resumed | None) -> Resumed | None:
         """Where an adopted session's rings continue: `resumed` (read ahead
@@ -98,13 +99,13 @@ class Recovery:
             await self._done.wait()
 
 
-def continue_adopted(session: Session, recovered: Recovered, resumed: Resumed | None,
-                     now: float) -> None:
+def continue_adopted(
+    session: Session, recovered: Recovered, resumed: Resumed | None, now: float
+) -> None:
     """What an adopted session carries over from the daemon that started it:
     it counts as running (that daemon counted its start), a bundle's image,
     and the debug frames already relayed (so none is sent twice)."""
     session.running_at = now
     session.image = recovered.image if recovered.identity.app is None else None
     if resumed is not None:
-        session.relayed_debug.extend(e["frame"] for e in resumed.events
-                                     if e["type"] == "debug")
+        session.relayed_debug.extend(e["frame"] for e in resumed.events if e["type"] == "debug")

@@ -133,7 +133,9 @@ async def relay_debug_stream(
 
 
 async def _relay_once(
-    client: httpx.AsyncClient, url: str, on_frame: Callable[[dict[str, Any]], None],
+    client: httpx.AsyncClient,
+    url: str,
+    on_frame: Callable[[dict[str, Any]], None],
     replay: ReplayFilter,
 ) -> None:
     headers = {"accept": "text/event-stream", "cache-control": "no-cache"}

@@ -20,8 +20,10 @@ def no_files(path: Path) -> str:
 
 
 def kube(**keys: Any) -> dict[str, Any]:
-    return {"runner": {"backend": "kubernetes"},
-            "kubernetes": {"self_url": "http://10.0.0.5:8063", **keys}}
+    return {
+        "runner": {"backend": "kubernetes"},
+        "kubernetes": {"self_url": "http://10.0.0.5:8063", **keys},
+    }
 
 
 def settings(**keys: Any) -> KubeSettings:
@@ -45,61 +47,106 @@ def test_defaults_are_the_documented_ones() -> None:
 
 def test_every_key_is_read() -> None:
     got = settings(
-        kubeconfig="kube/config", context="dev", namespace="sessions",
-        self_url="https://runner.example:8443/", bundle_listen="tcp:[::]:9000",
-        init_image="busybox:1.37", runtime_class="gvisor", image_pull_secret="regcred",
-        managed_by="runnerd-a", start_deadline_seconds=30, pull_backoff_grace_seconds=5.5,
+        kubeconfig="kube/config",
+        context="dev",
+        namespace="sessions",
+        self_url="https://runner.example:8443/",
+        bundle_listen="tcp:[::]:9000",
+        init_image="busybox:1.37",
+        runtime_class="gvisor",
+        image_pull_secret="regcred",
+        managed_by="runnerd-a",
+        start_deadline_seconds=30,
+        pull_backoff_grace_seconds=5.5,
     )
     assert got == KubeSettings(
-        kubeconfig="/etc/runnerd/kube/config", context="dev", namespace="sessions",
-        self_url="https://runner.example:8443", bundle_listen="tcp:[::]:9000",
-        init_image="busybox:1.37", runtime_class="gvisor", image_pull_secret="regcred",
-        managed_by="runnerd-a", start_deadline_s=30.0, pull_backoff_grace_s=5.5,
+        kubeconfig="/etc/runnerd/kube/config",
+        context="dev",
+        namespace="sessions",
+        self_url="https://runner.example:8443",
+        bundle_listen="tcp:[::]:9000",
+        init_image="busybox:1.37",
+        runtime_class="gvisor",
+        image_pull_secret="regcred",
+        managed_by="runnerd-a",
+        start_deadline_s=30.0,
+        pull_backoff_grace_s=5.5,
     )
 
 
-@pytest.mark.parametrize(("keys", "message"), [
-    ({"namspace": "x"}, "kubernetes.namspace: unknown key (did you mean 'namespace'?)"),
-    ({"namespace": "Bad_NS"},
-     "kubernetes.namespace: must be a namespace name (RFC 1123 label), got 'Bad_NS'"),
-    ({"self_url": "10.0.0.5:8063"}, "kubernetes.self_url: must be an http(s) URL pods can"
-     " reach (e.g. http://10.0.0.5:8063), got '10.0.0.5:8063'"),
-    ({"self_url": "http://a b:8063"}, "kubernetes.self_url: must be an http(s) URL pods can"
-     " reach (e.g. http://10.0.0.5:8063), got 'http://a b:8063'"),
-    ({"self_url": "http://10.0.0.5:80x"}, "kubernetes.self_url: must be an http(s) URL pods"
-     " can reach (e.g. http://10.0.0.5:8063), got 'http://10.0.0.5:80x'"),
-    ({"bundle_listen": "unix:/run/b.sock"},
-     "kubernetes.bundle_listen: must be tcp:HOST:PORT, got 'unix:/run/b.sock'"),
-    ({"bundle_listen": "tcp:0.0.0.0"}, "kubernetes.bundle_listen: must be unix:/path,"
-     " tcp:HOST:PORT (port 0-65535), fd:N or systemd, got 'tcp:0.0.0.0'"),
-    ({"init_image": ""}, "kubernetes.init_image: must be a non-empty string, got ''"),
-    ({"managed_by": "-x"}, "kubernetes.managed_by: must be a label value (1-63 characters),"
-     " got '-x'"),
-    ({"image_pull_secret": 3}, "kubernetes.image_pull_secret: must be a non-empty string,"
-     " got 3"),
-    ({"start_deadline_seconds": 0},
-     "kubernetes.start_deadline_seconds: must be a positive number of seconds, got 0"),
-    ({"on_restart": "keep"}, "kubernetes.on_restart: must be one of adopt, reap, got 'keep'"),
-    ({"pull_backoff_grace_seconds": "30"},
-     "kubernetes.pull_backoff_grace_seconds: must be a positive number of seconds, got '30'"),
-])
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({"namspace": "x"}, "kubernetes.namspace: unknown key (did you mean 'namespace'?)"),
+        (
+            {"namespace": "Bad_NS"},
+            "kubernetes.namespace: must be a namespace name (RFC 1123 label), got 'Bad_NS'",
+        ),
+        (
+            {"self_url": "10.0.0.5:8063"},
+            "kubernetes.self_url: must be an http(s) URL pods can"
+            " reach (e.g. http://10.0.0.5:8063), got '10.0.0.5:8063'",
+        ),
+        (
+            {"self_url": "http://a b:8063"},
+            "kubernetes.self_url: must be an http(s) URL pods can"
+            " reach (e.g. http://10.0.0.5:8063), got 'http://a b:8063'",
+        ),
+        (
+            {"self_url": "http://10.0.0.5:80x"},
+            "kubernetes.self_url: must be an http(s) URL pods"
+            " can reach (e.g. http://10.0.0.5:8063), got 'http://10.0.0.5:80x'",
+        ),
+        (
+            {"bundle_listen": "unix:/run/b.sock"},
+            "kubernetes.bundle_listen: must be tcp:HOST:PORT, got 'unix:/run/b.sock'",
+        ),
+        (
+            {"bundle_listen": "tcp:0.0.0.0"},
+            "kubernetes.bundle_listen: must be unix:/path,"
+            " tcp:HOST:PORT (port 0-65535), fd:N or systemd, got 'tcp:0.0.0.0'",
+        ),
+        ({"init_image": ""}, "kubernetes.init_image: must be a non-empty string, got ''"),
+        (
+            {"managed_by": "-x"},
+            "kubernetes.managed_by: must be a label value (1-63 characters), got '-x'",
+        ),
+        (
+            {"image_pull_secret": 3},
+            "kubernetes.image_pull_secret: must be a non-empty string, got 3",
+        ),
+        (
+            {"start_deadline_seconds": 0},
+            "kubernetes.start_deadline_seconds: must be a positive number of seconds, got 0",
+        ),
+        ({"on_restart": "keep"}, "kubernetes.on_restart: must be one of adopt, reap, got 'keep'"),
+        (
+            {"pull_backoff_grace_seconds": "30"},
+            "kubernetes.pull_backoff_grace_seconds: must be a positive number of seconds, got '30'",
+        ),
+    ],
+)
 def test_bad_values_name_their_key(keys: dict[str, Any], message: str) -> None:
     assert error_of(**keys) == message
 
 
 def test_errors_from_a_file_carry_their_line(tmp_path: Path) -> None:
     path = tmp_path / "runnerd.toml"
-    path.write_text('[runner]\nbackend = "kubernetes"\n\n[kubernetes]\n'
-                    'self_url = "http://10.0.0.5:8063"\nstart_deadline_seconds = -1\n')
+    path.write_text(
+        '[runner]\nbackend = "kubernetes"\n\n[kubernetes]\n'
+        'self_url = "http://10.0.0.5:8063"\nstart_deadline_seconds = -1\n'
+    )
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert str(info.value) == ("line 6: kubernetes.start_deadline_seconds: must be a positive"
-                               " number of seconds, got -1")
+    assert str(info.value) == (
+        "line 6: kubernetes.start_deadline_seconds: must be a positive number of seconds, got -1"
+    )
 
 
 def test_check_config_renders_the_section_and_it_parses_back(tmp_path: Path) -> None:
-    config = check_config(parse_config(kube(namespace="sessions"), base_dir=BASE,
-                                       read_text=no_files))
+    config = check_config(
+        parse_config(kube(namespace="sessions"), base_dir=BASE, read_text=no_files)
+    )
     text = render_config(config, runnerd.kube.provider.offered_images(config))
     assert 'namespace = "sessions"' in text and "start_deadline_seconds = 120" in text
     path = tmp_path / "again.toml"

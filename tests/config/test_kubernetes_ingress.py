@@ -20,10 +20,16 @@ from tests.config.test_kubernetes import BASE, error_of, kube, no_files, setting
 def test_the_three_keys_are_read_and_default_to_unset() -> None:
     assert settings().ingress_base_domain is None
     assert settings().ingress_class is None and settings().ingress_tls_secret is None
-    got = settings(ingress_base_domain="sessions.example.com", ingress_class="nginx",
-                   ingress_tls_secret="wildcard-sessions")
+    got = settings(
+        ingress_base_domain="sessions.example.com",
+        ingress_class="nginx",
+        ingress_tls_secret="wildcard-sessions",
+    )
     assert (got.ingress_base_domain, got.ingress_class, got.ingress_tls_secret) == (
-        "sessions.example.com", "nginx", "wildcard-sessions")
+        "sessions.example.com",
+        "nginx",
+        "wildcard-sessions",
+    )
 
 
 def test_the_longest_base_domain_still_fits_a_session_host() -> None:
@@ -36,42 +42,68 @@ def test_the_longest_base_domain_still_fits_a_session_host() -> None:
     assert error_of(ingress_base_domain=longest + "c") == (
         f"kubernetes.ingress_base_domain: is {len(longest) + 1} characters, at most"
         f" {len(longest)} fit: session hosts <port>-<session id>.<domain> must fit a DNS"
-        " name's 253")
+        " name's 253"
+    )
 
 
-@pytest.mark.parametrize(("keys", "message"), [
-    ({"ingress_base_domain": "Sessions.Example.com"},
-     "kubernetes.ingress_base_domain: must be a DNS name of lowercase RFC 1123 labels (e.g."
-     " sessions.example.com, no trailing dot), got 'Sessions.Example.com'"),
-    ({"ingress_base_domain": "example.com."},
-     "kubernetes.ingress_base_domain: must be a DNS name of lowercase RFC 1123 labels (e.g."
-     " sessions.example.com, no trailing dot), got 'example.com.'"),
-    ({"ingress_base_domain": "*.example.com"},
-     "kubernetes.ingress_base_domain: must be a DNS name of lowercase RFC 1123 labels (e.g."
-     " sessions.example.com, no trailing dot), got '*.example.com'"),
-    ({"ingress_base_domain": f"{'a' * 64}.example.com"},
-     "kubernetes.ingress_base_domain: must be a DNS name of lowercase RFC 1123 labels (e.g."
-     f" sessions.example.com, no trailing dot), got '{'a' * 64}.example.com'"),
-    ({"ingress_base_domain": "10.0.0.5"},
-     "kubernetes.ingress_base_domain: must be a DNS name, not an IP address, got '10.0.0.5'"),
-    ({"ingress_base_domain": "example.com", "ingress_class": "Nginx_Class"},
-     "kubernetes.ingress_class: must be an IngressClass name, got 'Nginx_Class'"),
-    ({"ingress_base_domain": "example.com", "ingress_tls_secret": "tls/secret"},
-     "kubernetes.ingress_tls_secret: must be a Secret name, got 'tls/secret'"),
-    ({"ingress_class": "nginx"},
-     "kubernetes.ingress_class: has no effect without kubernetes.ingress_base_domain (no"
-     " Ingress is created without it): set both or neither"),
-    ({"ingress_tls_secret": "wildcard"},
-     "kubernetes.ingress_tls_secret: has no effect without kubernetes.ingress_base_domain (no"
-     " Ingress is created without it): set both or neither"),
-])
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        (
+            {"ingress_base_domain": "Sessions.Example.com"},
+            "kubernetes.ingress_base_domain: must be a DNS name of lowercase RFC 1123 labels (e.g."
+            " sessions.example.com, no trailing dot), got 'Sessions.Example.com'",
+        ),
+        (
+            {"ingress_base_domain": "example.com."},
+            "kubernetes.ingress_base_domain: must be a DNS name of lowercase RFC 1123 labels (e.g."
+            " sessions.example.com, no trailing dot), got 'example.com.'",
+        ),
+        (
+            {"ingress_base_domain": "*.example.com"},
+            "kubernetes.ingress_base_domain: must be a DNS name of lowercase RFC 1123 labels (e.g."
+            " sessions.example.com, no trailing dot), got '*.example.com'",
+        ),
+        (
+            {"ingress_base_domain": f"{'a' * 64}.example.com"},
+            "kubernetes.ingress_base_domain: must be a DNS name of lowercase RFC 1123 labels (e.g."
+            f" sessions.example.com, no trailing dot), got '{'a' * 64}.example.com'",
+        ),
+        (
+            {"ingress_base_domain": "10.0.0.5"},
+            "kubernetes.ingress_base_domain: must be a DNS name, not an IP address, got '10.0.0.5'",
+        ),
+        (
+            {"ingress_base_domain": "example.com", "ingress_class": "Nginx_Class"},
+            "kubernetes.ingress_class: must be an IngressClass name, got 'Nginx_Class'",
+        ),
+        (
+            {"ingress_base_domain": "example.com", "ingress_tls_secret": "tls/secret"},
+            "kubernetes.ingress_tls_secret: must be a Secret name, got 'tls/secret'",
+        ),
+        (
+            {"ingress_class": "nginx"},
+            "kubernetes.ingress_class: has no effect without kubernetes.ingress_base_domain (no"
+            " Ingress is created without it): set both or neither",
+        ),
+        (
+            {"ingress_tls_secret": "wildcard"},
+            "kubernetes.ingress_tls_secret: has no effect without"
+            " kubernetes.ingress_base_domain (no Ingress is created without it):"
+            " set both or neither",
+        ),
+    ],
+)
 def test_bad_values_name_their_key(keys: dict[str, Any], message: str) -> None:
     assert error_of(**keys) == message
 
 
 def test_check_config_renders_them_and_they_parse_back(tmp_path: Path) -> None:
-    keys = {"ingress_base_domain": "sessions.example.com", "ingress_class": "nginx",
-            "ingress_tls_secret": "wildcard"}
+    keys = {
+        "ingress_base_domain": "sessions.example.com",
+        "ingress_class": "nginx",
+        "ingress_tls_secret": "wildcard",
+    }
     config = check_config(parse_config(kube(**keys), base_dir=BASE, read_text=no_files))
     text = render_config(config, runnerd.kube.provider.offered_images(config))
     assert 'ingress_base_domain = "sessions.example.com"' in text
@@ -80,8 +112,11 @@ def test_check_config_renders_them_and_they_parse_back(tmp_path: Path) -> None:
     path.write_text(text)
     assert load_config(path).kubernetes == config.kubernetes
     # Bound at start, as the whole section is: a reload reports and keeps them.
-    changed = check_config(parse_config(kube(**{**keys, "ingress_class": "traefik"}),
-                                        base_dir=BASE, read_text=no_files))
+    changed = check_config(
+        parse_config(
+            kube(**{**keys, "ingress_class": "traefik"}), base_dir=BASE, read_text=no_files
+        )
+    )
     assert runnerd.kube.provider.bound_changes(config, changed) == ["kubernetes"]
     assert runnerd.kube.provider.keep_bound(config, changed).kubernetes.ingress_class == "nginx"
 

@@ -26,8 +26,16 @@ def check_unit(unit_src: Path, rendered: Path) -> subprocess.CompletedProcess[st
     runnerd = shutil.which("runnerd", path=str(Path(sys.executable).parent))
     assert runnerd is not None, "runnerd is not installed next to this python"
     return subprocess.run(
-        ["make", "-s", "-C", str(REPO), "check-unit-files", f"UNIT_SRC={unit_src}",
-         f"UNIT_CHECK={rendered}", f"RUNNERD_BIN={runnerd}"],  # fmt: skip
+        [
+            "make",
+            "-s",
+            "-C",
+            str(REPO),
+            "check-unit-files",
+            f"UNIT_SRC={unit_src}",
+            f"UNIT_CHECK={rendered}",
+            f"RUNNERD_BIN={runnerd}",
+        ],  # fmt: skip
         capture_output=True,
         text=True,
         timeout=60,
@@ -79,9 +87,7 @@ def test_run_directory_modes_agree() -> None:
         "service RuntimeDirectoryMode": mode(
             UNITS / "runnerd.service", r"^RuntimeDirectoryMode=(\d+)"
         ),
-        "tmpfiles /run/runnerd": mode(
-            UNITS / "runnerd.tmpfiles.conf", r"^d /run/runnerd\s+(\d+)"
-        ),
+        "tmpfiles /run/runnerd": mode(UNITS / "runnerd.tmpfiles.conf", r"^d /run/runnerd\s+(\d+)"),
     }
     assert set(modes.values()) == {"0750"}, modes
 

@@ -55,15 +55,16 @@ async def open_app(
             "runtimes": {"sh": {"command": ["/bin/sh", "{entry}"]}},
         },
     }
-    config = parse_config(_merge(raw, overrides or {}), base_dir=tmp_path,
-                          read_text=Path.read_text)
+    config = parse_config(_merge(raw, overrides or {}), base_dir=tmp_path, read_text=Path.read_text)
     provider = provider_for(config)
     async with contextlib.AsyncExitStack() as stack:
         if backend is None:
             backend = await stack.enter_async_context(
-                provider.open_backend(config, lambda: config.apps))
-        async with _serve(config, backend, provider.offered_images, socket_path,
-                          sse_heartbeat_s) as state:
+                provider.open_backend(config, lambda: config.apps)
+            )
+        async with _serve(
+            config, backend, provider.offered_images, socket_path, sse_heartbeat_s
+        ) as state:
             yield state, socket_path
     socket_path.unlink(missing_ok=True)  # hypercorn leaves it behind
 
@@ -82,9 +83,7 @@ async def _serve(
         exit_ttl_s=config.runner.exit_ttl_s,
         replay_buffer_bytes=config.runner.replay_buffer_bytes,
     )
-    state = AppState(
-        config, backend, sessions, "test", trio.Event(), offered_images=offered_images
-    )
+    state = AppState(config, backend, sessions, "test", trio.Event(), offered_images=offered_images)
     hypercorn = HypercornConfig()
     hypercorn.bind = [f"unix:{socket_path}"]
     hypercorn.accesslog = None

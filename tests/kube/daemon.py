@@ -50,10 +50,15 @@ def kube_overrides(sim: KubeSim, tmp_path: Path, **kubernetes: Any) -> dict[str,
 
 
 @asynccontextmanager
-async def kube_daemon(sim: KubeSim, tmp_path: Path, *, limits: dict[str, Any] | None = None,
-                      runner: dict[str, Any] | None = None,
-                      apps: dict[str, Any] | None = None,
-                      **kubernetes: Any) -> AsyncIterator[Daemon]:
+async def kube_daemon(
+    sim: KubeSim,
+    tmp_path: Path,
+    *,
+    limits: dict[str, Any] | None = None,
+    runner: dict[str, Any] | None = None,
+    apps: dict[str, Any] | None = None,
+    **kubernetes: Any,
+) -> AsyncIterator[Daemon]:
     """runnerd on `sim`; `kubernetes` keys, `[runner]` keys, `[limits]` and
     `[apps]` tables override the defaults."""
     overrides = kube_overrides(sim, tmp_path, **kubernetes)
@@ -66,14 +71,17 @@ async def kube_daemon(sim: KubeSim, tmp_path: Path, *, limits: dict[str, Any] | 
         yield daemon
 
 
-def telo_body(script: str, *, image: str = KERNEL, pull_policy: str = "missing",
-              **extra: Any) -> dict[str, Any]:
+def telo_body(
+    script: str, *, image: str = KERNEL, pull_policy: str = "missing", **extra: Any
+) -> dict[str, Any]:
     """A `POST /v1/sessions` body running the stand-in kernel on `script`."""
     return {
         "env": {},
         "config": {"image": image, "pullPolicy": pull_policy},
-        "bundle": {"entryRelativePath": "main.telo",
-                   "files": [{"relativePath": "main.telo", "contents": script}]},
+        "bundle": {
+            "entryRelativePath": "main.telo",
+            "files": [{"relativePath": "main.telo", "contents": script}],
+        },
         **extra,
     }
 
@@ -88,8 +96,9 @@ def session_pods(sim: KubeSim) -> list[str]:
     return [p["metadata"]["name"] for p in sim.store.list("pods", "runnerd")]
 
 
-async def wait_pods(sim: KubeSim, done: Callable[[list[str]], bool],
-                    timeout_s: float = 10.0) -> None:
+async def wait_pods(
+    sim: KubeSim, done: Callable[[list[str]], bool], timeout_s: float = 10.0
+) -> None:
     """Return once `done(session_pods(sim))`, woken by each store change."""
     with trio.fail_after(timeout_s):
         async with sim.store.subscribe() as changes:
@@ -101,17 +110,24 @@ async def wait_no_pods(sim: KubeSim, timeout_s: float = 10.0) -> None:
     await wait_pods(sim, lambda pods: not pods, timeout_s)
 
 
-async def resume_sse(client: httpx.AsyncClient, session_id: str, last_event_id: int,
-                     done: Callable[[list[SseFrame]], bool],
-                     timeout_s: float = 20.0) -> list[SseFrame]:
+async def resume_sse(
+    client: httpx.AsyncClient,
+    session_id: str,
+    last_event_id: int,
+    done: Callable[[list[SseFrame]], bool],
+    timeout_s: float = 20.0,
+) -> list[SseFrame]:
     """Resume a session's event stream from `last_event_id` as a client would
     (the `Last-Event-ID` header) and collect its frames, heartbeats aside,
     until `done(frames)`."""
     frames: list[SseFrame] = []
     with trio.fail_after(timeout_s):
-        async with client.stream("GET", f"/v1/sessions/{session_id}/events",
-                                 headers={"last-event-id": str(last_event_id)},
-                                 timeout=httpx.Timeout(10.0, read=None)) as response:
+        async with client.stream(
+            "GET",
+            f"/v1/sessions/{session_id}/events",
+            headers={"last-event-id": str(last_event_id)},
+            timeout=httpx.Timeout(10.0, read=None),
+        ) as response:
             assert response.status_code == 200, response.status_code
             async with contextlib.aclosing(iter_sse(response)) as stream:
                 async for frame in stream:

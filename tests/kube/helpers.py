@@ -18,23 +18,30 @@ from runnerd.kube.settings import KubeSettings
 from tests.kubesim.server import KubeSim
 
 # Fast enough for a test suite, same shape as the defaults.
-FAST = Policy(connect_timeout_s=2.0, read_timeout_s=5.0, deadline_s=10.0,
-              backoff_base_s=0.02, backoff_cap_s=0.2, retry_after_cap_s=0.05)
+FAST = Policy(
+    connect_timeout_s=2.0,
+    read_timeout_s=5.0,
+    deadline_s=10.0,
+    backoff_base_s=0.02,
+    backoff_cap_s=0.2,
+    retry_after_cap_s=0.05,
+)
 
 
 @asynccontextmanager
-async def open_client(sim: KubeSim, tmp_path: Path, policy: Policy = FAST,
-                      **settings: object) -> AsyncIterator[KubeClient]:
+async def open_client(
+    sim: KubeSim, tmp_path: Path, policy: Policy = FAST, **settings: object
+) -> AsyncIterator[KubeClient]:
     """A `KubeClient` on the test cluster, through the kubeconfig it writes."""
     path = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    conn = load_connection(replace(KubeSettings(), kubeconfig=str(path), **settings), {},
-                           tmp_path)  # type: ignore[arg-type]
+    conn = load_connection(replace(KubeSettings(), kubeconfig=str(path), **settings), {}, tmp_path)  # type: ignore[arg-type]
     async with open_kube_client(conn, policy=policy) as client:
         yield client
 
 
-async def _serve_bundle(stream: trio.SocketStream, tokens: BundleTokens,
-                        fetches: list[str]) -> None:
+async def _serve_bundle(
+    stream: trio.SocketStream, tokens: BundleTokens, fetches: list[str]
+) -> None:
     """One HTTP/1.0 exchange: `GET /internal/bundles/<id>?token=…`."""
     async with stream:
         data = b""
@@ -62,8 +69,10 @@ async def serve_bundles(tokens: BundleTokens) -> AsyncIterator[tuple[str, list[s
     fetches: list[str] = []
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(
-            partial(trio.serve_tcp, lambda s: _serve_bundle(s, tokens, fetches), 0,
-                    host="127.0.0.1"))
+            partial(
+                trio.serve_tcp, lambda s: _serve_bundle(s, tokens, fetches), 0, host="127.0.0.1"
+            )
+        )
         port = listeners[0].socket.getsockname()[1]
         yield f"http://127.0.0.1:{port}", fetches
         nursery.cancel_scope.cancel()
@@ -101,8 +110,7 @@ class BlackHole:
 async def open_black_hole(port: int) -> AsyncIterator[BlackHole]:
     hole = BlackHole(port)
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(trio.serve_tcp, hole._handle, 0,
-                                                host="127.0.0.1"))
+        listeners = await nursery.start(partial(trio.serve_tcp, hole._handle, 0, host="127.0.0.1"))
         hole.port = listeners[0].socket.getsockname()[1]
         yield hole
         nursery.cancel_scope.cancel()

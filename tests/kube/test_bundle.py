@@ -54,8 +54,21 @@ def test_archive_is_reproducible_whatever_the_file_order() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["../x", "/etc/passwd", "a/../../x", "a//b", "./a", "a/./b", "", ".", "..",
-             "a\\b", "a\0b", "a/"],
+    "path",
+    [
+        "../x",
+        "/etc/passwd",
+        "a/../../x",
+        "a//b",
+        "./a",
+        "a/./b",
+        "",
+        ".",
+        "..",
+        "a\\b",
+        "a\0b",
+        "a/",
+    ],
 )
 def test_archive_rechecks_every_path(path: str) -> None:
     with pytest.raises(BundleArchiveError, match="bundle path"):

@@ -39,8 +39,9 @@ class Seen:
     last_seq: int
 
 
-async def read_from(daemon: Daemon, session_id: str, last_seq: int, until: bytes,
-                    line: bytes = b"") -> PtyTranscript:
+async def read_from(
+    daemon: Daemon, session_id: str, last_seq: int, until: bytes, line: bytes = b""
+) -> PtyTranscript:
     """Attach from `last_seq`, read until "ready" (from 0), type `line`, read until `until`."""
     resource = f"/v1/sessions/{session_id}/io?lastSeq={last_seq}"
     async with open_ws(daemon.socket_path, resource) as ws:
@@ -54,8 +55,9 @@ async def running_event_id(client: httpx.AsyncClient, session_id: str) -> int:
     """The id of the `running` event, the newest a session with no ports has,
     read as a client would (from the stream)."""
     with trio.fail_after(TIMEOUT_S):
-        async with client.stream("GET", f"/v1/sessions/{session_id}/events",
-                                 timeout=SSE_TIMEOUT) as response:
+        async with client.stream(
+            "GET", f"/v1/sessions/{session_id}/events", timeout=SSE_TIMEOUT
+        ) as response:
             async with contextlib.aclosing(iter_sse(response)) as frames:
                 async for frame in frames:
                     if frame.event == "status" and frame.data["status"]["kind"] == "running":
@@ -70,11 +72,16 @@ async def use_before(daemon: Daemon, client: httpx.AsyncClient, session_id: str)
     return Seen(session_id, event_id, transcript.seqs[-1])
 
 
-async def resume_events(client: httpx.AsyncClient, seen: Seen,
-                        until_kind: str) -> list[SseFrame]:
+async def resume_events(client: httpx.AsyncClient, seen: Seen, until_kind: str) -> list[SseFrame]:
     """Resume the SSE stream from the last id seen, until a status of `until_kind`."""
-    return await resume_sse(client, seen.session_id, seen.last_event_id, lambda frames: (
-        frames[-1].event == "status" and frames[-1].data["status"]["kind"] == until_kind))
+    return await resume_sse(
+        client,
+        seen.session_id,
+        seen.last_event_id,
+        lambda frames: (
+            frames[-1].event == "status" and frames[-1].data["status"]["kind"] == until_kind
+        ),
+    )
 
 
 def assert_resumed(frames: list[SseFrame], seen: Seen, *, gap: bool) -> None:
@@ -102,8 +109,7 @@ def controls_then_chunks(transcript: PtyTranscript, seen: Seen, *, gap: bool) ->
 async def kernel_stdin(sim: KubeSim, session_id: str, data: bytes) -> None:
     """Write to the session container's stdin on the node, with no runnerd."""
     assert sim.kubelet is not None
-    worker = next(w for w in sim.kubelet._workers.values()
-                  if w.name == f"runnerd-{session_id}")
+    worker = next(w for w in sim.kubelet._workers.values() if w.name == f"runnerd-{session_id}")
     await worker.processes["session"].write_stdin(data)
 
 
@@ -119,8 +125,9 @@ async def wait_container_ended(sim: KubeSim, session_id: str) -> None:
                 await changes.receive()
 
 
-async def continue_live(daemon: Daemon, client: httpx.AsyncClient, seen: Seen,
-                        *, gap: bool) -> None:
+async def continue_live(
+    daemon: Daemon, client: httpx.AsyncClient, seen: Seen, *, gap: bool
+) -> None:
     """A client that knew `seen` resumes both streams, types into the same
     process, sees its echo and then its exit code."""
     got = await client.get(f"/v1/sessions/{seen.session_id}")
@@ -139,7 +146,8 @@ async def continue_live(daemon: Daemon, client: httpx.AsyncClient, seen: Seen,
 
 
 async def test_sigkill_restart_readopts_live_sessions_and_reports_a_finished_one(
-        kubesim: KubeSim, tmp_path: Path) -> None:
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
     async with kube_daemon(kubesim, tmp_path) as first, first.client() as client:
         ids = [await start_telo(client, script) for script in (ECHO, ECHO, FINISHER)]
         seen = [await use_before(first, client, session_id) for session_id in ids[:2]]
@@ -159,7 +167,8 @@ async def test_sigkill_restart_readopts_live_sessions_and_reports_a_finished_one
 
 
 async def test_detach_restart_replays_the_saved_history_with_no_gap(
-        kubesim: KubeSim, tmp_path: Path) -> None:
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
     async with kube_daemon(kubesim, tmp_path) as first, first.client() as client:
         ids = [await start_telo(client, ECHO) for _ in range(3)]
         seen = [await use_before(first, client, session_id) for session_id in ids]
@@ -177,20 +186,24 @@ async def test_detach_restart_replays_the_saved_history_with_no_gap(
 
 
 async def test_reap_on_restart_deletes_what_the_previous_run_left(
-        kubesim: KubeSim, tmp_path: Path) -> None:
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
     async with kube_daemon(kubesim, tmp_path) as first, first.client() as client:
         session_id = await start_telo(client, ECHO)
         await wait_status(client, session_id, "running", timeout_s=TIMEOUT_S)
         assert await first.stop(signal.SIGUSR2) == 75
     assert session_pods(kubesim) == [f"runnerd-{session_id}"]
-    async with kube_daemon(kubesim, tmp_path, on_restart="reap") as second, \
-            second.client() as client:
+    async with (
+        kube_daemon(kubesim, tmp_path, on_restart="reap") as second,
+        second.client() as client,
+    ):
         await wait_pods(kubesim, lambda pods: not pods, TIMEOUT_S)
         assert (await client.get(f"/v1/sessions/{session_id}")).status_code == 404
 
 
 async def test_health_answers_while_recovery_waits_on_a_silent_apiserver(
-        kubesim: KubeSim, tmp_path: Path) -> None:
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
     async with kube_daemon(kubesim, tmp_path) as first, first.client() as client:
         session_id = await start_telo(client, ECHO)
         await wait_status(client, session_id, "running", timeout_s=TIMEOUT_S)
@@ -218,4 +231,3 @@ async def test_health_answers_while_recovery_waits_on_a_silent_apiserver(
             await wait_pods(kubesim, lambda pods: not pods, TIMEOUT_S)
     finally:
         kubesim.faults.resume()
-

@@ -23,16 +23,20 @@ GAP = {"type": "gap", "reason": "buffer_evicted"}
 FLOOD = 20
 
 
-async def sse_until(client: httpx.AsyncClient, session_id: str, last_event_id: int,
-                    event: str) -> list[SseFrame]:
+async def sse_until(
+    client: httpx.AsyncClient, session_id: str, last_event_id: int, event: str
+) -> list[SseFrame]:
     """Resume the event stream from `last_event_id` until an `event` frame
     (or FLOOD gap frames: the stream repeats itself)."""
-    return await resume_sse(client, session_id, last_event_id, lambda frames: (
-        frames[-1].event == event or sum(f.event == "gap" for f in frames) >= FLOOD))
+    return await resume_sse(
+        client,
+        session_id,
+        last_event_id,
+        lambda frames: frames[-1].event == event or sum(f.event == "gap" for f in frames) >= FLOOD,
+    )
 
 
-async def pty_until(daemon: Daemon, session_id: str, last_seq: int,
-                    text: bytes) -> PtyTranscript:
+async def pty_until(daemon: Daemon, session_id: str, last_seq: int, text: bytes) -> PtyTranscript:
     """Resume the PTY channel from `last_seq` until `text` (or FLOOD gap messages)."""
     transcript = PtyTranscript()
     resource = f"/v1/sessions/{session_id}/io?lastSeq={last_seq}"
@@ -44,7 +48,8 @@ async def pty_until(daemon: Daemon, session_id: str, last_seq: int,
 
 
 async def test_a_resume_before_the_adopted_session_says_anything_gets_one_gap(
-        kubesim: KubeSim, tmp_path: Path) -> None:
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
     # After a SIGKILL the adopted session's rings start empty above the old
     # process's marks, until its `running` (after its endpoints are
     # published, slowed here) and the restart line. A reader resuming in
@@ -86,8 +91,9 @@ async def test_a_resume_before_the_adopted_session_says_anything_gets_one_gap(
         await client.delete(f"/v1/sessions/{session_id}")
 
 
-async def test_a_detach_restart_relays_no_debug_event_twice(kubesim: KubeSim,
-                                                            tmp_path: Path) -> None:
+async def test_a_detach_restart_relays_no_debug_event_twice(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
     # The kernel's debug server sends each new connection every frame since
     # it started: the successor's relay gets its first three again first
     # (`kernel.started`, `one`, `two`).
@@ -106,9 +112,14 @@ async def test_a_detach_restart_relays_no_debug_event_twice(kubesim: KubeSim,
         await client.delete(f"/v1/sessions/{session_id}")
 
 
-async def sse_debug_frames(client: httpx.AsyncClient, session_id: str, last_event_id: int,
-                           count: int) -> list[SseFrame]:
+async def sse_debug_frames(
+    client: httpx.AsyncClient, session_id: str, last_event_id: int, count: int
+) -> list[SseFrame]:
     """The first `count` debug frames after `last_event_id`."""
-    frames = await resume_sse(client, session_id, last_event_id, lambda frames: sum(
-        f.event == "debug" for f in frames) == count)
+    frames = await resume_sse(
+        client,
+        session_id,
+        last_event_id,
+        lambda frames: sum(f.event == "debug" for f in frames) == count,
+    )
     return [f for f in frames if f.event == "debug"]

@@ -20,11 +20,12 @@ SESSIONS = 50
 QUIET_S = 6
 
 
-async def test_fifty_sessions_share_one_watch_and_a_pool(kubesim: KubeSim,
-                                                        tmp_path: Path) -> None:
+async def test_fifty_sessions_share_one_watch_and_a_pool(kubesim: KubeSim, tmp_path: Path) -> None:
     stats = kubesim.stats
-    async with kube_daemon(kubesim, tmp_path, runner={"max_sessions": SESSIONS}) as daemon, \
-            daemon.client() as client:
+    async with (
+        kube_daemon(kubesim, tmp_path, runner={"max_sessions": SESSIONS}) as daemon,
+        daemon.client() as client,
+    ):
         await stats.wait_until(lambda s: s.watches_open == 1)
         before = stats.snapshot()
         finals: dict[str, dict[str, object]] = {}
@@ -54,5 +55,7 @@ async def test_fifty_sessions_share_one_watch_and_a_pool(kubesim: KubeSim,
     connections = after["connections"]["accepted"] - before["connections"]["accepted"]
     assert closed_idle == 0, (connections, attaches, closed_idle)
     assert connections - attaches <= Policy().max_connections, (connections, attaches)
-    print(f"\n{SESSIONS} sessions: {connections} connections ({attaches} attaches),"
-          f" requests by verb {after['requestsByVerb']}")
+    print(
+        f"\n{SESSIONS} sessions: {connections} connections ({attaches} attaches),"
+        f" requests by verb {after['requestsByVerb']}"
+    )

@@ -13,12 +13,14 @@ from tests.kube.daemon import kube_daemon, kube_overrides
 from tests.kubesim.server import KubeSim
 
 
-async def test_an_unusable_state_dir_exits_2_naming_the_key(kubesim: KubeSim,
-                                                             tmp_path: Path) -> None:
+async def test_an_unusable_state_dir_exits_2_naming_the_key(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
     (tmp_path / "a-file").write_text("")
     with pytest.raises(DaemonExited) as exited:
-        async with kube_daemon(kubesim, tmp_path, runner={"state_dir": str(
-                tmp_path / "a-file" / "state")}):
+        async with kube_daemon(
+            kubesim, tmp_path, runner={"state_dir": str(tmp_path / "a-file" / "state")}
+        ):
             pass
     assert exited.value.code == 2, exited.value.stderr
     assert "runner.state_dir: cannot use" in exited.value.stderr

@@ -65,8 +65,9 @@ async def _logged(sim: KubeSim, pod: str, text: bytes) -> None:
     async with build_client(sim) as client:
         with trio.fail_after(TIMEOUT_S):
             while True:
-                response = await client.get(f"/api/v1/namespaces/runnerd/pods/{pod}/log",
-                                            params={"container": "session"})
+                response = await client.get(
+                    f"/api/v1/namespaces/runnerd/pods/{pod}/log", params={"container": "session"}
+                )
                 if response.status_code == 200 and text in response.content:
                     return
                 await trio.sleep(0.05)  # polled: the log has no change feed
@@ -96,8 +97,10 @@ async def test_the_start_deadline_counts_from_the_start_not_from_the_pod_create(
     # The apiserver holds the create past the whole start deadline: when it
     # answers, the time is up, however fast the pod would run from then on.
     kubesim.faults.slow_next(1, 2.0, verb="create")
-    async with kube_daemon(kubesim, tmp_path, start_deadline_seconds=1) as daemon, \
-            daemon.client() as client:
+    async with (
+        kube_daemon(kubesim, tmp_path, start_deadline_seconds=1) as daemon,
+        daemon.client() as client,
+    ):
         session_id = await start_telo(client, "print x\nwait\n")
         final = await wait_terminal(client, session_id, timeout_s=TIMEOUT_S)
         assert final["kind"] == "failed"
@@ -112,14 +115,20 @@ async def test_a_start_that_times_out_on_a_refused_watch_names_the_refusal(
     # the start cannot see its pod run, and its failure says why.
     kubesim.faults.deny("list", "pods")
     kubesim.faults.deny("watch", "pods")
-    async with kube_daemon(kubesim, tmp_path, start_deadline_seconds=2) as daemon, \
-            daemon.client() as client:
+    async with (
+        kube_daemon(kubesim, tmp_path, start_deadline_seconds=2) as daemon,
+        daemon.client() as client,
+    ):
         session_id = await start_telo(client, "print x\nwait\n")
         final = await wait_terminal(client, session_id, timeout_s=TIMEOUT_S)
-        assert final == {"kind": "failed", "message": (
-            "provision: the session pod was not running after 2 s (last: waiting for a node;"
-            " could not watch the session pods: the runner is not permitted to do this"
-            " (Forbidden, HTTP 403). The cluster operator must check the runner's RBAC.)")}
+        assert final == {
+            "kind": "failed",
+            "message": (
+                "provision: the session pod was not running after 2 s (last: waiting for a node;"
+                " could not watch the session pods: the runner is not permitted to do this"
+                " (Forbidden, HTTP 403). The cluster operator must check the runner's RBAC.)"
+            ),
+        }
         kubesim.faults.allow("list", "pods")
         kubesim.faults.allow("watch", "pods")
         await wait_no_pods(kubesim, TIMEOUT_S)
@@ -130,10 +139,11 @@ async def test_a_start_that_times_out_on_a_refused_watch_names_the_refusal(
 # stays quiet (the attach sees only its end) or goes on writing once the
 # attach is in.
 LATE_ATTACH = {
-    "quiet-after": ("sleep 0.3\nprint printed in the gap\nsleep 1.5\n",
-                    b"printed in the gap\r\n"),
-    "writes-after": ("sleep 0.3\nprint in the gap\nsleep 1.2\nprint after the attach\nsleep 0.3\n",
-                     b"in the gap\r\nafter the attach\r\n"),
+    "quiet-after": ("sleep 0.3\nprint printed in the gap\nsleep 1.5\n", b"printed in the gap\r\n"),
+    "writes-after": (
+        "sleep 0.3\nprint in the gap\nsleep 1.2\nprint after the attach\nsleep 0.3\n",
+        b"in the gap\r\nafter the attach\r\n",
+    ),
 }
 
 
@@ -145,11 +155,12 @@ async def test_output_written_before_a_late_attach_joins_is_shown_once_in_order(
     async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
         session_id = await start_telo(client, script)
         assert await wait_terminal(client, session_id, timeout_s=TIMEOUT_S) == {
-            "kind": "exited", "code": 0}
+            "kind": "exited",
+            "code": 0,
+        }
         async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
             replay = await read_pty(ws, timeout_s=TIMEOUT_S)
         assert replay.output == expected
-
 
 
 async def test_pods_a_sigterm_could_not_delete_are_deleted_not_adopted_next_start(

@@ -18,16 +18,26 @@ from runnerd.kube.settings import KubeSettings
 
 K8S_VERSION = "1.37"
 SID = "abcdefgh2345"
-POD = {"apiVersion": "v1", "kind": "Pod",
-       "metadata": {"name": f"runnerd-{SID}", "uid": "6f0e7c1a-2b3d-4e5f-8a9b-0c1d2e3f4a5b"}}
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": f"runnerd-{SID}", "uid": "6f0e7c1a-2b3d-4e5f-8a9b-0c1d2e3f4a5b"},
+}
 DOMAIN = "sessions.example.com"
 SETTINGS = KubeSettings(self_url="http://10.0.0.5:8063", ingress_base_domain=DOMAIN)
 FULL = replace(SETTINGS, ingress_class="nginx", ingress_tls_secret="wildcard-sessions")
 PORTS = (PortMapping(8080, "tcp"), PortMapping(9000, "tcp"), PortMapping(5353, "udp"))
 IDENTITY = SessionIdentity(SID, Limits("500m", "512Mi", "1Gi", 3600.0), ports=PORTS)
-OWNER = [{"apiVersion": "v1", "kind": "Pod", "name": f"runnerd-{SID}",
-          "uid": "6f0e7c1a-2b3d-4e5f-8a9b-0c1d2e3f4a5b", "controller": True,
-          "blockOwnerDeletion": True}]
+OWNER = [
+    {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": f"runnerd-{SID}",
+        "uid": "6f0e7c1a-2b3d-4e5f-8a9b-0c1d2e3f4a5b",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+]
 LABELS = {"app.kubernetes.io/managed-by": "runnerd", "runnerd.telo.run/session-id": SID}
 
 
@@ -53,8 +63,11 @@ def test_strict_validation_catches_a_typo() -> None:
 
 def test_the_service_selects_the_pod_and_carries_every_port_under_its_protocol() -> None:
     service = validate(build_service(FULL, IDENTITY, POD))
-    assert service["metadata"] == {"name": f"runnerd-{SID}", "labels": LABELS,
-                                   "ownerReferences": OWNER}
+    assert service["metadata"] == {
+        "name": f"runnerd-{SID}",
+        "labels": LABELS,
+        "ownerReferences": OWNER,
+    }
     assert service["spec"]["selector"] == LABELS
     assert service["spec"]["ports"] == [
         {"name": "tcp-8080", "protocol": "TCP", "port": 8080, "targetPort": 8080},
@@ -65,15 +78,21 @@ def test_the_service_selects_the_pod_and_carries_every_port_under_its_protocol()
 
 def test_the_ingress_routes_each_tcp_port_by_its_own_host_with_class_and_tls() -> None:
     ingress = validate(build_ingress(FULL, IDENTITY, POD))
-    assert ingress["metadata"] == {"name": f"runnerd-{SID}", "labels": LABELS,
-                                   "ownerReferences": OWNER}
+    assert ingress["metadata"] == {
+        "name": f"runnerd-{SID}",
+        "labels": LABELS,
+        "ownerReferences": OWNER,
+    }
     hosts = [f"8080-{SID}.{DOMAIN}", f"9000-{SID}.{DOMAIN}"]
     assert ingress["spec"]["ingressClassName"] == "nginx"
     assert ingress["spec"]["tls"] == [{"hosts": hosts, "secretName": "wildcard-sessions"}]
     assert [r["host"] for r in ingress["spec"]["rules"]] == hosts
     [path] = ingress["spec"]["rules"][1]["http"]["paths"]
-    assert path == {"path": "/", "pathType": "Prefix", "backend": {
-        "service": {"name": f"runnerd-{SID}", "port": {"number": 9000}}}}
+    assert path == {
+        "path": "/",
+        "pathType": "Prefix",
+        "backend": {"service": {"name": f"runnerd-{SID}", "port": {"number": 9000}}},
+    }
     bare = validate(build_ingress(SETTINGS, IDENTITY, POD))
     assert "ingressClassName" not in bare["spec"] and "tls" not in bare["spec"]
 
@@ -90,31 +109,44 @@ def test_nothing_is_built_without_a_domain_or_without_ports() -> None:
     assert build_ingress(plain, IDENTITY, POD) is None
     assert build_service(SETTINGS, replace(IDENTITY, ports=()), POD) is None
     udp_only = replace(IDENTITY, ports=(PortMapping(5353, "udp"),))
-    assert validate(build_service(SETTINGS, udp_only, POD))["spec"]["ports"][0]["protocol"] \
-        == "UDP"
+    assert validate(build_service(SETTINGS, udp_only, POD))["spec"]["ports"][0]["protocol"] == "UDP"
     assert build_ingress(SETTINGS, udp_only, POD) is None
 
 
 def test_the_debug_port_is_never_published() -> None:
-    debug = replace(IDENTITY, inspect=True,
-                    ports=(PortMapping(INSPECT_PORT, "tcp"), PortMapping(8080, "tcp")))
+    debug = replace(
+        IDENTITY, inspect=True, ports=(PortMapping(INSPECT_PORT, "tcp"), PortMapping(8080, "tcp"))
+    )
     service = validate(build_service(FULL, debug, POD))
     assert [p["port"] for p in service["spec"]["ports"]] == [8080]
     ingress = validate(build_ingress(FULL, debug, POD))
     assert [r["host"] for r in ingress["spec"]["rules"]] == [f"8080-{SID}.{DOMAIN}"]
     assert announced(FULL, debug, published=True)[0] == {
-        "host": "", "port": INSPECT_PORT, "protocol": "tcp"}
+        "host": "",
+        "port": INSPECT_PORT,
+        "protocol": "tcp",
+    }
     # Only the kernel's debug server holds that port: without inspect it is the app's.
-    assert [p["port"] for p in validate(build_service(
-        FULL, replace(debug, inspect=False), POD))["spec"]["ports"]] == [INSPECT_PORT, 8080]
+    assert [
+        p["port"]
+        for p in validate(build_service(FULL, replace(debug, inspect=False), POD))["spec"]["ports"]
+    ] == [INSPECT_PORT, 8080]
 
 
 def test_running_announces_hosts_and_urls_for_tcp_only_once_published() -> None:
     assert announced(FULL, IDENTITY, published=True) == (
-        {"host": f"8080-{SID}.{DOMAIN}", "port": 8080, "protocol": "tcp",
-         "url": f"https://8080-{SID}.{DOMAIN}"},
-        {"host": f"9000-{SID}.{DOMAIN}", "port": 9000, "protocol": "tcp",
-         "url": f"https://9000-{SID}.{DOMAIN}"},
+        {
+            "host": f"8080-{SID}.{DOMAIN}",
+            "port": 8080,
+            "protocol": "tcp",
+            "url": f"https://8080-{SID}.{DOMAIN}",
+        },
+        {
+            "host": f"9000-{SID}.{DOMAIN}",
+            "port": 9000,
+            "protocol": "tcp",
+            "url": f"https://9000-{SID}.{DOMAIN}",
+        },
         {"host": "", "port": 5353, "protocol": "udp"},
     )
     unpublished = tuple({"host": "", "port": p.port, "protocol": p.protocol} for p in PORTS)

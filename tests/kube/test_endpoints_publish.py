@@ -20,10 +20,14 @@ from tests.local.recording import RecordingSink
 
 NS = "runnerd"
 SID = "abcdefgh2345"
-SETTINGS = KubeSettings(self_url="http://10.0.0.5:8063", ingress_base_domain="a.example.test",
-                        ingress_class="nginx")
-IDENTITY = SessionIdentity(SID, Limits("500m", "512Mi", "1Gi", 3600.0),
-                           ports=(PortMapping(8080, "tcp"), PortMapping(5353, "udp")))
+SETTINGS = KubeSettings(
+    self_url="http://10.0.0.5:8063", ingress_base_domain="a.example.test", ingress_class="nginx"
+)
+IDENTITY = SessionIdentity(
+    SID,
+    Limits("500m", "512Mi", "1Gi", 3600.0),
+    ports=(PortMapping(8080, "tcp"), PortMapping(5353, "udp")),
+)
 LABELS = {"app.kubernetes.io/managed-by": "runnerd", "runnerd.telo.run/session-id": SID}
 
 
@@ -34,23 +38,30 @@ def stored(sim: KubeSim, resource: str) -> dict[str, Any]:
 
 
 async def test_a_second_call_keeps_current_objects_and_updates_stale_ones(
-        apiserver: KubeSim, tmp_path: Path) -> None:
+    apiserver: KubeSim, tmp_path: Path
+) -> None:
     pod = await seed_pod(apiserver, f"runnerd-{SID}", labels=LABELS)
     sink = RecordingSink()
     async with open_client(apiserver, tmp_path) as client:
         first = await publish_endpoints(client, SETTINGS, IDENTITY, pod, sink)
         assert first[0]["host"] == f"8080-{SID}.a.example.test"
-        versions = [stored(apiserver, r)["metadata"]["resourceVersion"]
-                    for r in ("services", "ingresses")]
+        versions = [
+            stored(apiserver, r)["metadata"]["resourceVersion"] for r in ("services", "ingresses")
+        ]
         # Called again for the same pod (a restarted daemon adopting it): no write.
         assert await publish_endpoints(client, SETTINGS, IDENTITY, pod, sink) == first
-        assert versions == [stored(apiserver, r)["metadata"]["resourceVersion"]
-                            for r in ("services", "ingresses")]
+        assert versions == [
+            stored(apiserver, r)["metadata"]["resourceVersion"] for r in ("services", "ingresses")
+        ]
         # Restarted with another domain and class: the Ingress is brought up to date.
         moved = replace(SETTINGS, ingress_base_domain="b.example.test", ingress_class="traefik")
         again = await publish_endpoints(client, moved, IDENTITY, pod, sink)
-    assert again[0] == {"host": f"8080-{SID}.b.example.test", "port": 8080, "protocol": "tcp",
-                        "url": f"https://8080-{SID}.b.example.test"}
+    assert again[0] == {
+        "host": f"8080-{SID}.b.example.test",
+        "port": 8080,
+        "protocol": "tcp",
+        "url": f"https://8080-{SID}.b.example.test",
+    }
     ingress = stored(apiserver, "ingresses")
     assert ingress["spec"]["ingressClassName"] == "traefik"
     assert [r["host"] for r in ingress["spec"]["rules"]] == [f"8080-{SID}.b.example.test"]
@@ -59,20 +70,32 @@ async def test_a_second_call_keeps_current_objects_and_updates_stale_ones(
 
 
 async def test_a_same_named_service_that_is_not_ours_is_left_alone(
-        apiserver: KubeSim, tmp_path: Path) -> None:
+    apiserver: KubeSim, tmp_path: Path
+) -> None:
     pod = await seed_pod(apiserver, f"runnerd-{SID}", labels=LABELS)
-    foreign = {"apiVersion": "v1", "kind": "Service",
-               "metadata": {"name": f"runnerd-{SID}", "labels": {"team": "web"}},
-               "spec": {"selector": {"team": "web"}, "ports": [{"port": 80}]}}
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": f"runnerd-{SID}", "labels": {"team": "web"}},
+        "spec": {"selector": {"team": "web"}, "ports": [{"port": 80}]},
+    }
     sink = RecordingSink()
     async with open_client(apiserver, tmp_path) as client:
-        await client.request("POST", f"/api/v1/namespaces/{NS}/services",
-                             operation="seed", retry=Retry.WRITE, body=foreign)
+        await client.request(
+            "POST",
+            f"/api/v1/namespaces/{NS}/services",
+            operation="seed",
+            retry=Retry.WRITE,
+            body=foreign,
+        )
         got = await publish_endpoints(client, SETTINGS, IDENTITY, pod, sink)
-    assert got == ({"host": "", "port": 8080, "protocol": "tcp"},
-                   {"host": "", "port": 5353, "protocol": "udp"})
+    assert got == (
+        {"host": "", "port": 8080, "protocol": "tcp"},
+        {"host": "", "port": 5353, "protocol": "udp"},
+    )
     assert sink.out.decode() == (
         "\r\n[runnerd: the session's ports are not published: could not create the session's"
-        " Service: the Kubernetes API rejected the request (AlreadyExists, HTTP 409)]\r\n")
+        " Service: the Kubernetes API rejected the request (AlreadyExists, HTTP 409)]\r\n"
+    )
     assert stored(apiserver, "services")["metadata"]["labels"] == {"team": "web"}
     assert apiserver.store.get("ingresses", NS, f"runnerd-{SID}") is None

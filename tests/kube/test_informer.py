@@ -25,20 +25,28 @@ LIST = ("list", "/api/v1/namespaces/{namespace}/pods")
 
 
 def pod(name: str, managed: bool = True) -> dict[str, Any]:
-    labels = {"app.kubernetes.io/managed-by": "runnerd" if managed else "someone-else",
-              "runnerd.telo.run/session-id": name}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
-            "spec": {"containers": [{"name": "session", "image": "busybox:1.36"}]}}
+    labels = {
+        "app.kubernetes.io/managed-by": "runnerd" if managed else "someone-else",
+        "runnerd.telo.run/session-id": name,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "session", "image": "busybox:1.36"}]},
+    }
 
 
 async def create(client: KubeClient, name: str, managed: bool = True) -> dict[str, Any]:
-    return await client.create_pod(pod(name, managed), operation="create",
-                                   is_ours=lambda p: is_ours(p, SETTINGS, name))
+    return await client.create_pod(
+        pod(name, managed), operation="create", is_ours=lambda p: is_ours(p, SETTINGS, name)
+    )
 
 
 async def label(sim: KubeSim, name: str, value: str) -> None:
     def mutate(p: dict[str, Any]) -> None:
         p["metadata"].setdefault("annotations", {})["touched"] = value
+
     await sim.store.update("pods", "runnerd", name, mutate)
 
 
@@ -55,8 +63,9 @@ def touched(value: str) -> Any:
 
 
 @asynccontextmanager
-async def running_informer(sim: KubeSim, tmp_path: Path, policy: Policy = FAST, **kw: Any
-                           ) -> AsyncIterator[tuple[KubeClient, PodInformer]]:
+async def running_informer(
+    sim: KubeSim, tmp_path: Path, policy: Policy = FAST, **kw: Any
+) -> AsyncIterator[tuple[KubeClient, PodInformer]]:
     async with open_client(sim, tmp_path, policy) as client, trio.open_nursery() as nursery:
         informer = PodInformer(client, SELECTOR, policy=FAST, **kw)
         await nursery.start(informer.run)
@@ -130,8 +139,11 @@ async def test_an_expired_rv_relists_and_reports_what_vanished(
     async with running_informer(apiserver, tmp_path) as (client, informer):
         await create(client, "stays")
         await create(client, "vanishes")
-        with informer.subscribe("stays") as stays, informer.subscribe("vanishes") as vanishes, \
-                trio.fail_after(10):
+        with (
+            informer.subscribe("stays") as stays,
+            informer.subscribe("vanishes") as vanishes,
+            trio.fail_after(10),
+        ):
             await until(vanishes, lambda s: s is not GONE)
             await apiserver.stats.wait_until(lambda s: s.watches_open == 1)
             apiserver.faults.go_silent()  # the informer cannot resume yet
@@ -145,9 +157,7 @@ async def test_an_expired_rv_relists_and_reports_what_vanished(
         assert apiserver.stats.count(*LIST) == 2
 
 
-async def test_compaction_under_a_broken_stream_relists(
-    apiserver: KubeSim, tmp_path: Path
-) -> None:
+async def test_compaction_under_a_broken_stream_relists(apiserver: KubeSim, tmp_path: Path) -> None:
     async with running_informer(apiserver, tmp_path) as (client, informer):
         await create(client, "p")
         with informer.subscribe("p") as sub, trio.fail_after(10):
@@ -171,7 +181,8 @@ async def test_the_periodic_relist_heals_a_silent_stream(
     # lets the re-list's retry go through soon after the server answers again.
     quick = replace(FAST, read_timeout_s=0.5)
     async with running_informer(apiserver, tmp_path, quick, relist_interval_s=1.0) as (
-        client, informer
+        client,
+        informer,
     ):
         await create(client, "p")
         with informer.subscribe("p") as sub, trio.fail_after(15):

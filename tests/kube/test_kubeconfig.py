@@ -32,8 +32,9 @@ from tests.kubesim.server import KubeSim
 S = KubeSettings()
 
 
-async def get_version(conn: Connection, creds: Credentials | None = None,
-                      sni: str | None = None) -> int:
+async def get_version(
+    conn: Connection, creds: Credentials | None = None, sni: str | None = None
+) -> int:
     """A real request with what the connection describes; the HTTP status."""
     creds = creds or Credentials(conn, environ={})
     headers = {}
@@ -42,8 +43,11 @@ async def get_version(conn: Connection, creds: Credentials | None = None,
     ctx = build_ssl_context(conn, await creds.client_cert())
     extensions = {"sni_hostname": sni} if sni else None
     async with httpx.AsyncClient(verify=ctx, timeout=5) as client:
-        response = await client.get(f"{conn.server}/api/v1/namespaces/{conn.namespace}/pods",
-                                    headers=headers, extensions=extensions)
+        response = await client.get(
+            f"{conn.server}/api/v1/namespaces/{conn.namespace}/pods",
+            headers=headers,
+            extensions=extensions,
+        )
     return response.status_code
 
 
@@ -52,15 +56,23 @@ def write(path: Path, doc: dict[str, Any]) -> Path:
     return path
 
 
-def kubeconfig(server: str, *, cluster: dict[str, Any] | None = None,
-               user: dict[str, Any] | None = None, ctx_name: str = "c", ns: str | None = "runnerd",
-               current: str | None = "c", cluster_name: str = "k", user_name: str = "u"
-               ) -> dict[str, Any]:
+def kubeconfig(
+    server: str,
+    *,
+    cluster: dict[str, Any] | None = None,
+    user: dict[str, Any] | None = None,
+    ctx_name: str = "c",
+    ns: str | None = "runnerd",
+    current: str | None = "c",
+    cluster_name: str = "k",
+    user_name: str = "u",
+) -> dict[str, Any]:
     context: dict[str, Any] = {"cluster": cluster_name, "user": user_name}
     if ns:
         context["namespace"] = ns
     doc: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Config",
+        "apiVersion": "v1",
+        "kind": "Config",
         "clusters": [{"name": cluster_name, "cluster": {"server": server, **(cluster or {})}}],
         "users": [{"name": user_name, "user": user or {}}],
         "contexts": [{"name": ctx_name, "context": context}],
@@ -92,40 +104,57 @@ async def test_files_by_path_relative_to_the_kubeconfig(kubesim: KubeSim, tmp_pa
     (tmp_path / "certs/ca.pem").write_bytes(kubesim.ca_pem)
     (tmp_path / "certs/client.pem").write_bytes(kubesim.client_cert.cert_chain_pems[0].bytes())
     (tmp_path / "certs/client.key").write_bytes(kubesim.client_cert.private_key_pem.bytes())
-    path = write(tmp_path / "kc", kubeconfig(
-        kubesim.url, cluster={"certificate-authority": "certs/ca.pem"},
-        user={"client-certificate": "certs/client.pem", "client-key": "certs/client.key"}))
+    path = write(
+        tmp_path / "kc",
+        kubeconfig(
+            kubesim.url,
+            cluster={"certificate-authority": "certs/ca.pem"},
+            user={"client-certificate": "certs/client.pem", "client-key": "certs/client.key"},
+        ),
+    )
     conn = load_connection(replace(S, kubeconfig=str(path)), {}, Path("/nonexistent"))
     assert await get_version(conn) == 200
 
 
 async def test_kubeconfig_env_merges_first_file_wins(kubesim: KubeSim, tmp_path: Path) -> None:
     ca = base64.b64encode(kubesim.ca_pem).decode()
-    first = write(tmp_path / "a", kubeconfig(
-        kubesim.url, cluster={"certificate-authority-data": ca},
-        user={"token": kubesim.token}, current="c"))
-    second = write(tmp_path / "b", kubeconfig(
-        "https://127.0.0.1:1", user={"token": "wrong"}, current="other", ns="elsewhere"))
+    first = write(
+        tmp_path / "a",
+        kubeconfig(
+            kubesim.url,
+            cluster={"certificate-authority-data": ca},
+            user={"token": kubesim.token},
+            current="c",
+        ),
+    )
+    second = write(
+        tmp_path / "b",
+        kubeconfig("https://127.0.0.1:1", user={"token": "wrong"}, current="other", ns="elsewhere"),
+    )
     env = {"KUBECONFIG": f"{tmp_path / 'missing'}:{first}:{second}"}
     conn = load_connection(S, env, tmp_path)
     assert (conn.server, conn.namespace, conn.token) == (kubesim.url, "runnerd", kubesim.token)
     assert await get_version(conn) == 200
     # Reversed, the second file's names win (its context points at the same names).
-    swapped = load_connection(replace(S, context="c"), {"KUBECONFIG": f"{second}:{first}"},
-                              tmp_path)
+    swapped = load_connection(
+        replace(S, context="c"), {"KUBECONFIG": f"{second}:{first}"}, tmp_path
+    )
     assert swapped.server == "https://127.0.0.1:1"
 
 
 async def test_context_and_namespace_selection(kubesim: KubeSim, tmp_path: Path) -> None:
     doc = kubeconfig(kubesim.url, user={"token": kubesim.token}, ns=None)
-    doc["contexts"].append({"name": "d", "context": {"cluster": "k", "user": "u",
-                                                     "namespace": "kube-system"}})
+    doc["contexts"].append(
+        {"name": "d", "context": {"cluster": "k", "user": "u", "namespace": "kube-system"}}
+    )
     path = write(tmp_path / "kc", doc)
     settings = replace(S, kubeconfig=str(path))
     assert load_connection(settings, {}, tmp_path).namespace == "default"
     assert load_connection(replace(settings, context="d"), {}, tmp_path).namespace == "kube-system"
-    assert load_connection(replace(settings, context="d", namespace="x"), {},
-                           tmp_path).namespace == "x"
+    assert (
+        load_connection(replace(settings, context="d", namespace="x"), {}, tmp_path).namespace
+        == "x"
+    )
 
 
 async def test_token_file_is_reread_every_minute_and_after_a_401(
@@ -166,18 +195,32 @@ async def test_exec_plugin_token_is_cached_until_invalidated(
     kubesim: KubeSim, tmp_path: Path
 ) -> None:
     runs = tmp_path / "runs"
-    plugin(tmp_path, f"""
+    plugin(
+        tmp_path,
+        f"""
 info = json.loads(os.environ["KUBERNETES_EXEC_INFO"])
 assert info["spec"]["interactive"] is False and info["spec"]["cluster"]["server"]
 open({str(runs)!r}, "a").write("x")
 print(json.dumps({{"apiVersion": info["apiVersion"], "kind": "ExecCredential",
   "status": {{"token": os.environ["SIM_TOKEN"], "expirationTimestamp": "2999-01-01T00:00:00Z"}}}}))
-""")
-    path = write(tmp_path / "kc", kubeconfig(kubesim.url, cluster={
-        "certificate-authority-data": base64.b64encode(kubesim.ca_pem).decode()}, user={"exec": {
-            "apiVersion": "client.authentication.k8s.io/v1", "command": "./plugin.py",
-            "env": [{"name": "SIM_TOKEN", "value": kubesim.token}], "interactiveMode": "Never",
-            "provideClusterInfo": True}}))
+""",
+    )
+    path = write(
+        tmp_path / "kc",
+        kubeconfig(
+            kubesim.url,
+            cluster={"certificate-authority-data": base64.b64encode(kubesim.ca_pem).decode()},
+            user={
+                "exec": {
+                    "apiVersion": "client.authentication.k8s.io/v1",
+                    "command": "./plugin.py",
+                    "env": [{"name": "SIM_TOKEN", "value": kubesim.token}],
+                    "interactiveMode": "Never",
+                    "provideClusterInfo": True,
+                }
+            },
+        ),
+    )
     conn = load_connection(replace(S, kubeconfig=str(path)), {}, tmp_path)
     creds = Credentials(conn, environ={"PATH": os.environ["PATH"]})
     assert await get_version(conn, creds) == 200
@@ -190,16 +233,30 @@ print(json.dumps({{"apiVersion": info["apiVersion"], "kind": "ExecCredential",
 
 async def test_exec_plugin_failure_is_reported_without_secrets(tmp_path: Path) -> None:
     script = plugin(tmp_path, "sys.stderr.write('no login'); sys.exit(3)")
-    path = write(tmp_path / "kc", kubeconfig("https://h", user={"exec": {
-        "apiVersion": "client.authentication.k8s.io/v1beta1", "command": str(script)}}))
+    path = write(
+        tmp_path / "kc",
+        kubeconfig(
+            "https://h",
+            user={
+                "exec": {
+                    "apiVersion": "client.authentication.k8s.io/v1beta1",
+                    "command": str(script),
+                }
+            },
+        ),
+    )
     creds = Credentials(load_connection(replace(S, kubeconfig=str(path)), {}, tmp_path), {})
     with pytest.raises(CredentialsUnavailable, match="exited 3: no login"):
         await creds.authorization()
 
 
 async def test_insecure_skip_tls_verify(kubesim: KubeSim, tmp_path: Path) -> None:
-    path = write(tmp_path / "kc", kubeconfig(
-        kubesim.url, cluster={"insecure-skip-tls-verify": True}, user={"token": kubesim.token}))
+    path = write(
+        tmp_path / "kc",
+        kubeconfig(
+            kubesim.url, cluster={"insecure-skip-tls-verify": True}, user={"token": kubesim.token}
+        ),
+    )
     conn = load_connection(replace(S, kubeconfig=str(path)), {}, tmp_path)
     assert await get_version(conn) == 200
     strict = replace(conn, insecure_skip_tls_verify=False)
@@ -209,9 +266,14 @@ async def test_insecure_skip_tls_verify(kubesim: KubeSim, tmp_path: Path) -> Non
 
 async def test_tls_server_name_is_the_name_verified(kubesim: KubeSim, tmp_path: Path) -> None:
     ca = base64.b64encode(kubesim.ca_pem).decode()
-    path = write(tmp_path / "kc", kubeconfig(
-        kubesim.url, cluster={"certificate-authority-data": ca, "tls-server-name": "localhost"},
-        user={"token": kubesim.token}))
+    path = write(
+        tmp_path / "kc",
+        kubeconfig(
+            kubesim.url,
+            cluster={"certificate-authority-data": ca, "tls-server-name": "localhost"},
+            user={"token": kubesim.token},
+        ),
+    )
     conn = load_connection(replace(S, kubeconfig=str(path)), {}, tmp_path)
     assert conn.tls_server_name == "localhost"
     assert await get_version(conn, sni="localhost") == 200
@@ -235,10 +297,12 @@ async def test_in_cluster_files(kubesim: KubeSim, tmp_path: Path) -> None:
     home_kc.parent.mkdir()
     kubesim.write_kubeconfig(home_kc)
     assert load_connection(S, {}, tmp_path).source == str(home_kc)
-    assert load_connection(S, {**env, "KUBECONFIG": str(home_kc)}, tmp_path,
-                           service_account_dir=sa).source == str(home_kc)
-    ipv6 = load_connection(S, {**env, "KUBERNETES_SERVICE_HOST": "::1"}, tmp_path,
-                           service_account_dir=sa)
+    assert load_connection(
+        S, {**env, "KUBECONFIG": str(home_kc)}, tmp_path, service_account_dir=sa
+    ).source == str(home_kc)
+    ipv6 = load_connection(
+        S, {**env, "KUBERNETES_SERVICE_HOST": "::1"}, tmp_path, service_account_dir=sa
+    )
     assert ipv6.server == f"https://[::1]:{kubesim.port}"
 
 
@@ -248,13 +312,19 @@ async def test_in_cluster_files(kubesim: KubeSim, tmp_path: Path) -> None:
         (kubeconfig("https://h", current=None), {}, "no current-context"),
         (kubeconfig("https://h", current="zz"), {}, "context 'zz' not found"),
         (kubeconfig("ftp://h"), {}, "server must be an http"),
-        (kubeconfig("https://h", cluster={"certificate-authority": "nope.pem"}), {},
-         "certificate-authority: cannot read"),
+        (
+            kubeconfig("https://h", cluster={"certificate-authority": "nope.pem"}),
+            {},
+            "certificate-authority: cannot read",
+        ),
         (kubeconfig("https://h", cluster={"certificate-authority-data": "!!"}), {}, "not base64"),
         (kubeconfig("https://h"), {"auth-provider": {"name": "oidc"}}, "auth-provider: not supp"),
         (kubeconfig("https://h"), {"username": "a", "password": "b"}, "username: not supported"),
-        (kubeconfig("https://h"), {"exec": {"apiVersion": "client.authentication.k8s.io/v1alpha1",
-                                            "command": "x"}}, "is not supported"),
+        (
+            kubeconfig("https://h"),
+            {"exec": {"apiVersion": "client.authentication.k8s.io/v1alpha1", "command": "x"}},
+            "is not supported",
+        ),
     ],
 )
 def test_unusable_kubeconfigs_name_the_problem(
@@ -280,9 +350,17 @@ def test_exec_credential_parsing() -> None:
     from datetime import UTC, datetime
 
     from runnerd.kube.credentials import parse_exec_credential
+
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    status, expires = parse_exec_credential(json.dumps({"kind": "ExecCredential", "status": {
-        "token": "t", "expirationTimestamp": "2026-01-01T00:01:00Z"}}).encode(), now)
+    status, expires = parse_exec_credential(
+        json.dumps(
+            {
+                "kind": "ExecCredential",
+                "status": {"token": "t", "expirationTimestamp": "2026-01-01T00:01:00Z"},
+            }
+        ).encode(),
+        now,
+    )
     assert (status["token"], expires) == ("t", 60.0)
     for bad in (b"nope", b'{"kind":"ExecCredential","status":{}}', b'{"status":{"token":"t"}}'):
         with pytest.raises(CredentialsUnavailable):

@@ -83,11 +83,14 @@ def test_session_pod_runs_the_entry_on_the_kernel_image_under_the_pull_policy() 
     assert c["command"] == ["telo", "run", "/app/telo.yaml"]
     assert c["workingDir"] == "/work"
     assert c["stdin"] is True and c["tty"] is True and "stdinOnce" not in c
-    inspected = build_session_pod(SETTINGS, reshaped(SPEC, inspect=True), bundle_url=URL,
-                                  created_at=CREATED)
+    inspected = build_session_pod(
+        SETTINGS, reshaped(SPEC, inspect=True), bundle_url=URL, created_at=CREATED
+    )
     assert container(inspected)["command"][3:] == ["--inspect", "0.0.0.0:9230", "--no-open"]
-    assert c["ports"] == [{"containerPort": 3000, "protocol": "TCP"},
-                          {"containerPort": 5353, "protocol": "UDP"}]
+    assert c["ports"] == [
+        {"containerPort": 3000, "protocol": "TCP"},
+        {"containerPort": 5353, "protocol": "UDP"},
+    ]
 
 
 def test_session_pod_fetches_the_bundle_in_its_init_container() -> None:
@@ -105,8 +108,13 @@ def test_session_pod_writes_only_to_its_empty_dirs() -> None:
     pod = build_session_pod(SETTINGS, SPEC, bundle_url=URL, created_at=CREATED)
     c = container(pod)
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
-    assert mounts == {"/app": "app", "/telo-cache": "telo-cache", "/work": "work",
-                      "/home/telo": "home", "/tmp": "tmp"}
+    assert mounts == {
+        "/app": "app",
+        "/telo-cache": "telo-cache",
+        "/work": "work",
+        "/home/telo": "home",
+        "/tmp": "tmp",
+    }
     assert pod["spec"]["volumes"] == [{"name": n, "emptyDir": {}} for n in mounts.values()]
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["TELO_CACHE_DIR"] == "/telo-cache"
@@ -126,36 +134,48 @@ def test_session_pod_is_locked_down() -> None:
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     for c in spec["containers"] + spec["initContainers"]:
-        assert c["securityContext"] == {"allowPrivilegeEscalation": False,
-                                        "capabilities": {"drop": ["ALL"]},
-                                        "readOnlyRootFilesystem": True}
+        assert c["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+        }
     assert container(pod)["resources"] == {
-        "limits": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}}
+        "limits": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}
+    }
     assert "imagePullSecrets" not in spec and "runtimeClassName" not in spec
 
 
 def test_pull_secret_and_runtime_class_when_set() -> None:
     settings = replace(SETTINGS, runtime_class="gvisor", image_pull_secret="regcred")
-    for pod in (build_session_pod(settings, SPEC, bundle_url=URL, created_at=CREATED),
-                build_app_pod(settings, APP_SPEC, created_at=CREATED)):
+    for pod in (
+        build_session_pod(settings, SPEC, bundle_url=URL, created_at=CREATED),
+        build_app_pod(settings, APP_SPEC, created_at=CREATED),
+    ):
         assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
         assert pod["spec"]["runtimeClassName"] == "gvisor"
 
 
 def test_labels_select_and_annotations_rebuild_but_never_carry_env() -> None:
-    pod = build_session_pod(SETTINGS, reshaped(SPEC, inspect=True), bundle_url=URL,
-                            created_at=CREATED)
+    pod = build_session_pod(
+        SETTINGS, reshaped(SPEC, inspect=True), bundle_url=URL, created_at=CREATED
+    )
     meta = pod["metadata"]
     assert meta["name"] == pod_name("abcdefgh2345") == "runnerd-abcdefgh2345"
-    assert meta["labels"] == {"app.kubernetes.io/managed-by": "runnerd",
-                              "runnerd.telo.run/session-id": "abcdefgh2345"}
+    assert meta["labels"] == {
+        "app.kubernetes.io/managed-by": "runnerd",
+        "runnerd.telo.run/session-id": "abcdefgh2345",
+    }
     assert managed_by_selector(SETTINGS) == "app.kubernetes.io/managed-by=runnerd"
     assert is_ours(pod, SETTINGS, "abcdefgh2345")
     assert not is_ours(pod, SETTINGS, "otherid23456")
     assert not is_ours(pod, replace(SETTINGS, managed_by="other"), "abcdefgh2345")
     assert parse_annotations(pod) == {
-        "created_at": CREATED, "kind": "bundle", "inspect": True, "app": None,
-        "ports": [{"port": 3000, "protocol": "tcp"}, {"port": 5353, "protocol": "udp"}]}
+        "created_at": CREATED,
+        "kind": "bundle",
+        "inspect": True,
+        "app": None,
+        "ports": [{"port": 3000, "protocol": "tcp"}, {"port": 5353, "protocol": "udp"}],
+    }
     app = build_app_pod(SETTINGS, APP_SPEC, created_at=CREATED)
     assert parse_annotations(app)["kind"] == "app"
     assert parse_annotations(app)["app"] == "tool"
@@ -164,8 +184,12 @@ def test_labels_select_and_annotations_rebuild_but_never_carry_env() -> None:
 
 
 def test_parse_annotations_survives_a_hand_edited_pod() -> None:
-    assert parse_annotations({"metadata": {"annotations": {
-        "runnerd.telo.run/ports": "{not json"}}})["ports"] == []
+    assert (
+        parse_annotations({"metadata": {"annotations": {"runnerd.telo.run/ports": "{not json"}}})[
+            "ports"
+        ]
+        == []
+    )
     assert parse_annotations({})["kind"] is None
 
 

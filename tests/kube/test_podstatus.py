@@ -88,18 +88,31 @@ def test_failure_message_puts_init_containers_first() -> None:
 
 
 def test_other_containers_do_not_decide_the_session_outcome() -> None:
-    pod = {"status": {"phase": "Running", "containerStatuses": [
-        {"name": "sidecar", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
-        {"name": "session", "state": {"running": {}}},
-    ]}}
+    pod = {
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "sidecar",
+                    "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+                },
+                {"name": "session", "state": {"running": {}}},
+            ],
+        }
+    }
     assert terminal_outcome(pod) is None
 
 
 def test_a_pod_someone_deleted_is_failed_even_when_its_kill_shows_as_an_exit() -> None:
-    killed = {"metadata": {"name": "runnerd-x", "deletionTimestamp": "2026-01-01T00:00:30Z"},
-              "status": {"phase": "Running", "containerStatuses": [
-                  {"name": "session",
-                   "state": {"terminated": {"exitCode": 143, "reason": "Error"}}}]}}
+    killed = {
+        "metadata": {"name": "runnerd-x", "deletionTimestamp": "2026-01-01T00:00:30Z"},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {"name": "session", "state": {"terminated": {"exitCode": 143, "reason": "Error"}}}
+            ],
+        },
+    }
     assert terminal_outcome(killed) == Failed(POD_GONE)
     # Being deleted but still running: not ended yet.
     killed["status"]["containerStatuses"][0]["state"] = {"running": {}}

@@ -21,19 +21,31 @@ from runnerd.kube.settings import KubeSettings
 SETTINGS = KubeSettings(self_url="http://10.0.0.5:8063")
 CREATED = 1_800_000_000.123
 IDENTITY = SessionIdentity(
-    "abcdefgh2345", Limits("500m", "512Mi", "1Gi", 600.0), None,
-    (PortMapping(port=3000, protocol="tcp"),), True, CREATED,
+    "abcdefgh2345",
+    Limits("500m", "512Mi", "1Gi", 600.0),
+    None,
+    (PortMapping(port=3000, protocol="tcp"),),
+    True,
+    CREATED,
 )
-SPEC = RunSpec(IDENTITY, RunSpec.create(
-    session_id="abcdefgh2345", image=ImageSpec("telorun/node:1", "missing"),
-    env={"TOKEN": "secret"}, limits=IDENTITY.limits,
-    bundle=BundleSpec("main.telo", (("main.telo", "x"),))).creation)
+SPEC = RunSpec(
+    IDENTITY,
+    RunSpec.create(
+        session_id="abcdefgh2345",
+        image=ImageSpec("telorun/node:1", "missing"),
+        env={"TOKEN": "secret"},
+        limits=IDENTITY.limits,
+        bundle=BundleSpec("main.telo", (("main.telo", "x"),)),
+    ).creation,
+)
 
 
-def left(container_state: dict[str, Any] | None, phase: str = "Running",
-         **status: Any) -> dict[str, Any]:
-    pod = build_pod(SETTINGS, SPEC, bundle_url="http://x/b?token=t",
-                    created_at=format_created_at(CREATED))
+def left(
+    container_state: dict[str, Any] | None, phase: str = "Running", **status: Any
+) -> dict[str, Any]:
+    pod = build_pod(
+        SETTINGS, SPEC, bundle_url="http://x/b?token=t", created_at=format_created_at(CREATED)
+    )
     pod["status"] = {"phase": phase, "podIP": "10.1.0.7", **status}
     if container_state is not None:
         pod["status"]["containerStatuses"] = [{"name": "session", "state": container_state}]
@@ -48,38 +60,48 @@ def test_recovery_a_live_pod_is_the_same_session_running() -> None:
     assert found.recovered.image == "telorun/node:1"  # listed as before the restart
 
 
-@pytest.mark.parametrize(("state", "phase", "status"), [
-    ({"terminated": {"exitCode": 3, "reason": "Error"}}, "Failed", exited(3)),
-    ({"terminated": {"exitCode": 0, "reason": "Completed"}}, "Succeeded", exited(0)),
-    ({"waiting": {"reason": "ContainerCreating"}}, "Pending", failed(NEVER_STARTED)),
-    (None, "Pending", failed(NEVER_STARTED)),
-])
+@pytest.mark.parametrize(
+    ("state", "phase", "status"),
+    [
+        ({"terminated": {"exitCode": 3, "reason": "Error"}}, "Failed", exited(3)),
+        ({"terminated": {"exitCode": 0, "reason": "Completed"}}, "Succeeded", exited(0)),
+        ({"waiting": {"reason": "ContainerCreating"}}, "Pending", failed(NEVER_STARTED)),
+        (None, "Pending", failed(NEVER_STARTED)),
+    ],
+)
 def test_recovery_an_ended_or_never_started_pod_is_reported_and_deleted(
-        state: dict[str, Any] | None, phase: str, status: dict[str, Any]) -> None:
+    state: dict[str, Any] | None, phase: str, status: dict[str, Any]
+) -> None:
     found = read_left_pod(left(state, phase))
     assert found.delete and found.recovered is not None
     assert found.recovered.status == status
 
 
 def test_recovery_a_pod_ended_by_its_deadline_fails_with_the_pods_reason() -> None:
-    pod = left({"terminated": {"exitCode": 137, "reason": "Error"}}, "Failed",
-               reason="DeadlineExceeded", message="Pod was active on the node longer")
+    pod = left(
+        {"terminated": {"exitCode": 137, "reason": "Error"}},
+        "Failed",
+        reason="DeadlineExceeded",
+        message="Pod was active on the node longer",
+    )
     found = read_left_pod(pod)
     assert found.recovered is not None and found.delete
-    assert found.recovered.status == failed(
-        "DeadlineExceeded: Pod was active on the node longer")
+    assert found.recovered.status == failed("DeadlineExceeded: Pod was active on the node longer")
 
 
-@pytest.mark.parametrize(("path", "value"), [
-    ("metadata/labels/runnerd.telo.run~session-id", None),
-    ("metadata/labels/runnerd.telo.run~session-id", "someoneelse1"),
-    ("metadata/annotations/runnerd.telo.run~created-at", "soon"),
-    ("metadata/annotations/runnerd.telo.run~kind", None),
-    ("metadata/annotations/runnerd.telo.run~ports", '[{"port":"x"}]'),
-    ("metadata/annotations/runnerd.telo.run~ports", '[{"port":70000,"protocol":"tcp"}]'),
-    ("spec/activeDeadlineSeconds", None),
-    ("spec/containers/0/resources", None),
-])
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("metadata/labels/runnerd.telo.run~session-id", None),
+        ("metadata/labels/runnerd.telo.run~session-id", "someoneelse1"),
+        ("metadata/annotations/runnerd.telo.run~created-at", "soon"),
+        ("metadata/annotations/runnerd.telo.run~kind", None),
+        ("metadata/annotations/runnerd.telo.run~ports", '[{"port":"x"}]'),
+        ("metadata/annotations/runnerd.telo.run~ports", '[{"port":70000,"protocol":"tcp"}]'),
+        ("spec/activeDeadlineSeconds", None),
+        ("spec/containers/0/resources", None),
+    ],
+)
 def test_recovery_an_unreadable_pod_is_deleted_with_a_reason(path: str, value: Any) -> None:
     pod = left({"running": {}})
     parts = [p.replace("~", "/") for p in path.split("/")]
@@ -105,7 +127,8 @@ def test_recovery_skips_this_processes_pods_and_pods_being_deleted() -> None:
     mine["metadata"]["name"] = "runnerd-mine"
     going["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
     assert [p.name for p in left_pods([mine, going, theirs], {"runnerd-mine"})] == [
-        "runnerd-abcdefgh2345"]
+        "runnerd-abcdefgh2345"
+    ]
 
 
 def test_recovery_created_at_round_trips_and_reads_the_older_second_form() -> None:

@@ -23,8 +23,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--kubeconfig-out", type=Path, help="write a kubeconfig here")
     parser.add_argument("--namespace", default="runnerd")
     parser.add_argument("--client-cert", action="store_true", help="kubeconfig uses a client cert")
-    parser.add_argument("--images-file", type=Path,
-                        help='JSON {"image": [entrypoint argv]}: extra images, read at each pull')
+    parser.add_argument(
+        "--images-file",
+        type=Path,
+        help='JSON {"image": [entrypoint argv]}: extra images, read at each pull',
+    )
     parser.add_argument("--no-kubelet", action="store_true", help="pods are never scheduled")
     parser.add_argument(
         "--compaction-interval",
@@ -46,7 +49,8 @@ async def run_standalone(args: argparse.Namespace) -> None:
             Path(tmp),
             namespace=args.namespace,
             port=args.port,
-            images=FileImages(args.images_file, build_default_images()) if args.images_file
+            images=FileImages(args.images_file, build_default_images())
+            if args.images_file
             else None,
             kubelet=not args.no_kubelet,
             compaction_interval_s=args.compaction_interval or None,

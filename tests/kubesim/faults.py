@@ -89,8 +89,11 @@ class Stats:
             "requestsByVerb": dict(sorted(by_verb.items())),
             "responses": {str(k): v for k, v in sorted(self.responses.items())},
             "watches": {"open": self.watches_open, "total": self.watches_total},
-            "connections": {"accepted": self.connections_accepted, "tls": self.tls_handshakes,
-                            "closedIdle": self.connections_closed_idle},
+            "connections": {
+                "accepted": self.connections_accepted,
+                "tls": self.tls_handshakes,
+                "closedIdle": self.connections_closed_idle,
+            },
             "attaches": {
                 "open": self.attaches_open,
                 "total": self.attaches_total,

@@ -52,8 +52,17 @@ KERNEL_IMAGE = Image(entrypoint=("telo",), cmd=("--help",), programs={"telo": KE
 # the stand-in kernel: runnerd's end-to-end tests run the same `sh` and
 # `python` bundles on both backends (the local backend's runtimes of those names).
 INTERPRETER_IMAGES = {
-    name: Image(entrypoint=("telo",), programs={"telo": (
-        "/bin/sh", "-c", f'[ "$1" = run ] || exit 2; exec {shlex.join(argv)} "$2"', "telo")})
+    name: Image(
+        entrypoint=("telo",),
+        programs={
+            "telo": (
+                "/bin/sh",
+                "-c",
+                f'[ "$1" = run ] || exit 2; exec {shlex.join(argv)} "$2"',
+                "telo",
+            )
+        },
+    )
     for name, argv in (("sh", ("/bin/sh",)), ("python", (sys.executable, "-u")))
 }
 

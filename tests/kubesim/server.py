@@ -163,8 +163,7 @@ class KubeSim:
                 tcp = await listener.accept()
                 self.stats.connections_refused += 1
                 # SO_LINGER 0: close with RST, as a refused connect feels to the client.
-                tcp.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                      struct.pack("ii", 1, 0))
+                tcp.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 tcp.socket.close()
 
     async def _serve(

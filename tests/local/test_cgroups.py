@@ -88,9 +88,7 @@ def test_a_systemd_delegated_cgroup_is_found(tmp_path: Path) -> None:
 def test_an_undelegated_cgroup_is_never_used(tmp_path: Path) -> None:
     fake_tree(tmp_path)
     for getxattr in (unmarked, marked(b"0")):
-        found = find_delegated_cgroup(
-            f"0::{SERVICE}\n", root=tmp_path, euid=0, getxattr=getxattr
-        )
+        found = find_delegated_cgroup(f"0::{SERVICE}\n", root=tmp_path, euid=0, getxattr=getxattr)
         assert found.cgroup is None
         assert "was not delegated to it (systemd: Delegate=yes)" in found.reason
 

@@ -37,12 +37,20 @@ def new_frames(replay: ReplayFilter, *connections: list[str]) -> list[str]:
 def test_replay_filter_drops_a_reconnected_streams_replay_and_keeps_what_is_new() -> None:
     # The server replays everything since its start to each new client.
     assert new_frames(ReplayFilter(), ["a", "b"], ["a", "b", "c"], ["a", "b", "c", "a"]) == [
-        "a", "b", "c", "a"]
+        "a",
+        "b",
+        "c",
+        "a",
+    ]
 
 
 def test_replay_filter_survives_a_drop_in_the_middle_of_a_replay() -> None:
     assert new_frames(ReplayFilter(), ["a", "b", "c"], ["a"], ["a", "b", "c", "d"]) == [
-        "a", "b", "c", "d"]
+        "a",
+        "b",
+        "c",
+        "d",
+    ]
 
 
 def test_replay_filter_passes_a_server_that_does_not_replay() -> None:
@@ -51,7 +59,12 @@ def test_replay_filter_passes_a_server_that_does_not_replay() -> None:
 
 def test_replay_filter_memory_is_bounded_and_only_the_tail_beyond_it_repeats() -> None:
     assert new_frames(ReplayFilter(max_frames=2), ["a", "b", "c"], ["a", "b", "c", "d"]) == [
-        "a", "b", "c", "c", "d"]
+        "a",
+        "b",
+        "c",
+        "c",
+        "d",
+    ]
 
 
 def test_parse_frame_accepts_only_json_objects() -> None:
