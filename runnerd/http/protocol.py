@@ -128,7 +128,11 @@ class _BoundedChunks(h11.Connection):
     def _extract_next_receive_event(self) -> Any:
         event = super()._extract_next_receive_event()
         reader = self._reader
-        if isinstance(reader, ChunkedReader) and reader._bytes_in_chunk > MAX_CHUNK_BYTES:
+        # What the chunk still had before this event: the reader may hand
+        # out the bytes that came with the size line in the same call, so
+        # its remainder alone can be under the bound (2^63 + 1, less 2).
+        taken = len(event.data) if isinstance(event, h11.Data) else 0
+        if isinstance(reader, ChunkedReader) and reader._bytes_in_chunk + taken > MAX_CHUNK_BYTES:
             # next_event re-raises this as a RemoteProtocolError (status
             # hint 400) with the peer in ERROR: a malformed chunk's path.
             raise h11.LocalProtocolError("chunk size over 2^63 - 1")

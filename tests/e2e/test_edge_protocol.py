@@ -53,14 +53,23 @@ async def test_an_absolute_form_target_is_judged_by_its_authority(tmp_path: Path
         assert own.startswith(b"HTTP/1.1 200 OK\r\n"), own
 
 
-async def test_a_chunk_size_over_2_63_is_a_400_at_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        b"ffffffffffffffffffff\r\n",  # 2^80 - 1: h11 reads 20 hex digits
+        # Just over 2^63 with body bytes in the same write: the reader hands
+        # those out at once, and what is left of the chunk is under the bound.
+        b"8000000000000001\r\n{}",
+        b"8000000000000000\r\n{",
+    ],
+)
+async def test_a_chunk_size_over_2_63_is_a_400_at_once(tmp_path: Path, chunk: bytes) -> None:
     async with tcp_daemon(tmp_path, SLOW) as (daemon, port):
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         async with stream:
             await stream.send_all(
                 b"POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-                b"ffffffffffffffffffff\r\n"  # 2^80 - 1: h11 reads 20 hex digits
+                b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk
             )
             answer = await _until_closed(stream)
         head, _, body = answer.partition(b"\r\n\r\n")
