@@ -199,7 +199,9 @@ def _attach_once(command: tuple[str, ...], pid: int, userns: bool) -> str | None
     os.close(ready_w)
     os.close(exit_r)
     try:
-        readable, _, _ = select.select([ready_r], [], [], ATTACH_TIMEOUT_S)
+        poller = select.poll()  # not select(): it refuses fds past 1024
+        poller.register(ready_r, select.POLLIN)
+        readable = poller.poll(ATTACH_TIMEOUT_S * 1000)
         ready = bool(readable) and os.read(ready_r, 1) == b"1"
     finally:
         os.close(exit_w)  # slirp4netns exits when its exit fd closes
