@@ -3,7 +3,7 @@
 Owns the daemon's trash directory (0700, the daemon's: no session uid can
 reach into it). A session's teardown moves its directory in (`discard`: one
 rename), so the session is terminal as soon as its processes are gone;
-`run` removes whatever arrives, `REMOVERS` directories at a time, and once
+`run` removes whatever arrives (`rm -rf`, `REMOVERS` at a time), and once
 `close` is called it removes the rest before it returns. The backend's
 context (`runnerd.local.provider.open_backend`) runs it for the daemon's
 lifetime, so nothing of a session is left on disk when the daemon exits. A
@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import trio
@@ -34,18 +36,22 @@ from runnerd.local.workdir import TRASH_NAME, remove_session_dir
 
 log = logging.getLogger(__name__)
 
-# Removals in flight at once: a few threads hide the disk's latency (the
-# journal commits theirs together), more only contend for the GIL.
+# Removals in flight at once: a few hide the disk's latency (the journal
+# commits theirs together); and at most this many directories per `rm`.
 REMOVERS = 4
+BATCH = 128
 
 
 class Trash:
     """`workdir/.trash` and its remover (see the module)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, rm: str | None = None) -> None:
+        """`rm`: the program that removes (`rm` on PATH by default)."""
         self.path = workdir / TRASH_NAME
-        self._pending: list[Path] = []  # moved in, not yet handed to a remover
-        self._queued: set[Path] = set()  # handed to a remover, not yet removed
+        # Paths as str: a set of PurePath spent the loop's time hashing.
+        self._pending: list[str] = []  # moved in, not yet handed to a remover
+        self._queued: set[str] = set()  # handed to a remover, not yet removed
+        self._rm = rm or shutil.which("rm") or "/bin/rm"
         self._arrived = trio.Event()
         self._accepting = False  # `run` is removing what arrives
         self._closed = False
@@ -65,7 +71,7 @@ class Trash:
             except OSError as exc:
                 log.warning("could not move to the trash: %s", exc, extra={"session_id": root.name})
             else:
-                self._pending.append(target)
+                self._pending.append(str(target))
                 self._arrived.set()
                 return
         await trio.to_thread.run_sync(remove_session_dir, root)
@@ -86,28 +92,52 @@ class Trash:
         except OSError as exc:
             log.warning("no trash directory, sessions remove their own: %s", exc)
         task_status.started()
-        limiter = trio.CapacityLimiter(REMOVERS)
         try:
             async with trio.open_nursery() as nursery:
-                while True:
-                    await self._arrived.wait()
-                    self._arrived = trio.Event()
-                    batch, self._pending = self._pending, []
-                    for target in batch:
-                        self._queued.add(target)
-                        nursery.start_soon(self._remove, target, limiter)
-                    if self._closed:
-                        break
+                for _ in range(REMOVERS):
+                    nursery.start_soon(self._remover)
         finally:
             self._accepting = False
             with trio.CancelScope(shield=True):
                 for target in [*self._pending, *self._queued]:
-                    await trio.to_thread.run_sync(remove_session_dir, target)
+                    await trio.to_thread.run_sync(remove_session_dir, Path(target))
                 await trio.to_thread.run_sync(self._remove_dir)
 
-    async def _remove(self, target: Path, limiter: trio.CapacityLimiter) -> None:
-        await trio.to_thread.run_sync(remove_session_dir, target, limiter=limiter)
-        self._queued.discard(target)
+    async def _remover(self) -> None:
+        """Remove what is pending, up to `BATCH` at a time, until `close`
+        and nothing is pending. While every remover is busy arrivals pile
+        up, so a burst (a shutdown) is removed in a few large batches."""
+        while True:
+            while not self._pending:
+                if self._closed:
+                    return
+                if self._arrived.is_set():
+                    self._arrived = trio.Event()
+                await self._arrived.wait()
+            batch, self._pending = self._pending[:BATCH], self._pending[BATCH:]
+            self._queued.update(batch)
+            await self._remove(batch)
+            self._queued.difference_update(batch)
+
+    async def _remove(self, batch: list[str]) -> None:
+        """`rm -rf` in a process of its own, off the daemon's GIL (threads
+        contended for it with the busy event loop at a shutdown); what it
+        could not remove (a directory a workload made unwritable, when the
+        daemon is not root) is removed by `remove_session_dir` after."""
+        try:
+            done = await trio.run_process(
+                [self._rm, "-rf", "--", *batch],
+                check=False,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            if done.returncode == 0:
+                return
+        except OSError:
+            pass
+        for target in batch:
+            await trio.to_thread.run_sync(remove_session_dir, Path(target))
 
     def _create(self) -> None:
         self.path.mkdir(mode=0o700, exist_ok=True)

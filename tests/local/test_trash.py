@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 import trio
 
 from runnerd.local.trash import Trash
@@ -34,6 +35,20 @@ async def test_a_discarded_directory_is_moved_out_then_removed(tmp_path: Path) -
                 assert not root.exists()  # out of the session names at once
             trash.close()
     assert os.listdir(tmp_path) == []  # every one removed, and the trash itself
+
+
+@pytest.mark.parametrize("rm", ["/bin/false", "/no/such/rm"])
+async def test_what_rm_cannot_remove_is_removed_after(tmp_path: Path, rm: str) -> None:
+    # As for a daemon that is not root and a workload's `chmod 000` directory.
+    roots = [make_session_dir(tmp_path, f"session{i:05d}") for i in range(5)]
+    trash = Trash(tmp_path, rm=rm)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trash.run)
+            for root in roots:
+                await trash.discard(root)
+            trash.close()
+    assert os.listdir(tmp_path) == []
 
 
 async def test_without_run_a_discarded_directory_is_removed_in_place(tmp_path: Path) -> None:
