@@ -189,8 +189,14 @@ class DaemonClient:
         )
 
     def session_dirs(self) -> list[str]:
-        """The session directories in the workdir (its lock file is not one)."""
-        return sorted(p.name for p in self.workdir.iterdir() if p.name != ".runnerd.lock")
+        """The session directories in the workdir (its lock file is not one),
+        with those of ended sessions its trash still holds."""
+        trash = self.workdir / ".trash"
+        held = [p.name for p in trash.iterdir()] if trash.is_dir() else []
+        names = [
+            p.name for p in self.workdir.iterdir() if p.name not in (".runnerd.lock", ".trash")
+        ]
+        return sorted(names + held)
 
 
 @dataclass

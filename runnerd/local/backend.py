@@ -83,12 +83,12 @@ from runnerd.local.network import probe_network
 from runnerd.local.pty import PtyProcess
 from runnerd.local.runtimes import runtime_problems, workload_path
 from runnerd.local.spawn import Launch, spawn_pty_process
+from runnerd.local.trash import Trash
 from runnerd.local.workdir import (
     SessionDir,
     WorkdirError,
     claim_workdir,
     prepare_session_dir,
-    remove_session_dir,
     sweep_workdir,
 )
 from runnerd.workload.reachability import watch_reachability
@@ -115,6 +115,7 @@ class LocalBackend:
     def __init__(self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]) -> None:
         self._local = local
         self._workdir_lock: int | None = None
+        self.trash = Trash(Path(local.workdir))  # run by `open_backend`
         # Hidden from every session (with a mount namespace), besides the
         # workdir: see `hide_from_sessions`.
         self._hidden: tuple[str, ...] = ()
@@ -301,7 +302,9 @@ class LocalBackend:
             return self._outcome(spec, code, cgroup)
         finally:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(remove_session_dir, session_dir.root)
+                # Moved out now, removed after: the session is terminal
+                # once its processes are gone (`runnerd.local.trash`).
+                await self.trash.discard(session_dir.root)
                 if cgroup is not None:
                     await trio.to_thread.run_sync(SessionCgroups.remove, cgroup)
 

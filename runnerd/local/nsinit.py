@@ -202,8 +202,7 @@ def run_init(argv: list[str], status_fd: int, outer_alive: int, own_proc: bool) 
         code = reap(workload)
         if code is not None:
             os._exit(code)  # the kernel now kills the rest of the namespace
-        ready, _, _ = select.select([outer_alive, wake_r], [], [])
-        if outer_alive in ready:
+        if outer_alive in wait_readable(outer_alive, wake_r):
             os._exit(128 + signal.SIGKILL)  # the outer, so the daemon, is gone
         try:
             while os.read(wake_r, 256):
@@ -234,12 +233,21 @@ def serve_sockets(sock: socket.socket) -> bool:
     return True
 
 
+def wait_readable(*fds: int) -> set[int]:
+    """Block until one of `fds` is readable or hung up; return those that are.
+    poll, not select: a daemon with hundreds of sessions hands over fds
+    numbered past select()'s FD_SETSIZE (1024), which select refuses."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return {fd for fd, _ in poller.poll()}
+
+
 def wait_serving(init: int, sock: socket.socket | None) -> int:
     """Wait for PID 1's exit, serving the daemon's socket requests meanwhile."""
     pidfd = os.pidfd_open(init)
     while sock is not None:
-        ready, _, _ = select.select([pidfd, sock.fileno()], [], [])
-        if pidfd in ready:
+        if pidfd in wait_readable(pidfd, sock.fileno()):
             break
         if not serve_sockets(sock):
             sock.close()

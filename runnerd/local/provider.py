@@ -6,7 +6,8 @@ its config check (every image names a `[local.runtimes]` entry: `{entry}`
 runtimes for bundle sessions, runtimes without it for catalog apps), the
 images it offers, its stop timeout, its start-up warnings, what of the config
 is bound at start (the whole `[local]` section), and `open_backend` (the
-backend for the daemon's lifetime: the workdir claimed and swept on entry).
+backend for the daemon's lifetime: the workdir claimed and swept on entry,
+finished sessions' directories removed until its exit).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import os
 import shutil
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
+
+import trio
 
 from runnerd.config import AppEntry, Config, ConfigError, LocalConfig, RunnerConfig
 from runnerd.config.model import ENTRY
@@ -149,7 +152,8 @@ def open_backend(
 
     On entry it takes `local.workdir` (one runnerd per workdir) and removes
     what a killed predecessor left; the lock is held until the process exits.
-    Nothing to close on exit: every session's teardown is its own.
+    Meanwhile it removes finished sessions' directories (`runnerd.local.trash`);
+    on exit, once every session has ended, it removes the last of them.
 
     Raises:
         ConfigError: `local.workdir` is unusable or another runnerd holds it.
@@ -180,4 +184,9 @@ async def _open_backend(
         backend.claim_workdir()
     except WorkdirError as exc:
         raise ConfigError("local.workdir", str(exc)) from exc
-    yield backend
+    async with trio.open_nursery() as nursery:
+        await nursery.start(backend.trash.run)
+        try:
+            yield backend
+        finally:
+            backend.trash.close()  # the nursery waits for its last removals

@@ -199,6 +199,8 @@ def remove_tree(root: Path) -> None:
 # A session directory's name is its session id (`admission.new_session_id`).
 _SESSION_DIR = re.compile(r"[a-z2-7]{12}")
 LOCK_NAME = ".runnerd.lock"
+# Finished sessions' directories awaiting removal (`runnerd.local.trash`).
+TRASH_NAME = ".trash"
 
 
 def claim_workdir(workdir: Path) -> int:
@@ -227,12 +229,19 @@ def claim_workdir(workdir: Path) -> int:
 def sweep_workdir(workdir: Path) -> list[str]:
     """Remove every session directory in `workdir` (call with the lock held
     and before any session starts: then none is live). Only names shaped
-    like a session id are touched, so a workdir pointed at a shared
-    directory by mistake loses nothing else. Returns the names removed."""
+    like a session id are touched, and the trash (`TRASH_NAME`: what a
+    killed daemon had not removed yet), so a workdir pointed at a shared
+    directory by mistake loses nothing else. Returns the session names
+    removed."""
     removed = []
     for entry in sorted(os.listdir(workdir)):
         path = workdir / entry
-        if _SESSION_DIR.fullmatch(entry) and path.is_dir() and not path.is_symlink():
+        if not path.is_dir() or path.is_symlink():
+            continue
+        if _SESSION_DIR.fullmatch(entry):
             remove_session_dir(path)
             removed.append(entry)
+        elif entry == TRASH_NAME:
+            removed += sorted(name for name in os.listdir(path) if _SESSION_DIR.fullmatch(name))
+            remove_session_dir(path)
     return removed

@@ -101,6 +101,39 @@ async def test_sigterm_ends_open_sse_and_websocket_streams_promptly(tmp_path: Pa
         assert sorted(ended) == ["sse", "ws"]
 
 
+async def test_stopped_sessions_are_reported_and_sigterm_leaves_no_session_directory(
+    tmp_path: Path,
+) -> None:
+    # A session's directory is moved to the trash once its processes are
+    # gone and removed after it is reported terminal; the daemon still exits
+    # only once every one of them is removed. (At SIGTERM the streams end
+    # before the sessions do: README, "Signals".)
+    async with start_daemon(tmp_path) as daemon, daemon.client() as client:
+        pids = await start_sleepers(daemon, 8)
+        listed = (await client.get("/v1/sessions")).json()["sessions"]
+        ids = [session["sessionId"] for session in listed]
+        last: dict[str, str] = {}
+
+        async def watch(session_id: str, *, task_status: trio.TaskStatus[None]) -> None:
+            url = f"/v1/sessions/{session_id}/events"
+            async with client.stream("GET", url, timeout=httpx.Timeout(5, read=None)) as r:
+                task_status.started()
+                async for frame in iter_sse(r):
+                    if frame.event == "status":
+                        last[session_id] = frame.data["status"]["kind"]
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                for session_id in ids[:4]:
+                    await nursery.start(watch, session_id)
+                for session_id in ids[:4]:
+                    assert (await client.delete(f"/v1/sessions/{session_id}")).status_code == 204
+        assert last == {session_id: "stopped" for session_id in ids[:4]}
+        assert await daemon.stop(timeout_s=10) == 0, daemon.stderr_text()
+        assert [pid for pid in pids if not process_gone(pid)] == []
+        assert os.listdir(daemon.workdir) == [".runnerd.lock"]
+
+
 async def test_repeated_sigterm_during_and_after_shutdown_still_exits_0(tmp_path: Path) -> None:
     async with start_daemon(tmp_path) as daemon:
         pids = await start_sleepers(daemon, 2)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from runnerd.backend import Exited
 from runnerd.local.containment import (
     CLONE_NEWNET,
     PROCESS_GROUP_PLAN,
@@ -86,3 +87,38 @@ async def test_the_workload_never_holds_the_daemons_way_into_its_namespace(
             session = await start_session(nursery, backend, bundle_spec("python", script), sink)
             await session.result()
     assert b"socket:" not in sink.out, sink.out
+
+
+async def test_a_session_starts_when_the_daemon_holds_more_than_1024_fds(workdir: Path) -> None:
+    # A daemon serving ~500 sessions holds past 1024 fds, so the end of the
+    # namespace's socket pair it hands `nsinit` is numbered past select()'s
+    # FD_SETSIZE: nsinit's outer process died with "filedescriptor out of
+    # range in select()" and every later session exited 1 before its workload.
+    import resource
+
+    from runnerd.config import LocalConfig
+    from runnerd.local import LocalBackend
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"the hard open-files limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    # Built first, as the daemon builds it at start-up, with few fds open.
+    backend = LocalBackend(
+        LocalConfig(workdir=workdir, stop_grace_s=0.5, runtimes=runtimes()), apps=dict
+    )
+    held = [os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) for _ in range(1100)]
+    try:
+        sink = RecordingSink()
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                session = await start_session(
+                    nursery, backend, bundle_spec("sh", "echo workload-ran\n"), sink
+                )
+                outcome = await session.result()
+        assert b"workload-ran" in sink.out, sink.out
+        assert outcome == Exited(0)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -119,6 +119,20 @@ def test_sweep_removes_session_dirs_only(tmp_path: Path) -> None:
         os.close(lock)
 
 
+def test_sweep_empties_the_trash_a_killed_daemon_left(tmp_path: Path) -> None:
+    workdir = tmp_path / "w"
+    lock = claim_workdir(workdir)
+    try:
+        (workdir / ".trash").mkdir(mode=0o700)
+        make_deep_tree(workdir / ".trash" / "aaaabbbbcccc", 50)
+        (workdir / ".trash" / "zzzz2222yyyy" / "app").mkdir(parents=True)
+        (workdir / ".trash" / "zzzz2222yyyy" / "app").chmod(0o000)
+        assert sweep_workdir(workdir) == ["aaaabbbbcccc", "zzzz2222yyyy"]
+        assert os.listdir(workdir) == [LOCK_NAME]
+    finally:
+        os.close(lock)
+
+
 def test_a_second_claim_on_a_workdir_is_refused(tmp_path: Path) -> None:
     lock = claim_workdir(tmp_path / "w")
     try:
