@@ -237,7 +237,18 @@ class LocalBackend:
         return []
 
     def _resolve(self, image: str) -> tuple[RuntimeConfig, str] | Unresolved:
-        return resolve_runtime(self._local.runtimes, image, search_path(os.environ.get("PATH")))
+        resolved = resolve_runtime(self._local.runtimes, image, search_path(os.environ.get("PATH")))
+        if isinstance(resolved, Unresolved) or self._uids is None:
+            return resolved
+        # What start-up warned about (`_warn_unreachable_runtimes`): probe and
+        # start say it too, without the host's paths (those are in the log).
+        if unreachable_program(resolved[1]) is not None:
+            return Unresolved(
+                f"local runtime '{image}': its executable cannot be run by the sessions' uids",
+                f"give local.runtimes.{image}.command an absolute path every user can reach"
+                " (the runner's log names the directory in the way)",
+            )
+        return resolved
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         resolved = self._resolve(image.image)

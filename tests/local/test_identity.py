@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from runnerd.backend import ImageSpec
 from runnerd.config import LocalConfig, RuntimeConfig
 from runnerd.local import LocalBackend
 from runnerd.local.identity import SessionIdentity, SessionUids, blocking_directory
@@ -71,3 +72,26 @@ def test_a_root_daemon_warns_for_each_runtime_its_sessions_cannot_run(
         f"local.runtimes.hidden.command: {program} is in the host's tmp, which sessions do"
         " not see; every session on runtime 'hidden' will fail to start"
     ]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root daemon's sessions change uid")
+async def test_a_root_daemon_probes_a_runtime_its_sessions_cannot_run_as_unavailable(
+    tmp_path: Path,
+) -> None:
+    # The start-up warning above is one line in the log; a client asking
+    # /v1/probe must hear it too, not "ready" then a failed start.
+    program = tmp_path / "python3"
+    program.symlink_to("/usr/bin/python3")
+    local_runtimes = {
+        **runtimes(),
+        "hidden": RuntimeConfig(name="hidden", command=(str(program), "{entry}")),
+    }
+    backend = LocalBackend(LocalConfig(workdir=tmp_path / "w", runtimes=local_runtimes), apps=dict)
+    report = await backend.probe(ImageSpec("hidden", "missing"))
+    assert report == {
+        "status": "unavailable",
+        "message": "local runtime 'hidden': its executable cannot be run by the sessions' uids",
+        "remediation": "give local.runtimes.hidden.command an absolute path every user can"
+        " reach (the runner's log names the directory in the way)",
+    }
+    assert await backend.probe(ImageSpec("sh", "missing")) == {"status": "ready"}
