@@ -87,8 +87,13 @@ def check_init_python(
         lines = done.stderr.decode(errors="replace").strip().splitlines()
         why = lines[0] if lines else f"exit code {done.returncode}"
     who = "the session uid" if identity is None else f"session uid {identity.uid}"
-    where = blocking_directory(python)
-    because = "" if where is None else f" ({where} is not searchable by others)"
     real = os.path.realpath(python)
+    hidden = next((d for d in PRIVATE_DIRS if python.startswith(d + "/")), None)
+    where = None if hidden is not None else blocking_directory(python)
+    because = ""
+    if hidden is not None:  # first: it hides the rest of the path
+        because = f" ({python} is in the host's {hidden[1:]}, which sessions do not see)"
+    elif where is not None:
+        because = f" ({where} is not searchable by others)"
     shown = python if real == python else f"{python} (-> {real})"
     return f"the session init's interpreter {shown} does not run as {who}: {why}{because}"

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -9,6 +13,18 @@ import pytest
 from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
 from runnerd.local import LocalBackend
 from tests.harness import SESSION_PYTHON
+
+
+@pytest.fixture
+def visible_dir() -> Iterator[Path]:
+    """A temporary directory a session's uid can reach: not under the host's
+    /tmp (each session has a private one) nor a 0700 home."""
+    parent = "/run" if os.access("/run", os.W_OK) else str(Path.home())
+    path = Path(tempfile.mkdtemp(prefix="rd-visible-", dir=parent))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
 
 # An interpreter by absolute path: it runs fine in the workload's minimal
 # environment, as the session's uid.

@@ -49,9 +49,10 @@ async def test_missing_executable_is_a_start_error(backend: LocalBackend) -> Non
 
 
 async def test_exec_failure_is_a_boot_error_and_leaves_no_session_dir(
-    tmp_path: Path, workdir: Path
+    visible_dir: Path, workdir: Path
 ) -> None:
-    garbage = tmp_path / "not-a-program"
+    # Where a session uid may reach it: the failure is the exec's, not the path's.
+    garbage = visible_dir / "not-a-program"
     garbage.write_bytes(b"\x00\x01\x02\x03 not an executable format")
     garbage.chmod(0o755)
     local = LocalConfig(
