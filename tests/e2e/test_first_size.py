@@ -28,6 +28,15 @@ SHOW_SIZE = "stty size; exec sleep 30"
 LONG_WAIT = {"local": {"terminal_size_wait_seconds": 30}}
 
 
+def local_only(on_backend: OnBackend) -> None:
+    # A pod's container starts when the kubelet starts it, whether or not the
+    # attach that carries the size is up yet (the test cluster starts it at
+    # once): a program that reads its size at its first instant may see 0x0
+    # there, as on a real cluster. The promise is the local backend's.
+    if on_backend.name == "kubernetes":
+        pytest.skip("the first size is the local backend's promise (README: Kubernetes)")
+
+
 def first_line(output: bytes) -> bytes:
     return output.split(b"\r\n", 1)[0].split(b"\n", 1)[0]
 
@@ -40,6 +49,7 @@ async def post(daemon: Daemon, script: str, headers: dict[str, str] | None = Non
 async def test_a_resize_sent_right_after_the_post_is_the_programs_first_size(
     tmp_path: Path, on_backend: OnBackend
 ) -> None:
+    local_only(on_backend)
     async with start_daemon(tmp_path, on_backend.overrides(LONG_WAIT)) as daemon:
         response = await post(daemon, SHOW_SIZE)
         session_id = response.json()["sessionId"]
@@ -59,6 +69,7 @@ async def test_a_resize_sent_right_after_the_post_is_the_programs_first_size(
 async def test_the_posts_terminal_size_header_is_the_programs_first_size(
     tmp_path: Path, on_backend: OnBackend
 ) -> None:
+    local_only(on_backend)
     async with start_daemon(tmp_path, on_backend.overrides(LONG_WAIT)) as daemon:
         response = await post(daemon, SHOW_SIZE, {"x-runnerd-terminal-size": "100x30"})
         assert response.status_code == 201, response.text
