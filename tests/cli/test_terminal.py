@@ -9,6 +9,7 @@ import termios
 from pathlib import Path
 
 import pexpect
+import pytest
 import trio
 
 from tests.cli.helpers import RUNNERD, start, wait_status
@@ -77,8 +78,12 @@ async def test_a_session_that_ends_at_once_still_shows_its_output(
 
 
 async def test_the_workload_has_the_terminals_size_from_its_first_byte(
-    runnerd: Daemon, tmp_path: Path
+    runnerd: Daemon, tmp_path: Path, on_backend: OnBackend
 ) -> None:
+    if on_backend.name == "kubernetes":
+        # A pod's container starts whether or not the attach carrying the size
+        # is up (the test cluster starts it at once): it may see 0x0 first.
+        pytest.skip("the first size is the local backend's promise (README: Kubernetes)")
     # `runnerd run` gives its size on the POST: on the local backend the
     # spawn then needs no wait (this daemon's is 0), and nothing resizes later.
     root = project(tmp_path, "main.sh", "stty size; echo size-shown")
