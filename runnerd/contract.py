@@ -155,6 +155,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "protocol": get_args(Protocol),
     "mode": get_args(SessionMode),
     "io": get_args(IoMode),
+    "encoding": ("utf8", "base64"),
 }
 
 

@@ -43,6 +43,8 @@ from runnerd.contract import (
 )
 from runnerd.errors import RunnerdError
 from runnerd.session.paths import BundlePathError, normalise_bundle_path
+from runnerd.watch.apps import check_shape
+from runnerd.watch.errors import WatchError
 
 REGISTRY_ENV = "TELO_REGISTRY_URL"
 
@@ -108,24 +110,23 @@ def _unknown_app(name: str, config: Config, status: int) -> AdmissionError:
 
 
 def _check_watch(body: StartSessionRequest, config: Config) -> None:
-    """Checks 7 and 8 (the part of 8 a run session meets). Watch sessions
-    are not built yet: the config refuses `enabled = true`
+    """Check 7, then check 8's shape (and check 4's watch part, which an app
+    session meets: `runnerd.watch.apps.check_shape`). Watch sessions are not
+    built yet: the config refuses `enabled = true`
     (`runnerd.config.watch.WATCH_BUILT`), and a Config built in code that
     sets it still meets `watch_disabled` here, so a watch request is never
     run as a run session."""
-    if body.mode == "watch" and not (config.watch.enabled and WATCH_BUILT):
+    if body.mode == "watch" and body.app is None and not (config.watch.enabled and WATCH_BUILT):
         raise AdmissionError(
             400,
             "watch_disabled",
             "watch sessions are not enabled on this runner (see /v1/capabilities: no "
             "features.watch); start a run session instead (mode 'run')",
         )
-    if body.agent is not None and body.mode != "watch":
-        raise AdmissionError(
-            400,
-            "agent_requires_watch",
-            "'agent' runs beside the apps of a watch session: send mode 'watch', or no 'agent'",
-        )
+    try:
+        check_shape(body)
+    except WatchError as exc:
+        raise AdmissionError(exc.status_hint, exc.code, exc.message) from None
 
 
 def _bundle_spec(bundle: RunBundle) -> BundleSpec:
@@ -221,12 +222,6 @@ def admit(
         app = config.apps.get(body.app)
         if app is None:
             raise _unknown_app(body.app, config, 400)
-        if body.mode == "watch":
-            raise AdmissionError(
-                400,
-                "invalid_request",
-                "body.app: a watch session takes no 'app'; send 'bundle' and 'config'",
-            )
         _check_watch(body, config)
         return _app_spec(app, body.env, body, config, session_id)
     if body.bundle is None or body.config is None:
