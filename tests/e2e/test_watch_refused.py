@@ -1,7 +1,7 @@
 """Watch sessions are not built yet: a real daemon refuses `mode: "watch"`
 with `400 watch_disabled` (it used to run it as a run session), `agent`
 without it with `400 agent_requires_watch`, and either refusal changes no
-state; `/v1/openapi.json` describes the fields and the codes."""
+state (`/v1/openapi.json` describing them: tests/http/test_openapi.py)."""
 
 from __future__ import annotations
 
@@ -70,18 +70,3 @@ async def test_mode_run_is_a_run_session_and_capabilities_say_no_watch(runnerd) 
         features = (await client.get("/v1/capabilities")).json()["features"]
     assert status == {"kind": "exited", "code": 3}
     assert features == {"io": True, "ports": True}
-
-
-async def test_openapi_describes_the_watch_fields_and_codes(runnerd) -> None:
-    async with runnerd.client() as client:
-        doc = (await client.get("/v1/openapi.json")).json()
-    schemas = doc["components"]["schemas"]
-    start = schemas["StartSessionRequest"]["properties"]
-    assert start["mode"]["enum"] == ["run", "watch"]
-    assert {"apps", "agent"} <= set(start)
-    app = schemas["SessionAppSpec"]
-    assert set(app["required"]) == {"name", "entryRelativePath"}
-    assert app["properties"]["name"]["maxLength"] == 63
-    assert {"enum": ["streams", "tty"]} in app["properties"]["io"]["anyOf"]
-    errors = doc["paths"]["/v1/sessions"]["post"]["responses"]["400"]["description"]
-    assert "watch_disabled" in errors and "agent_requires_watch" in errors
