@@ -8,6 +8,9 @@ list (`tests/layout/test_layers.py` checks it, and that the pure ones stay pure)
 - `backend`: the seam a backend implements (types and protocols only);
 - `config`: the operator's file, read into frozen dataclasses (pure);
 - `workload`: IO helpers any backend uses (reachability, debug relay);
+- `watch`: watch sessions' pure rules (workspace paths, change sets, the
+  reload budget, the restart debounce, run generations, the app checks);
+  the same rank as `workload`, and neither imports the other;
 - `session`: sessions, their rings, the manager, admission (the core);
 - `local`, `kube`: the backends;
   they import the seam, config and workload, never the core or the edges,

@@ -35,6 +35,8 @@ PullPolicy = Literal["missing", "always", "never"]
 Protocol = Literal["tcp", "udp"]
 RunPhase = Literal["build", "provision", "boot"]
 Reachability = Literal["checking", "reachable", "unreachable"]
+SessionMode = Literal["run", "watch"]
+IoMode = Literal["tty", "streams"]
 
 NonEmptyStr = Annotated[str, Meta(min_length=1)]
 
@@ -79,9 +81,20 @@ class PortMapping(Body, frozen=True):
     protocol: Protocol
 
 
+class SessionAppSpec(Body, frozen=True):
+    """One app of a watch session. `io` absent is `tty`; the name's rules
+    beyond its length (a DNS label, not reserved, unique) are admission's."""
+
+    name: Annotated[str, Meta(min_length=1, max_length=63)]
+    entryRelativePath: NonEmptyStr
+    ports: list[PortMapping] | None = None
+    io: IoMode | None = None
+
+
 class StartSessionRequest(Body, frozen=True):
     """`POST /v1/sessions`. `bundle`/`config` are schema-optional because an
-    app session needs neither; the route enforces them for bundle sessions."""
+    app session needs neither; the route enforces them for bundle sessions.
+    `apps` and `agent` are a watch session's (`mode: "watch"`)."""
 
     env: dict[str, str]
     bundle: RunBundle | None = None
@@ -89,6 +102,15 @@ class StartSessionRequest(Body, frozen=True):
     app: NonEmptyStr | None = None
     ports: list[PortMapping] | None = None
     inspect: bool | None = None
+    mode: SessionMode = "run"
+    apps: Annotated[list[SessionAppSpec], Meta(min_length=1)] | None = None
+    agent: str | None = None
+
+
+class ReplaceAppsRequest(Body, frozen=True):
+    """`PUT /v1/sessions/{id}/apps`: the watch session's new app set."""
+
+    apps: Annotated[list[SessionAppSpec], Meta(min_length=1)]
 
 
 class StartAppSessionRequest(Body, frozen=True):
@@ -131,6 +153,9 @@ _TYPE_WORDS = {
 _CHOICES: dict[str, tuple[str, ...]] = {
     "pullPolicy": get_args(PullPolicy),
     "protocol": get_args(Protocol),
+    "mode": get_args(SessionMode),
+    "io": get_args(IoMode),
+    "encoding": ("utf8", "base64"),
 }
 
 
@@ -176,6 +201,8 @@ def describe_validation_error(message: str, data: Any) -> str:
             return f"{where} must be at most {rest[3:]}"
         if rest == "of length >= 1":
             return f"{where} must not be empty"
+        if rest.startswith("of length <= ") and expected["type"] == "str":
+            return f"{where} must be at most {rest[13:]} characters"
         if rest.startswith(", got") and expected["type"] in _TYPE_WORDS:
             return f"{where} must be {_TYPE_WORDS[expected['type']]}"
     return f"{where}: {what}"

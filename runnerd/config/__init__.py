@@ -4,8 +4,8 @@ The package: `model` (the frozen dataclasses, `ConfigError`), `table` (the
 strict TOML table reader), `parse` (a dict in, a `Config` out), `server`
 (`[server]`), `listen` (listen addresses), `quantities` (Kubernetes
 quantities), `envnames`, `images` (the image allowlist), `lines` (error line
-numbers), `render` (the masked rendering). All
-pure but this module's file reads. May import: `contract`, `errors`,
+numbers), `render` (the masked rendering), `watch` (`[watch]`, the catalog's
+agent keys). All pure but this module's file reads. May import: `contract`, `errors`,
 `backend`; nothing above.
 
 Owns `load_config` (reads the TOML file, the `apps.d/*.toml` drop-ins and the
@@ -70,6 +70,7 @@ from runnerd.config.model import RuntimeConfig as RuntimeConfig
 from runnerd.config.model import ServerConfig as ServerConfig
 from runnerd.config.model import TermsConfig as TermsConfig
 from runnerd.config.model import TierLimits as TierLimits
+from runnerd.config.model import WatchConfig as WatchConfig
 from runnerd.config.model import toml_key
 from runnerd.config.parse import parse_config as parse_config
 from runnerd.config.render import MASK as MASK

@@ -81,6 +81,10 @@ class AppEntry:
     # Operator values; may be secrets. Never logged, never sent to a client
     # (repr=False: a logged config or entry must not carry them either).
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # As a watch session's co-resident agent: the tcp port it listens on
+    # (required to be used as one) and the env name its session token goes in.
+    port: int | None = None
+    token_env: str | None = None
 
 
 @dataclass(frozen=True)
@@ -224,6 +228,34 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class WatchConfig:
+    """`[watch]` (parsed by `runnerd.config.watch`). Durations are whole
+    seconds, as the operator writes them."""
+
+    # Off unless asked for: a watch session is a long-lived workspace the
+    # client keeps writing into, a larger commitment than a run.
+    enabled: bool = False
+    # Watch sessions `starting` or `running` at once (they also count against
+    # `runner.max_sessions`). 8: each holds its apps' processes for hours.
+    max_sessions: int = 8
+    # No SSE or `/io` subscriber this long → suspend. 5 minutes: an editor
+    # tab that reconnects after a laptop sleep keeps its session warm.
+    idle_seconds: int = 300
+    # Workspace checkpoint period while running: a crash loses at most this.
+    checkpoint_seconds: int = 30
+    # A suspended session (only its checkpoint) is evicted after a day: long
+    # enough to resume tomorrow morning's work.
+    suspended_ttl_seconds: int = 86400
+    # Admitted workspace writes + reloads per session per sliding 60 s: an
+    # editor saving on every keystroke is debounced well below it; a runaway
+    # client is not allowed to restart apps forever.
+    reload_limit: int = 30
+    # A watch session's workload lifetime (in place of `limits.app`'s TTL),
+    # counted from creation and afresh from each resume. 6 hours: a working day's stretch.
+    max_ttl_seconds: int = 21600
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig
     runner: RunnerConfig
@@ -234,6 +266,7 @@ class Config:
     terms: TermsConfig | None = None
     apps: Mapping[str, AppEntry] = field(default_factory=dict)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
     # The file this was loaded from (SIGHUP re-reads it), None when built in code.
     source: Path | None = None
 

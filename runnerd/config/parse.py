@@ -39,10 +39,11 @@ from runnerd.config.model import (
 from runnerd.config.quantities import QuantityError, parse_quantity
 from runnerd.config.server import SERVER_KEYS, check_loopback, parse_server, same_tcp_address
 from runnerd.config.table import Table, show
+from runnerd.config.watch import WATCH_KEYS, parse_agent_keys, parse_watch
 from runnerd.contract import PullPolicy
 
 _ROOT_KEYS = (
-    "server", "runner", "terms", "limits", "apps", "local", "kubernetes", "metrics",
+    "server", "runner", "terms", "limits", "apps", "local", "kubernetes", "metrics", "watch",
 )  # fmt: skip
 _RUNNER_KEYS = (
     "backend", "display_name", "description", "default_image", "allowed_images",
@@ -50,7 +51,7 @@ _RUNNER_KEYS = (
     "replay_buffer_bytes", "state_dir",
 )  # fmt: skip
 _TIER_KEYS = ("cpu", "memory", "ephemeral_storage", "ttl_seconds")
-_APP_KEYS = ("image", "pull_policy", "title", "description", "env")
+_APP_KEYS = ("image", "pull_policy", "title", "description", "env", "port", "token_env")
 _LOCAL_KEYS = (
     "workdir", "stop_grace_seconds", "terminal_size_wait_seconds", "runtimes", "containment",
     "network", "session_uid_base", "session_uid_count", "init_python",
@@ -185,6 +186,7 @@ def _parse_app(t: Table, name: str) -> AppEntry:
         if not isinstance(value, str) or "\0" in value:
             # Never echo the value: catalog env values may be secrets.
             raise ConfigError(env.key(key), "must be a string (without NUL bytes)")
+    port, token_env = parse_agent_keys(t)
     return AppEntry(
         name=name,
         image=t.string("image", ""),
@@ -192,6 +194,8 @@ def _parse_app(t: Table, name: str) -> AppEntry:
         title=t.optional_string("title"),
         description=t.optional_string("description"),
         env=cast(dict[str, str], dict(env.data)),
+        port=port,
+        token_env=token_env,
     )
 
 
@@ -307,6 +311,7 @@ def parse_config(
     local = _parse_local(root.table("local", _LOCAL_KEYS), base_dir)
     kubernetes = parse_kubernetes(root.table("kubernetes", KUBERNETES_KEYS), base_dir)
     metrics = _parse_metrics(root.table("metrics", ("listen",)), base_dir, server)
+    watch = parse_watch(root.table("watch", WATCH_KEYS))
     if runner.allowed_images and runner.default_image not in runner.allowed_images:
         raise ConfigError(
             "runner.allowed_images", f"must include default_image {runner.default_image!r}"
@@ -321,4 +326,5 @@ def parse_config(
         terms=terms,
         apps=apps,
         metrics=metrics,
+        watch=watch,
     )

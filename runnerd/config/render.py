@@ -12,6 +12,7 @@ from pathlib import Path
 
 from runnerd.config.images import Offered, allowed_images
 from runnerd.config.model import Config, toml_key
+from runnerd.config.watch import render_watch
 
 MASK = "***"
 
@@ -83,8 +84,10 @@ def render_config(config: Config, offered: Offered) -> str:
         out += _section(f"apps.{toml_key(app.name)}", {
             "image": app.image, "pull_policy": app.pull_policy, "title": app.title,
             "description": app.description, "env": {k: MASK for k in app.env},
+            "port": app.port, "token_env": app.token_env,
         })  # fmt: skip
     out += _section("metrics", {"listen": config.metrics.listen})
+    out += _section("watch", render_watch(config.watch))
     loc = config.local
     out += _section(
         "local",

@@ -189,7 +189,10 @@ def _with_admission_rules(schemas: dict[str, Any]) -> dict[str, Any]:
     }
     start["description"] = (
         "`bundle` and `config` are required unless `app` names a predefined app "
-        "(then they are ignored)."
+        '(then they are ignored). `mode: "watch"` (with `apps`, `agent`) asks for a '
+        "watch session: refused with `watch_disabled` while the runner has watch "
+        "sessions off (`features.watch` absent from /v1/capabilities); `agent` without "
+        "it is `agent_requires_watch`."
     )
     env = schemas["StartAppSessionRequest"]["properties"]["env"]
     env["anyOf"] = [_env_schema(), {"type": "null"}]
@@ -232,7 +235,10 @@ _TERMINAL_SIZE_HEADER = {
     "x-runnerd-extension": True,
 }  # fmt: skip
 _START_ERRORS = {
-    "400": _error("invalid_request, unknown_app, invalid_bundle or invalid_config"),
+    "400": _error(
+        "invalid_request, unknown_app, invalid_bundle, invalid_config, "
+        "watch_disabled or agent_requires_watch"
+    ),
     "403": _error("forbidden_origin or forbidden_host (see the README's Security section)"),
     "409": _error("too_many_sessions: the registry is full of live sessions"),
     "413": _error("payload_too_large"),

@@ -4,7 +4,8 @@ inspect (`GET /v1/sessions/{id}`) and stop (`DELETE /v1/sessions/{id}`).
 Owns the order of the start checks at the HTTP edge: schema (`parse_body`),
 the `x-runnerd-terminal-size` header (the size the workload's terminal
 starts with, given to the session before its workload exists), then terms,
-app, bundle/config, paths, image (`runnerd.session.admission`), then capacity
+app, bundle/config, paths, image, watch mode and agent
+(`runnerd.session.admission`), then capacity
 (`SessionManager.start`), and a shutdown in progress. Each check raises
 before anything is registered, so a rejected request changes no state;
 `runnerd.http.errors` turns the exception into the answer. The 201 goes out

@@ -6,9 +6,12 @@ capacity (the registry's), in the contract's order, each with its own answer:
 
   2. terms: `x-telo-accepted-terms` must equal the terms version → 428
   3. `app` names no catalog entry → 400 unknown_app
-  4. no `app`, and `bundle` or `config` missing → 400 invalid_request
+  4. no `app`, and `bundle` or `config` missing, or `mode: "watch"` with
+     `app` → 400 invalid_request
   5. a bundle path escapes the bundle → 400 invalid_bundle
   6. `config.image` not allowed → 400 invalid_config (not for app sessions)
+  7. `mode: "watch"` while watch sessions are off → 400 watch_disabled
+  8. `agent` without `mode: "watch"` → 400 agent_requires_watch
 
 and what the workload then gets: its image, its final env (catalog values
 win over the client's, TELO_REGISTRY_URL added), and its tier's limits (no
@@ -29,6 +32,7 @@ from runnerd.backend import BundleSpec, ImageSpec, Limits, RunSpec
 from runnerd.config import AppEntry, Config, TermsConfig, TierLimits
 from runnerd.config.envnames import is_env_name
 from runnerd.config.images import Offered, check_image
+from runnerd.config.watch import WATCH_BUILT
 from runnerd.contract import (
     ACCEPTED_TERMS_HEADER,
     RunBundle,
@@ -39,6 +43,8 @@ from runnerd.contract import (
 )
 from runnerd.errors import RunnerdError
 from runnerd.session.paths import BundlePathError, normalise_bundle_path
+from runnerd.watch.apps import check_shape
+from runnerd.watch.errors import WatchError
 
 REGISTRY_ENV = "TELO_REGISTRY_URL"
 
@@ -101,6 +107,26 @@ def _unknown_app(name: str, config: Config, status: int) -> AdmissionError:
         "unknown_app",
         f"app {name!r} is not offered by this runner; {where} (see /v1/capabilities)",
     )
+
+
+def _check_watch(body: StartSessionRequest, config: Config) -> None:
+    """Check 7, then check 8's shape (and check 4's watch part, which an app
+    session meets: `runnerd.watch.apps.check_shape`). Watch sessions are not
+    built yet: the config refuses `enabled = true`
+    (`runnerd.config.watch.WATCH_BUILT`), and a Config built in code that
+    sets it still meets `watch_disabled` here, so a watch request is never
+    run as a run session."""
+    if body.mode == "watch" and body.app is None and not (config.watch.enabled and WATCH_BUILT):
+        raise AdmissionError(
+            400,
+            "watch_disabled",
+            "watch sessions are not enabled on this runner (see /v1/capabilities: no "
+            "features.watch); start a run session instead (mode 'run')",
+        )
+    try:
+        check_shape(body)
+    except WatchError as exc:
+        raise AdmissionError(exc.status_hint, exc.code, exc.message) from None
 
 
 def _bundle_spec(bundle: RunBundle) -> BundleSpec:
@@ -196,6 +222,7 @@ def admit(
         app = config.apps.get(body.app)
         if app is None:
             raise _unknown_app(body.app, config, 400)
+        _check_watch(body, config)
         return _app_spec(app, body.env, body, config, session_id)
     if body.bundle is None or body.config is None:
         raise AdmissionError(
@@ -207,6 +234,7 @@ def admit(
     problem = check_image(config, body.config.image, offered)
     if problem is not None:
         raise AdmissionError(400, "invalid_config", problem)
+    _check_watch(body, config)
     return RunSpec.create(
         session_id=session_id,
         image=ImageSpec(body.config.image, body.config.pullPolicy),

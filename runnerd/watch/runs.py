@@ -1,0 +1,187 @@
+"""Per-app generations and their `run` events: a state machine. Pure.
+
+Owns `AppRuns` (one app's counter and its open generation), `SessionRuns`
+(every app of a session, in order, kept across `PUT /apps`) and the `run`
+event shapes. Each app counts its runs 1, 2, … (never reused; kept across
+restarts, suspend/resume and `PUT /apps`). A generation starts with
+`started {trigger}` and ends with `completed {code, durationMs}` (its
+process exited) or `failed {reason}` (it could not start).
+
+The machine, per app (h11's way: the transitions are the table below, and
+a call that is not in it is the caller's bug, `RunStateError`):
+
+    phase   call                     event                 next phase
+    IDLE    start(trigger, now)      started (gen N+1)     OPEN
+    OPEN    complete(code, now)      completed (gen N)     IDLE
+    OPEN    fail(reason, now)        failed (gen N)        IDLE
+    OPEN    abandon()                none                  IDLE
+    IDLE    complete / fail          none (returns None)   IDLE
+    OPEN    start                    RunStateError         OPEN
+
+so the contract's guarantees hold by construction: `run` events in
+generation order; a generation's `started` before its `completed`; N ended
+before N+1's event; and, with the IO side starting a process only after
+`start` and calling `start` only in IDLE (after the previous process was
+stopped and its `completed` taken), at most one process of an app at a
+time. `abandon` is for a session that stops, fails or suspends: its open
+generations may end without `completed`. A late exit after `abandon` (or a
+double report) is a no-op rather than an error: the IO side reports what
+it sees, and an exit racing a stop is normal.
+
+`now` is a monotonic clock in seconds; `durationMs` is whole milliseconds,
+never negative.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from typing import Literal, TypedDict
+
+RunTrigger = Literal["initial", "watch", "manual", "resume"]
+
+
+class RunStartedEvent(TypedDict):
+    type: Literal["run"]
+    app: str
+    generation: int
+    phase: Literal["started"]
+    trigger: RunTrigger
+
+
+class RunCompletedEvent(TypedDict):
+    type: Literal["run"]
+    app: str
+    generation: int
+    phase: Literal["completed"]
+    code: int
+    durationMs: int
+
+
+class RunFailedEvent(TypedDict):
+    type: Literal["run"]
+    app: str
+    generation: int
+    phase: Literal["failed"]
+    reason: str
+
+
+AppRunEvent = RunStartedEvent | RunCompletedEvent | RunFailedEvent
+
+
+class RunPhase(enum.Enum):
+    IDLE = "idle"  # no generation open: before the first, or after one ended
+    OPEN = "open"  # generation `generation` started and has not ended
+
+
+class RunStateError(RuntimeError):
+    """A transition the table does not have (a second `start` while a
+    generation is open): runnerd's bug, never a client's."""
+
+
+class AppRuns:
+    """One app's generations. `generation` is the latest (0 before the first)."""
+
+    def __init__(self, app: str, generation: int = 0) -> None:
+        self.app = app
+        self.generation = generation
+        self.phase = RunPhase.IDLE
+        self._started_at: float | None = None
+
+    def start(self, trigger: RunTrigger, now: float) -> RunStartedEvent:
+        """Open generation N+1.
+
+        Raises:
+            RunStateError: a generation is open (end it first).
+        """
+        if self.phase is RunPhase.OPEN:
+            raise RunStateError(
+                f"app {self.app!r}: generation {self.generation} is still open; end it first"
+            )
+        self.generation += 1
+        self.phase, self._started_at = RunPhase.OPEN, now
+        return {
+            "type": "run",
+            "app": self.app,
+            "generation": self.generation,
+            "phase": "started",
+            "trigger": trigger,
+        }
+
+    def complete(self, code: int, now: float) -> RunCompletedEvent | None:
+        """The open generation's process exited with `code` (a signal N as
+        128+N); None when none is open."""
+        started_at = self._close()
+        if started_at is None:
+            return None
+        return {
+            "type": "run",
+            "app": self.app,
+            "generation": self.generation,
+            "phase": "completed",
+            "code": code,
+            "durationMs": max(0, round((now - started_at) * 1000)),
+        }
+
+    def fail(self, reason: str) -> RunFailedEvent | None:
+        """The open generation could not start (`reason` is client-safe);
+        None when none is open."""
+        if self._close() is None:
+            return None
+        return {
+            "type": "run",
+            "app": self.app,
+            "generation": self.generation,
+            "phase": "failed",
+            "reason": reason,
+        }
+
+    def start_failed(
+        self, trigger: RunTrigger, reason: str, now: float
+    ) -> tuple[RunStartedEvent, RunFailedEvent]:
+        """A generation that could not start: the pair `started`, `failed`.
+
+        Raises:
+            RunStateError: a generation is open.
+        """
+        started = self.start(trigger, now)
+        failed = self.fail(reason)
+        assert failed is not None  # just opened
+        return started, failed
+
+    def abandon(self) -> None:
+        """End the open generation (if any) without an event: the session
+        stopped, failed or suspended under it."""
+        self._close()
+
+    def _close(self) -> float | None:
+        """IDLE again; the open generation's start time, None if none was open."""
+        if self.phase is RunPhase.IDLE:
+            return None
+        started_at, self._started_at = self._started_at, None
+        self.phase = RunPhase.IDLE
+        return started_at
+
+
+class SessionRuns:
+    """Every app's `AppRuns`, in the session's order."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.apps: dict[str, AppRuns] = {name: AppRuns(name) for name in names}
+
+    def replace(self, names: Iterable[str]) -> list[AppRuns]:
+        """`PUT /apps`: the set becomes `names`, in that order. Apps kept by
+        name keep their counters; new ones start from 0. Returns the apps
+        dropped (the IO side stops their processes; their open generation,
+        if any, is abandoned here)."""
+        old, self.apps = self.apps, {}
+        for name in names:
+            self.apps[name] = old.pop(name) if name in old else AppRuns(name)
+        for gone in old.values():
+            gone.abandon()
+        return list(old.values())
+
+    def abandon_all(self) -> None:
+        """The session stopped, failed or suspended: no generation is open."""
+        for runs in self.apps.values():
+            runs.abandon()
