@@ -13,7 +13,6 @@ forwards by name, so it follows the `Sink` protocol as that changes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -45,7 +44,6 @@ class RunLog:
     outcome: Outcome | None = None
     raised: BaseException | None = None
     broken: list[str] = field(default_factory=list)
-    ended: trio.Event = field(default_factory=trio.Event)
 
     @property
     def started(self) -> bool:
@@ -127,11 +125,9 @@ class ObservedBackend:
             )
         except BaseException as exc:
             log.raised = exc
-            if isinstance(exc, StartError) and log.started:
+            if start_error(exc) is not None and log.started:
                 log.broken.append("StartError after started")
             raise
-        finally:
-            log.ended.set()
         log.outcome = outcome
         return outcome
 
@@ -142,10 +138,20 @@ class ObservedBackend:
         return self.runs[session_id]
 
 
-def first_line_matching(log: RunLog, match: Callable[[str], bool]) -> str | None:
-    """The first complete output line for which `match` holds."""
-    lines = bytes(log.output).decode(errors="replace").splitlines(keepends=True)
-    for line in lines:
-        if line.endswith(("\n", "\r")) and match(line.strip()):
-            return line.strip()
-    return None
+def start_error(exc: BaseException | None) -> StartError | None:
+    """The `StartError` `exc` is, or the first in its groups (a backend's
+    nursery wraps what it raises; the manager looks inside)."""
+    if isinstance(exc, BaseExceptionGroup):
+        matched, _ = exc.split(StartError)
+        first: BaseException | None = matched
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        return first if isinstance(first, StartError) else None
+    return exc if isinstance(exc, StartError) else None
+
+
+def is_cancellation(exc: BaseException | None) -> bool:
+    """`trio.Cancelled`, alone or in groups of nothing else (trio's nurseries)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return isinstance(exc, trio.Cancelled)
