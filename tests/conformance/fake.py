@@ -7,7 +7,7 @@ workload is a task in the host's nursery running its bundle's entry, a
 script in a small line-oriented subset of sh:
 
     echo WORDS     one line of output ($NAME expands a variable read before)
-    read NAME      one line of stdin into NAME (end of stdin: exit 1)
+    read NAME      one line of stdin into NAME
     exit [N]       end with code N (default 0); the end of the script is `exit 0`
     [exec] sleep S wait S seconds
 
@@ -68,7 +68,8 @@ def parse_script(text: str) -> list[list[str]]:
     """The commands of a script in the fake's sh subset.
 
     Raises:
-        ValueError: a command outside the subset, or unbalanced quotes.
+        ValueError: a command outside the subset or with the wrong
+            arguments, or unbalanced quotes.
     """
     commands: list[list[str]] = []
     for line in text.splitlines():
@@ -80,12 +81,23 @@ def parse_script(text: str) -> list[list[str]]:
                 words.append(token)
                 continue
             words = words[1:] if words[:1] == ["exec"] else words
-            if words and words[0] not in COMMANDS:
-                raise ValueError(f"{words[0]!r} is not a command the fake runs")
             if words:
-                commands.append(words)
+                commands.append(_checked(words))
             words = []
     return commands
+
+
+def _checked(words: list[str]) -> list[str]:
+    name, args = words[0], words[1:]
+    if name not in COMMANDS:
+        raise ValueError(f"{name!r} is not a command the fake runs")
+    if name == "read" and len(args) != 1:
+        raise ValueError("read takes one variable name")
+    if name == "sleep" and (len(args) != 1 or not args[0].replace(".", "", 1).isdigit()):
+        raise ValueError("sleep takes a number of seconds")
+    if name == "exit" and (len(args) > 1 or not all(a.isdigit() for a in args)):
+        raise ValueError("exit takes an exit code")
+    return words
 
 
 @dataclass
@@ -99,38 +111,37 @@ class Workload:
     output: trio.MemorySendChannel[bytes]
     output_out: trio.MemoryReceiveChannel[bytes]
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    code: int | None = None
+    code: int = 137  # its exit code once `ended` is set (137: killed, as SIGKILL)
     size: tuple[int, int] = (80, 24)
     begin: trio.Event = field(default_factory=trio.Event)
     ended: trio.Event = field(default_factory=trio.Event)
 
     async def run(self) -> None:
-        """Run the program once `begin` is set until it exits or is killed
+        """Run the program once `begin` is set, until it exits or is killed
         (`scope` cancelled)."""
-        variables: dict[str, str] = {}
-        pending = b""
-        code = 137  # killed, unless the program ends first
         with self.scope:
             await self.begin.wait()
-            code = 0
-            for name, *args in self.program:
-                words = [_VARIABLE.sub(lambda m: variables.get(m[1], ""), a) for a in args]
-                if name == "echo":
-                    self.output.send_nowait(" ".join(words).encode() + b"\r\n")
-                elif name == "read":
-                    while b"\n" not in pending and b"\r" not in pending:
-                        chunk = await self.stdin_out.receive()
-                        pending += chunk
-                    line, _, pending = re.split(rb"(\r\n|\r|\n)", pending, maxsplit=1)
-                    variables[words[0]] = line.decode()
-                elif name == "sleep":
-                    await trio.sleep(float(words[0]))
-                else:
-                    code = int(words[0]) if words else 0
-                    break
-        self.code = code
+            self.code = await self._execute()
         self.output.close()
         self.ended.set()
+
+    async def _execute(self) -> int:
+        variables: dict[str, str] = {}
+        pending = b""
+        for name, *args in self.program:
+            words = [_VARIABLE.sub(lambda m: variables.get(m[1], ""), a) for a in args]
+            if name == "echo":
+                self.output.send_nowait(" ".join(words).encode() + b"\r\n")
+            elif name == "read":
+                while b"\n" not in pending and b"\r" not in pending:
+                    pending += await self.stdin_out.receive()
+                line, _, pending = re.split(rb"(\r\n|\r|\n)", pending, maxsplit=1)
+                variables[words[0]] = line.decode()
+            elif name == "sleep":
+                await trio.sleep(float(words[0]))
+            else:
+                return int(words[0]) if words else 0
+        return 0
 
 
 class FakeHandle:
@@ -205,7 +216,7 @@ class FakeBackend:
         for session_id, workload in list(self._host.workloads.items()):
             if session_id in self._attached:
                 continue
-            if workload.code is None:
+            if not workload.ended.is_set():
                 found.append(Recovered(workload.identity, running()))
             else:
                 found.append(Recovered(workload.identity, exited(workload.code)))
@@ -228,7 +239,6 @@ class FakeBackend:
             async for chunk in workload.output_out:
                 sink.output(chunk)
             await workload.ended.wait()
-            assert workload.code is not None
             return Exited(workload.code)
         finally:
             self._attached.discard(spec.session_id)

@@ -135,6 +135,23 @@ async def test_stop_removes_the_workload_within_the_stop_timeout(target: Target)
     assert status_kinds(session) == ["starting", "running", "stopped"]
 
 
+async def test_shutdown_cancel_removes_the_workload_within_the_stop_timeout(
+    target: Target,
+) -> None:
+    # A shutdown cancels every run with STOP and no `Started.stop` first:
+    # the cancellation alone must take the workload down.
+    async with target.open_backend() as backend, open_manager(backend, target) as manager:
+        session = start(manager, target.spec(target.sleeper))
+        workload = await workload_id(session)
+        with trio.fail_after(TIMEOUT_S):
+            assert await manager.stop_all() == []  # none past the stop timeout
+        assert session.status == stopped()
+        assert not target.exists(session.id, workload)
+    run = backend.runs[session.id]
+    assert is_cancellation(run.raised), (run.raised, run.outcome)
+    assert run.broken == []
+
+
 async def test_stop_during_start_ends_it_stopped_with_nothing_left(target: Target) -> None:
     async with target.open_backend() as backend, open_manager(backend, target) as manager:
         # No terminal size and, on some, an image still being pulled: held in its start.
