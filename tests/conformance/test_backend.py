@@ -210,3 +210,11 @@ async def test_detach_leaves_the_workload_for_recover_where_supported(target: Ta
                 await manager.stop(adopted.id)
             assert adopted.status == stopped()
             assert not target.exists(session.id, workload)
+
+
+async def test_probe_answers_for_any_image_and_readies_its_own(target: Target) -> None:
+    async with target.open_backend() as backend:
+        with trio.fail_after(TIMEOUT_S):
+            assert await backend.probe(target.image) == {"status": "ready"}
+            report = await backend.probe(target.bad_image)
+    assert report["status"] in ("ready", "unavailable")
