@@ -44,6 +44,9 @@ class RunLog:
     outcome: Outcome | None = None
     raised: BaseException | None = None
     broken: list[str] = field(default_factory=list)
+    # Set when the backend asks for the terminal's first size: its workload
+    # is being created (the local backend asks once all but the spawn is done).
+    asked_size: trio.Event = field(default_factory=trio.Event)
 
     @property
     def started(self) -> bool:
@@ -72,6 +75,10 @@ class _ObservedSink:
         self._log.note("output")
         self._log.output += data
         self._sink.output(data)
+
+    async def terminal_size(self, wait_s: float) -> tuple[int, int] | None:
+        self._log.asked_size.set()
+        return await self._sink.terminal_size(wait_s)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sink, name)

@@ -2,8 +2,9 @@
 
 Owns how each backend is opened for a test and what the suite needs to know
 of it that the seam does not say: its stop timeout (the provider's, as the
-daemon passes it to the session manager), an image it cannot start, and how
-to tell from outside whether a session's workload still exists.
+daemon passes it to the session manager), an image it cannot start, how its
+start is held, and how to tell from outside that a session's workload is
+being created and whether it still exists.
 
 - local: `runnerd.local` with an `sh` runtime on a temp workdir, real
   processes under real PTYs in its sandbox (a root run gets a session uid and
@@ -11,12 +12,15 @@ to tell from outside whether a session's workload still exists.
   tests/local builds it, trash task included: the provider's `open_backend`
   would also lock the workdir for the process's life. A workload exists while
   its session directory or its process does (the `HOST_PID` token it prints,
-  found in the host's /proc).
+  found in the host's /proc); it is being created once the backend asks for
+  the terminal's size.
 - kubernetes: `runnerd.kube` opened by its provider, as the daemon opens it,
   on a fresh test cluster (`tests.kubesim`: TLS apiserver and kubelet). A
-  workload exists while its pod is in the cluster's store.
+  workload exists while its pod is in the cluster's store; an image no
+  registry has holds its start (the pull backs off).
 - fake: `tests.conformance.fake` on its own host (a start waits for a
-  client's terminal size too). A workload exists while the host holds it.
+  client's terminal size too, with its workload created). A workload exists
+  while the host holds it.
 
 Each target's backend is an `ObservedBackend` (`tests.conformance.seam`);
 `open_backend` may be entered again once left: a successor daemon's backend
@@ -25,7 +29,7 @@ on the same cluster or host, for detach.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from itertools import count
@@ -40,10 +44,10 @@ from runnerd.config import Config, parse_config
 from runnerd.local import LocalBackend
 from runnerd.session.manager import SessionManager
 from tests.conformance.fake import FakeBackend, open_fake_host
-from tests.conformance.seam import ObservedBackend
+from tests.conformance.seam import ObservedBackend, RunLog
 from tests.escapes import HOST_PID, find_host_pid
 from tests.harness import _merge
-from tests.kube.daemon import NOT_PRESENT, free_port, session_pods
+from tests.kube.daemon import NOT_PRESENT, free_port, session_pods, wait_pods
 from tests.kubesim.server import open_kubesim
 
 # Prints `workload <id>` (a real shell: its HOST_PID token), then sleeps.
@@ -67,6 +71,8 @@ class Target:
     bad_image: ImageSpec
     # Whether the workload of (session id, the `<id>` it printed) still exists.
     exists: Callable[[str, str], bool]
+    # Return once the run's workload is being created (before `started`).
+    wait_creating: Callable[[RunLog], Awaitable[None]]
     # An image whose start is held (a pull backing off); None: `image`, held
     # until a client gives a terminal size (`Sink.terminal_size`).
     held_image: ImageSpec | None = None
@@ -111,6 +117,10 @@ def _config(tmp_path: Path, raw: Mapping[str, Any]) -> Config:
     return parse_config(_merge(base, raw), base_dir=tmp_path, read_text=Path.read_text)
 
 
+async def _asked_size(run: RunLog) -> None:
+    await run.asked_size.wait()
+
+
 @asynccontextmanager
 async def open_local_target(tmp_path: Path) -> AsyncIterator[Target]:
     workdir = tmp_path / "sessions"
@@ -148,6 +158,7 @@ async def open_local_target(tmp_path: Path) -> AsyncIterator[Target]:
         exists=lambda session_id, token: (
             (workdir / session_id).exists() or (bool(token) and find_host_pid(token) is not None)
         ),
+        wait_creating=_asked_size,
     )
 
 
@@ -184,6 +195,9 @@ async def open_kube_target(tmp_path: Path) -> AsyncIterator[Target]:
             # No registry has it: the pull backs off for the create's grace.
             held_image=ImageSpec(NOT_PRESENT, "missing"),
             exists=lambda session_id, _token: f"runnerd-{session_id}" in session_pods(sim),
+            wait_creating=lambda run: wait_pods(
+                sim, lambda pods: f"runnerd-{run.spec.session_id}" in pods
+            ),
         )
 
 
@@ -203,6 +217,7 @@ async def open_fake_target(tmp_path: Path) -> AsyncIterator[Target]:
             sleeper=FAKE_SLEEPER,
             bad_image=ImageSpec("no-such-image", "missing"),
             exists=lambda session_id, _token: session_id in host.workloads,
+            wait_creating=_asked_size,
         )
 
 

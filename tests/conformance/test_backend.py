@@ -158,6 +158,8 @@ async def test_stop_during_start_ends_it_stopped_with_nothing_left(target: Targe
         session = manager.start(target.spec(target.sleeper, image=target.held_image))
         run = await backend.wait_run(session.id)
         with trio.fail_after(TIMEOUT_S):
+            await target.wait_creating(run)
+            assert target.exists(session.id, "")
             await manager.stop(session.id)
         assert session.status == stopped()
         assert not target.exists(session.id, "")
