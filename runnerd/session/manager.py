@@ -256,7 +256,7 @@ class SessionManager:
         return session
 
     async def lookup(self, session_id: str) -> Session:
-        """`require`, waiting for recovery as `find` does.
+        """The session with this id, waiting for recovery as `find` does.
 
         Raises:
             SessionNotFound: no such session (never was, or evicted).
@@ -273,17 +273,6 @@ class SessionManager:
 
     def get(self, session_id: str) -> Session | None:
         return self._registry.get(session_id)
-
-    def require(self, session_id: str) -> Session:
-        """The session with this id.
-
-        Raises:
-            SessionNotFound: no such session (never was, or evicted).
-        """
-        session = self._registry.get(session_id)
-        if session is None:
-            raise SessionNotFound(session_id)
-        return session
 
     async def stop(self, session_id: str, intent: EndIntent = EndIntent.STOP) -> None:
         """User stop: mark the session user-stopped, cancel it, and return once
