@@ -26,9 +26,9 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict, TypeVar, get
 import msgspec
 from msgspec import Meta, Struct
 
-from runnerd.errors import RunnerdError
 from runnerd.contract.json_checks import MAX_JSON_DEPTH as MAX_JSON_DEPTH
 from runnerd.contract.json_checks import JsonCheckError, check_tree
+from runnerd.errors import RunnerdError
 
 ACCEPTED_TERMS_HEADER = "x-telo-accepted-terms"
 # A runnerd extension on the start POSTs: `COLSxROWS`, the client's terminal

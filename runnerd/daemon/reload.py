@@ -109,12 +109,14 @@ async def reload_config(state: AppState) -> None:
 def _apply_reloaded(state: AppState, old: Config, new: Config, reloaded: Config) -> None:
     state.config = reloaded
     set_log_level(new.server.log_level)
-    # Capacity, exit TTL and replay size apply from now on; a smaller
-    # capacity never stops a live session.
+    # Capacity, exit TTL, replay size and the catalog apply from now on; a
+    # smaller capacity never stops a live session, and an app withdrawn
+    # here fails the start of a session admitted but not yet run.
     state.sessions.reconfigure(
         max_sessions=new.runner.max_sessions,
         exit_ttl_s=new.runner.exit_ttl_s,
         replay_buffer_bytes=new.runner.replay_buffer_bytes,
+        apps=reloaded.apps,
     )
     # What start-up warns about, for the config now in effect (its listeners
     # and socket mode are the running ones, its CORS origins the new ones).

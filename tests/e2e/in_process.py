@@ -22,7 +22,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
-from runnerd.backend import Backend
+from runnerd.backend import Backend, BackendContext
 from runnerd.backends import provider_for
 from runnerd.config import Config, parse_config
 from runnerd.http.app import create_app
@@ -60,7 +60,7 @@ async def open_app(
     async with contextlib.AsyncExitStack() as stack:
         if backend is None:
             backend = await stack.enter_async_context(
-                provider.open_backend(config, lambda: config.apps)
+                provider.open_backend(config, BackendContext())
             )
         async with _serve(
             config, backend, provider.offered_images, socket_path, sse_heartbeat_s
@@ -82,6 +82,7 @@ async def _serve(
         max_sessions=config.runner.max_sessions,
         exit_ttl_s=config.runner.exit_ttl_s,
         replay_buffer_bytes=config.runner.replay_buffer_bytes,
+        apps=config.apps,
     )
     state = AppState(config, backend, sessions, "test", trio.Event(), offered_images=offered_images)
     hypercorn = HypercornConfig()
