@@ -5,7 +5,8 @@ the open-files limit, build the metrics, bind the listeners (API and
 metrics, `runnerd.daemon.listeners`), open the backend (for the daemon's
 whole lifetime) with a `BackendContext` naming what sessions must not see
 (the config and socket directories) and the metrics, the state directory,
-then the session manager and the app state, then hand over to `runnerd.daemon.serving`
+then the runtime object (`runnerd.daemon.runtime`: the session manager and
+what the routes share), then hand over to `runnerd.daemon.serving`
 (serving, signals, the bounded shutdown) and close everything once it
 returns:
 
@@ -39,19 +40,16 @@ from pathlib import Path
 
 import trio
 
-from runnerd import __version__
-from runnerd.backend import Backend, BackendContext, EndIntent
+from runnerd.backend import BackendContext, EndIntent
 from runnerd.backends import Provider, provider_for
 from runnerd.config import Config
 from runnerd.config.server import server_warnings
 from runnerd.daemon.adoption import open_state_dir
 from runnerd.daemon.listeners import Listener, bind_listeners, close_listeners, refuse_remote
+from runnerd.daemon.runtime import build_runtime
 from runnerd.daemon.serving import serve_until_signal
 from runnerd.daemon.systemd import LISTEN_ENV_KEYS, parse_listen_fds
-from runnerd.http.state import AppState
 from runnerd.metrics import NULL_METRICS, Metrics, PrometheusMetrics
-from runnerd.session.manager import SessionManager
-from runnerd.session.statefile import StateDir
 
 log = logging.getLogger("runnerd.daemon")
 
@@ -123,7 +121,7 @@ async def _serve_on_backend(
     async with provider.open_backend(config, context) as backend:
         try:
             files = open_state_dir(config, backend)
-            state = build_state(config, backend, provider, context.metrics, files)
+            state = build_runtime(config, backend, provider, context.metrics, files)
             return await serve_until_signal(state, listeners, signals, metrics_listeners)
         finally:
             # Before the backend winds down (its last removals): no client
@@ -205,33 +203,4 @@ def _bind_metrics_listeners(config: Config) -> list[Listener]:
         socket_mode=config.server.socket_mode,
         inherited_fds=(),
         key="metrics.listen",
-    )
-
-
-def build_state(
-    config: Config,
-    backend: Backend,
-    provider: Provider,
-    metrics: Metrics = NULL_METRICS,
-    files: StateDir | None = None,
-) -> AppState:
-    sessions = SessionManager(
-        backend,
-        max_sessions=config.runner.max_sessions,
-        exit_ttl_s=config.runner.exit_ttl_s,
-        replay_buffer_bytes=config.runner.replay_buffer_bytes,
-        stop_timeout_s=provider.stop_timeout_s(config),
-        metrics=metrics,
-        state=files,
-        apps=config.apps,
-    )
-    metrics.watch_sessions(lambda: [s.status["kind"] for s in sessions.sessions()])
-    return AppState(
-        config=config,
-        backend=backend,
-        sessions=sessions,
-        version=__version__,
-        closing=trio.Event(),
-        metrics=metrics,
-        offered_images=provider.offered_images,
     )

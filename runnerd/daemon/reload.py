@@ -22,8 +22,8 @@ from runnerd.backends import check_config, provider_for
 from runnerd.config import Config, ConfigError, ServerConfig, load_config
 from runnerd.config.server import server_warnings
 from runnerd.daemon.logs import set_log_level
+from runnerd.daemon.runtime import Runtime
 from runnerd.daemon.systemd import sd_notify
-from runnerd.http.state import AppState
 
 log = logging.getLogger("runnerd.daemon")
 
@@ -77,7 +77,7 @@ def restart_only_changes(old: Config, new: Config) -> list[str]:
     return changed
 
 
-async def reload_config(state: AppState) -> None:
+async def reload_config(state: Runtime) -> None:
     """Swap in the re-read config file; keep the old one if it is bad.
 
     Never raises: a reload must not take the daemon (and its live sessions)
@@ -106,7 +106,7 @@ async def reload_config(state: AppState) -> None:
     await sd_notify("STATUS=config reloaded")
 
 
-def _apply_reloaded(state: AppState, old: Config, new: Config, reloaded: Config) -> None:
+def _apply_reloaded(state: Runtime, old: Config, new: Config, reloaded: Config) -> None:
     state.config = reloaded
     set_log_level(new.server.log_level)
     # Capacity, exit TTL, replay size and the catalog apply from now on; a
