@@ -3,8 +3,10 @@
 The packages are layers; each imports only from the layers above it in this
 list (`tests/layout/test_layers.py` checks it, and that the pure ones stay pure):
 
-- `contract`, `json_checks`, `errors`, `metrics`: the wire types, runnerd's
-  error base, the metrics interface (pure; no runnerd imports but each other);
+- `errors`, `metrics`, `atomic_file`: runnerd's error base, the metrics
+  interface, the atomic file write (no runnerd imports);
+- `contract`: the wire types and the checks a body meets before its schema
+  (pure; imports only `errors`);
 - `backend`: the seam a backend implements (types and protocols only);
 - `config`: the operator's file, read into frozen dataclasses (pure);
 - `workload`: IO helpers any backend uses (reachability, debug relay);
@@ -15,6 +17,8 @@ list (`tests/layout/test_layers.py` checks it, and that the pure ones stay pure)
 - `local`, `kube`: the backends;
   they import the seam, config and workload, never the core or the edges,
   and never each other;
+- `backends`: the one table naming the built backends, and the `Provider`
+  protocol each backend package satisfies;
 - `http`: the quart-trio edge;
 - `daemon`: the root nursery, listeners, systemd, logs, reload;
 - `cli`: `runnerd serve | check-config` and the entry point;

@@ -12,7 +12,8 @@ The guarantees, member by member:
 - Lifetime: a backend is opened once for the daemon's lifetime (an async
   context manager entered in the root nursery before the session manager
   runs, left after every session has ended), so it may own long-lived tasks
-  (a shared watch, an endpoint, an orphan sweep).
+  (a shared watch, an endpoint, an orphan sweep). What the daemon hands it
+  besides the config is one `BackendContext`, fixed for that lifetime.
 - `run(spec, sink, task_status=...)` is started in the session's nursery. It
   reports `task_status.started(Started(handle, endpoints, inspect_url))` once
   the workload exists; the manager attaches the handle and publishes
@@ -44,6 +45,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -58,6 +60,7 @@ from runnerd.contract import (
     RunPhase,
     RunStatus,
 )
+from runnerd.metrics import NULL_METRICS, Metrics
 
 
 @dataclass(frozen=True)
@@ -367,3 +370,20 @@ class Started:
     # run is cancelled; raising `StopRefused` leaves the session running and
     # the stop answered `stop_failed`. None: cancelling the run stops it.
     stop: Callable[[], Awaitable[None]] | None = None
+
+
+@dataclass(frozen=True)
+class BackendContext:
+    """What the daemon hands a backend it opens (`runnerd.backends.Provider.open_backend`),
+    besides the config; fixed for the backend's lifetime.
+
+    `hidden_paths`: what no session may see (the config file's directory,
+    the directory of every unix socket runnerd serves), absolute. A backend
+    whose sessions share this host's file system covers them in every
+    session (the local one, with a mount namespace); the others have
+    nothing to hide. `metrics`: where a backend that counts (apiserver
+    requests) registers its series and counts.
+    """
+
+    hidden_paths: tuple[Path, ...] = ()
+    metrics: Metrics = NULL_METRICS

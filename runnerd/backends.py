@@ -6,19 +6,18 @@ level (`runnerd.local` does), so the daemon, the CLI and the HTTP edge ask
 the configured backend instead of testing its name. A package is imported
 only when it is the configured one.
 
-May import: `backend`, `config`, `metrics` (and, by name, the backend packages).
+May import: `backend`, `config` (and, by name, the backend packages).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Protocol, cast
 
-from runnerd.backend import Backend
-from runnerd.config import AppEntry, Config, ConfigError
-from runnerd.metrics import NULL_METRICS, Metrics
+from runnerd.backend import Backend, BackendContext
+from runnerd.config import Config, ConfigError
 
 # Name → the module exporting the package's Provider (the Kubernetes one is
 # its `provider` module, so its pure parts import without trio or httpx).
@@ -52,15 +51,15 @@ class Provider(Protocol):
         """Keys of this backend's that changed but need a restart."""
 
     def open_backend(
-        self,
-        config: Config,
-        apps: Callable[[], Mapping[str, AppEntry]],
-        metrics: Metrics = NULL_METRICS,
+        self, config: Config, context: BackendContext
     ) -> AbstractAsyncContextManager[Backend]:
         """The backend, open for the daemon's lifetime: entered in the root
-        nursery before the session manager runs, exited after every session
-        has ended. A backend that counts (apiserver requests) registers its
-        series in `metrics` and counts there. Raises ConfigError for what the
+        nursery before the session manager runs (the listeners are bound by
+        then: `context.hidden_paths` names their directories), exited after
+        every session has ended. A backend that counts (apiserver requests)
+        registers its series in `context.metrics` and counts there. It is
+        never handed the catalog: the session core re-checks an app session
+        against it just before `run()`. Raises ConfigError for what the
         operator must fix."""
 
 

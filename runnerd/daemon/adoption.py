@@ -12,7 +12,7 @@ import logging
 
 from runnerd.backend import Backend
 from runnerd.config import Config, ConfigError
-from runnerd.http.state import AppState
+from runnerd.daemon.runtime import Runtime
 from runnerd.session.errors import ManagerClosed
 from runnerd.session.statefile import StateDir
 
@@ -37,7 +37,7 @@ def open_state_dir(config: Config, backend: Backend) -> StateDir | None:
         ) from exc
 
 
-async def recover_sessions(state: AppState) -> None:
+async def recover_sessions(state: Runtime) -> None:
     """Adopt what a previous daemon left (`Backend.recover()`), while the
     listeners already serve. A failure is logged and adopts nothing (the
     workloads stay for the next start: nothing is removed on a guess)."""

@@ -1,12 +1,14 @@
 """The daemon's root: the one nursery that owns everything runnerd runs.
 
 Owns the process lifecycle's start-up wiring: take the signals first, raise
-the open-files limit, build the metrics and the backend (open for the
-daemon's whole lifetime), the state directory, the listeners (API and
-metrics, `runnerd.daemon.listeners`), hide them from sessions, build the
-session manager and the app state, then hand over to
-`runnerd.daemon.serving` (serving, signals, the bounded shutdown) and
-close everything once it returns:
+the open-files limit, build the metrics, bind the listeners (API and
+metrics, `runnerd.daemon.listeners`), open the backend (for the daemon's
+whole lifetime) with a `BackendContext` naming what sessions must not see
+(the config and socket directories) and the metrics, the state directory,
+then the runtime object (`runnerd.daemon.runtime`: the session manager and
+what the routes share), then hand over to `runnerd.daemon.serving`
+(serving, signals, the bounded shutdown) and close everything once it
+returns:
 
 - SIGTERM / SIGINT: every session stopped, our unix socket and lock files
   removed; returns `Ended.STOPPED` (exit 0).
@@ -20,8 +22,9 @@ close everything once it returns:
   as needing a restart. A bad file keeps the old config and logs why at ERROR.
 
 Startup failures that are the operator's to fix (a config error, a socket
-another runnerd holds) raise `ConfigError` / `ListenError` before anything
-listens; the CLI turns them into exit 2.
+another runnerd holds, a backend that cannot be opened) raise `ConfigError`
+/ `ListenError` before anything serves, and leave nothing bound; the CLI
+turns them into exit 2.
 """
 
 from __future__ import annotations
@@ -32,24 +35,21 @@ import logging
 import os
 import resource
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import trio
 
-from runnerd import __version__
-from runnerd.backend import Backend, EndIntent
+from runnerd.backend import BackendContext, EndIntent
 from runnerd.backends import Provider, provider_for
-from runnerd.config import AppEntry, Config
+from runnerd.config import Config
 from runnerd.config.server import server_warnings
 from runnerd.daemon.adoption import open_state_dir
 from runnerd.daemon.listeners import Listener, bind_listeners, close_listeners, refuse_remote
+from runnerd.daemon.runtime import build_runtime
 from runnerd.daemon.serving import serve_until_signal
 from runnerd.daemon.systemd import LISTEN_ENV_KEYS, parse_listen_fds
-from runnerd.http.state import AppState
 from runnerd.metrics import NULL_METRICS, Metrics, PrometheusMetrics
-from runnerd.session.manager import SessionManager
-from runnerd.session.statefile import StateDir
 
 log = logging.getLogger("runnerd.daemon")
 
@@ -69,8 +69,8 @@ async def run_daemon(config: Config) -> Ended:
     cleanly and return how.
 
     Raises:
-        ConfigError: the backend cannot be built (nothing was bound).
         ListenError: a listener could not be set up (nothing stays bound).
+        ConfigError: the backend cannot be opened (nothing stays bound).
     """
     # Ignored first, so that is what the receiver restores when it closes: a
     # second SIGTERM in the last moments of shutdown must not turn a clean
@@ -84,32 +84,50 @@ async def run_daemon(config: Config) -> Ended:
         return_large_buffers_to_the_os()
         for warning in server_warnings(config.server):
             log.warning("config: %s", warning)
-        state: AppState | None = None
-
-        def apps() -> Mapping[str, AppEntry]:
-            return (state.config if state is not None else config).apps
-
         # Before the backend: a backend that counts (apiserver requests) takes it.
         metrics = build_metrics(config)
         provider = provider_for(config)
-        # Open for the daemon's lifetime: entered before the session manager
-        # runs, left after every session has ended (`serve_until_signal`
-        # returns then).
-        async with provider.open_backend(config, apps, metrics) as backend:
-            files = open_state_dir(config, backend)
-            listeners = _bind_listeners(config)
-            metrics_listeners: list[Listener] = []
-            try:
-                metrics_listeners = _bind_metrics_listeners(config)
-                _hide_from_sessions(backend, config, [*listeners, *metrics_listeners])
-                state = build_state(config, backend, provider, metrics, files)
-                intent = await serve_until_signal(state, listeners, signals, metrics_listeners)
-            finally:
-                close_listeners(metrics_listeners)
-                close_listeners(listeners)
+        # The listeners before the backend: their directories are what no
+        # session may see. Every way out closes them, a backend that cannot
+        # be opened included, so a failed start leaves nothing bound.
+        listeners = _bind_listeners(config)
+        metrics_listeners: list[Listener] = []
+        try:
+            metrics_listeners = _bind_metrics_listeners(config)
+            hidden = hidden_from_sessions(config, [*listeners, *metrics_listeners])
+            context = BackendContext(hidden_paths=hidden, metrics=metrics)
+            intent = await _serve_on_backend(
+                config, provider, context, signals, listeners, metrics_listeners
+            )
+        finally:
+            close_listeners(metrics_listeners)
+            close_listeners(listeners)
     ended = Ended.DETACHED if intent is EndIntent.DETACH else Ended.STOPPED
     log.info("runnerd stopped", extra={"sessions": ended.value})
     return ended
+
+
+async def _serve_on_backend(
+    config: Config,
+    provider: Provider,
+    context: BackendContext,
+    signals: AsyncIterator[int],
+    listeners: list[Listener],
+    metrics_listeners: list[Listener],
+) -> EndIntent:
+    # Open for the daemon's lifetime: entered before the session manager
+    # runs, left after every session has ended (`serve_until_signal`
+    # returns then).
+    async with provider.open_backend(config, context) as backend:
+        try:
+            files = open_state_dir(config, backend)
+            state = build_runtime(config, backend, provider, context.metrics, files)
+            return await serve_until_signal(state, listeners, signals, metrics_listeners)
+        finally:
+            # Before the backend winds down (its last removals): no client
+            # waits meanwhile on a socket nobody serves.
+            close_listeners(metrics_listeners)
+            close_listeners(listeners)
 
 
 # glibc's mallopt parameter number for the mmap threshold (malloc.h).
@@ -160,25 +178,17 @@ def _bind_listeners(config: Config) -> list[Listener]:
     return listeners
 
 
-def hidden_from_sessions(config: Config, listeners: list[Listener]) -> list[Path]:
-    """What no session may see: the config file's directory (its apps.d/
-    with catalog env secrets is there too) and the directory of every unix
-    socket runnerd serves (the API, metrics)."""
+def hidden_from_sessions(config: Config, listeners: list[Listener]) -> tuple[Path, ...]:
+    """What no session may see (`BackendContext.hidden_paths`): the config
+    file's directory (its apps.d/ with catalog env secrets is there too) and
+    the directory of every unix socket runnerd serves (the API, metrics)."""
     files = [] if config.source is None else [config.source.absolute()]
     for listener in listeners:
         address = listener.address
         if address.startswith("unix:/"):  # not an abstract socket
             files.append(Path(address.removeprefix("unix:")))
     # A file directly in / is covered itself: covering / would hide everything.
-    return [file if file.parent == Path("/") else file.parent for file in files]
-
-
-def _hide_from_sessions(backend: Backend, config: Config, listeners: list[Listener]) -> None:
-    # A backend whose sessions share this host's file system takes the list
-    # (the local one); the others have nothing to hide.
-    hide: Callable[[list[Path]], None] | None = getattr(backend, "hide_from_sessions", None)
-    if hide is not None:
-        hide(hidden_from_sessions(config, listeners))
+    return tuple(file if file.parent == Path("/") else file.parent for file in files)
 
 
 def build_metrics(config: Config) -> Metrics:
@@ -193,32 +203,4 @@ def _bind_metrics_listeners(config: Config) -> list[Listener]:
         socket_mode=config.server.socket_mode,
         inherited_fds=(),
         key="metrics.listen",
-    )
-
-
-def build_state(
-    config: Config,
-    backend: Backend,
-    provider: Provider,
-    metrics: Metrics = NULL_METRICS,
-    files: StateDir | None = None,
-) -> AppState:
-    sessions = SessionManager(
-        backend,
-        max_sessions=config.runner.max_sessions,
-        exit_ttl_s=config.runner.exit_ttl_s,
-        replay_buffer_bytes=config.runner.replay_buffer_bytes,
-        stop_timeout_s=provider.stop_timeout_s(config),
-        metrics=metrics,
-        state=files,
-    )
-    metrics.watch_sessions(lambda: [s.status["kind"] for s in sessions.sessions()])
-    return AppState(
-        config=config,
-        backend=backend,
-        sessions=sessions,
-        version=__version__,
-        closing=trio.Event(),
-        metrics=metrics,
-        offered_images=provider.offered_images,
     )

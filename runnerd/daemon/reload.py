@@ -22,8 +22,8 @@ from runnerd.backends import check_config, provider_for
 from runnerd.config import Config, ConfigError, ServerConfig, load_config
 from runnerd.config.server import server_warnings
 from runnerd.daemon.logs import set_log_level
+from runnerd.daemon.runtime import Runtime
 from runnerd.daemon.systemd import sd_notify
-from runnerd.http.state import AppState
 
 log = logging.getLogger("runnerd.daemon")
 
@@ -77,7 +77,7 @@ def restart_only_changes(old: Config, new: Config) -> list[str]:
     return changed
 
 
-async def reload_config(state: AppState) -> None:
+async def reload_config(state: Runtime) -> None:
     """Swap in the re-read config file; keep the old one if it is bad.
 
     Never raises: a reload must not take the daemon (and its live sessions)
@@ -106,15 +106,17 @@ async def reload_config(state: AppState) -> None:
     await sd_notify("STATUS=config reloaded")
 
 
-def _apply_reloaded(state: AppState, old: Config, new: Config, reloaded: Config) -> None:
+def _apply_reloaded(state: Runtime, old: Config, new: Config, reloaded: Config) -> None:
     state.config = reloaded
     set_log_level(new.server.log_level)
-    # Capacity, exit TTL and replay size apply from now on; a smaller
-    # capacity never stops a live session.
+    # Capacity, exit TTL, replay size and the catalog apply from now on; a
+    # smaller capacity never stops a live session, and an app withdrawn
+    # here fails the start of a session admitted but not yet run.
     state.sessions.reconfigure(
         max_sessions=new.runner.max_sessions,
         exit_ttl_s=new.runner.exit_ttl_s,
         replay_buffer_bytes=new.runner.replay_buffer_bytes,
+        apps=reloaded.apps,
     )
     # What start-up warns about, for the config now in effect (its listeners
     # and socket mode are the running ones, its CORS origins the new ones).

@@ -41,6 +41,7 @@ from runnerd.config import Config, ServerConfig
 from runnerd.daemon.adoption import recover_sessions
 from runnerd.daemon.listeners import Listener, close_listeners
 from runnerd.daemon.reload import reload_config
+from runnerd.daemon.runtime import Runtime
 from runnerd.daemon.systemd import parse_watchdog_interval, run_watchdog, sd_notify
 from runnerd.http.app import create_app
 from runnerd.http.guard import HostSyntaxGuard
@@ -51,7 +52,6 @@ from runnerd.http.server import (
     open_files_limit,
     serve_app,
 )
-from runnerd.http.state import AppState
 from runnerd.metrics import PrometheusMetrics, metrics_asgi_app
 from runnerd.session.errors import DetachUnsupported
 
@@ -82,7 +82,7 @@ def build_hypercorn_config(server: ServerConfig) -> HypercornConfig:
 
 
 async def serve_until_signal(
-    state: AppState,
+    state: Runtime,
     listeners: list[Listener],
     signals: AsyncIterator[int],
     metrics_listeners: list[Listener] | None = None,
@@ -115,7 +115,7 @@ async def serve_until_signal(
 
 
 async def _run_http(
-    state: AppState,
+    state: Runtime,
     listeners: list[Listener],
     stop: trio.Event,
     done: trio.Event,
@@ -172,7 +172,7 @@ METRICS_MAX_CONNECTIONS = 16
 
 async def _serve_metrics(
     metrics: PrometheusMetrics,
-    state: AppState,
+    state: Runtime,
     listeners: list[Listener],
     stop: trio.Event,
     *,
@@ -193,7 +193,7 @@ async def _serve_metrics(
 
 
 async def _announce_ready(
-    state: AppState,
+    state: Runtime,
     listeners: list[Listener],
     nursery: trio.Nursery,
     metrics_listeners: list[Listener],
@@ -210,7 +210,7 @@ async def _announce_ready(
 
 
 async def _shut_down(
-    state: AppState, listeners: list[Listener], http_done: trio.Event, intent: EndIntent
+    state: Runtime, listeners: list[Listener], http_done: trio.Event, intent: EndIntent
 ) -> None:
     """Stop listening and end every session with `intent`, within `SHUTDOWN_BUDGET_S`."""
 
@@ -231,7 +231,7 @@ async def _shut_down(
         )
 
 
-async def _handle_signals_until_stop(state: AppState, signals: AsyncIterator[int]) -> int:
+async def _handle_signals_until_stop(state: Runtime, signals: AsyncIterator[int]) -> int:
     """Reload on SIGHUP; return the first SIGTERM/SIGINT received, or a
     SIGUSR2 (exit, leaving the workloads for a successor daemon) when the
     backend can detach. A backend that cannot (the local one) refuses it with

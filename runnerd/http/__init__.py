@@ -1,7 +1,8 @@
 """The HTTP edge of runnerd: quart-trio routes for the `/v1` contract.
 
 One module per concern: `app` (`create_app` wires the rest together),
-`state` (`AppState`, what the routes share), `errors` (JSON error bodies),
+`state` (`AppState`: the protocol of what the routes need of the daemon,
+which the daemon's runtime object satisfies), `errors` (JSON error bodies),
 `guard` (Host/Origin checks), `cors`, `meta` (health, capabilities, probe,
 the OpenAPI document), `sessions` (start, inspect, stop), `listing`, `events`
 (Server-Sent Events), `io` (the WebSocket PTY channel), `waiting` (how a

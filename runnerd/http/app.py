@@ -5,7 +5,8 @@ response timeout for streams, no background-task grace), JSON error bodies,
 CORS, and the route modules under `runnerd.http`. A new app object per call:
 a quart app can only go through lifespan startup once.
 
-What the routes share is `runnerd.http.state.AppState`.
+What the routes share is `runnerd.http.state.AppState`, a protocol: the
+edge never imports the daemon that satisfies it.
 """
 
 from __future__ import annotations

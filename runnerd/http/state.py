@@ -1,38 +1,70 @@
-"""`AppState`: what every route of the HTTP edge shares.
+"""`AppState`: what the routes of the HTTP edge need of the daemon, as protocols.
 
-The daemon owns `AppState` and may swap `state.config` at any time (SIGHUP);
-every route reads `state.config` per request. Setting `state.closing` ends
-every SSE stream and WebSocket at once, so the server can stop promptly.
+The daemon's runtime object (`runnerd.daemon.runtime.Runtime`) satisfies
+`AppState`; the edge never imports it. The daemon may swap `config` at any
+time (SIGHUP), so every route reads `state.config` per request. Setting
+`closing` ends every SSE stream and WebSocket at once, so the server can
+stop promptly. `Sessions` is the part of the session manager the routes
+use: start, find, stop and list; never adoption, shutdown or limits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
-import trio
+if TYPE_CHECKING:
+    import trio
 
-from runnerd.backend import Backend
-from runnerd.config import Config
-from runnerd.config.images import Offered
-from runnerd.http.streams import SubscriberCounts
-from runnerd.metrics import NULL_METRICS, Metrics
-from runnerd.session.manager import SessionManager
+    from runnerd.backend import Backend, RunSpec
+    from runnerd.config import Config
+    from runnerd.config.images import Offered
+    from runnerd.http.streams import SubscriberCounts
+    from runnerd.metrics import Metrics
+    from runnerd.session.session import Session
 
 
-@dataclass
-class AppState:
-    config: Config
-    backend: Backend
-    sessions: SessionManager
-    version: str
-    closing: trio.Event
-    metrics: Metrics = field(default=NULL_METRICS)
-    # Live SSE + WebSocket subscribers per session (`runnerd.http.streams`).
-    subscribers: SubscriberCounts = field(default_factory=SubscriberCounts)
-    # The backend's images for the allowlist, from the current config
-    # (`runnerd.backends.Provider.offered_images`); none by default.
-    offered_images: Callable[[Config], Offered] = field(default=lambda config: None)
+class Sessions(Protocol):
+    """The routes' view of `runnerd.session.manager.SessionManager`."""
+
+    def start(self, spec: RunSpec) -> Session:
+        """Register `spec` and start it (RegistryFull, ManagerClosed)."""
+
+    def get(self, session_id: str) -> Session | None:
+        """The registered session, or None."""
+
+    async def lookup(self, session_id: str) -> Session:
+        """The session, waiting for recovery (SessionNotFound)."""
+
+    async def stop(self, session_id: str) -> None:
+        """A user stop, returning once it is terminal (StopFailed)."""
+
+    def sessions(self) -> list[Session]:
+        """Every registered session, oldest first."""
+
+
+class AppState(Protocol):
+    """What every route shares, read-only to the edge."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def sessions(self) -> Sessions: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def closing(self) -> trio.Event: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def subscribers(self) -> SubscriberCounts: ...
 
     def offered(self) -> Offered:
-        return self.offered_images(self.config)
+        """The images a bundle session may pick under the config in effect."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import trio
@@ -46,7 +46,7 @@ from runnerd.backend import (
     Started,
     StartError,
 )
-from runnerd.config import AppEntry, KubeSettings
+from runnerd.config import KubeSettings
 from runnerd.contract import AvailabilityReport
 from runnerd.kube.bundle import BundleArchiveError, BundleTokens, build_bundle_archive
 from runnerd.kube.client import KubeClient
@@ -93,14 +93,11 @@ class KubeBackend:
         client: KubeClient,
         informer: PodInformer,
         tokens: BundleTokens,
-        *,
-        apps: Callable[[], Mapping[str, AppEntry]],
     ) -> None:
         self._settings = settings
         self.client = self._client = client
         self._informer = informer
         self._tokens = tokens
-        self._apps = apps
         # Pods this process created and has not deleted: the reaper spares them.
         self.live: set[str] = set()
         # Pods given up on (name → when): creates abandoned at a stop, and
@@ -134,8 +131,6 @@ class KubeBackend:
         *,
         task_status: trio.TaskStatus[Started] = trio.TASK_STATUS_IGNORED,
     ) -> Outcome:
-        if spec.creation is not None and spec.app is not None and spec.app not in self._apps():
-            raise StartError("provision", f"app '{spec.app}' is no longer offered by this runner")
         name = pod_name(spec.session_id)
         ids = {"session_id": spec.session_id}
         with self._informer.subscribe(name) as sub:

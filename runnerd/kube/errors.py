@@ -76,10 +76,6 @@ class KubeError(Exception):
         self.refusal = refusal
         super().__init__(f"{operation}: {describe(status, reason, refusal)}")
 
-    @property
-    def client_message(self) -> str:
-        return str(self)
-
 
 class Unreachable(KubeError):
     """No HTTP answer at all: refused, reset, timed out, TLS failure."""

@@ -90,7 +90,7 @@ class PodStops:
         except errors.KubeError as exc:
             cause = exc.__cause__ or exc
             log.warning("could not delete pod %s: %r", name, cause, extra={"pod": name})
-            raise StopRefused(exc.client_message) from exc
+            raise StopRefused(str(exc)) from exc
         self._accepted.add(name)
 
     async def delete(self, name: str, sub: PodSubscription, *, wait: bool) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +23,8 @@ import trio
 
 import runnerd.kube.errors as errors
 import runnerd.kube.giveup as giveup
-from runnerd.config import AppEntry, Config, ConfigError, parse_listen
+from runnerd.backend import BackendContext
+from runnerd.config import Config, ConfigError, parse_listen
 from runnerd.kube.backend import CREATE_GRACE_S, KubeBackend
 from runnerd.kube.bundle import BundleTokens
 from runnerd.kube.bundlehttp import bind_bundle_listener, serve_bundles
@@ -33,7 +34,7 @@ from runnerd.kube.kubeconfig import KubeconfigError, load_connection
 from runnerd.kube.podspec import managed_by_selector
 from runnerd.kube.podstop import STOP_WAIT_S
 from runnerd.kube.recovery import delete_stale
-from runnerd.metrics import NULL_METRICS, Metrics
+from runnerd.metrics import Metrics
 
 NAME = "kubernetes"
 log = logging.getLogger(__name__)
@@ -90,11 +91,12 @@ def bound_changes(old: Config, new: Config) -> list[str]:
 
 
 def open_backend(
-    config: Config, apps: Callable[[], Mapping[str, AppEntry]], metrics: Metrics = NULL_METRICS
+    config: Config, context: BackendContext
 ) -> contextlib.AbstractAsyncContextManager[KubeBackend]:
     """The Kubernetes backend for the daemon's lifetime, counting apiserver
-    requests, watch restarts, re-lists and re-attaches in `metrics` (whose
-    `runnerd_kube_*` series it registers).
+    requests, watch restarts, re-lists and re-attaches in `context.metrics`
+    (whose `runnerd_kube_*` series it registers). Its sessions run in pods,
+    which see nothing of this host: `context.hidden_paths` has nothing to hide.
 
     On entry: the connection resolved (kubeconfig files read), the client
     opened, the bundle listener bound; then the informer, the bundle server
@@ -103,13 +105,11 @@ def open_backend(
     Raises:
         ConfigError: no usable kubeconfig, or `bundle_listen` cannot be bound.
     """
-    return _open_backend(config, apps, metrics)
+    return _open_backend(config, context.metrics)
 
 
 @contextlib.asynccontextmanager
-async def _open_backend(
-    config: Config, apps: Callable[[], Mapping[str, AppEntry]], metrics: Metrics
-) -> AsyncIterator[KubeBackend]:
+async def _open_backend(config: Config, metrics: Metrics) -> AsyncIterator[KubeBackend]:
     settings = config.kubernetes
     metrics.add_kube_series()
     try:
@@ -132,7 +132,7 @@ async def _open_backend(
         ):
             informer = PodInformer(client, managed_by_selector(settings))
             tokens = BundleTokens()
-            backend = KubeBackend(settings, client, informer, tokens, apps=apps)
+            backend = KubeBackend(settings, client, informer, tokens)
             await _load_undeleted(backend, config.runner.state_dir)
             await nursery.start(informer.run)
             nursery.start_soon(serve_bundles, listener, tokens)

@@ -42,7 +42,7 @@ import functools
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import trio
@@ -58,7 +58,7 @@ from runnerd.backend import (
     Started,
     StartError,
 )
-from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
+from runnerd.config import LocalConfig, RuntimeConfig
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
 from runnerd.local.containment import ContainmentPlan, SessionView, probe_containment
@@ -112,16 +112,15 @@ class LocalBackend:
     # daemon left). The manager refuses a detach rather than leave them.
     detach_supported = False
 
-    def __init__(self, local: LocalConfig, *, apps: Callable[[], Mapping[str, AppEntry]]) -> None:
+    def __init__(self, local: LocalConfig, *, hidden: Iterable[Path] = ()) -> None:
+        """`hidden`: what no session may see (the daemon's config and socket
+        directories, `runnerd.backend.BackendContext.hidden_paths`), covered in
+        every session, as the workdir is but for the session's own directory.
+        Only with a mount namespace (`/v1/capabilities` says when there is none)."""
         self._local = local
         self._workdir_lock: int | None = None
         self.trash = Trash(Path(local.workdir))  # run by `open_backend`
-        # Hidden from every session (with a mount namespace), besides the
-        # workdir: see `hide_from_sessions`.
-        self._hidden: tuple[str, ...] = ()
-        # The live catalog (it changes on reload); consulted when an app
-        # session starts, so an app withdrawn since admission does not start.
-        self._apps = apps
+        self._hidden = tuple(sorted({os.path.abspath(path) for path in hidden}))
         # Probed once, here: the daemon builds the backend once at start-up,
         # so each of these is said once.
         root = os.geteuid() == 0
@@ -199,13 +198,6 @@ class LocalBackend:
                     problem,
                     rt.name,
                 )
-
-    def hide_from_sessions(self, paths: Iterable[Path]) -> None:
-        """Cover `paths` (the daemon's config and socket directories) in
-        every session started from now on; the workdir is always covered
-        but for the session's own directory. Only with a mount namespace
-        (`/v1/capabilities` says when there is none)."""
-        self._hidden = tuple(sorted({os.path.abspath(path) for path in paths}))
 
     def _view(self, session_dir: SessionDir) -> SessionView:
         workdir = os.path.abspath(self._local.workdir)
@@ -396,8 +388,6 @@ class LocalBackend:
     def _start_checks(self, spec: RunSpec) -> tuple[RuntimeConfig, str]:
         if spec.creation is None:  # `recover()` never offers one to adopt
             raise StartError("provision", "the local backend cannot re-attach to a workload")
-        if spec.app is not None and spec.app not in self._apps():
-            raise StartError("provision", f"app '{spec.app}' is no longer offered by this runner")
         resolved = self._resolve(spec.image.image)
         if isinstance(resolved, Unresolved):
             raise StartError("provision", resolved.message)

@@ -15,11 +15,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import replace
+from pathlib import Path
 
 import trio
 
+from runnerd.backend import BackendContext
 from runnerd.config import AppEntry, Config, ConfigError, LocalConfig, RunnerConfig
 from runnerd.config.model import ENTRY
 from runnerd.local.backend import LocalBackend
@@ -27,7 +29,6 @@ from runnerd.local.initpython import SYSTEM_PYTHON
 from runnerd.local.launch import read_interpreter, same_file
 from runnerd.local.runtimes import SERVICE_PATH, runtime_problems, search_path
 from runnerd.local.workdir import WorkdirError
-from runnerd.metrics import NULL_METRICS, Metrics
 
 NAME = "local"
 # A stop waits the workload's SIGTERM grace plus this for the SIGKILL, the
@@ -145,10 +146,12 @@ def bound_changes(old: Config, new: Config) -> list[str]:
 
 
 def open_backend(
-    config: Config, apps: Callable[[], Mapping[str, AppEntry]], metrics: Metrics = NULL_METRICS
+    config: Config, context: BackendContext
 ) -> contextlib.AbstractAsyncContextManager[LocalBackend]:
-    """The local backend for the daemon's lifetime. It counts nothing of its
-    own (`metrics` is the seam's; the session core counts PTY bytes).
+    """The local backend for the daemon's lifetime. Every session it starts
+    has `context.hidden_paths` covered (with a mount namespace). It counts
+    nothing of its own (`context.metrics` is the seam's; the session core
+    counts PTY bytes).
 
     On entry it takes `local.workdir` (one runnerd per workdir) and removes
     what a killed predecessor left; the lock is held until the process exits.
@@ -158,14 +161,12 @@ def open_backend(
     Raises:
         ConfigError: `local.workdir` is unusable or another runnerd holds it.
     """
-    return _open_backend(config, apps)
+    return _open_backend(config, context.hidden_paths)
 
 
 @contextlib.asynccontextmanager
-async def _open_backend(
-    config: Config, apps: Callable[[], Mapping[str, AppEntry]]
-) -> AsyncIterator[LocalBackend]:
-    backend = LocalBackend(config.local, apps=apps)
+async def _open_backend(config: Config, hidden: Iterable[Path]) -> AsyncIterator[LocalBackend]:
+    backend = LocalBackend(config.local, hidden=hidden)
     if backend.init_problem is not None:
         # Every session would fail its start: refuse now, with the file named.
         raise ConfigError(

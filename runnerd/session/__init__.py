@@ -7,8 +7,9 @@ workload's run under its stop scope and TTL; `ending`: its terminal status;
 `errors`: its refusals; `recovery`: state files and adoption after a
 restart; `statefile`: their format), admission
 (`admission`: a request body to a `RunSpec`, with its tier's limits and
-`paths` bundle-path normalisation, pure) and the capabilities document
-(`capabilities`, pure).
+`paths` bundle-path normalisation, pure; its `Catalog` is re-checked by a
+session's task just before the backend runs, so no backend sees the
+catalog) and the capabilities document (`capabilities`, pure).
 
 May import: `contract`, `errors`, `metrics`, `backend`, `config`. Never a
 backend package, `http`, `daemon` or `cli`: a backend reaches the core only

@@ -19,16 +19,20 @@ request field asks for less, so a session runs at its tier's ceilings).
 
 A rejection raises `AdmissionError` and has touched nothing: admission only
 reads the config, so a rejected request changes no state.
+
+One check comes later: `Catalog.recheck`, made by the session's task just
+before the backend runs (a SIGHUP reload may have withdrawn the app since
+the POST), so no backend ever sees the catalog.
 """
 
 from __future__ import annotations
 
 import base64
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from runnerd.backend import BundleSpec, ImageSpec, Limits, RunSpec
+from runnerd.backend import BundleSpec, ImageSpec, Limits, RunSpec, StartError
 from runnerd.config import AppEntry, Config, TermsConfig, TierLimits
 from runnerd.config.envnames import is_env_name
 from runnerd.config.images import Offered, check_image
@@ -47,6 +51,29 @@ from runnerd.watch.apps import check_shape
 from runnerd.watch.errors import WatchError
 
 REGISTRY_ENV = "TELO_REGISTRY_URL"
+
+
+class Catalog:
+    """The names of the apps the runner offers now (`config.apps`): the
+    session manager's, replaced on reload (`offer`)."""
+
+    def __init__(self, apps: Iterable[str] = ()) -> None:
+        self._apps = frozenset(apps)
+
+    def offer(self, apps: Iterable[str]) -> None:
+        """From now on, these apps (and no others) may start."""
+        self._apps = frozenset(apps)
+
+    def recheck(self, spec: RunSpec) -> None:
+        """Admission's last check, just before the backend runs `spec`: its
+        app is still offered. An adopted workload (`spec.creation` None)
+        exists already and is never refused.
+
+        Raises:
+            StartError: ("provision") the app was withdrawn since admission.
+        """
+        if spec.creation is not None and spec.app is not None and spec.app not in self._apps:
+            raise StartError("provision", f"app '{spec.app}' is no longer offered by this runner")
 
 
 class AdmissionError(RunnerdError):

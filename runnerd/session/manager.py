@@ -44,7 +44,7 @@ import enum
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import trio
@@ -53,6 +53,7 @@ from runnerd.backend import Backend, EndIntent, Recovered, RunSpec, StopRefused
 from runnerd.contract import RunStatus, is_terminal, stopped
 from runnerd.errors import SessionNotFound
 from runnerd.metrics import NULL_METRICS, Metrics
+from runnerd.session.admission import Catalog
 from runnerd.session.errors import DetachUnsupported, ManagerClosed, StopFailed
 from runnerd.session.recovery import Recovery, continue_adopted
 from runnerd.session.registry import RegistryFull, Resumed, SessionRecord, SessionRegistry
@@ -115,6 +116,7 @@ class SessionManager:
         wall_clock: Callable[[], float] = time.time,
         metrics: Metrics = NULL_METRICS,
         state: StateDir | None = None,
+        apps: Iterable[str] = (),
     ) -> None:
         """`stop_timeout_s` bounds how long `stop()` waits for a session to end
         (the backend's own stop grace plus headroom). `wall_clock` gives epoch
@@ -122,7 +124,9 @@ class SessionManager:
         `metrics` counts starts, start failures and PTY bytes. `state`, for a
         backend whose workloads outlive the daemon: where each session's
         replay marks (and a detached one's replay) are kept for a successor
-        (`runnerd.session.statefile`)."""
+        (`runnerd.session.statefile`). `apps`: the catalog's app names; an
+        app session whose app is not among them when its task runs fails
+        to start (`runnerd.session.admission.Catalog.recheck`)."""
         self._backend = backend
         self._registry: SessionRegistry[Session] = SessionRegistry(max_sessions, exit_ttl_s)
         self._replay_buffer_bytes = replay_buffer_bytes
@@ -133,6 +137,7 @@ class SessionManager:
         self._state = ManagerState.IDLE
         self._expiry_wakeup = trio.Event()
         self._recovery = Recovery(state)
+        self._catalog = Catalog(apps)
 
     @property
     def live_count(self) -> int:
@@ -256,7 +261,7 @@ class SessionManager:
         return session
 
     async def lookup(self, session_id: str) -> Session:
-        """`require`, waiting for recovery as `find` does.
+        """The session with this id, waiting for recovery as `find` does.
 
         Raises:
             SessionNotFound: no such session (never was, or evicted).
@@ -273,17 +278,6 @@ class SessionManager:
 
     def get(self, session_id: str) -> Session | None:
         return self._registry.get(session_id)
-
-    def require(self, session_id: str) -> Session:
-        """The session with this id.
-
-        Raises:
-            SessionNotFound: no such session (never was, or evicted).
-        """
-        session = self._registry.get(session_id)
-        if session is None:
-            raise SessionNotFound(session_id)
-        return session
 
     async def stop(self, session_id: str, intent: EndIntent = EndIntent.STOP) -> None:
         """User stop: mark the session user-stopped, cancel it, and return once
@@ -368,12 +362,17 @@ class SessionManager:
         max_sessions: int | None = None,
         exit_ttl_s: float | None = None,
         replay_buffer_bytes: int | None = None,
+        apps: Iterable[str] | None = None,
     ) -> None:
         """Change limits for what comes next; a smaller capacity never stops a
-        live session, and `replay_buffer_bytes` applies to new sessions."""
+        live session, and `replay_buffer_bytes` applies to new sessions.
+        `apps` replaces the catalog: an app session not yet run whose app
+        left it fails to start; a running one runs on."""
         self._registry.reconfigure(max_sessions=max_sessions, exit_ttl_s=exit_ttl_s)
         if replay_buffer_bytes is not None:
             self._replay_buffer_bytes = replay_buffer_bytes
+        if apps is not None:
+            self._catalog.offer(apps)
         self._expiry_wakeup.set()
 
     # -- one session -------------------------------------------------------
@@ -383,7 +382,7 @@ class SessionManager:
         # the workload is gone with the scope, so the session is stopped.
         status: RunStatus | None = stopped()
         try:
-            status = await drive(session, self._backend, self._wall_clock)
+            status = await drive(session, self._backend, self._wall_clock, self._catalog)
         finally:
             session.release_creation()
             self._recovery.session_ended(session, detached=status is None)

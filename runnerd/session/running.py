@@ -21,21 +21,23 @@ import trio
 
 from runnerd.backend import Backend, EndIntent, Outcome, RunSpec, StartError
 from runnerd.contract import RunStatus
+from runnerd.session.admission import Catalog
 from runnerd.session.ending import WorkloadRun, classify, leaves
 from runnerd.session.session import AttachOnStart, Session, SessionSink
 
 
 async def drive(
-    session: Session, backend: Backend, wall_clock: Callable[[], float]
+    session: Session, backend: Backend, wall_clock: Callable[[], float], catalog: Catalog
 ) -> RunStatus | None:
     """Run the workload under the stop scope and TTL; return the terminal
-    status, or None when it was detached (left running for a successor)."""
+    status, or None when it was detached (left running for a successor).
+    An app `catalog` no longer offers fails the start (`Catalog.recheck`)."""
     run = WorkloadRun()
     with trio.CancelScope() as stop_scope:
         session.set_stop_scope(stop_scope)  # cancels at once if already stopped
         with trio.move_on_at(ttl_deadline(session.spec, wall_clock())) as ttl_scope:
             try:
-                run.outcome = await _run_workload(session, backend, SessionSink(session))
+                run.outcome = await _run_workload(session, backend, SessionSink(session), catalog)
             except* StartError as group:
                 first = leaves(group)[0]
                 assert isinstance(first, StartError)
@@ -58,13 +60,18 @@ def ttl_deadline(spec: RunSpec, now: float) -> float:
     return trio.current_time() + spec.limits.ttl_s - max(0.0, elapsed_s)
 
 
-async def _run_workload(session: Session, backend: Backend, sink: SessionSink) -> Outcome | None:
+async def _run_workload(
+    session: Session, backend: Backend, sink: SessionSink, catalog: Catalog
+) -> Outcome | None:
     """Start the backend and wait for it; return its outcome (None when
     the run was cancelled before the backend returned one)."""
     outcome: Outcome | None = None
 
     async def run_backend(*, task_status: trio.TaskStatus[None]) -> None:
         nonlocal outcome
+        # Here, with no checkpoint before `backend.run`: a reload that
+        # withdrew the app at any point since the POST is seen.
+        catalog.recheck(session.spec)
         attach = AttachOnStart(session, nursery, task_status)
         outcome = await backend.run(session.spec, sink, task_status=attach)
         # Nothing outlives the workload: a pending resize flush goes with it.

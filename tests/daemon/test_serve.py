@@ -60,22 +60,31 @@ async def test_serve_logs_bound_addresses_including_a_tcp_port(tmp_path: Path) -
 
 async def test_serve_refuses_a_second_instance_on_the_same_socket(runnerd: Daemon) -> None:
     inode = os.stat(runnerd.socket_path).st_ino
+    # Same config: the listeners are bound first (the backend is handed
+    # their directories), so the socket's lock is what it meets.
     second = await run_runnerd("serve", "--config", str(runnerd.config_path))
     stderr = second.stderr.decode()
     assert second.returncode == 2, stderr
-    # Same config, so the same workdir: its lock is checked first, before
-    # anything is bound (a second instance on another workdir meets the
-    # socket's lock instead).
-    assert "another runnerd" in stderr and str(runnerd.workdir) in stderr
-    other = runnerd.base / "other.toml"
-    overrides = {"local": {"workdir": str(runnerd.base / "other-sessions")}}
-    other.write_text(dump_toml(build_config(runnerd.base, runnerd.socket_path, overrides)))
-    third = await run_runnerd("serve", "--config", str(other))
-    stderr = third.stderr.decode()
-    assert third.returncode == 2, stderr
     assert "another runnerd" in stderr and str(runnerd.socket_path) in stderr
     # The first instance keeps its socket and keeps serving.
     assert os.stat(runnerd.socket_path).st_ino == inode
+    async with runnerd.client() as client:
+        assert (await client.get("/v1/health")).status_code == 200
+
+
+async def test_serve_on_a_held_workdir_exits_2_and_leaves_nothing_bound(runnerd: Daemon) -> None:
+    # Its own socket, the first instance's workdir: the listener is bound,
+    # then the backend refuses the workdir, and the listener goes with it.
+    socket_path = runnerd.base / "other.sock"
+    metrics = {"metrics": {"listen": [f"unix:{runnerd.base / 'metrics.sock'}"]}}
+    other = runnerd.base / "other.toml"
+    other.write_text(dump_toml(build_config(runnerd.base, socket_path, metrics)))
+    second = await run_runnerd("serve", "--config", str(other))
+    stderr = second.stderr.decode()
+    assert second.returncode == 2, stderr
+    assert "another runnerd" in stderr and str(runnerd.workdir) in stderr
+    left = {"other.sock", "other.sock.lock", "metrics.sock", "metrics.sock.lock"}
+    assert not left & set(os.listdir(runnerd.base))
     async with runnerd.client() as client:
         assert (await client.get("/v1/health")).status_code == 200
 

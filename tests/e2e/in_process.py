@@ -5,8 +5,9 @@ subprocess does not expose.
 with a real `SessionManager`, and by default the real `LocalBackend` with an
 `sh` runtime (or, with `overrides`, the configured backend: the kubernetes
 one on a test cluster); a test may pass its own backend (e.g. one that emits
-thousands of events) or a short SSE heartbeat. It yields the `AppState`, so a test can
-set `closing` or reach the manager while sessions stay live.
+thousands of events) or a short SSE heartbeat. It yields the daemon's runtime
+object (`runnerd.daemon.runtime.Runtime`), so a test can set `closing` or
+reach the manager while sessions stay live.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
-from runnerd.backend import Backend
+from runnerd.backend import Backend, BackendContext
 from runnerd.backends import provider_for
 from runnerd.config import Config, parse_config
+from runnerd.daemon.runtime import Runtime
 from runnerd.http.app import create_app
 from runnerd.http.events import DEFAULT_HEARTBEAT_S
-from runnerd.http.state import AppState
 from runnerd.session.manager import SessionManager
 from tests.harness import _merge
 
@@ -39,7 +40,7 @@ async def open_app(
     backend: Backend | None = None,
     sse_heartbeat_s: float = DEFAULT_HEARTBEAT_S,
     overrides: Mapping[str, Any] | None = None,
-) -> AsyncIterator[tuple[AppState, Path]]:
+) -> AsyncIterator[tuple[Runtime, Path]]:
     """Yield `(state, socket_path)` while the app serves on `socket_path`.
 
     Without `backend`, the configured one (`overrides`, e.g.
@@ -60,7 +61,7 @@ async def open_app(
     async with contextlib.AsyncExitStack() as stack:
         if backend is None:
             backend = await stack.enter_async_context(
-                provider.open_backend(config, lambda: config.apps)
+                provider.open_backend(config, BackendContext())
             )
         async with _serve(
             config, backend, provider.offered_images, socket_path, sse_heartbeat_s
@@ -76,14 +77,15 @@ async def _serve(
     offered_images: Callable[[Config], tuple[str, ...] | None],
     socket_path: Path,
     sse_heartbeat_s: float,
-) -> AsyncIterator[AppState]:
+) -> AsyncIterator[Runtime]:
     sessions = SessionManager(
         backend,
         max_sessions=config.runner.max_sessions,
         exit_ttl_s=config.runner.exit_ttl_s,
         replay_buffer_bytes=config.runner.replay_buffer_bytes,
+        apps=config.apps,
     )
-    state = AppState(config, backend, sessions, "test", trio.Event(), offered_images=offered_images)
+    state = Runtime(config, backend, sessions, "test", trio.Event(), offered_images=offered_images)
     hypercorn = HypercornConfig()
     hypercorn.bind = [f"unix:{socket_path}"]
     hypercorn.accesslog = None

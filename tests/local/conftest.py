@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
+from runnerd.config import LocalConfig, RuntimeConfig
 from runnerd.local import LocalBackend
 from tests.harness import SESSION_PYTHON
 
@@ -51,18 +51,11 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path / "sessions"
 
 
-@pytest.fixture
-def catalog() -> dict[str, AppEntry]:
-    return {"hello": AppEntry(name="hello", image="hello-app", env={"SECRET": "s3cret"})}
-
-
 # Every backend test runs under both containments: the PID namespace (this
 # machine allows it) and the process-group fallback, forced by config.
 @pytest.fixture(params=["auto", "process-group"])
-def backend(
-    workdir: Path, catalog: dict[str, AppEntry], request: pytest.FixtureRequest
-) -> LocalBackend:
+def backend(workdir: Path, request: pytest.FixtureRequest) -> LocalBackend:
     local = LocalConfig(
         workdir=workdir, stop_grace_s=0.5, runtimes=runtimes(), containment=request.param
     )
-    return LocalBackend(local, apps=lambda: catalog)
+    return LocalBackend(local)

@@ -122,9 +122,7 @@ async def test_a_stop_sends_one_sigterm_however_the_session_unwinds(
 
 
 async def test_stop_of_cooperative_program_does_not_wait_for_grace(workdir: Path) -> None:
-    patient = LocalBackend(
-        LocalConfig(workdir=workdir, stop_grace_s=30, runtimes=runtimes()), apps=dict
-    )
+    patient = LocalBackend(LocalConfig(workdir=workdir, stop_grace_s=30, runtimes=runtimes()))
     sink = RecordingSink()
     spec = bundle_spec("sh", "echo up\nexec sleep 1000\n")
     with trio.fail_after(10):

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from runnerd.backend import Exited, ImageSpec, StartError
-from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
+from runnerd.config import LocalConfig, RuntimeConfig
 from runnerd.local import LocalBackend
 
 from .conftest import runtimes
@@ -59,7 +59,7 @@ async def test_exec_failure_is_a_boot_error_and_leaves_no_session_dir(
         workdir=workdir,
         runtimes={"bad": RuntimeConfig(name="bad", command=(str(garbage), "{entry}"))},
     )
-    error = await start_failure(LocalBackend(local, apps=dict), bundle_spec("bad", "x"))
+    error = await start_failure(LocalBackend(local), bundle_spec("bad", "x"))
     assert error.stage == "boot"
     assert "could not execute" in error.message
     assert entries(workdir) == []
@@ -69,7 +69,7 @@ async def test_unwritable_workdir_is_a_start_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     local = LocalConfig(workdir=blocker / "sessions", runtimes=runtimes())
-    error = await start_failure(LocalBackend(local, apps=dict), bundle_spec("sh", "true"))
+    error = await start_failure(LocalBackend(local), bundle_spec("sh", "true"))
     assert error.stage == "provision"
     assert "cannot create the session directory" in error.message
     assert str(tmp_path) not in error.message  # no host paths to the client
@@ -109,17 +109,11 @@ async def test_app_session_runs_its_runtime_without_a_bundle(
 
 
 async def test_app_on_a_runtime_that_needs_an_entry_is_a_start_error(
-    backend: LocalBackend, catalog: dict[str, AppEntry]
+    backend: LocalBackend,
 ) -> None:
-    catalog["scripted"] = AppEntry(name="scripted", image="sh")
     error = await start_failure(backend, app_spec("scripted", "sh"))
     assert error.stage == "provision"
     assert "runtime 'sh' runs a bundle entry" in error.message
-
-
-async def test_app_withdrawn_from_the_catalog_does_not_start(backend: LocalBackend) -> None:
-    error = await start_failure(backend, app_spec("gone", "hello-app"))
-    assert "app 'gone' is no longer offered" in error.message
 
 
 async def test_probe_ready_when_runtime_and_executable_exist(backend: LocalBackend) -> None:
@@ -162,7 +156,7 @@ async def test_an_init_interpreter_out_of_the_session_uids_reach_is_named(
     python = tmp_path / "python3"
     python.symlink_to("/usr/bin/python3")
     local = LocalConfig(workdir=workdir, runtimes=runtimes(), init_python=str(python))
-    backend = LocalBackend(local, apps=dict)
+    backend = LocalBackend(local)
     assert backend.init_problem is not None and str(python) in backend.init_problem
     error = await start_failure(backend, bundle_spec("sh", "true"))
     assert error.stage == "boot"

@@ -39,7 +39,7 @@ def make_backend(workdir: Path, containment: str = "auto") -> LocalBackend:
         runtimes=runtimes(),
         containment=containment,  # type: ignore[arg-type]
     )
-    return LocalBackend(local, apps=dict)
+    return LocalBackend(local)
 
 
 def test_this_host_allows_pid_namespaces() -> None:

@@ -66,7 +66,7 @@ def test_a_root_daemon_warns_for_each_runtime_its_sessions_cannot_run(
         "hidden": RuntimeConfig(name="hidden", command=(str(program), "{entry}")),
     }
     caplog.set_level(logging.WARNING, logger="runnerd.local")
-    LocalBackend(LocalConfig(workdir=tmp_path / "w", runtimes=local_runtimes), apps=dict)
+    LocalBackend(LocalConfig(workdir=tmp_path / "w", runtimes=local_runtimes))
     warnings = [r.getMessage() for r in caplog.records if "runtimes.hidden" in r.getMessage()]
     assert warnings == [
         f"local.runtimes.hidden.command: {program} is in the host's tmp, which sessions do"
@@ -86,7 +86,7 @@ async def test_a_root_daemon_probes_a_runtime_its_sessions_cannot_run_as_unavail
         **runtimes(),
         "hidden": RuntimeConfig(name="hidden", command=(str(program), "{entry}")),
     }
-    backend = LocalBackend(LocalConfig(workdir=tmp_path / "w", runtimes=local_runtimes), apps=dict)
+    backend = LocalBackend(LocalConfig(workdir=tmp_path / "w", runtimes=local_runtimes))
     report = await backend.probe(ImageSpec("hidden", "missing"))
     assert report == {
         "status": "unavailable",

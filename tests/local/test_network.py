@@ -70,9 +70,7 @@ async def test_the_workload_never_holds_the_daemons_way_into_its_namespace(
     from runnerd.config import LocalConfig
     from runnerd.local import LocalBackend
 
-    backend = LocalBackend(
-        LocalConfig(workdir=workdir, stop_grace_s=0.5, runtimes=runtimes()), apps=dict
-    )
+    backend = LocalBackend(LocalConfig(workdir=workdir, stop_grace_s=0.5, runtimes=runtimes()))
     script = """
     import os
     for fd in sorted(int(n) for n in os.listdir("/proc/self/fd")):
@@ -104,9 +102,7 @@ async def test_a_session_starts_when_the_daemon_holds_more_than_1024_fds(workdir
         pytest.skip(f"the hard open-files limit is {hard}")
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
     # Built first, as the daemon builds it at start-up, with few fds open.
-    backend = LocalBackend(
-        LocalConfig(workdir=workdir, stop_grace_s=0.5, runtimes=runtimes()), apps=dict
-    )
+    backend = LocalBackend(LocalConfig(workdir=workdir, stop_grace_s=0.5, runtimes=runtimes()))
     held = [os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) for _ in range(1100)]
     try:
         sink = RecordingSink()

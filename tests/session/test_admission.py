@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import runnerd.local
-from runnerd.backend import BundleSpec, ImageSpec, Limits, RunSpec
+from runnerd.backend import BundleSpec, ImageSpec, Limits, RunSpec, StartError
 from runnerd.config import Config, parse_config
 from runnerd.contract import (
     BundleFile,
@@ -21,7 +21,7 @@ from runnerd.contract import (
     parse_body,
 )
 from runnerd.session import admission
-from runnerd.session.admission import AdmissionError, admit_app, new_session_id
+from runnerd.session.admission import AdmissionError, Catalog, admit_app, new_session_id
 
 SID = "abcdefgh2345"
 TERMS_VERSION = "v1"
@@ -443,3 +443,34 @@ def test_admission_accepts_exactly_the_env_names_config_and_backend_accept(name:
         configurable = False
     assert admitted == runnable == configurable
     assert admitted == (name in ("A", "_x1", "PATH"))
+
+
+def _app_run_spec(app: str | None) -> RunSpec:
+    limits = Limits(cpu="1", memory="1Gi", ephemeral_storage="1Gi", ttl_s=60)
+    return RunSpec.create(
+        session_id=new_session_id(),
+        image=ImageSpec("hello", "missing"),
+        env={},
+        limits=limits,
+        app=app,
+    )
+
+
+def test_admission_catalog_recheck_refuses_an_app_withdrawn_since_admission() -> None:
+    catalog = Catalog(["hello"])
+    catalog.recheck(_app_run_spec("hello"))
+    catalog.recheck(_app_run_spec(None))  # a bundle session names no app
+    catalog.offer(["other"])
+    with pytest.raises(StartError) as refused:
+        catalog.recheck(_app_run_spec("hello"))
+    assert (refused.value.stage, refused.value.message) == (
+        "provision",
+        "app 'hello' is no longer offered by this runner",
+    )
+
+
+def test_admission_catalog_recheck_never_refuses_an_adopted_workload() -> None:
+    # It exists already (a previous daemon started it): refusing it would
+    # leave it running with nobody supervising it.
+    adopted = RunSpec(_app_run_spec("hello").identity, None)
+    Catalog([]).recheck(adopted)

@@ -51,7 +51,7 @@ def local(tmp_path: Path) -> LocalBackend:
     """The real local backend with an `sh` runtime, on a temp workdir."""
     runtimes = {"sh": RuntimeConfig(name="sh", command=("/bin/sh", "{entry}"))}
     config = LocalConfig(workdir=tmp_path / "sessions", stop_grace_s=0.5, runtimes=runtimes)
-    return LocalBackend(config, apps=dict)
+    return LocalBackend(config)
 
 
 def build_spec(script: str = "exit 0", *, image: str = "sh", ttl_s: float = 60.0) -> RunSpec:

@@ -10,7 +10,11 @@ Events and statuses are plain JSON-ready dicts typed with `TypedDict`, so the
 registry can size them by their JSON length and the SSE writer can dump them
 as they are.
 
+The package's `json_checks` holds the two checks before the schema (depth
+and text); this module, the package, is the types and `parse_body`.
+
 No IO here, and nothing that imports trio, httpx or quart.
+May import: `errors` only.
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict, TypeVar, get
 import msgspec
 from msgspec import Meta, Struct
 
+from runnerd.contract.json_checks import MAX_JSON_DEPTH as MAX_JSON_DEPTH
+from runnerd.contract.json_checks import JsonCheckError, check_tree
 from runnerd.errors import RunnerdError
-from runnerd.json_checks import MAX_JSON_DEPTH as MAX_JSON_DEPTH
-from runnerd.json_checks import JsonCheckError, check_tree
 
 ACCEPTED_TERMS_HEADER = "x-telo-accepted-terms"
 # A runnerd extension on the start POSTs: `COLSxROWS`, the client's terminal
