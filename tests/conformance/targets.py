@@ -38,7 +38,7 @@ from typing import Any
 
 import trio
 
-from runnerd.backend import BundleSpec, ImageSpec, Limits, RunSpec
+from runnerd.backend import BackendContext, BundleSpec, ImageSpec, Limits, RunSpec
 from runnerd.backends import provider_for
 from runnerd.config import Config, parse_config
 from runnerd.local import LocalBackend
@@ -141,7 +141,7 @@ async def open_local_target(tmp_path: Path) -> AsyncIterator[Target]:
     @asynccontextmanager
     async def open_backend() -> AsyncIterator[ObservedBackend]:
         workdir.mkdir(mode=0o700, exist_ok=True)  # what the provider's workdir claim does
-        backend = LocalBackend(config.local, apps=lambda: config.apps)
+        backend = LocalBackend(config.local)
         async with trio.open_nursery() as nursery:
             await nursery.start(backend.trash.run)
             try:
@@ -183,7 +183,7 @@ async def open_kube_target(tmp_path: Path) -> AsyncIterator[Target]:
 
         @asynccontextmanager
         async def open_backend() -> AsyncIterator[ObservedBackend]:
-            async with provider.open_backend(config, lambda: config.apps) as backend:
+            async with provider.open_backend(config, BackendContext()) as backend:
                 yield ObservedBackend(backend)
 
         yield Target(
