@@ -66,6 +66,8 @@ PURE = (
     "runnerd.kube.podspec",
     "runnerd.kube.bundle",
     "runnerd.kube.kubeconfig",
+    "runnerd.kube.ledger",
+    "runnerd.kube.podphase",
 )
 IO_LIBRARIES = ("trio", "httpx", "quart", "quart_trio", "hypercorn")
 
