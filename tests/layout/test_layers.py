@@ -68,6 +68,7 @@ PURE = (
     "runnerd.kube.kubeconfig",
     "runnerd.kube.ledger",
     "runnerd.kube.podphase",
+    "runnerd.kube.policy",
 )
 IO_LIBRARIES = ("trio", "httpx", "quart", "quart_trio", "hypercorn")
 
