@@ -69,7 +69,8 @@ How `backend.KubeBackend` and `provider` put them together:
   has abandoned (`take_landed`), and at exit `ledger.undeleted(seen)` goes
   to `giveup.save` for the next process.
 - After a restart (`on_restart = "adopt"`): `recovery.left_pods(informer.pods(),
-  ledger.live, ledger.stopped_before)` reads each left pod back (`read_left_pod`: identity and status, or
-  unreadable), `recovery.recover_pods` deletes the ended and unreadable ones
-  and returns the `Recovered` to adopt; `run()` with no creation re-attaches.
+  ledger.live, ledger.stopped_before)` reads each left pod back
+  (`read_left_pod`: identity and status, or unreadable),
+  `recovery.recover_pods` deletes the ended and unreadable ones and returns
+  the `Recovered` to adopt; `run()` with no creation re-attaches.
 """
