@@ -52,7 +52,7 @@ async def delete_for_stop(client: KubeClient, name: str) -> None:
     except errors.KubeError as exc:
         cause = exc.__cause__ or exc
         log.warning("could not delete pod %s: %r", name, cause, extra={"pod": name})
-        raise StopRefused(exc.client_message) from exc
+        raise StopRefused(str(exc)) from exc
 
 
 async def tear_down(
