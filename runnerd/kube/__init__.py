@@ -1,22 +1,28 @@
 """The Kubernetes backend's parts below the backend seam (sessions as pods).
 
-Pure: `settings`, `errors`, `podstatus`, `podspec`, `bundle`, `kubeconfig`.
+Pure: `settings`, `errors`, `podstatus`, `podspec`, `bundle`, `kubeconfig`,
+`policy` (the client's retry classes, backoff, timeouts), `ledger` (what is
+known about the session pods across runs: live, stopping, abandoned, stopped
+by the previous process, given up on), `podphase` (one pod run's phases,
+their transition table, its teardown plan).
 IO at the edge: `credentials`, `client` (httpx; `open_kube_client(...,
 transport=...)` is the test seam: an `httpx.MockTransport` in place of the
-network, so the client's policy is tested without a cluster), `informer` (the
-one shared pod watch: a `Reflector` over a `ListerWatcher` protocol, so it too
-is tested on a fake), `podcache` (the informer's store and fan-out, with the
-consumers' consistency contract), `attach` (the PTY bridge over
-trio-websocket), `terminal` (the attach
-kept up, the log spliced and backfilled), `podstop` (a pod's delete, the
-stop's and the teardown's). No httpx name escapes
-this package: every apiserver answer that is not 2xx becomes an
+network, so the client's policy is tested without a cluster), `exchange`
+(the client's one retry loop), `informer` (the one shared pod watch: a
+`Reflector` over a `ListerWatcher` protocol, so it too is tested on a fake),
+`podcache` (the informer's store and fan-out, with the consumers'
+consistency contract), `attach` (the PTY bridge over trio-websocket),
+`terminal` (the attach kept up, the log spliced and backfilled), `podstop`
+(a pod's delete, the stop's and the teardown's), `podrun` (one session's pod
+from create or adoption to teardown: `PodRun`). No httpx name escapes this
+package: every apiserver answer that is not 2xx becomes an
 `errors.KubeError` whose `str()` is client-safe.
 
 What the core asks of a backend package (`runnerd.backends.Provider`) is
 `provider`'s; `runnerd.backends.BUILT` names that module rather than this
 package, so importing a pure part (`settings`, `podstatus`) never pulls in
-trio or httpx. `backend` is `KubeBackend`, the parts put together.
+trio or httpx. `backend` is `KubeBackend`, the parts put together: one
+`podrun.PodRun` per `run()`, one `ledger.PodLedger` per process.
 
 May import: `contract`, `errors`, `backend`, `config`, `workload`. Never
 `session`, `http`, `daemon`, `cli` or another backend.
@@ -52,13 +58,19 @@ How `backend.KubeBackend` and `provider` put them together:
   classified `KubeError`. `kube.read_log(...)` has what was written earlier.
 - `POST /v1/probe`: `await probe.probe_cluster(kube)` (ready, or unavailable
   with a remediation line; bounded).
-- Teardown (`podstop.PodStops`): a user stop first awaits `Started.stop`,
+- Teardown (`podstop`, planned by `podphase.plan_teardown`): a user stop
+  first awaits `Started.stop` (`PodRun.stop`: `podstop.delete_for_stop`),
   the pod's `await kube.delete_pod(name, operation=…, grace_period_s=…)`
   (idempotent: False when already gone); a refusal raises `StopRefused` and
-  the session runs on. Then the run is cancelled and only waits for the pod
-  to be gone; every other end deletes it then; none on a detach (SIGUSR2).
+  the session runs on; accepted, `ledger.stop_accepted(name)`. Then the run
+  is cancelled and only waits for the pod to be gone; every other end
+  deletes it then (`podstop.tear_down`, the result to `ledger.torn_down`);
+  none on a detach (SIGUSR2). The provider's sweep deletes what the ledger
+  has abandoned (`take_landed`), and at exit `ledger.undeleted(seen)` goes
+  to `giveup.save` for the next process.
 - After a restart (`on_restart = "adopt"`): `recovery.left_pods(informer.pods(),
-  ours)` reads each left pod back (`read_left_pod`: identity and status, or
-  unreadable), `recovery.recover_pods` deletes the ended and unreadable ones
-  and returns the `Recovered` to adopt; `run()` with no creation re-attaches.
+  ledger.live, ledger.stopped_before)` reads each left pod back
+  (`read_left_pod`: identity and status, or unreadable),
+  `recovery.recover_pods` deletes the ended and unreadable ones and returns
+  the `Recovered` to adopt; `run()` with no creation re-attaches.
 """

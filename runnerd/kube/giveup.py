@@ -3,8 +3,8 @@
 Owns one file in `runner.state_dir` (`FILE`: a JSON list of pod names).
 A SIGTERM stops every session, and a stopped session's pod is deleted; with
 the apiserver silent, refusing or failing, that delete is given up on
-(`KubeBackend.abandoned`) and the pod outlives the process. Without this
-file the next runnerd (`on_restart = "adopt"`) cannot tell such a pod from
+(abandoned in `runnerd.kube.ledger`) and the pod outlives the process.
+Without this file the next runnerd (`on_restart = "adopt"`) cannot tell such a pod from
 one a crash or a detach left, and would bring a session its clients saw
 `stopped` back as `running`. With it, the successor deletes those pods
 instead of adopting them.

@@ -39,8 +39,9 @@ from typing import Any, Protocol
 import trio
 
 import runnerd.kube.errors as errors
-from runnerd.kube.client import KubeClient, Policy, backoff_s
+from runnerd.kube.client import KubeClient
 from runnerd.kube.podcache import GONE, Pod, PodCache, PodState, PodSubscription, resource_version
+from runnerd.kube.policy import Policy, backoff_s
 from runnerd.metrics import Metrics
 
 __all__ = [

@@ -25,12 +25,15 @@ import runnerd.kube.errors as errors
 import runnerd.kube.giveup as giveup
 from runnerd.backend import BackendContext
 from runnerd.config import Config, ConfigError, parse_listen
-from runnerd.kube.backend import CREATE_GRACE_S, KubeBackend
+from runnerd.kube.backend import KubeBackend
 from runnerd.kube.bundle import BundleTokens
 from runnerd.kube.bundlehttp import bind_bundle_listener, serve_bundles
 from runnerd.kube.client import open_kube_client
 from runnerd.kube.informer import PodInformer
 from runnerd.kube.kubeconfig import KubeconfigError, load_connection
+from runnerd.kube.ledger import PodLedger
+from runnerd.kube.podcache import pod_name
+from runnerd.kube.podrun import CREATE_GRACE_S
 from runnerd.kube.podspec import managed_by_selector
 from runnerd.kube.podstop import STOP_WAIT_S
 from runnerd.kube.recovery import delete_stale
@@ -132,8 +135,8 @@ async def _open_backend(config: Config, metrics: Metrics) -> AsyncIterator[KubeB
         ):
             informer = PodInformer(client, managed_by_selector(settings))
             tokens = BundleTokens()
-            backend = KubeBackend(settings, client, informer, tokens)
-            await _load_undeleted(backend, config.runner.state_dir)
+            ledger = await _load_ledger(config.runner.state_dir)
+            backend = KubeBackend(settings, client, informer, tokens, ledger=ledger)
             await nursery.start(informer.run)
             nursery.start_soon(serve_bundles, listener, tokens)
             nursery.start_soon(_sweep_tokens, tokens)
@@ -149,7 +152,8 @@ async def _open_backend(config: Config, metrics: Metrics) -> AsyncIterator[KubeB
             try:
                 yield backend
             finally:
-                giveup.save(config.runner.state_dir, _undeleted(backend, informer))
+                seen = {pod_name(p) for p in informer.pods()} if informer.synced else None
+                giveup.save(config.runner.state_dir, ledger.undeleted(seen))
             nursery.cancel_scope.cancel()
     except errors.NoCredentials as exc:
         raise ConfigError("kubernetes.kubeconfig", str(exc)) from exc
@@ -158,23 +162,12 @@ async def _open_backend(config: Config, metrics: Metrics) -> AsyncIterator[KubeB
             await listener.aclose()
 
 
-async def _load_undeleted(backend: KubeBackend, state_dir: Path) -> None:
-    """The pods the previous process stopped but could not delete: never
-    adopted, and deleted by the sweep (or by recovery) once seen."""
-    backend.stopped_before = await trio.to_thread.run_sync(giveup.load, state_dir)
-    now = trio.current_time()
-    for name in backend.stopped_before:
-        backend.abandoned.setdefault(name, now)
-
-
-def _undeleted(backend: KubeBackend, informer: PodInformer) -> set[str]:
-    """At exit: the pods given up on that may still exist (not a detach's:
-    those stay `live`, for the successor to adopt). The previous process's
-    are kept unless the cluster was listed and they were not in it."""
-    if not informer.synced:
-        return set(backend.abandoned) | backend.stopped_before
-    seen = {str(p["metadata"]["name"]) for p in informer.pods()}
-    return set(backend.abandoned) | (backend.stopped_before & seen)
+async def _load_ledger(state_dir: Path) -> PodLedger:
+    """The ledger, with the pods the previous process stopped but could not
+    delete (`giveup`): never adopted, and deleted by the sweep (or by
+    recovery) once seen."""
+    stopped_before = await trio.to_thread.run_sync(giveup.load, state_dir)
+    return PodLedger(stopped_before, now=trio.current_time())
 
 
 async def _sweep_tokens(tokens: BundleTokens) -> None:
@@ -187,11 +180,7 @@ async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
     """`on_restart = "reap"`: delete the pods a previous process left, once
     the informer has listed them; this process's own pods are spared."""
     await informer.wait_synced()
-    left = [
-        str(p["metadata"]["name"])
-        for p in informer.pods()
-        if str(p["metadata"]["name"]) not in backend.live
-    ]
+    left = [pod_name(p) for p in informer.pods() if not backend.ledger.is_live(pod_name(p))]
     for name in left:
         await delete_stale(backend.client, name, "a pod left by a previous run")
     if left:
@@ -200,11 +189,12 @@ async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
 
 async def _sweep_abandoned(backend: KubeBackend, informer: PodInformer) -> None:
     """For the daemon's life (whatever `on_restart`), delete the pods given
-    up on (`KubeBackend.abandoned`: creates abandoned at a stop, deletes that
+    up on (the ledger's abandoned: creates abandoned at a stop, deletes that
     failed) once the informer sees them; a delete that fails is tried again."""
+    ledger = backend.ledger
     while True:
         await trio.sleep(ABANDONED_SWEEP_S)
-        names = {str(p["metadata"]["name"]) for p in informer.pods()}
-        for name in backend.take_landed(names, trio.current_time()):
+        names = {pod_name(p) for p in informer.pods()}
+        for name in ledger.take_landed(names, trio.current_time()):
             if await delete_stale(backend.client, name, "a pod given up on; retried"):
-                backend.abandoned.pop(name, None)
+                ledger.swept(name)

@@ -145,7 +145,7 @@ STOPPED = "its session was stopped by the previous run, which could not delete i
 
 
 def left_pods(
-    pods: Iterable[Mapping[str, Any]], ours: set[str], stopped: Collection[str] = ()
+    pods: Iterable[Mapping[str, Any]], ours: Collection[str], stopped: Collection[str] = ()
 ) -> list[LeftPod]:
     """Every pod not in `ours` (this process's own) and not being deleted;
     those in `stopped` (the previous run stopped their sessions) to delete."""

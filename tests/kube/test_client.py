@@ -17,11 +17,12 @@ import trio.testing
 from runnerd.backend import BundleSpec, Exited, ImageSpec, Limits, RunSpec
 from runnerd.kube import errors
 from runnerd.kube.bundle import BundleTokens, build_bundle_archive
-from runnerd.kube.client import kube_verb, open_kube_client
+from runnerd.kube.client import open_kube_client
 from runnerd.kube.credentials import Credentials
 from runnerd.kube.kubeconfig import load_connection
 from runnerd.kube.podspec import build_session_pod, is_ours, managed_by_selector, pod_name
 from runnerd.kube.podstatus import terminal_outcome
+from runnerd.kube.policy import kube_verb
 from runnerd.kube.settings import KubeSettings
 from tests.kube.helpers import FAST, open_client, serve_bundles
 from tests.kubesim.conftest import build_client
@@ -171,7 +172,7 @@ async def test_apiserver_down_for_3s_bounded_reconnects_then_recovery(
     apiserver: KubeSim, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     policy = replace(FAST, backoff_base_s=0.1, backoff_cap_s=1.0, deadline_s=20.0)
-    caplog.set_level(logging.DEBUG, logger="runnerd.kube.client")
+    caplog.set_level(logging.DEBUG, logger="runnerd.kube.exchange")
     async with open_client(apiserver, tmp_path, policy) as client, trio.open_nursery() as n:
         await client.list_pods(label_selector="a=b", operation="list")
         n.start_soon(apiserver.faults.restart, 3.0)

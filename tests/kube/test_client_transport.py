@@ -24,8 +24,9 @@ import trio.testing
 from prometheus_client.parser import text_string_to_metric_families
 
 from runnerd.kube import errors
-from runnerd.kube.client import BACKSTOP_S, KubeClient, Policy, open_kube_client
+from runnerd.kube.client import KubeClient, Policy, open_kube_client
 from runnerd.kube.credentials import Credentials
+from runnerd.kube.exchange import BACKSTOP_S
 from runnerd.kube.kubeconfig import Connection
 from runnerd.metrics import Metrics, PrometheusMetrics
 
@@ -257,6 +258,32 @@ async def test_a_silent_server_cannot_hold_a_call_past_the_deadline(
             await client.get_pod("p1", operation="read")
     assert trio.current_time() - started <= POLICY.deadline_s + BACKSTOP_S + 1e-6
     assert len(server.seen) == 1
+
+
+async def test_a_call_whose_deadline_is_spent_makes_no_further_attempt(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A 401 is retried at once, without a pause: one answered just past the
+    # deadline (within the backstop) left a retry with negative timeouts,
+    # which httpcore refuses with a ValueError (as a backoff that oversleeps
+    # on a loaded machine did: tests/kube/test_client.py met it).
+    async def late_401() -> httpx.Response:
+        await trio.sleep(POLICY.deadline_s + BACKSTOP_S / 2)
+        return status(401, "Unauthorized")
+
+    timeouts: list[float] = []
+
+    def record(request: httpx.Request) -> None:
+        timeouts.extend(v for v in request.extensions["timeout"].values() if v is not None)
+
+    server = Apiserver([late_401], on_request=record)
+    async with open_mock_client(server) as client:
+        with trio.fail_after(600), pytest.raises(errors.Unreachable) as caught:
+            await client.get_pod("p1", operation="could not read the pod")
+    assert server.calls() == [f"GET {PODS}/p1"]
+    assert min(timeouts) > 0
+    assert str(caught.value) == "could not read the pod: the Kubernetes API could not be reached"
+    assert isinstance(caught.value.__cause__, errors.Unauthorized)
 
 
 # -- 401: the credentials re-read once --------------------------------------------

@@ -73,6 +73,9 @@ PURE = (
     "runnerd.kube.podspec",
     "runnerd.kube.bundle",
     "runnerd.kube.kubeconfig",
+    "runnerd.kube.ledger",
+    "runnerd.kube.podphase",
+    "runnerd.kube.policy",
 )
 IO_LIBRARIES = ("trio", "httpx", "quart", "quart_trio", "hypercorn")
 
