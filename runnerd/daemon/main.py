@@ -39,7 +39,7 @@ import trio
 
 from runnerd import __version__
 from runnerd.backend import Backend, EndIntent
-from runnerd.backends import Provider, provider_for
+from runnerd.backends import Configured, provider_for
 from runnerd.config import AppEntry, Config
 from runnerd.config.server import server_warnings
 from runnerd.daemon.adoption import open_state_dir
@@ -199,7 +199,7 @@ def _bind_metrics_listeners(config: Config) -> list[Listener]:
 def build_state(
     config: Config,
     backend: Backend,
-    provider: Provider,
+    provider: Configured,
     metrics: Metrics = NULL_METRICS,
     files: StateDir | None = None,
 ) -> AppState:

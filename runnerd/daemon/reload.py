@@ -18,8 +18,8 @@ from dataclasses import replace
 
 import trio
 
-from runnerd.backends import check_config, provider_for
-from runnerd.config import Config, ConfigError, ServerConfig, load_config
+from runnerd.backends import check_config, load_config, provider_for
+from runnerd.config import Config, ConfigError, ServerConfig
 from runnerd.config.server import server_warnings
 from runnerd.daemon.logs import set_log_level
 from runnerd.daemon.systemd import sd_notify

@@ -46,7 +46,7 @@ from runnerd.backend import (
     Started,
     StartError,
 )
-from runnerd.config import AppEntry, KubeSettings
+from runnerd.config import AppEntry
 from runnerd.contract import AvailabilityReport
 from runnerd.kube.bundle import BundleArchiveError, BundleTokens, build_bundle_archive
 from runnerd.kube.client import KubeClient
@@ -57,6 +57,7 @@ from runnerd.kube.podstatus import Progress, StartFailed, StartWatch, terminal_o
 from runnerd.kube.podstop import STOP_LOG_READ_S, PodStops
 from runnerd.kube.probe import probe_cluster
 from runnerd.kube.recovery import left_pods, recover_pods
+from runnerd.kube.settings import KubeSettings
 from runnerd.kube.terminal import Relay, Splice, keep_attached, notice, read_log
 from runnerd.workload.debug_relay import relay_debug_stream
 from runnerd.workload.reachability import watch_reachability

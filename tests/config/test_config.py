@@ -10,19 +10,16 @@ from typing import Any
 
 import pytest
 
-import runnerd.local
-from runnerd.backends import check_config
+from runnerd.backends import check_config, load_config, parse_config
+from runnerd.backends import render_config as render_config
 from runnerd.config import (
     DEFAULT_APP_LIMITS,
     DEFAULT_SESSION_LIMITS,
     Config,
     ConfigError,
     ListenAddress,
-    load_config,
-    parse_config,
     parse_listen,
 )
-from runnerd.config import render_config as render_with
 
 BASE = Path("/etc/runnerd")
 REPO = Path(__file__).resolve().parents[2]
@@ -56,10 +53,6 @@ def minimal(**sections: Any) -> dict[str, Any]:
 def parse(data: dict[str, Any], read_text: Any = no_files) -> Config:
     """Parsed, then checked by the configured backend, as the daemon loads it."""
     return check_config(parse_config(copy.deepcopy(data), base_dir=BASE, read_text=read_text))
-
-
-def render_config(config: Config) -> str:
-    return render_with(config, runnerd.local.offered_images(config))
 
 
 def error_of(data: dict[str, Any], read_text: Any = no_files) -> str:
@@ -96,9 +89,9 @@ def test_config_defaults_are_the_documented_ones() -> None:
     assert config.app_limits.memory == "512Mi" and config.app_limits.ttl_s == 21600
     assert config.terms is None
     assert dict(config.apps) == {}
-    assert config.local.workdir == Path("/var/lib/runnerd/sessions")
+    assert config.settings.workdir == Path("/var/lib/runnerd/sessions")
     assert config.runner.state_dir == Path("/var/lib/runnerd/state")
-    assert config.local.stop_grace_s == 2.0
+    assert config.settings.stop_grace_s == 2.0
 
 
 def test_config_empty_file_on_local_backend_says_what_to_write() -> None:
@@ -453,7 +446,7 @@ def test_config_relative_paths_resolve_against_the_config_directory() -> None:
         "unix:/etc/run/b.sock",
         "unix:/abs/c.sock",
     )
-    assert config.local.workdir == Path("/etc/state/sessions")
+    assert config.settings.workdir == Path("/etc/state/sessions")
     assert config.runner.state_dir == Path("/etc/state/adopt")
     assert read == [Path("/etc/runnerd/terms.md")]
 
@@ -518,11 +511,11 @@ def test_config_quantities_accept_numbers_and_keep_the_operator_spelling() -> No
 
 
 def test_config_stop_grace_zero_is_allowed() -> None:
-    assert parse(minimal(local={"stop_grace_seconds": 0})).local.stop_grace_s == 0
+    assert parse(minimal(local={"stop_grace_seconds": 0})).settings.stop_grace_s == 0
 
 
 def test_config_stop_grace_is_capped_so_sigterm_ends_within_10_s() -> None:
-    assert parse(minimal(local={"stop_grace_seconds": 5})).local.stop_grace_s == 5
+    assert parse(minimal(local={"stop_grace_seconds": 5})).settings.stop_grace_s == 5
     assert error_of(minimal(local={"stop_grace_seconds": 5.5})) == (
         "local.stop_grace_seconds: must be at most 5 seconds (SIGTERM must stop runnerd"
         " within 10 s), got 5.5"
@@ -530,7 +523,7 @@ def test_config_stop_grace_is_capped_so_sigterm_ends_within_10_s() -> None:
 
 
 def test_config_session_uids_and_init_python() -> None:
-    local = parse(minimal()).local
+    local = parse(minimal()).settings
     assert (local.session_uid_base, local.session_uid_count) == (0x70000000, 65536)
     assert local.init_python is None
     chosen = parse(
@@ -541,7 +534,7 @@ def test_config_session_uids_and_init_python() -> None:
                 "init_python": "/usr/bin/python3",
             }
         )
-    ).local
+    ).settings
     assert (chosen.session_uid_base, chosen.session_uid_count) == (200000, 10)
     assert chosen.init_python == "/usr/bin/python3"
     assert error_of(minimal(local={"session_uid_base": 0})) == (
@@ -569,7 +562,7 @@ def test_config_runtime_inspect_args_and_names_that_need_quoting() -> None:
     config = parse(
         {"runner": {"default_image": "telorun/node:latest-slim"}, "local": {"runtimes": runtimes}}
     )
-    rt = config.local.runtimes["telorun/node:latest-slim"]
+    rt = config.settings.runtimes["telorun/node:latest-slim"]
     assert rt.command == ("telo", "run", "{entry}")
     assert rt.inspect_args == ("--inspect", "127.0.0.1:{inspect_port}")
 
@@ -669,7 +662,7 @@ def test_load_config_reads_drop_ins_in_sorted_order(tmp_path: Path) -> None:
     assert list(config.apps) == ["main", "ant", "bee"]
     assert dict(config.apps["ant"].env) == {"K": "v"}
     assert config.source == main
-    assert config.local.workdir == tmp_path / "sessions"
+    assert config.settings.workdir == tmp_path / "sessions"
 
 
 def test_load_config_without_drop_in_dir(tmp_path: Path) -> None:
@@ -751,10 +744,10 @@ def test_load_config_unreadable_terms_file_is_an_error(tmp_path: Path) -> None:
 def test_load_config_shipped_dev_config(tmp_path: Path) -> None:
     config = load_config(REPO / "config/dev.toml")
     assert config.server.listen == (f"unix:{REPO / 'run/runnerd.sock'}", "tcp:127.0.0.1:8062")
-    assert config.local.workdir == REPO / "run/sessions"
+    assert config.settings.workdir == REPO / "run/sessions"
     assert config.runner.backend == "local" and config.runner.default_image == "sh"
-    assert config.local.runtimes["sh"].command == ("/bin/sh", "{entry}")
-    assert config.local.runtimes["python"].command == ("python3", "-u", "{entry}")
+    assert config.settings.runtimes["sh"].command == ("/bin/sh", "{entry}")
+    assert config.settings.runtimes["python"].command == ("python3", "-u", "{entry}")
     assert config.apps["hello"].image == "hello"
     # The dev TCP port is loopback, for the Telo editor's local origins only.
     assert "tcp:127.0.0.1:8062" in config.server.listen
@@ -809,7 +802,7 @@ def test_render_config_parses_back_to_the_same_config() -> None:
     assert render_config(again) == text
     assert again.server == config.server
     assert again.runner == config.runner
-    assert again.local == config.local
+    assert again.settings == config.settings
     assert (again.session_limits, again.app_limits) == (config.session_limits, config.app_limits)
 
 

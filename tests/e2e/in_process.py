@@ -23,8 +23,8 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
 from runnerd.backend import Backend
-from runnerd.backends import provider_for
-from runnerd.config import Config, parse_config
+from runnerd.backends import parse_config, provider_for
+from runnerd.config import Config
 from runnerd.http.app import create_app
 from runnerd.http.events import DEFAULT_HEARTBEAT_S
 from runnerd.http.state import AppState

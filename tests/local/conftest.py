@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
+from runnerd.config import AppEntry
 from runnerd.local import LocalBackend
+from runnerd.local.settings import LocalConfig, RuntimeConfig
 from tests.harness import SESSION_PYTHON
 
 

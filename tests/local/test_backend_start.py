@@ -9,8 +9,9 @@ import pytest
 import trio
 
 from runnerd.backend import Exited, ImageSpec, StartError
-from runnerd.config import AppEntry, LocalConfig, RuntimeConfig
+from runnerd.config import AppEntry
 from runnerd.local import LocalBackend
+from runnerd.local.settings import LocalConfig, RuntimeConfig
 
 from .conftest import runtimes
 from .recording import RecordingSink, start_session
