@@ -510,63 +510,6 @@ def test_config_quantities_accept_numbers_and_keep_the_operator_spelling() -> No
     assert config.app_limits.ephemeral_storage == DEFAULT_APP_LIMITS.ephemeral_storage
 
 
-def test_config_stop_grace_zero_is_allowed() -> None:
-    assert parse(minimal(local={"stop_grace_seconds": 0})).settings.stop_grace_s == 0
-
-
-def test_config_stop_grace_is_capped_so_sigterm_ends_within_10_s() -> None:
-    assert parse(minimal(local={"stop_grace_seconds": 5})).settings.stop_grace_s == 5
-    assert error_of(minimal(local={"stop_grace_seconds": 5.5})) == (
-        "local.stop_grace_seconds: must be at most 5 seconds (SIGTERM must stop runnerd"
-        " within 10 s), got 5.5"
-    )
-
-
-def test_config_session_uids_and_init_python() -> None:
-    local = parse(minimal()).settings
-    assert (local.session_uid_base, local.session_uid_count) == (0x70000000, 65536)
-    assert local.init_python is None
-    chosen = parse(
-        minimal(
-            local={
-                "session_uid_base": 200000,
-                "session_uid_count": 10,
-                "init_python": "/usr/bin/python3",
-            }
-        )
-    ).settings
-    assert (chosen.session_uid_base, chosen.session_uid_count) == (200000, 10)
-    assert chosen.init_python == "/usr/bin/python3"
-    assert error_of(minimal(local={"session_uid_base": 0})) == (
-        "local.session_uid_base: must be a positive integer, got 0"
-    )
-    assert error_of(minimal(local={"session_uid_base": 2**32 - 10})) == (
-        "local.session_uid_count: session_uid_base + session_uid_count - 1 must be at most"
-        f" {2**32 - 2}, got {2**32 - 10 + 65535}"
-    )
-    assert error_of(minimal(local={"session_uid_base": 60000, "session_uid_count": 6000})) == (
-        "local.session_uid_base: the range 60000-65999 holds 65534 (nobody)"
-    )
-    assert error_of(minimal(local={"init_python": "python3"})) == (
-        "local.init_python: must be an absolute path, got 'python3'"
-    )
-
-
-def test_config_runtime_inspect_args_and_names_that_need_quoting() -> None:
-    runtimes = {
-        "telorun/node:latest-slim": {
-            "command": ["telo", "run", "{entry}"],
-            "inspect_args": ["--inspect", "127.0.0.1:{inspect_port}"],
-        }
-    }
-    config = parse(
-        {"runner": {"default_image": "telorun/node:latest-slim"}, "local": {"runtimes": runtimes}}
-    )
-    rt = config.settings.runtimes["telorun/node:latest-slim"]
-    assert rt.command == ("telo", "run", "{entry}")
-    assert rt.inspect_args == ("--inspect", "127.0.0.1:{inspect_port}")
-
-
 def test_config_app_entry_fields_and_catalog_order() -> None:
     apps = {
         "zeta": {"image": "hello"},
@@ -761,6 +704,46 @@ def test_load_config_shipped_production_example() -> None:
     assert config.server.listen == ("unix:/run/runnerd/runnerd.sock",)
     assert config.server.cors_origins == () and config.server.allow_remote is False
     assert config.runner.max_sessions == 32
+
+
+def test_the_shipped_example_renders_its_local_tables_and_marks_kubernetes_unread() -> None:
+    # Changed on purpose: check-config printed the [kubernetes] defaults for a
+    # local config; a backend's table is now read only by its own provider,
+    # imported only when it is the configured one, so the table the example
+    # documents is marked instead of printed (and no longer checked).
+    config = check_config(load_config(REPO / "config/runnerd.toml"))
+    assert config.unread == ("kubernetes",)
+    text = render_config(config)
+    assert "\n[local]\n" in text and "\n[local.runtimes.telo]\n" in text
+    assert "\n[kubernetes]\n" not in text
+    assert text.endswith('\n# [kubernetes] not read: runner.backend = "local"\n')
+    again = parse_config(tomllib.loads(text), base_dir=Path("/elsewhere"), read_text=no_files)
+    assert again.settings == config.settings and again.unread == ()
+
+
+def test_another_backends_table_is_neither_checked_nor_printed() -> None:
+    # What a typo there would have been refused for, before: the local
+    # backend's provider is not imported to read it.
+    config = check_config(
+        parse_config(
+            {
+                "runner": {"backend": "kubernetes"},
+                "kubernetes": {"self_url": "http://10.0.0.5:8063"},
+                "local": {"workdir": 7, "no_such_key": True},
+            },
+            base_dir=BASE,
+            read_text=no_files,
+        )
+    )
+    assert config.unread == ("local",)
+    assert "\n[local]\n" not in render_config(config)
+    assert '# [local] not read: runner.backend = "kubernetes"' in render_config(config)
+
+
+def test_an_unknown_backend_is_refused_naming_the_built_ones() -> None:
+    assert error_of(minimal(runner={"backend": "docker"})) == (
+        "runner.backend: must be one of local, kubernetes, got 'docker'"
+    )
 
 
 # --------------------------------------------------------------------------
