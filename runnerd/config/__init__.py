@@ -16,8 +16,8 @@ one of those the caller passes (`runnerd.backends.BUILT`). The configured
 backend's provider parses its own table (`Provider.parse_settings`) and
 renders it (`Provider.render`); `runnerd.backends` puts the two together
 (`load_config`, `parse_config`, `render_config`), so a `Config` the daemon
-runs on carries its backend's typed settings (`Config[LocalConfig]` to the
-local backend, `Config` = `Config[object]` to the core).
+runs on carries its backend's typed settings (`Config[ItsSettings]` to its
+package, `Config` = `Config[object]` to the core).
 
 Owns `read_core` (reads the TOML file, the `apps.d/*.toml` drop-ins and the
 terms file) and re-exports the rest, so `from runnerd.config import ...` is

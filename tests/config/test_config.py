@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -876,3 +878,32 @@ def test_config_warns_about_a_socket_other_users_may_write() -> None:
     assert server_warnings(parse(minimal(server={"socket_mode": "0770"})).server) == []
     tcp_only = minimal(server={"socket_mode": "0777", "listen": ["tcp:127.0.0.1:0"]})
     assert server_warnings(parse(tcp_only).server) == []
+
+
+@pytest.mark.parametrize(
+    ("backend", "imported", "not_imported"),
+    [
+        ("local", "runnerd.local", "runnerd.kube"),
+        ("kubernetes", "runnerd.kube.provider", "runnerd.local"),
+    ],
+)
+def test_only_the_configured_backends_package_is_imported_to_read_a_config(
+    tmp_path: Path, backend: str, imported: str, not_imported: str
+) -> None:
+    # Both tables in the file, as the shipped example has them.
+    path = tmp_path / "runnerd.toml"
+    path.write_text(
+        f'[runner]\nbackend = "{backend}"\ndefault_image = "sh"\n'
+        '[local.runtimes.sh]\ncommand = ["sh", "{entry}"]\n'
+        '[kubernetes]\nself_url = "http://10.0.0.5:8063"\n'
+    )
+    script = (
+        "import sys\nfrom pathlib import Path\nfrom runnerd.backends import check_config,"
+        f" load_config\ncheck_config(load_config(Path({str(path)!r})))\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('runnerd.'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert imported in out
+    assert [m for m in out if m == not_imported or m.startswith(f"{not_imported}.")] == []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,3 +198,24 @@ def test_the_config_layer_names_no_backend() -> None:
         if value in backends.BUILT or any(f"{name}." in value for name in backends.BUILT)
     }
     assert named == set()
+
+
+def test_a_reload_naming_another_backend_keeps_the_running_ones_settings(
+    tmp_path: Path,
+) -> None:
+    old = backends.load_config(write(tmp_path, "speed = 2\n"))
+    path = tmp_path / "local.toml"
+    path.write_text(
+        '[runner]\ndefault_image = "sh"\n[local.runtimes.sh]\ncommand = ["sh", "{entry}"]\n'
+    )
+    new = backends.load_config(path)
+    kept = build_reloaded(old, new)
+    assert (kept.runner.backend, kept.settings) == ("toy", old.settings)
+    assert restart_only_changes(old, new) == ["toy", "runner.backend"]
+
+
+def test_a_provider_is_never_handed_another_backends_settings(tmp_path: Path) -> None:
+    toy = backends.load_config(write(tmp_path, "speed = 2\n"))
+    mixed = dataclasses.replace(toy, settings=ToySettings().colour)
+    with pytest.raises(TypeError, match="a config with str settings handed to the toy backend"):
+        backends.provider_for(mixed).stop_timeout_s(mixed)
