@@ -61,11 +61,16 @@ class Provider(Protocol[S]):
     NAME: str
     SETTINGS: type[S]
 
+    @property
+    def KEYS(self) -> tuple[str, ...]:  # noqa: N802 (a module constant)
+        """Its table's keys: any other is refused, naming it, before
+        `parse_settings` sees the table."""
+
     def parse_settings(self, table: Table, base_dir: Path) -> S:
-        """Its table (`[NAME]`, empty when the file has none; keys unchecked:
-        `table.only(KEYS)` refuses the unknown ones) as its settings; relative
-        paths resolve against `base_dir`. Raises ConfigError naming the key
-        (`local.runtimes.sh.command`); its line is added for it."""
+        """Its table (`[NAME]`, empty when the file has none; only `KEYS`) as
+        its settings; relative paths resolve against `base_dir`. Raises
+        ConfigError naming the key (`local.runtimes.sh.command`); its line is
+        added for it."""
 
     def render(self, settings: S) -> list[Section]:
         """Its tables as `check-config` prints them; they parse back."""
@@ -134,7 +139,8 @@ class Configured:
         """
         tables = core.settings
         try:
-            settings = self._provider.parse_settings(tables.table(self.name), tables.base_dir)
+            table = tables.table(self.name, self._provider.KEYS)
+            settings = self._provider.parse_settings(table, tables.base_dir)
         except ConfigError as exc:
             located = tables.located(exc)
             if located is exc:

@@ -44,11 +44,6 @@ class Table:
                 hint = f" (did you mean '{close[0]}'?)" if close else ""
                 raise ConfigError(self.key(key), f"unknown key{hint}")
 
-    def only(self, known: tuple[str, ...]) -> Table:
-        """This table, refusing any key but `known` (a backend's provider
-        receives its table unchecked and says which keys it has)."""
-        return Table(self.data, self.path, known)
-
     def key(self, name: str) -> str:
         return f"{self.path}.{toml_key(name)}" if self.path else toml_key(name)
 
@@ -118,9 +113,14 @@ class BackendTables:
     base_dir: Path
     text: str | None = field(default=None, repr=False)
 
-    def table(self, name: str) -> Table:
-        """The `[name]` table (empty when the file has none), keys not yet checked."""
-        return Table(dict(self.tables.get(name, {})), name, None)
+    def table(self, name: str, known: tuple[str, ...]) -> Table:
+        """The `[name]` table (empty when the file has none), refusing any key
+        but `known` (naming it, with a did-you-mean).
+
+        Raises:
+            ConfigError: an unknown key, e.g. `local.workdri: unknown key`.
+        """
+        return Table(dict(self.tables.get(name, {})), name, known)
 
     def located(self, exc: ConfigError) -> ConfigError:
         """`exc` with the line of its key in the main file, when known."""

@@ -34,6 +34,7 @@ from runnerd.kube.kubeconfig import KubeconfigError, load_connection
 from runnerd.kube.podspec import managed_by_selector
 from runnerd.kube.podstop import STOP_WAIT_S
 from runnerd.kube.recovery import delete_stale
+from runnerd.kube.settings import KEYS as KEYS
 from runnerd.kube.settings import KubeSettings
 from runnerd.kube.settings import bound_changes as bound_changes
 from runnerd.kube.settings import keep_bound as keep_bound

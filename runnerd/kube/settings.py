@@ -2,10 +2,11 @@
 
 Owns `KubeSettings` (what the backend is configured with; every default is
 justified where it is set) and the provider's settings functions
-(`runnerd.backends.Provider`): `parse_settings` (the table as
-`runnerd.config` kept it, strictly: an unknown key is refused naming it),
-`render` (what `check-config` prints) and, for a reload, `keep_bound` /
-`bound_changes` (the whole table is bound at start). The table's keys are
+(`runnerd.backends.Provider`): `KEYS` (its table's keys:
+`runnerd.backends` refuses any other, naming it), `parse_settings` (the
+table as `runnerd.config` kept it), `render` (what `check-config` prints)
+and, for a reload, `keep_bound` / `bound_changes` (the whole table is bound
+at start). The table's keys are
 the names operators' files and external checks rely on: kubeconfig,
 context, namespace, self_url, bundle_listen, init_image, runtime_class,
 image_pull_secret, managed_by, start_deadline_seconds,
@@ -90,7 +91,7 @@ class KubeSettings:
     on_restart: Literal["adopt", "reap"] = "adopt"
 
 
-KUBERNETES_KEYS = (
+KEYS = (
     "kubeconfig", "context", "namespace", "self_url", "bundle_listen", "init_image",
     "runtime_class", "image_pull_secret", "managed_by", "start_deadline_seconds",
     "pull_backoff_grace_seconds", "ingress_base_domain", "ingress_class", "ingress_tls_secret",
@@ -205,14 +206,13 @@ def _ingress(t: Table) -> tuple[str | None, str | None, str | None]:
     return domain, ingress_class, tls_secret
 
 
-def parse_settings(table: Table, base_dir: Path) -> KubeSettings:
+def parse_settings(t: Table, base_dir: Path) -> KubeSettings:
     """`[kubernetes]` as `KubeSettings`; a relative `kubeconfig` resolves
     against `base_dir` (the config file's directory), as every path does.
 
     Raises:
         ConfigError: naming the key (`kubernetes.namespace: ...`).
     """
-    t = table.only(KUBERNETES_KEYS)
     d = KubeSettings()
     domain, ingress_class, tls_secret = _ingress(t)
     kubeconfig = t.optional_string("kubeconfig")

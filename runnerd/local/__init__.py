@@ -26,9 +26,10 @@ from runnerd.local.provider import (
     open_backend,
     stop_timeout_s,
 )
-from runnerd.local.settings import bound_changes, keep_bound, parse_settings, render
+from runnerd.local.settings import KEYS, bound_changes, keep_bound, parse_settings, render
 
 __all__ = [
+    "KEYS",
     "NAME",
     "SETTINGS",
     "LocalBackend",

@@ -2,9 +2,10 @@
 
 Owns `LocalConfig` and `RuntimeConfig` (what the backend is configured with)
 and the provider's settings functions (`runnerd.backends.Provider`):
-`parse_settings` (the table as `runnerd.config` kept it, strictly: an unknown
-key is refused naming it), `render` (what `check-config` prints) and, for a
-reload, `keep_bound` / `bound_changes` (the whole table is bound at start).
+`KEYS` (its table's keys: `runnerd.backends` refuses any other, naming it),
+`parse_settings` (the table as `runnerd.config` kept it), `render` (what
+`check-config` prints) and, for a reload, `keep_bound` / `bound_changes`
+(the whole table is bound at start).
 
 Decisions (documented for operators in config/runnerd.toml):
 - On the local backend an "image" is a `[local.runtimes.NAME]`. A runtime
@@ -28,7 +29,7 @@ from typing import Literal, cast
 
 from runnerd.config import ConfigError, Section, Table, show, toml_key
 
-LOCAL_KEYS = (
+KEYS = (
     "workdir", "stop_grace_seconds", "terminal_size_wait_seconds", "runtimes", "containment",
     "network", "session_uid_base", "session_uid_count", "init_python",
 )  # fmt: skip
@@ -118,14 +119,13 @@ def _terminal_size_wait_s(t: Table) -> float:
     return wait_s
 
 
-def parse_settings(table: Table, base_dir: Path) -> LocalConfig:
+def parse_settings(t: Table, base_dir: Path) -> LocalConfig:
     """`[local]` as `LocalConfig`; a relative `workdir` resolves against
     `base_dir` (the config file's directory), as every path does.
 
     Raises:
         ConfigError: naming the key (`local.runtimes.sh.command: ...`).
     """
-    t = table.only(LOCAL_KEYS)
     runtimes: dict[str, RuntimeConfig] = {}
     table = t.table("runtimes", None)
     for name in table.data:

@@ -31,7 +31,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "runnerd" / "config"
 # ---------------------------------------------------------------- the provider
 
 NAME = "toy"
-TOY_KEYS = ("speed", "colour", "spool")
+KEYS = ("speed", "colour", "spool")
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,8 @@ SETTINGS = ToySettings
 
 
 def parse_settings(table: Table, base_dir: Path) -> ToySettings:
-    t = table.only(TOY_KEYS)
-    spool = base_dir / t.string("spool", str(ToySettings.spool))
-    return ToySettings(t.positive_int("speed", 3), t.string("colour", "red"), spool)
+    spool = base_dir / table.string("spool", str(ToySettings.spool))
+    return ToySettings(table.positive_int("speed", 3), table.string("colour", "red"), spool)
 
 
 def render(settings: ToySettings) -> list[Section]:

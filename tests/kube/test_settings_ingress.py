@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from runnerd.backends import check_config, load_config, parse_config, provider_for, render_config
-from runnerd.kube.settings import HOST_PREFIX_MAX, KUBERNETES_KEYS
+from runnerd.kube.settings import HOST_PREFIX_MAX, KEYS
 from tests.kube.test_settings import BASE, error_of, kube, no_files, settings
 
 
@@ -122,5 +122,5 @@ def test_check_config_renders_them_and_they_parse_back(tmp_path: Path) -> None:
 def test_every_key_of_the_section_is_documented_in_the_shipped_config() -> None:
     text = (Path(__file__).parents[2] / "config" / "runnerd.toml").read_text()
     section = text.split("\n[kubernetes]\n", 1)[1]
-    for key in KUBERNETES_KEYS:
+    for key in KEYS:
         assert re.search(rf"^(# )?{key} = ", section, re.M), key
