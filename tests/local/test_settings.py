@@ -4,6 +4,12 @@ naming the key."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from runnerd.backends import load_config
+from runnerd.config import ConfigError
 from tests.config.test_config import error_of, minimal, parse
 
 
@@ -62,3 +68,22 @@ def test_config_runtime_inspect_args_and_names_that_need_quoting() -> None:
     rt = config.settings.runtimes["telorun/node:latest-slim"]
     assert rt.command == ("telo", "run", "{entry}")
     assert rt.inspect_args == ("--inspect", "127.0.0.1:{inspect_port}")
+
+
+def test_an_unknown_key_in_local_is_refused_naming_it_and_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "runnerd.toml"
+    path.write_text(
+        '[runner]\ndefault_image = "sh"\n\n[local]\nworkdri = "w"\n\n'
+        '[local.runtimes.sh]\ncommand = ["/bin/sh", "{entry}"]\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == "line 5: local.workdri: unknown key (did you mean 'workdir'?)"
+
+
+def test_a_runtime_error_carries_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "runnerd.toml"
+    path.write_text('[runner]\ndefault_image = "sh"\n\n[local.runtimes.sh]\ncommand = []\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == "line 5: local.runtimes.sh.command: must be a list of strings, got []"
