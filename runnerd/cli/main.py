@@ -68,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def read_config(path: Path) -> Config:
     """Load and validate `path`. Raises ConfigError naming the key path."""
-    from runnerd.backends import check_config
-    from runnerd.config import ConfigError, load_config
+    from runnerd.backends import check_config, load_config
+    from runnerd.config import ConfigError
 
     try:
         config = check_config(load_config(path))
@@ -91,15 +91,14 @@ def read_config_or_report(path: Path) -> Config | None:
 
 
 def check_config(path: Path) -> int:
-    from runnerd.backends import provider_for
-    from runnerd.config import render_config
+    from runnerd.backends import provider_for, render_config
     from runnerd.config.server import server_warnings
 
     config = read_config_or_report(path)
     if config is None:
         return EXIT_CONFIG
     provider = provider_for(config)
-    print(render_config(config, provider.offered_images(config)))
+    print(render_config(config))
     for warning in provider.config_warnings(config, os.environ.get("PATH")):
         print(f"runnerd: warning: {warning}", file=sys.stderr)
     for warning in server_warnings(config.server):

@@ -1,20 +1,31 @@
-"""Operator configuration: the entry point every other module imports from.
+"""Operator configuration's core: the entry point every other module imports from.
 
 The package: `model` (the frozen dataclasses, `ConfigError`), `table` (the
-strict TOML table reader), `parse` (a dict in, a `Config` out), `server`
-(`[server]`), `listen` (listen addresses), `quantities` (Kubernetes
-quantities), `envnames`, `images` (the image allowlist), `lines` (error line
-numbers), `render` (the masked rendering), `watch` (`[watch]`, the catalog's
-agent keys). All pure but this module's file reads. May import: `contract`, `errors`,
-`backend`; nothing above.
+strict TOML table reader, and `BackendTables`), `parse` (a dict in, a
+`Config` out), `server` (`[server]`), `listen` (listen addresses),
+`quantities` (Kubernetes quantities), `envnames`, `images` (the image
+allowlist), `lines` (error line numbers), `render` (the masked rendering),
+`watch` (`[watch]`, the catalog's agent keys). All pure but this module's
+file reads. May import: `contract`, `errors`, `backend`; nothing above.
 
-Owns `load_config` (reads the TOML file, the `apps.d/*.toml` drop-ins and the
+It names no backend. It parses the core tables (`[server]`, `[runner]`,
+`[limits]`, `[terms]`, `[apps]`, `[metrics]`, `[watch]`) and keeps each backend's table
+unread, with the file's text for the line numbers errors need
+(`BackendTables`, in `Config.settings`); `runner.backend` is a plain name,
+one of those the caller passes (`runnerd.backends.BUILT`). The configured
+backend's provider parses its own table (`Provider.parse_settings`) and
+renders it (`Provider.render`); `runnerd.backends` puts the two together
+(`load_config`, `parse_config`, `render_config`), so a `Config` the daemon
+runs on carries its backend's typed settings (`Config[ItsSettings]` to its
+package, `Config` = `Config[object]` to the core).
+
+Owns `read_core` (reads the TOML file, the `apps.d/*.toml` drop-ins and the
 terms file) and re-exports the rest, so `from runnerd.config import ...` is
 the one place to get it: the `Config` dataclasses and `ConfigError`
-(`runnerd.config.model`), `parse_config` (pure: a dict in, a Config out, file
-reads injected; `runnerd.config.parse`) and `render_config` (the effective
-config with every secret masked, `runnerd check-config`;
-`runnerd.config.render`).
+(`runnerd.config.model`), `parse_core` (pure: a dict in, a Config out, file
+reads injected; `runnerd.config.parse`), `Table` / `show` (what a backend
+reads its table with) and `render_config` (the effective config with every
+secret masked, `runnerd check-config`; `runnerd.config.render`).
 
 Every error names the key path and the problem, e.g.
 `runner.max_sessions: must be a positive integer, got 'x'`. Strict: an
@@ -22,23 +33,16 @@ unknown key is an error (a typo never silently falls back to a default), and a
 malformed catalog entry fails the whole load (never a silently shorter catalog).
 
 Decisions (documented for operators in config/runnerd.toml):
-- Relative paths (unix sockets, `local.workdir`, `terms.file`) resolve against
-  the directory of the config file, never the CWD, so a systemd unit and a
-  shell in another directory read the same file the same way. `Config` holds
-  them absolute.
+- Relative paths (unix sockets, `terms.file`, a backend's paths) resolve
+  against the directory of the config file, never the CWD, so a systemd unit
+  and a shell in another directory read the same file the same way. `Config`
+  holds them absolute.
 - Drop-ins `apps.d/*.toml` (next to the config file, read in sorted order,
   dotfiles skipped) hold `[apps.NAME]` tables only: the same syntax as the
   main file, so an entry moves between files verbatim. An app defined twice
   (in any two files) is an error naming both files.
-- On the local backend an "image" is a `[local.runtimes.NAME]`. A runtime
-  whose command contains `{entry}` runs bundles; one without runs as is and is
-  what a catalog app names (an app session has no bundle). So
-  `default_image` and `allowed_images` must name `{entry}` runtimes, and an
-  app's `image` a runtime without `{entry}`.
 - `allowed_images = []` means "not configured" (the issue's example writes it
   that way); a non-empty list must include `default_image`.
-- `local.stop_grace_seconds` is at most `MAX_STOP_GRACE_S` (5 s): SIGTERM
-  must end the daemon within 10 s, workloads included.
 - Environment variable names (catalog env, session env) follow one rule,
   `runnerd.config.envnames.is_env_name`.
 """
@@ -57,25 +61,23 @@ from runnerd.config.listen import parse_listen as parse_listen
 from runnerd.config.model import DEFAULT_APP_LIMITS as DEFAULT_APP_LIMITS
 from runnerd.config.model import DEFAULT_LISTEN as DEFAULT_LISTEN
 from runnerd.config.model import DEFAULT_SESSION_LIMITS as DEFAULT_SESSION_LIMITS
-from runnerd.config.model import ENTRY as ENTRY
-from runnerd.config.model import MAX_STOP_GRACE_S as MAX_STOP_GRACE_S
 from runnerd.config.model import AppEntry as AppEntry
 from runnerd.config.model import Config as Config
 from runnerd.config.model import ConfigError as ConfigError
-from runnerd.config.model import KubeSettings as KubeSettings
-from runnerd.config.model import LocalConfig as LocalConfig
 from runnerd.config.model import MetricsConfig as MetricsConfig
 from runnerd.config.model import RunnerConfig as RunnerConfig
-from runnerd.config.model import RuntimeConfig as RuntimeConfig
 from runnerd.config.model import ServerConfig as ServerConfig
 from runnerd.config.model import TermsConfig as TermsConfig
 from runnerd.config.model import TierLimits as TierLimits
 from runnerd.config.model import WatchConfig as WatchConfig
-from runnerd.config.model import toml_key
-from runnerd.config.parse import parse_config as parse_config
+from runnerd.config.model import toml_key as toml_key
+from runnerd.config.parse import parse_core as parse_core
 from runnerd.config.render import MASK as MASK
+from runnerd.config.render import Section as Section
 from runnerd.config.render import render_config as render_config
-from runnerd.config.table import show
+from runnerd.config.table import BackendTables as BackendTables
+from runnerd.config.table import Table as Table
+from runnerd.config.table import show as show
 
 DROP_IN_DIR = "apps.d"
 # No key of the config nests more than 5 levels (`apps.NAME.env.KEY`, a
@@ -150,11 +152,13 @@ def _merge_drop_ins(data: dict[str, object], path: Path, texts: dict[Path, str])
     return origin
 
 
-def load_config(path: Path) -> Config:
-    """Read the config file, its `apps.d/*.toml` drop-ins and the terms file.
+def read_core(path: Path, *, backends: tuple[str, ...]) -> Config[BackendTables]:
+    """Read the config file, its `apps.d/*.toml` drop-ins and the terms file:
+    the core parsed (`parse_core`), the backend tables kept with the file's
+    text, so a backend's error finds its line (`BackendTables.located`).
 
     Raises:
-        ConfigError: unreadable or invalid TOML, or any problem `parse_config`
+        ConfigError: unreadable or invalid TOML, or any problem `parse_core`
             finds; an error inside a drop-in's app names that file.
     """
     path = Path(os.path.abspath(path))
@@ -162,8 +166,11 @@ def load_config(path: Path) -> Config:
     texts = {path: text}
     origin = _merge_drop_ins(data, path, texts)
     try:
-        config = parse_config(
-            data, base_dir=path.parent, read_text=lambda p: p.read_text(encoding="utf-8")
+        config = parse_core(
+            data,
+            base_dir=path.parent,
+            read_text=lambda p: p.read_text(encoding="utf-8"),
+            backends=backends,
         )
     except ConfigError as exc:
         for name, file in origin.items():
@@ -174,4 +181,5 @@ def load_config(path: Path) -> Config:
                 raise ConfigError(exc.key, f"{exc.problem} (in {where})") from exc
         line = find_key_line(text, exc.key) if exc.key else None
         raise ConfigError(exc.key, exc.problem, line) from exc
-    return dataclasses.replace(config, source=path)
+    tables = dataclasses.replace(config.settings, text=text)
+    return dataclasses.replace(config, settings=tables, source=path)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
 from runnerd.contract import PullPolicy
 
@@ -88,120 +88,10 @@ class AppEntry:
 
 
 @dataclass(frozen=True)
-class RuntimeConfig:
-    """A local-backend "image": a command line with `{entry}` substituted."""
-
-    name: str
-    command: tuple[str, ...]
-    # Extra argv when the session asks for `inspect`; `{inspect_port}` substituted.
-    inspect_args: tuple[str, ...] = ()
-    # Directories put first on the workload's PATH (before the minimal
-    # /usr/local/bin:/usr/bin:/bin) and searched first for `command[0]`: where
-    # the interpreter a script's `#!/usr/bin/env node` names is found.
-    # Default none: a session sees only the minimal PATH.
-    path: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class LocalConfig:
-    workdir: Path = Path("/var/lib/runnerd/sessions")
-    stop_grace_s: float = 2.0
-    # How long after its creation a session's workload may wait for its first
-    # terminal size (a client's resize), so that it starts with that size,
-    # not 80x24 changing under it. A size given up front (the POST's
-    # x-runnerd-terminal-size, or a resize before the wait) ends it at once.
-    # 0.2 s: a client that opens the terminal right after its POST sends its
-    # size well within it, and a session no client attaches to starts ~0.2 s
-    # later. 0: never wait.
-    terminal_size_wait_s: float = 0.2
-    runtimes: Mapping[str, RuntimeConfig] = field(default_factory=dict)
-    # "auto": a PID namespace per session where the kernel allows it, else
-    # the process group (announced); "process-group": always the latter.
-    containment: Literal["auto", "process-group"] = "auto"
-    # "isolated": a network namespace per session, declared ports published
-    # on the host's loopback, outbound through slirp4netns when installed;
-    # "none": the namespace's loopback only; "host": the host's network
-    # (a session reaches runnerd's TCP listener: announced as unisolated).
-    network: Literal["isolated", "none", "host"] = "isolated"
-    # A root daemon runs each live session as a uid (and gid) of its own from
-    # base … base+count-1, numbers no account or file on the host may use.
-    # 0x70000000: above the container ranges systemd hands out (524288 …
-    # 1879048191) and the /etc/subuid blocks useradd starts at 100000, below
-    # 2^31 (tools that keep uids signed). 65536: systemd's container block,
-    # far more than max_sessions. Ignored by a non-root daemon.
-    session_uid_base: int = 0x70000000
-    session_uid_count: int = 65536
-    # The interpreter that runs each session's init (`runnerd.local.nsinit`,
-    # stdlib only), as the session's uid. None: runnerd's own, else
-    # /usr/bin/python3 when a session uid cannot run runnerd's (a venv under
-    # a 0700 home). Set, it is the only one tried.
-    init_python: str | None = None
-
-
-@dataclass(frozen=True)
-class KubeSettings:
-    """`[kubernetes]`: what the Kubernetes backend is configured with
-    (`runnerd.kube.settings` re-exports it; the section is parsed by
-    `runnerd.config.kubernetes`)."""
-
-    # Path to a kubeconfig. None: `$KUBECONFIG` (merged), else in-cluster files,
-    # else `~/.kube/config` — the order kubectl users expect, with in-cluster
-    # ahead of the home file because a daemon in a pod has no useful home.
-    kubeconfig: str | None = None
-    # Context name. None: the kubeconfig's `current-context`.
-    context: str | None = None
-    # Session namespace. None: the context's namespace (or the in-cluster
-    # namespace file), else "default", as kubectl resolves it.
-    namespace: str | None = None
-    # The URL pods use to reach runnerd's bundle endpoint (`bundle_listen`).
-    # No default can be right: it depends on the cluster's network.
-    self_url: str = ""
-    # The listener serving `/internal/bundles/`. Separate from the API listeners
-    # so the API never has to be reachable from pods; all interfaces by default
-    # because pods reach it over the pod network.
-    bundle_listen: str = "tcp:0.0.0.0:8063"
-    # The body-fetch init container's image: it needs only `sh`, `wget`, `tar`.
-    # A pinned busybox: small, on every registry mirror, and its wget is enough.
-    init_image: str = "busybox:1.36"
-    # A sandbox RuntimeClass (gVisor, Kata) when the cluster offers one; unset
-    # means the cluster default, since a wrong name makes every pod unschedulable.
-    runtime_class: str | None = None
-    # Pull secret for the kernel image, in the session namespace. Unset: public images.
-    image_pull_secret: str | None = None
-    # The `app.kubernetes.io/managed-by` label value on every pod runnerd
-    # creates: the shared watch selects on it, and the reaper deletes by it.
-    # One value per runnerd instance sharing a namespace.
-    managed_by: str = "runnerd"
-    # A pod not Running by then fails its start and is deleted. Two minutes:
-    # a cold pull of the kernel image on a slow node takes tens of seconds;
-    # a session the user waits longer for than this is better reported failed.
-    start_deadline_s: float = 120.0
-    # How long an image pull may back off (ErrImagePull / ImagePullBackOff)
-    # before the start fails. A registry hiccup heals within the kubelet's
-    # first retries (10 s, 20 s); a wrong image name never does.
-    pull_backoff_grace_s: float = 30.0
-    # The DNS name session endpoints are published under: a session's tcp
-    # port P is `https://P-<session id>.<ingress_base_domain>` through one
-    # Ingress. Unset: nothing is published (the ports are reachable only
-    # inside the cluster), since only the operator knows a name whose
-    # wildcard record points at the cluster's ingress controller.
-    ingress_base_domain: str | None = None
-    # The Ingress's `ingressClassName`. Unset: the cluster's default class.
-    ingress_class: str | None = None
-    # A TLS Secret (a wildcard certificate for `*.<ingress_base_domain>`) in the
-    # session namespace, named in the Ingress for every host. Unset: no TLS
-    # block (the controller's default certificate, if it has one, applies).
-    ingress_tls_secret: str | None = None
-    # What a starting runnerd does with the session pods a previous process
-    # left: "adopt" them (live ones become sessions again, finished ones are
-    # reported and deleted), or "reap" them (delete every one). Adopt: a
-    # restart or an upgrade should not cost users their running sessions.
-    on_restart: Literal["adopt", "reap"] = "adopt"
-
-
-@dataclass(frozen=True)
 class RunnerConfig:
-    backend: Literal["local", "kubernetes"] = "local"
+    # A name in `runnerd.backends.BUILT`, the first one when the file names
+    # none (the names are the caller's: this layer names no backend).
+    backend: str
     display_name: str = "Telo Runner"
     description: str = "Runs Telo applications on this host."
     default_image: str = "telorun/node:latest-slim"
@@ -255,18 +145,36 @@ class WatchConfig:
     max_ttl_seconds: int = 21600
 
 
+# The configured backend's settings: its provider's type (a frozen dataclass
+# of its own, `Config[ItsSettings]` in its package); `object` to the core,
+# which never reads them, so a bare `Config` is `Config[object]`. The default
+# is PEP 696's, which only the type checker needs (3.11's `typing.TypeVar`
+# has no `default=`).
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar as DefaultTypeVar
+
+    Settings = DefaultTypeVar("Settings", covariant=True, default=object)
+else:
+    Settings = TypeVar("Settings", covariant=True)
+
+
 @dataclass(frozen=True)
-class Config:
+class Config(Generic[Settings]):
     server: ServerConfig
     runner: RunnerConfig
     session_limits: TierLimits
     app_limits: TierLimits
-    local: LocalConfig
-    kubernetes: KubeSettings = field(default_factory=KubeSettings)
+    # The configured backend's settings (`runner.backend`'s table, parsed by
+    # its provider); `BackendTables` until then (`runnerd.config.parse_core`).
+    settings: Settings
     terms: TermsConfig | None = None
     apps: Mapping[str, AppEntry] = field(default_factory=dict)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
+    # The other backends' tables the file has: kept unread (a backend's table
+    # is parsed only by its own provider, imported only when configured);
+    # `check-config` says so where it would print them.
+    unread: tuple[str, ...] = ()
     # The file this was loaded from (SIGHUP re-reads it), None when built in code.
     source: Path | None = None
 
@@ -276,11 +184,6 @@ class Config:
 DEFAULT_LISTEN = ("unix:/run/runnerd/runnerd.sock",)
 DEFAULT_SESSION_LIMITS = TierLimits("50m", "100Mi", "512Mi", 3600.0)
 DEFAULT_APP_LIMITS = TierLimits("500m", "512Mi", "1Gi", 21600.0)
-ENTRY = "{entry}"
-# SIGTERM must end the daemon within 10 s (the contract): each workload gets
-# this much grace after SIGTERM before SIGKILL, and the shutdown budget must
-# still cover it plus the kill and the cleanup.
-MAX_STOP_GRACE_S = 5.0
 
 
 def toml_key(name: str) -> str:

@@ -1,8 +1,10 @@
-"""Parsing the operator configuration: a TOML dict in, a validated `Config` out.
+"""Parsing the operator configuration's core: a TOML dict in, a validated `Config` out.
 
-Owns `parse_config` (pure: file reads are injected) and its section readers.
-What a backend requires of the config (the local backend's image rule) is
-that backend's `check_config`, run by `runnerd.backends.check_config`.
+Owns `parse_core` (pure: file reads are injected) and the core's section
+readers. A backend's own table (`[local]`, `[kubernetes]`) is kept unread in
+`BackendTables`, for its provider (`runnerd.backends.parse_config`); what a
+backend requires of the rest (the local backend's image rule) is that
+backend's `check_config`, run by `runnerd.backends.check_config`.
 Strict: an unknown key is an error (a typo never silently falls back to a
 default), and every error names the key path and the problem, e.g.
 `runner.max_sessions: must be a positive integer, got 'x'`. The decisions
@@ -16,35 +18,31 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Literal, cast
+from typing import cast
 
 from runnerd.config.envnames import is_env_name
-from runnerd.config.kubernetes import KUBERNETES_KEYS, parse_kubernetes
 from runnerd.config.listen import format_listen, parse_listen
 from runnerd.config.model import (
     DEFAULT_APP_LIMITS,
     DEFAULT_SESSION_LIMITS,
-    MAX_STOP_GRACE_S,
     AppEntry,
     Config,
     ConfigError,
-    LocalConfig,
     MetricsConfig,
     RunnerConfig,
-    RuntimeConfig,
     ServerConfig,
     TermsConfig,
     TierLimits,
 )
 from runnerd.config.quantities import QuantityError, parse_quantity
 from runnerd.config.server import SERVER_KEYS, check_loopback, parse_server, same_tcp_address
-from runnerd.config.table import Table, show
+from runnerd.config.table import BackendTables, Table, show
 from runnerd.config.watch import WATCH_KEYS, parse_agent_keys, parse_watch
 from runnerd.contract import PullPolicy
 
-_ROOT_KEYS = (
-    "server", "runner", "terms", "limits", "apps", "local", "kubernetes", "metrics", "watch",
-)  # fmt: skip
+# The core's tables; the root also holds one table per built backend
+# (`parse_config`'s `backends`), kept unread for its provider.
+CORE_KEYS = ("server", "runner", "terms", "limits", "apps", "metrics", "watch")
 _RUNNER_KEYS = (
     "backend", "display_name", "description", "default_image", "allowed_images",
     "registry_url", "max_sessions", "max_subscribers_per_session", "exit_ttl_seconds",
@@ -52,12 +50,6 @@ _RUNNER_KEYS = (
 )  # fmt: skip
 _TIER_KEYS = ("cpu", "memory", "ephemeral_storage", "ttl_seconds")
 _APP_KEYS = ("image", "pull_policy", "title", "description", "env", "port", "token_env")
-_LOCAL_KEYS = (
-    "workdir", "stop_grace_seconds", "terminal_size_wait_seconds", "runtimes", "containment",
-    "network", "session_uid_base", "session_uid_count", "init_python",
-)  # fmt: skip
-MAX_TERMINAL_SIZE_WAIT_S = 30.0
-_RUNTIME_KEYS = ("command", "inspect_args", "path")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _PULL_POLICIES = ("missing", "always", "never")
 # App names appear in URL paths (/v1/apps/{name}/sessions): keep them URL-safe.
@@ -96,20 +88,14 @@ def _parse_metrics(t: Table, base_dir: Path, server: ServerConfig) -> MetricsCon
     return MetricsConfig(listen=tuple(listen))
 
 
-def _backend(t: Table) -> str:
-    # Whether this build has it is `runnerd.backends`' to say (with the
-    # backend's own config check), right after parsing.
-    return t.choice("backend", "local", ("local", "kubernetes"))
-
-
-def _parse_runner(t: Table, base_dir: Path) -> RunnerConfig:
-    d = RunnerConfig()
+def _parse_runner(t: Table, base_dir: Path, backends: tuple[str, ...]) -> RunnerConfig:
+    d = RunnerConfig(backend=backends[0])
     allowed = t.string_list("allowed_images")
     for i, image in enumerate(allowed or ()):
         if image in (allowed or ())[:i]:
             raise ConfigError(f"runner.allowed_images[{i}]", f"{image!r} is listed twice")
     return RunnerConfig(
-        backend=cast(Literal["local", "kubernetes"], _backend(t)),
+        backend=t.choice("backend", d.backend, backends),
         display_name=t.string("display_name", d.display_name),
         description=t.string("description", d.description, empty_ok=True),
         default_image=t.string("default_image", d.default_image),
@@ -199,106 +185,28 @@ def _parse_app(t: Table, name: str) -> AppEntry:
     )
 
 
-def _runtime_path(rt: Table) -> tuple[str, ...]:
-    """`path`: absolute directories, none with a `:` (the PATH separator)."""
-    path = rt.string_list("path") or ()
-    for i, directory in enumerate(path):
-        if not directory.startswith("/") or ":" in directory:
-            raise ConfigError(
-                f"{rt.key('path')}[{i}]",
-                f"must be an absolute directory without ':', got {show(directory)}",
-            )
-    return path
-
-
-def _terminal_size_wait_s(t: Table) -> float:
-    key = "terminal_size_wait_seconds"
-    wait_s = t.seconds(key, LocalConfig.terminal_size_wait_s, zero_ok=True)
-    if wait_s > MAX_TERMINAL_SIZE_WAIT_S:
-        raise ConfigError(
-            t.key(key),
-            f"must be at most {MAX_TERMINAL_SIZE_WAIT_S:g} seconds (every session no client"
-            f" attaches to starts that much later), got {show(wait_s)}",
-        )
-    return wait_s
-
-
-def _parse_local(t: Table, base_dir: Path) -> LocalConfig:
-    runtimes: dict[str, RuntimeConfig] = {}
-    table = t.table("runtimes", None)
-    for name in table.data:
-        rt = table.table(name, _RUNTIME_KEYS)
-        command = rt.string_list("command", empty_ok=False)
-        if command is None:
-            raise ConfigError(rt.key("command"), "is required")
-        inspect_args = rt.string_list("inspect_args") or ()
-        runtimes[name] = RuntimeConfig(
-            name=name, command=command, inspect_args=inspect_args, path=_runtime_path(rt)
-        )
-    workdir = Path(os.path.normpath(base_dir / t.string("workdir", str(LocalConfig.workdir))))
-    stop_grace_s = t.seconds("stop_grace_seconds", LocalConfig.stop_grace_s, zero_ok=True)
-    if stop_grace_s > MAX_STOP_GRACE_S:
-        raise ConfigError(
-            t.key("stop_grace_seconds"),
-            f"must be at most {MAX_STOP_GRACE_S:g} seconds (SIGTERM must stop runnerd"
-            f" within 10 s), got {show(stop_grace_s)}",
-        )
-    containment = t.choice("containment", "auto", ("auto", "process-group"))
-    network = t.choice("network", LocalConfig.network, ("isolated", "none", "host"))
-    uid_base, uid_count = _session_uids(t)
-    init_python = t.optional_string("init_python")
-    if init_python is not None and not os.path.isabs(init_python):
-        raise ConfigError(t.key("init_python"), f"must be an absolute path, got {init_python!r}")
-    return LocalConfig(
-        workdir=workdir,
-        stop_grace_s=stop_grace_s,
-        terminal_size_wait_s=_terminal_size_wait_s(t),
-        runtimes=runtimes,
-        containment=cast(Literal["auto", "process-group"], containment),
-        network=cast(Literal["isolated", "none", "host"], network),
-        session_uid_base=uid_base,
-        session_uid_count=uid_count,
-        init_python=init_python,
-    )
-
-
-# uid_t is 32 bits and (uid_t)-1 means "unchanged" to setresuid and chown.
-MAX_SESSION_UID = 2**32 - 2
-
-
-def _session_uids(t: Table) -> tuple[int, int]:
-    """`session_uid_base` and `session_uid_count`: a range of real uids
-    that holds neither root nor nobody (65534) nor (uid_t)-1."""
-    base = t.positive_int("session_uid_base", LocalConfig.session_uid_base)
-    count = t.positive_int("session_uid_count", LocalConfig.session_uid_count)
-    last = base + count - 1
-    if last > MAX_SESSION_UID:
-        raise ConfigError(
-            t.key("session_uid_count"),
-            f"session_uid_base + session_uid_count - 1 must be at most {MAX_SESSION_UID},"
-            f" got {last}",
-        )
-    if base <= 65534 <= last:
-        raise ConfigError(
-            t.key("session_uid_base"), f"the range {base}-{last} holds 65534 (nobody)"
-        )
-    return base, count
-
-
-def parse_config(
-    data: Mapping[str, object], *, base_dir: Path, read_text: Callable[[Path], str]
-) -> Config:
-    """Build a validated `Config` from parsed TOML.
+def parse_core(
+    data: Mapping[str, object],
+    *,
+    base_dir: Path,
+    read_text: Callable[[Path], str],
+    backends: tuple[str, ...],
+) -> Config[BackendTables]:
+    """Build a validated `Config` of the core tables from parsed TOML, the
+    backend tables kept unread (`Config.settings`, for the configured
+    backend's provider: `runnerd.backends.parse_config` does both).
 
     `base_dir` (absolute) is what relative paths resolve against; `read_text`
-    reads the terms file (injected so this stays pure).
+    reads the terms file (injected so this stays pure); `backends`: the
+    names `runner.backend` may take (the first when the file names none),
+    each also a root table this keeps.
 
     Raises:
         ConfigError: the first problem found, naming its key path.
     """
-    root = Table(dict(data), "", _ROOT_KEYS)
+    root = Table(dict(data), "", (*CORE_KEYS, *backends))
     server = parse_server(root.table("server", SERVER_KEYS), base_dir)
-    runner = _parse_runner(root.table("runner", _RUNNER_KEYS), base_dir)
+    runner = _parse_runner(root.table("runner", _RUNNER_KEYS), base_dir, backends)
     limits = root.table("limits", ("session", "app"))
     session_limits = _parse_tier(limits.table("session", _TIER_KEYS), DEFAULT_SESSION_LIMITS)
     app_limits = _parse_tier(limits.table("app", _TIER_KEYS), DEFAULT_APP_LIMITS)
@@ -308,21 +216,19 @@ def parse_config(
         terms = _parse_terms(terms_table, base_dir, read_text)
     apps_table = root.table("apps", None)
     apps = {name: _parse_app(apps_table.table(name, _APP_KEYS), name) for name in apps_table.data}
-    local = _parse_local(root.table("local", _LOCAL_KEYS), base_dir)
-    kubernetes = parse_kubernetes(root.table("kubernetes", KUBERNETES_KEYS), base_dir)
     metrics = _parse_metrics(root.table("metrics", ("listen",)), base_dir, server)
     watch = parse_watch(root.table("watch", WATCH_KEYS))
     if runner.allowed_images and runner.default_image not in runner.allowed_images:
         raise ConfigError(
             "runner.allowed_images", f"must include default_image {runner.default_image!r}"
         )
+    tables = {name: root.table(name, None).data for name in backends if name in root.data}
     return Config(
         server=server,
         runner=runner,
         session_limits=session_limits,
         app_limits=app_limits,
-        local=local,
-        kubernetes=kubernetes,
+        settings=BackendTables(tables, base_dir),
         terms=terms,
         apps=apps,
         metrics=metrics,

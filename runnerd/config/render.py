@@ -1,7 +1,9 @@
 """Printing the effective configuration (`runnerd check-config`).
 
 Owns `render_config`: the `Config` as TOML, defaults filled in, every secret
-(catalog env values, the terms body) masked.
+(catalog env values, the terms body) masked. The backend's tables come from
+its provider as `Section`s (`runnerd.backends.render_config`): this module
+formats them and names no backend.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from runnerd.config.model import Config, toml_key
 from runnerd.config.watch import render_watch
 
 MASK = "***"
+# One table as `check-config` prints it: its header and its keys in order
+# (a None value is left out: unset). A backend renders its tables as these.
+Section = tuple[str, Mapping[str, object]]
 
 
 def _toml(value: object) -> str:
@@ -66,12 +71,13 @@ def _render_head(config: Config, offered: Offered) -> list[str]:
     return out
 
 
-def render_config(config: Config, offered: Offered) -> str:
+def render_config(config: Config, offered: Offered, backend: list[Section]) -> str:
     """The effective config as TOML (defaults filled in, paths absolute).
 
     Catalog env values and the terms body are masked as `"***"`: the output
     goes to terminals and logs. It parses back with the same shape.
-    `offered`: the backend's images (`runnerd.backends.Provider.offered_images`).
+    `offered`: the backend's images (`runnerd.backends.Provider.offered_images`);
+    `backend`: its tables, last (`runnerd.backends.Provider.render`).
     """
     out = [f"# effective config of {config.source or '<memory>'}", ""]
     out += _render_head(config, offered)
@@ -88,33 +94,8 @@ def render_config(config: Config, offered: Offered) -> str:
         })  # fmt: skip
     out += _section("metrics", {"listen": config.metrics.listen})
     out += _section("watch", render_watch(config.watch))
-    loc = config.local
-    out += _section(
-        "local",
-        {
-            "workdir": loc.workdir,
-            "stop_grace_seconds": loc.stop_grace_s,
-            "terminal_size_wait_seconds": loc.terminal_size_wait_s,
-            "containment": loc.containment,
-            "network": loc.network,
-            "session_uid_base": loc.session_uid_base,
-            "session_uid_count": loc.session_uid_count,
-            "init_python": loc.init_python,
-        },
-    )
-    for rt in loc.runtimes.values():
-        out += _section(f"local.runtimes.{toml_key(rt.name)}", {
-            "command": rt.command, "inspect_args": rt.inspect_args, "path": rt.path,
-        })  # fmt: skip
-    k = config.kubernetes
-    out += _section("kubernetes", {
-        "kubeconfig": k.kubeconfig, "context": k.context, "namespace": k.namespace,
-        "self_url": k.self_url, "bundle_listen": k.bundle_listen, "init_image": k.init_image,
-        "runtime_class": k.runtime_class, "image_pull_secret": k.image_pull_secret,
-        "managed_by": k.managed_by, "start_deadline_seconds": k.start_deadline_s,
-        "pull_backoff_grace_seconds": k.pull_backoff_grace_s,
-        "ingress_base_domain": k.ingress_base_domain, "ingress_class": k.ingress_class,
-        "ingress_tls_secret": k.ingress_tls_secret,
-        "on_restart": k.on_restart,
-    })  # fmt: skip
+    for header, items in backend:
+        out += _section(header, items)
+    for name in config.unread:
+        out += [f"# [{name}] not read: runner.backend = {_toml(config.runner.backend)}", ""]
     return "\n".join(out)

@@ -1,6 +1,6 @@
 """The `[server]` section: listeners, browser access and connection bounds. Pure.
 
-Owns `parse_server` (called by `runnerd.config.parse.parse_config`) and
+Owns `parse_server` (called by `runnerd.config.parse.parse_core`) and
 `server_warnings`, the findings that are legal but risky (printed by
 `check-config`, logged by `serve`). The security rules behind them:
 

@@ -4,14 +4,19 @@ Owns the typed readers every config section uses (strings, positive ints,
 seconds, string lists, choices), each naming the full dotted key in its
 `ConfigError`, and refusing keys the section does not know (with a
 did-you-mean). `show` renders a value as an operator wrote it.
+`BackendTables` keeps the backends' tables, unread, for their providers.
 """
 
 from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import cast
 
+from runnerd.config.lines import find_key_line
 from runnerd.config.model import ConfigError, toml_key
 
 
@@ -91,3 +96,33 @@ class Table:
                 self.key(name), f"must be one of {', '.join(choices)}, got {show(value)}"
             )
         return value
+
+
+@dataclass(frozen=True)
+class BackendTables:
+    """The backend tables as the file wrote them, kept for the configured
+    backend's provider to parse (`runnerd.backends.parse_config`): this layer
+    parses the core tables and names no backend.
+
+    `tables`: each built backend's table that the file has (name → its keys);
+    `base_dir`: what its relative paths resolve against; `text`: the main
+    file's text, where a backend's error finds its line (None: not from a file).
+    """
+
+    tables: Mapping[str, Mapping[str, object]]
+    base_dir: Path
+    text: str | None = field(default=None, repr=False)
+
+    def table(self, name: str, known: tuple[str, ...]) -> Table:
+        """The `[name]` table (empty when the file has none), refusing any key
+        but `known` (naming it, with a did-you-mean).
+
+        Raises:
+            ConfigError: an unknown key, e.g. `local.workdri: unknown key`.
+        """
+        return Table(dict(self.tables.get(name, {})), name, known)
+
+    def located(self, exc: ConfigError) -> ConfigError:
+        """`exc` with the line of its key in the main file, when known."""
+        line = find_key_line(self.text, exc.key) if self.text and exc.key else None
+        return exc if line is None else ConfigError(exc.key, exc.problem, line)

@@ -41,7 +41,7 @@ from pathlib import Path
 import trio
 
 from runnerd.backend import BackendContext, EndIntent
-from runnerd.backends import Provider, provider_for
+from runnerd.backends import Configured, provider_for
 from runnerd.config import Config
 from runnerd.config.server import server_warnings
 from runnerd.daemon.adoption import open_state_dir
@@ -109,7 +109,7 @@ async def run_daemon(config: Config) -> Ended:
 
 async def _serve_on_backend(
     config: Config,
-    provider: Provider,
+    provider: Configured,
     context: BackendContext,
     signals: AsyncIterator[int],
     listeners: list[Listener],

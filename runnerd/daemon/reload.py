@@ -3,12 +3,13 @@
 Owns the reload rules: the catalog, terms, image allowlist, limits, CORS
 origins, allowed hosts, log level and registry sizing (capacity, exit TTL,
 replay size) take effect; what is bound at start (listeners, socket mode,
-body limit, metrics, the backend and its own settings, as its provider's
-`keep_bound` says) is kept and a change there is logged as needing a
-restart. A bad file keeps the old config and logs why at ERROR. The
-config now in effect is warned about as at start-up (`server_warnings`): a
-reload that opens the API to every web page (`cors_origins = "*"` with a TCP
-listener) says so.
+body limit, metrics, the backend and its own settings) is kept and a change
+there is logged as needing a restart. The backend's settings are kept and
+compared by its provider, on its own typed settings
+(`runnerd.backends.Provider.keep_bound` / `bound_changes`). A bad file
+keeps the old config and logs why at ERROR. The config now in effect is
+warned about as at start-up (`server_warnings`): a reload that opens the API
+to every web page (`cors_origins = "*"` with a TCP listener) says so.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from dataclasses import replace
 
 import trio
 
-from runnerd.backends import check_config, provider_for
-from runnerd.config import Config, ConfigError, ServerConfig, load_config
+from runnerd.backends import check_config, load_config, provider_for
+from runnerd.config import Config, ConfigError, ServerConfig
 from runnerd.config.server import server_warnings
 from runnerd.daemon.logs import set_log_level
 from runnerd.daemon.runtime import Runtime

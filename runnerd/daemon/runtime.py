@@ -19,7 +19,7 @@ import trio
 
 from runnerd import __version__
 from runnerd.backend import Backend
-from runnerd.backends import Provider
+from runnerd.backends import Configured
 from runnerd.config import Config
 from runnerd.config.images import Offered
 from runnerd.http.streams import SubscriberCounts
@@ -52,7 +52,7 @@ class Runtime:
 def build_runtime(
     config: Config,
     backend: Backend,
-    provider: Provider,
+    provider: Configured,
     metrics: Metrics = NULL_METRICS,
     files: StateDir | None = None,
     version: str = __version__,

@@ -21,8 +21,12 @@ package: every apiserver answer that is not 2xx becomes an
 What the core asks of a backend package (`runnerd.backends.Provider`) is
 `provider`'s; `runnerd.backends.BUILT` names that module rather than this
 package, so importing a pure part (`settings`, `podstatus`) never pulls in
-trio or httpx. `backend` is `KubeBackend`, the parts put together: one
-`podrun.PodRun` per `run()`, one `ledger.PodLedger` per process.
+trio or httpx. The `[kubernetes]` table is this package's own: `runnerd.config`
+keeps it unread, `settings.parse_settings` reads it into `settings.KubeSettings`
+(and `settings.render` prints it), and every part is handed those typed
+(`config.settings` of the `Config[KubeSettings]` the provider receives).
+`backend` is `KubeBackend`, the parts put together: one `podrun.PodRun` per
+`run()`, one `ledger.PodLedger` per process.
 
 May import: `contract`, `errors`, `backend`, `config`, `workload`. Never
 `session`, `http`, `daemon`, `cli` or another backend.

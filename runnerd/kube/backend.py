@@ -21,7 +21,6 @@ from __future__ import annotations
 import trio
 
 from runnerd.backend import ImageSpec, Outcome, Recovered, RunSpec, Sink, Started
-from runnerd.config import KubeSettings
 from runnerd.contract import AvailabilityReport
 from runnerd.kube.bundle import BundleTokens
 from runnerd.kube.client import KubeClient
@@ -31,6 +30,8 @@ from runnerd.kube.podrun import PodRun, PodRunContext
 from runnerd.kube.podspec import pod_name
 from runnerd.kube.probe import probe_cluster
 from runnerd.kube.recovery import left_pods, recover_pods
+from runnerd.kube.settings import KubeSettings
+from runnerd.backend import ImageSpec, Outcome, Recovered, RunSpec, Sink, Started
 
 
 class KubeBackend:

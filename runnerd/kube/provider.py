@@ -1,12 +1,14 @@
 """What the Kubernetes backend exports to the core (`runnerd.backends.Provider`).
 
 Owns the backend's answers to what the daemon, the CLI and the HTTP edge ask
-of whichever backend is configured: its config check (`kubernetes.self_url`
-is required: no default can be right), the images it offers (only
-`default_image`, or the operator's `allowed_images`), its stop timeout, what
-of the config is bound at start (the whole `[kubernetes]` section), and
-`open_backend`: the client, the shared informer, the bundle listener and
-(with `on_restart = "reap"`) the reaper, for the daemon's lifetime.
+of whichever backend is configured: its settings (`SETTINGS`, the
+`[kubernetes]` table's `KubeSettings`: `parse_settings`, `render`,
+`keep_bound` and `bound_changes` are `runnerd.kube.settings`', re-exported),
+its config check (`kubernetes.self_url` is required: no default can be
+right), the images it offers (only `default_image`, or the operator's
+`allowed_images`), its stop timeout, and `open_backend`: the client, the
+shared informer, the bundle listener and (with `on_restart = "reap"`) the
+reaper, for the daemon's lifetime.
 Nothing in it waits for the apiserver: a silent or absent apiserver never holds up the boot.
 """
 
@@ -16,7 +18,6 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 
 import trio
@@ -37,9 +38,16 @@ from runnerd.kube.podrun import CREATE_GRACE_S
 from runnerd.kube.podspec import managed_by_selector
 from runnerd.kube.podstop import STOP_WAIT_S
 from runnerd.kube.recovery import delete_stale
+from runnerd.kube.settings import KEYS as KEYS
+from runnerd.kube.settings import KubeSettings
+from runnerd.kube.settings import bound_changes as bound_changes
+from runnerd.kube.settings import keep_bound as keep_bound
+from runnerd.kube.settings import parse_settings as parse_settings
+from runnerd.kube.settings import render as render
 from runnerd.metrics import Metrics
 
 NAME = "kubernetes"
+SETTINGS = KubeSettings
 log = logging.getLogger(__name__)
 # Staged bundles past their five minutes are swept this often.
 TOKEN_SWEEP_S = 60.0
@@ -47,13 +55,13 @@ TOKEN_SWEEP_S = 60.0
 ABANDONED_SWEEP_S = 2.0
 
 
-def check_config(config: Config, *, reloaded: bool = False) -> None:
+def check_config(config: Config[KubeSettings], *, reloaded: bool = False) -> None:
     """`kubernetes.self_url` is set: pods fetch their bundle from it.
 
     Raises:
         ConfigError: naming `kubernetes.self_url`.
     """
-    if not config.kubernetes.self_url:
+    if not config.settings.self_url:
         raise ConfigError(
             "kubernetes.self_url",
             'is required with backend = "kubernetes": the URL session pods use to reach'
@@ -61,21 +69,21 @@ def check_config(config: Config, *, reloaded: bool = False) -> None:
         )
 
 
-def offered_images(config: Config) -> tuple[str, ...] | None:
+def offered_images(config: Config[KubeSettings]) -> tuple[str, ...] | None:
     """None: a bundle session runs `default_image` unless the operator lists more."""
     return None
 
 
-def stop_timeout_s(config: Config) -> float:
+def stop_timeout_s(config: Config[KubeSettings]) -> float:
     """A create's grace, the pod's delete and its wait to be gone, plus the
     request's own time."""
     return CREATE_GRACE_S + STOP_WAIT_S + 2.0
 
 
-def config_warnings(config: Config, daemon_path: str | None) -> list[str]:
+def config_warnings(config: Config[KubeSettings], daemon_path: str | None) -> list[str]:
     """What a valid `[kubernetes]` may still get wrong: a loopback `self_url`
     (no pod can reach it unless the cluster runs on this host)."""
-    url = config.kubernetes.self_url
+    url = config.settings.self_url
     if "://127." in url or "://localhost" in url or "://[::1]" in url:
         return [
             f"kubernetes.self_url {url!r} is a loopback address: only a cluster on this"
@@ -84,17 +92,8 @@ def config_warnings(config: Config, daemon_path: str | None) -> list[str]:
     return []
 
 
-def keep_bound(old: Config, new: Config) -> Config:
-    """`new` with the `[kubernetes]` section kept from `old` (bound at start)."""
-    return replace(new, kubernetes=old.kubernetes)
-
-
-def bound_changes(old: Config, new: Config) -> list[str]:
-    return ["kubernetes"] if old.kubernetes != new.kubernetes else []
-
-
 def open_backend(
-    config: Config, context: BackendContext
+    config: Config[KubeSettings], context: BackendContext
 ) -> contextlib.AbstractAsyncContextManager[KubeBackend]:
     """The Kubernetes backend for the daemon's lifetime, counting apiserver
     requests, watch restarts, re-lists and re-attaches in `context.metrics`
@@ -112,8 +111,10 @@ def open_backend(
 
 
 @contextlib.asynccontextmanager
-async def _open_backend(config: Config, metrics: Metrics) -> AsyncIterator[KubeBackend]:
-    settings = config.kubernetes
+async def _open_backend(
+    config: Config[KubeSettings], metrics: Metrics
+) -> AsyncIterator[KubeBackend]:
+    settings = config.settings
     metrics.add_kube_series()
     try:
         conn = await trio.to_thread.run_sync(

@@ -1,13 +1,266 @@
-"""`KubeSettings`: what the Kubernetes backend is configured with. Pure data.
+"""`[kubernetes]`: the Kubernetes backend's settings, parsed and rendered. Pure.
 
-Defined beside the other config dataclasses (`runnerd.config.model`), since the
-config layer parses the `[kubernetes]` section into it and may not import this
-package; re-exported here so the backend's parts name it where they live. The
-field names follow the operator-facing keys (`start_deadline_seconds` becomes
-`start_deadline_s`, as durations are named `*_s` in code). Every default is
-justified where it is set.
+Owns `KubeSettings` (what the backend is configured with; every default is
+justified where it is set) and the provider's settings functions
+(`runnerd.backends.Provider`): `KEYS` (its table's keys:
+`runnerd.backends` refuses any other, naming it), `parse_settings` (the
+table as `runnerd.config` kept it), `render` (what `check-config` prints)
+and, for a reload, `keep_bound` / `bound_changes` (the whole table is bound
+at start). The table's keys are
+the names operators' files and external checks rely on: kubeconfig,
+context, namespace, self_url, bundle_listen, init_image, runtime_class,
+image_pull_secret, managed_by, start_deadline_seconds,
+pull_backoff_grace_seconds, ingress_base_domain, ingress_class,
+ingress_tls_secret, on_restart. What the backend requires on top (a
+`self_url`) is `runnerd.kube.provider.check_config`. Imports neither trio nor
+httpx: it is read before the backend is opened.
 """
 
-from runnerd.config.model import KubeSettings
+from __future__ import annotations
 
-__all__ = ["KubeSettings"]
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, cast
+from urllib.parse import urlsplit
+
+from runnerd.config import ConfigError, Table, format_listen, parse_listen, show
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    """`[kubernetes]`: what the Kubernetes backend is configured with. The
+    field names follow the operator-facing keys (`start_deadline_seconds`
+    becomes `start_deadline_s`, as durations are named `*_s` in code)."""
+
+    # Path to a kubeconfig. None: `$KUBECONFIG` (merged), else in-cluster files,
+    # else `~/.kube/config` — the order kubectl users expect, with in-cluster
+    # ahead of the home file because a daemon in a pod has no useful home.
+    kubeconfig: str | None = None
+    # Context name. None: the kubeconfig's `current-context`.
+    context: str | None = None
+    # Session namespace. None: the context's namespace (or the in-cluster
+    # namespace file), else "default", as kubectl resolves it.
+    namespace: str | None = None
+    # The URL pods use to reach runnerd's bundle endpoint (`bundle_listen`).
+    # No default can be right: it depends on the cluster's network.
+    self_url: str = ""
+    # The listener serving `/internal/bundles/`. Separate from the API listeners
+    # so the API never has to be reachable from pods; all interfaces by default
+    # because pods reach it over the pod network.
+    bundle_listen: str = "tcp:0.0.0.0:8063"
+    # The body-fetch init container's image: it needs only `sh`, `wget`, `tar`.
+    # A pinned busybox: small, on every registry mirror, and its wget is enough.
+    init_image: str = "busybox:1.36"
+    # A sandbox RuntimeClass (gVisor, Kata) when the cluster offers one; unset
+    # means the cluster default, since a wrong name makes every pod unschedulable.
+    runtime_class: str | None = None
+    # Pull secret for the kernel image, in the session namespace. Unset: public images.
+    image_pull_secret: str | None = None
+    # The `app.kubernetes.io/managed-by` label value on every pod runnerd
+    # creates: the shared watch selects on it, and the reaper deletes by it.
+    # One value per runnerd instance sharing a namespace.
+    managed_by: str = "runnerd"
+    # A pod not Running by then fails its start and is deleted. Two minutes:
+    # a cold pull of the kernel image on a slow node takes tens of seconds;
+    # a session the user waits longer for than this is better reported failed.
+    start_deadline_s: float = 120.0
+    # How long an image pull may back off (ErrImagePull / ImagePullBackOff)
+    # before the start fails. A registry hiccup heals within the kubelet's
+    # first retries (10 s, 20 s); a wrong image name never does.
+    pull_backoff_grace_s: float = 30.0
+    # The DNS name session endpoints are published under: a session's tcp
+    # port P is `https://P-<session id>.<ingress_base_domain>` through one
+    # Ingress. Unset: nothing is published (the ports are reachable only
+    # inside the cluster), since only the operator knows a name whose
+    # wildcard record points at the cluster's ingress controller.
+    ingress_base_domain: str | None = None
+    # The Ingress's `ingressClassName`. Unset: the cluster's default class.
+    ingress_class: str | None = None
+    # A TLS Secret (a wildcard certificate for `*.<ingress_base_domain>`) in the
+    # session namespace, named in the Ingress for every host. Unset: no TLS
+    # block (the controller's default certificate, if it has one, applies).
+    ingress_tls_secret: str | None = None
+    # What a starting runnerd does with the session pods a previous process
+    # left: "adopt" them (live ones become sessions again, finished ones are
+    # reported and deleted), or "reap" them (delete every one). Adopt: a
+    # restart or an upgrade should not cost users their running sessions.
+    on_restart: Literal["adopt", "reap"] = "adopt"
+
+
+KEYS = (
+    "kubeconfig", "context", "namespace", "self_url", "bundle_listen", "init_image",
+    "runtime_class", "image_pull_secret", "managed_by", "start_deadline_seconds",
+    "pull_backoff_grace_seconds", "ingress_base_domain", "ingress_class", "ingress_tls_secret",
+    "on_restart",
+)  # fmt: skip
+# RFC 1123 label (namespaces, secret and runtime class names).
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+# The longest first label a session host puts under the base domain:
+# `<port>-<session id>.`, a port of up to 5 digits and a 12-character id
+# (`runnerd.session.admission.new_session_id`).
+HOST_PREFIX_MAX = len("65535-") + 12 + len(".")
+# A DNS name's limit (RFC 1035: 255 octets on the wire, 253 as text).
+_DNS_NAME_MAX = 253
+# A label value (managed_by is one): 63 characters, alphanumeric at both ends.
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+def _name(t: Table, key: str, pattern: re.Pattern[str], what: str) -> str | None:
+    value = t.optional_string(key)
+    if value is not None and not pattern.fullmatch(value):
+        raise ConfigError(t.key(key), f"must be {what}, got {show(value)}")
+    return value
+
+
+def _self_url(t: Table) -> str:
+    value = (t.optional_string("self_url") or "").rstrip("/")
+    if value:
+        url = urlsplit(value)
+        try:
+            url.port  # noqa: B018 (raises on a port that is not one)
+            port_ok = True
+        except ValueError:
+            port_ok = False
+        if (
+            url.scheme not in ("http", "https")
+            or not url.hostname
+            or url.query
+            or url.fragment
+            or not port_ok
+            or any(c.isspace() or ord(c) < 0x21 for c in value)
+        ):
+            raise ConfigError(
+                t.key("self_url"),
+                f"must be an http(s) URL pods can reach (e.g. http://10.0.0.5:8063), got"
+                f" {show(value)}",
+            )
+    return value
+
+
+def _bundle_listen(t: Table) -> str:
+    value = t.string("bundle_listen", KubeSettings.bundle_listen)
+    try:
+        address = parse_listen(value)
+    except ValueError as exc:
+        raise ConfigError(t.key("bundle_listen"), str(exc)) from None
+    if address.kind != "tcp":
+        # Pods reach it over the pod network: a unix socket or an inherited
+        # fd could not be what `self_url` names.
+        raise ConfigError(t.key("bundle_listen"), f"must be tcp:HOST:PORT, got {show(value)}")
+    return format_listen(address)
+
+
+def _base_domain(t: Table) -> str | None:
+    """A DNS name under which `<port>-<session id>.` still fits DNS limits."""
+    value = t.optional_string("ingress_base_domain")
+    if value is None:
+        return None
+    key = t.key("ingress_base_domain")
+    labels = value.split(".")
+    if not all(_DNS_LABEL.fullmatch(label) for label in labels):
+        raise ConfigError(
+            key,
+            "must be a DNS name of lowercase RFC 1123 labels (e.g."
+            f" sessions.example.com, no trailing dot), got {show(value)}",
+        )
+    if _is_ip(value):
+        raise ConfigError(key, f"must be a DNS name, not an IP address, got {show(value)}")
+    longest = _DNS_NAME_MAX - HOST_PREFIX_MAX
+    if len(value) > longest:
+        raise ConfigError(
+            key,
+            f"is {len(value)} characters, at most {longest} fit: session hosts"
+            f" <port>-<session id>.<domain> must fit a DNS name's"
+            f" {_DNS_NAME_MAX}",
+        )
+    return value
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _ingress(t: Table) -> tuple[str | None, str | None, str | None]:
+    """The three ingress keys; a class or TLS secret without a base domain is
+    an error, not silently nothing: the operator meant to publish something."""
+    domain = _base_domain(t)
+    ingress_class = _name(t, "ingress_class", _DNS_SUBDOMAIN, "an IngressClass name")
+    tls_secret = _name(t, "ingress_tls_secret", _DNS_SUBDOMAIN, "a Secret name")
+    for key, value in (("ingress_class", ingress_class), ("ingress_tls_secret", tls_secret)):
+        if value is not None and domain is None:
+            raise ConfigError(
+                t.key(key),
+                "has no effect without kubernetes.ingress_base_domain"
+                " (no Ingress is created without it): set both or"
+                " neither",
+            )
+    return domain, ingress_class, tls_secret
+
+
+def parse_settings(t: Table, base_dir: Path) -> KubeSettings:
+    """`[kubernetes]` as `KubeSettings`; a relative `kubeconfig` resolves
+    against `base_dir` (the config file's directory), as every path does.
+
+    Raises:
+        ConfigError: naming the key (`kubernetes.namespace: ...`).
+    """
+    d = KubeSettings()
+    domain, ingress_class, tls_secret = _ingress(t)
+    kubeconfig = t.optional_string("kubeconfig")
+    if kubeconfig is not None:
+        kubeconfig = os.path.normpath(base_dir / os.path.expanduser(kubeconfig))
+    return KubeSettings(
+        kubeconfig=kubeconfig,
+        context=t.optional_string("context"),
+        namespace=_name(t, "namespace", _DNS_LABEL, "a namespace name (RFC 1123 label)"),
+        self_url=_self_url(t),
+        bundle_listen=_bundle_listen(t),
+        init_image=t.string("init_image", d.init_image),
+        runtime_class=_name(t, "runtime_class", _DNS_SUBDOMAIN, "a RuntimeClass name"),
+        image_pull_secret=_name(t, "image_pull_secret", _DNS_SUBDOMAIN, "a Secret name"),
+        managed_by=_name(t, "managed_by", _LABEL_VALUE, "a label value (1-63 characters)")
+        or d.managed_by,
+        start_deadline_s=t.seconds("start_deadline_seconds", d.start_deadline_s),
+        pull_backoff_grace_s=t.seconds("pull_backoff_grace_seconds", d.pull_backoff_grace_s),
+        ingress_base_domain=domain,
+        ingress_class=ingress_class,
+        ingress_tls_secret=tls_secret,
+        on_restart=cast(
+            Literal["adopt", "reap"], t.choice("on_restart", d.on_restart, ("adopt", "reap"))
+        ),
+    )
+
+
+def render(settings: KubeSettings) -> list[tuple[str, Mapping[str, object]]]:
+    """The `[kubernetes]` table as `check-config` prints it (unset keys left out)."""
+    k = settings
+    return [("kubernetes", {
+        "kubeconfig": k.kubeconfig, "context": k.context, "namespace": k.namespace,
+        "self_url": k.self_url, "bundle_listen": k.bundle_listen, "init_image": k.init_image,
+        "runtime_class": k.runtime_class, "image_pull_secret": k.image_pull_secret,
+        "managed_by": k.managed_by, "start_deadline_seconds": k.start_deadline_s,
+        "pull_backoff_grace_seconds": k.pull_backoff_grace_s,
+        "ingress_base_domain": k.ingress_base_domain, "ingress_class": k.ingress_class,
+        "ingress_tls_secret": k.ingress_tls_secret,
+        "on_restart": k.on_restart,
+    })]  # fmt: skip
+
+
+def keep_bound(old: KubeSettings, new: KubeSettings) -> KubeSettings:
+    """What a reload runs on: `old`, all of it (the client, the informer and
+    the bundle listener are opened with it at start)."""
+    return old
+
+
+def bound_changes(old: KubeSettings, new: KubeSettings) -> list[str]:
+    """`["kubernetes"]` when the table changed: a restart applies it."""
+    return ["kubernetes"] if old != new else []

@@ -3,8 +3,14 @@
 `LocalBackend` (in `backend`) is the public entry; `pty` owns the PTY child,
 `launch` the argv/env, `workdir` the session directory, `network` and
 `forward` each session's network namespace and its published ports. What
-the core asks of a backend package (`runnerd.backends.Provider`: config check, offered
-images, stop timeout, `open_backend`) is `provider`'s, re-exported here.
+the core asks of a backend package (`runnerd.backends.Provider`) is
+re-exported here: its settings from `settings` (`SETTINGS` = `LocalConfig`,
+the `[local]` table parsed by `parse_settings`, printed by `render`, kept and
+compared on a reload by `keep_bound` / `bound_changes`), the rest from
+`provider` (config check, offered images, stop timeout, warnings,
+`open_backend`). The package is imported only when `runner.backend` is
+"local"; every part of it reads its settings typed, `config.settings` of a
+`Config[LocalConfig]`.
 
 May import: `contract`, `errors`, `backend`, `config`, `workload`. Never
 `session`, `http`, `daemon`, `cli` or another backend.
@@ -13,17 +19,19 @@ May import: `contract`, `errors`, `backend`, `config`, `workload`. Never
 from runnerd.local.backend import LocalBackend
 from runnerd.local.provider import (
     NAME,
-    bound_changes,
+    SETTINGS,
     check_config,
     config_warnings,
-    keep_bound,
     offered_images,
     open_backend,
     stop_timeout_s,
 )
+from runnerd.local.settings import KEYS, bound_changes, keep_bound, parse_settings, render
 
 __all__ = [
+    "KEYS",
     "NAME",
+    "SETTINGS",
     "LocalBackend",
     "bound_changes",
     "check_config",
@@ -31,5 +39,7 @@ __all__ = [
     "keep_bound",
     "offered_images",
     "open_backend",
+    "parse_settings",
+    "render",
     "stop_timeout_s",
 ]

@@ -58,7 +58,6 @@ from runnerd.backend import (
     Started,
     StartError,
 )
-from runnerd.config import LocalConfig, RuntimeConfig
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
 from runnerd.local.containment import ContainmentPlan, SessionView, probe_containment
@@ -82,6 +81,7 @@ from runnerd.local.launch import (
 from runnerd.local.network import probe_network
 from runnerd.local.pty import PtyProcess
 from runnerd.local.runtimes import runtime_problems, workload_path
+from runnerd.local.settings import LocalConfig, RuntimeConfig
 from runnerd.local.spawn import Launch, spawn_pty_process
 from runnerd.local.trash import Trash
 from runnerd.local.workdir import (

@@ -22,11 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from runnerd.config import RuntimeConfig
 from runnerd.config.envnames import is_env_name
 from runnerd.local.runtimes import INSTALL_HINTS, runtime_search_path
 from runnerd.local.runtimes import MINIMAL_PATH as MINIMAL_PATH
 from runnerd.local.runtimes import search_path as search_path
+from runnerd.local.settings import RuntimeConfig
 
 ENTRY = "{entry}"
 INSPECT_PORT = "{inspect_port}"

@@ -4,8 +4,7 @@ Owns the local backend's answers to what the daemon, the CLI and the HTTP
 edge ask of whichever backend is configured, so no core module names it:
 its config check (every image names a `[local.runtimes]` entry: `{entry}`
 runtimes for bundle sessions, runtimes without it for catalog apps), the
-images it offers, its stop timeout, its start-up warnings, what of the config
-is bound at start (the whole `[local]` section), and `open_backend` (the
+images it offers, its stop timeout, its start-up warnings, and `open_backend` (the
 backend for the daemon's lifetime: the workdir claimed and swept on entry,
 finished sessions' directories removed until its exit).
 """
@@ -16,27 +15,27 @@ import contextlib
 import os
 import shutil
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import replace
 from pathlib import Path
 
 import trio
 
 from runnerd.backend import BackendContext
-from runnerd.config import AppEntry, Config, ConfigError, LocalConfig, RunnerConfig
-from runnerd.config.model import ENTRY
+from runnerd.config import AppEntry, Config, ConfigError, RunnerConfig
 from runnerd.local.backend import LocalBackend
 from runnerd.local.initpython import SYSTEM_PYTHON
 from runnerd.local.launch import read_interpreter, same_file
 from runnerd.local.runtimes import SERVICE_PATH, runtime_problems, search_path
+from runnerd.local.settings import ENTRY, LocalConfig
 from runnerd.local.workdir import WorkdirError
 
 NAME = "local"
+SETTINGS = LocalConfig
 # A stop waits the workload's SIGTERM grace plus this for the SIGKILL, the
 # drain and the cleanup (cgroup, session directory).
 STOP_HEADROOM_S = 3.0
 
 
-def check_config(config: Config, *, reloaded: bool = False) -> None:
+def check_config(config: Config[LocalConfig], *, reloaded: bool = False) -> None:
     """Every image the config names is a runtime the right kind of session can run.
 
     `reloaded`: `config` is a reloaded catalog against the `[local]` the
@@ -46,7 +45,7 @@ def check_config(config: Config, *, reloaded: bool = False) -> None:
         ConfigError: naming the key of the first image that breaks the rule.
     """
     try:
-        check_images(config.runner, config.local, config.apps)
+        check_images(config.runner, config.settings, config.apps)
     except ConfigError as exc:
         if not reloaded:
             raise
@@ -95,7 +94,7 @@ def check_images(runner: RunnerConfig, local: LocalConfig, apps: Mapping[str, Ap
         runtime(f"apps.{app.name}.image", app.image, False)
 
 
-def offered_images(config: Config) -> tuple[str, ...]:
+def offered_images(config: Config[LocalConfig]) -> tuple[str, ...]:
     """The images a bundle session may pick when the operator lists none:
     every runtime that runs bundles (`{entry}` in its command) and that no
     catalog app uses (a catalog image is never offered, so a client cannot
@@ -103,24 +102,24 @@ def offered_images(config: Config) -> tuple[str, ...]:
     app_images = {app.image for app in config.apps.values()}
     return tuple(
         name
-        for name, rt in config.local.runtimes.items()
+        for name, rt in config.settings.runtimes.items()
         if name not in app_images and any(ENTRY in arg for arg in rt.command)
     )
 
 
-def stop_timeout_s(config: Config) -> float:
+def stop_timeout_s(config: Config[LocalConfig]) -> float:
     """How long a stop may take: SIGTERM grace, then SIGKILL and the cleanup."""
-    return config.local.stop_grace_s + STOP_HEADROOM_S
+    return config.settings.stop_grace_s + STOP_HEADROOM_S
 
 
-def config_warnings(config: Config, daemon_path: str | None) -> list[str]:
+def config_warnings(config: Config[LocalConfig], daemon_path: str | None) -> list[str]:
     """`runtime_problems` with the filesystem: the runtimes' executables are
     looked up as the daemon would (`daemon_path`, then the minimal PATH) and
     on the PATH systemd gives a service; a script's `#!/usr/bin/env` program
     on the workload's PATH and on `daemon_path` (the operator's)."""
     path = search_path(daemon_path)
     return runtime_problems(
-        config.local,
+        config.settings,
         find=_find_executable,
         path=path,
         service_path=SERVICE_PATH,
@@ -135,18 +134,8 @@ def _find_executable(program: str, path: str) -> str | None:
     return shutil.which(program, path=path)
 
 
-def keep_bound(old: Config, new: Config) -> Config:
-    """`new` with what is bound at start (the `[local]` section) kept from `old`."""
-    return replace(new, local=old.local)
-
-
-def bound_changes(old: Config, new: Config) -> list[str]:
-    """The sections that changed but only take effect on restart."""
-    return ["local"] if old.local != new.local else []
-
-
 def open_backend(
-    config: Config, context: BackendContext
+    config: Config[LocalConfig], context: BackendContext
 ) -> contextlib.AbstractAsyncContextManager[LocalBackend]:
     """The local backend for the daemon's lifetime. Every session it starts
     has `context.hidden_paths` covered (with a mount namespace). It counts
@@ -165,8 +154,10 @@ def open_backend(
 
 
 @contextlib.asynccontextmanager
-async def _open_backend(config: Config, hidden: Iterable[Path]) -> AsyncIterator[LocalBackend]:
-    backend = LocalBackend(config.local, hidden=hidden)
+async def _open_backend(
+    config: Config[LocalConfig], hidden: Iterable[Path]
+) -> AsyncIterator[LocalBackend]:
+    backend = LocalBackend(config.settings, hidden=hidden)
     if backend.init_problem is not None:
         # Every session would fail its start: refuse now, with the file named.
         raise ConfigError(

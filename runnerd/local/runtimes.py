@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runnerd.config.model import LocalConfig, RuntimeConfig, toml_key
+from runnerd.config import toml_key
+from runnerd.local.settings import LocalConfig, RuntimeConfig
 
 # Searched after the daemon's own PATH, and the workload's PATH.
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"

@@ -4,25 +4,24 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import runnerd.local
-from runnerd.backends import check_config
+from runnerd.backends import check_config, load_config, parse_config
+from runnerd.backends import render_config as render_config
 from runnerd.config import (
     DEFAULT_APP_LIMITS,
     DEFAULT_SESSION_LIMITS,
     Config,
     ConfigError,
     ListenAddress,
-    load_config,
-    parse_config,
     parse_listen,
 )
-from runnerd.config import render_config as render_with
 
 BASE = Path("/etc/runnerd")
 REPO = Path(__file__).resolve().parents[2]
@@ -56,10 +55,6 @@ def minimal(**sections: Any) -> dict[str, Any]:
 def parse(data: dict[str, Any], read_text: Any = no_files) -> Config:
     """Parsed, then checked by the configured backend, as the daemon loads it."""
     return check_config(parse_config(copy.deepcopy(data), base_dir=BASE, read_text=read_text))
-
-
-def render_config(config: Config) -> str:
-    return render_with(config, runnerd.local.offered_images(config))
 
 
 def error_of(data: dict[str, Any], read_text: Any = no_files) -> str:
@@ -96,9 +91,9 @@ def test_config_defaults_are_the_documented_ones() -> None:
     assert config.app_limits.memory == "512Mi" and config.app_limits.ttl_s == 21600
     assert config.terms is None
     assert dict(config.apps) == {}
-    assert config.local.workdir == Path("/var/lib/runnerd/sessions")
+    assert config.settings.workdir == Path("/var/lib/runnerd/sessions")
     assert config.runner.state_dir == Path("/var/lib/runnerd/state")
-    assert config.local.stop_grace_s == 2.0
+    assert config.settings.stop_grace_s == 2.0
 
 
 def test_config_empty_file_on_local_backend_says_what_to_write() -> None:
@@ -453,7 +448,7 @@ def test_config_relative_paths_resolve_against_the_config_directory() -> None:
         "unix:/etc/run/b.sock",
         "unix:/abs/c.sock",
     )
-    assert config.local.workdir == Path("/etc/state/sessions")
+    assert config.settings.workdir == Path("/etc/state/sessions")
     assert config.runner.state_dir == Path("/etc/state/adopt")
     assert read == [Path("/etc/runnerd/terms.md")]
 
@@ -515,63 +510,6 @@ def test_config_quantities_accept_numbers_and_keep_the_operator_spelling() -> No
     assert config.app_limits.memory == "1Gi"
     assert config.app_limits.ttl_s == 90.5
     assert config.app_limits.ephemeral_storage == DEFAULT_APP_LIMITS.ephemeral_storage
-
-
-def test_config_stop_grace_zero_is_allowed() -> None:
-    assert parse(minimal(local={"stop_grace_seconds": 0})).local.stop_grace_s == 0
-
-
-def test_config_stop_grace_is_capped_so_sigterm_ends_within_10_s() -> None:
-    assert parse(minimal(local={"stop_grace_seconds": 5})).local.stop_grace_s == 5
-    assert error_of(minimal(local={"stop_grace_seconds": 5.5})) == (
-        "local.stop_grace_seconds: must be at most 5 seconds (SIGTERM must stop runnerd"
-        " within 10 s), got 5.5"
-    )
-
-
-def test_config_session_uids_and_init_python() -> None:
-    local = parse(minimal()).local
-    assert (local.session_uid_base, local.session_uid_count) == (0x70000000, 65536)
-    assert local.init_python is None
-    chosen = parse(
-        minimal(
-            local={
-                "session_uid_base": 200000,
-                "session_uid_count": 10,
-                "init_python": "/usr/bin/python3",
-            }
-        )
-    ).local
-    assert (chosen.session_uid_base, chosen.session_uid_count) == (200000, 10)
-    assert chosen.init_python == "/usr/bin/python3"
-    assert error_of(minimal(local={"session_uid_base": 0})) == (
-        "local.session_uid_base: must be a positive integer, got 0"
-    )
-    assert error_of(minimal(local={"session_uid_base": 2**32 - 10})) == (
-        "local.session_uid_count: session_uid_base + session_uid_count - 1 must be at most"
-        f" {2**32 - 2}, got {2**32 - 10 + 65535}"
-    )
-    assert error_of(minimal(local={"session_uid_base": 60000, "session_uid_count": 6000})) == (
-        "local.session_uid_base: the range 60000-65999 holds 65534 (nobody)"
-    )
-    assert error_of(minimal(local={"init_python": "python3"})) == (
-        "local.init_python: must be an absolute path, got 'python3'"
-    )
-
-
-def test_config_runtime_inspect_args_and_names_that_need_quoting() -> None:
-    runtimes = {
-        "telorun/node:latest-slim": {
-            "command": ["telo", "run", "{entry}"],
-            "inspect_args": ["--inspect", "127.0.0.1:{inspect_port}"],
-        }
-    }
-    config = parse(
-        {"runner": {"default_image": "telorun/node:latest-slim"}, "local": {"runtimes": runtimes}}
-    )
-    rt = config.local.runtimes["telorun/node:latest-slim"]
-    assert rt.command == ("telo", "run", "{entry}")
-    assert rt.inspect_args == ("--inspect", "127.0.0.1:{inspect_port}")
 
 
 def test_config_app_entry_fields_and_catalog_order() -> None:
@@ -669,7 +607,7 @@ def test_load_config_reads_drop_ins_in_sorted_order(tmp_path: Path) -> None:
     assert list(config.apps) == ["main", "ant", "bee"]
     assert dict(config.apps["ant"].env) == {"K": "v"}
     assert config.source == main
-    assert config.local.workdir == tmp_path / "sessions"
+    assert config.settings.workdir == tmp_path / "sessions"
 
 
 def test_load_config_without_drop_in_dir(tmp_path: Path) -> None:
@@ -751,10 +689,10 @@ def test_load_config_unreadable_terms_file_is_an_error(tmp_path: Path) -> None:
 def test_load_config_shipped_dev_config(tmp_path: Path) -> None:
     config = load_config(REPO / "config/dev.toml")
     assert config.server.listen == (f"unix:{REPO / 'run/runnerd.sock'}", "tcp:127.0.0.1:8062")
-    assert config.local.workdir == REPO / "run/sessions"
+    assert config.settings.workdir == REPO / "run/sessions"
     assert config.runner.backend == "local" and config.runner.default_image == "sh"
-    assert config.local.runtimes["sh"].command == ("/bin/sh", "{entry}")
-    assert config.local.runtimes["python"].command == ("python3", "-u", "{entry}")
+    assert config.settings.runtimes["sh"].command == ("/bin/sh", "{entry}")
+    assert config.settings.runtimes["python"].command == ("python3", "-u", "{entry}")
     assert config.apps["hello"].image == "hello"
     # The dev TCP port is loopback, for the Telo editor's local origins only.
     assert "tcp:127.0.0.1:8062" in config.server.listen
@@ -768,6 +706,46 @@ def test_load_config_shipped_production_example() -> None:
     assert config.server.listen == ("unix:/run/runnerd/runnerd.sock",)
     assert config.server.cors_origins == () and config.server.allow_remote is False
     assert config.runner.max_sessions == 32
+
+
+def test_the_shipped_example_renders_its_local_tables_and_marks_kubernetes_unread() -> None:
+    # Changed on purpose: check-config printed the [kubernetes] defaults for a
+    # local config; a backend's table is now read only by its own provider,
+    # imported only when it is the configured one, so the table the example
+    # documents is marked instead of printed (and no longer checked).
+    config = check_config(load_config(REPO / "config/runnerd.toml"))
+    assert config.unread == ("kubernetes",)
+    text = render_config(config)
+    assert "\n[local]\n" in text and "\n[local.runtimes.telo]\n" in text
+    assert "\n[kubernetes]\n" not in text
+    assert text.endswith('\n# [kubernetes] not read: runner.backend = "local"\n')
+    again = parse_config(tomllib.loads(text), base_dir=Path("/elsewhere"), read_text=no_files)
+    assert again.settings == config.settings and again.unread == ()
+
+
+def test_another_backends_table_is_neither_checked_nor_printed() -> None:
+    # What a typo there would have been refused for, before: the local
+    # backend's provider is not imported to read it.
+    config = check_config(
+        parse_config(
+            {
+                "runner": {"backend": "kubernetes"},
+                "kubernetes": {"self_url": "http://10.0.0.5:8063"},
+                "local": {"workdir": 7, "no_such_key": True},
+            },
+            base_dir=BASE,
+            read_text=no_files,
+        )
+    )
+    assert config.unread == ("local",)
+    assert "\n[local]\n" not in render_config(config)
+    assert '# [local] not read: runner.backend = "kubernetes"' in render_config(config)
+
+
+def test_an_unknown_backend_is_refused_naming_the_built_ones() -> None:
+    assert error_of(minimal(runner={"backend": "docker"})) == (
+        "runner.backend: must be one of local, kubernetes, got 'docker'"
+    )
 
 
 # --------------------------------------------------------------------------
@@ -809,7 +787,7 @@ def test_render_config_parses_back_to_the_same_config() -> None:
     assert render_config(again) == text
     assert again.server == config.server
     assert again.runner == config.runner
-    assert again.local == config.local
+    assert again.settings == config.settings
     assert (again.session_limits, again.app_limits) == (config.session_limits, config.app_limits)
 
 
@@ -900,3 +878,32 @@ def test_config_warns_about_a_socket_other_users_may_write() -> None:
     assert server_warnings(parse(minimal(server={"socket_mode": "0770"})).server) == []
     tcp_only = minimal(server={"socket_mode": "0777", "listen": ["tcp:127.0.0.1:0"]})
     assert server_warnings(parse(tcp_only).server) == []
+
+
+@pytest.mark.parametrize(
+    ("backend", "imported", "not_imported"),
+    [
+        ("local", "runnerd.local", "runnerd.kube"),
+        ("kubernetes", "runnerd.kube.provider", "runnerd.local"),
+    ],
+)
+def test_only_the_configured_backends_package_is_imported_to_read_a_config(
+    tmp_path: Path, backend: str, imported: str, not_imported: str
+) -> None:
+    # Both tables in the file, as the shipped example has them.
+    path = tmp_path / "runnerd.toml"
+    path.write_text(
+        f'[runner]\nbackend = "{backend}"\ndefault_image = "sh"\n'
+        '[local.runtimes.sh]\ncommand = ["sh", "{entry}"]\n'
+        '[kubernetes]\nself_url = "http://10.0.0.5:8063"\n'
+    )
+    script = (
+        "import sys\nfrom pathlib import Path\nfrom runnerd.backends import check_config,"
+        f" load_config\ncheck_config(load_config(Path({str(path)!r})))\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('runnerd.'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert imported in out
+    assert [m for m in out if m == not_imported or m.startswith(f"{not_imported}.")] == []

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from runnerd.config import ConfigError, LocalConfig, RuntimeConfig, load_config
+from runnerd.backends import load_config
+from runnerd.config import ConfigError
 from runnerd.config.lines import find_key_line, split_key
 from runnerd.local.runtimes import runtime_problems
+from runnerd.local.settings import LocalConfig, RuntimeConfig
 
 TEXT = '''\
 # a comment with key = value in it
@@ -132,8 +134,8 @@ def test_local_containment_is_auto_or_process_group(tmp_path: Path) -> None:
 
     path = tmp_path / "runnerd.toml"
     path.write_text(BASE)
-    assert load_config(path).local.containment == "auto"
+    assert load_config(path).settings.containment == "auto"
     path.write_text(with_containment('"process-group"'))
-    assert load_config(path).local.containment == "process-group"
+    assert load_config(path).settings.containment == "process-group"
     message = error(tmp_path, with_containment('"none"'))
     assert message == "line 4: local.containment: must be one of auto, process-group, got 'none'"

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from runnerd.config import ConfigError, WatchConfig, load_config, parse_config
+from runnerd.backends import load_config, parse_config
+from runnerd.config import ConfigError, WatchConfig
 from tests.config.test_config import error_of, minimal, no_files, parse, render_config
 from tests.harness import DaemonExited, build_config, dump_toml, run_runnerd, start_daemon
 

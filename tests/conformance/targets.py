@@ -39,8 +39,8 @@ from typing import Any
 import trio
 
 from runnerd.backend import BackendContext, BundleSpec, ImageSpec, Limits, RunSpec
-from runnerd.backends import provider_for
-from runnerd.config import Config, parse_config
+from runnerd.backends import parse_config, provider_for
+from runnerd.config import Config
 from runnerd.local import LocalBackend
 from runnerd.session.manager import SessionManager
 from tests.conformance.fake import FakeBackend, open_fake_host
@@ -141,7 +141,7 @@ async def open_local_target(tmp_path: Path) -> AsyncIterator[Target]:
     @asynccontextmanager
     async def open_backend() -> AsyncIterator[ObservedBackend]:
         workdir.mkdir(mode=0o700, exist_ok=True)  # what the provider's workdir claim does
-        backend = LocalBackend(config.local)
+        backend = LocalBackend(config.settings)
         async with trio.open_nursery() as nursery:
             await nursery.start(backend.trash.run)
             try:

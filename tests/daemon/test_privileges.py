@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import trio
 
-from runnerd.config.model import LocalConfig
 from runnerd.local.identity import blocking_directory
+from runnerd.local.settings import LocalConfig
 from tests.escapes import host_pid, wait_gone
 from tests.harness import Daemon, DaemonExited, read_pty_until, session_body, start_daemon
 

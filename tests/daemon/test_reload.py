@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from runnerd.config import parse_config
+from runnerd.backends import parse_config
 from runnerd.daemon.reload import build_reloaded, restart_only_changes
 from tests.e2e.edge import tcp_daemon
 from tests.harness import session_body, start_daemon

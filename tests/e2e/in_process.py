@@ -24,8 +24,8 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
 from runnerd.backend import Backend, BackendContext
-from runnerd.backends import provider_for
-from runnerd.config import Config, parse_config
+from runnerd.backends import parse_config, provider_for
+from runnerd.config import Config
 from runnerd.daemon.runtime import Runtime
 from runnerd.http.app import create_app
 from runnerd.http.events import DEFAULT_HEARTBEAT_S

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from runnerd.config import LocalConfig, RuntimeConfig
 from runnerd.local import LocalBackend
+from runnerd.local.settings import LocalConfig, RuntimeConfig
 from tests.harness import SESSION_PYTHON
 
 

@@ -13,8 +13,8 @@ import pytest
 import trio
 
 from runnerd.backend import Exited
-from runnerd.config import LocalConfig
 from runnerd.local import LocalBackend
+from runnerd.local.settings import LocalConfig
 from tests.escapes import HOST_PID, host_pid, wait_gone, wait_token_gone
 
 from .conftest import runtimes

@@ -9,8 +9,8 @@ import pytest
 import trio
 
 from runnerd.backend import Exited, ImageSpec, StartError
-from runnerd.config import LocalConfig, RuntimeConfig
 from runnerd.local import LocalBackend
+from runnerd.local.settings import LocalConfig, RuntimeConfig
 
 from .conftest import runtimes
 from .recording import RecordingSink, start_session

@@ -12,7 +12,6 @@ import pytest
 import trio
 
 from runnerd.backend import Exited
-from runnerd.config import LocalConfig
 from runnerd.local import LocalBackend
 from runnerd.local.containment import (
     CLONE_NEWIPC,
@@ -25,6 +24,7 @@ from runnerd.local.containment import (
     covers,
     probe_containment,
 )
+from runnerd.local.settings import LocalConfig
 from tests.escapes import STAY, escape_script, is_running, kill_leftovers, read_pids, wait_all_gone
 
 from .conftest import runtimes

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from runnerd.backend import ImageSpec
-from runnerd.config import LocalConfig, RuntimeConfig
 from runnerd.local import LocalBackend
 from runnerd.local.identity import SessionIdentity, SessionUids, blocking_directory
 from runnerd.local.initpython import unreachable_program, unreachable_workdir
+from runnerd.local.settings import LocalConfig, RuntimeConfig
 
 from .conftest import runtimes
 

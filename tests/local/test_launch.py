@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from runnerd.config import RuntimeConfig
 from runnerd.local.launch import (
     MINIMAL_PATH,
     Unresolved,
@@ -17,6 +16,7 @@ from runnerd.local.launch import (
     resolve_runtime,
     search_path,
 )
+from runnerd.local.settings import RuntimeConfig
 
 NODE = RuntimeConfig(
     name="node",

@@ -67,8 +67,8 @@ async def test_the_workload_never_holds_the_daemons_way_into_its_namespace(
 ) -> None:
     # nsinit's socket to the daemon (which makes sockets in the namespace on
     # request) must not reach the workload: it lists its fds' targets.
-    from runnerd.config import LocalConfig
     from runnerd.local import LocalBackend
+    from runnerd.local.settings import LocalConfig
 
     backend = LocalBackend(LocalConfig(workdir=workdir, stop_grace_s=0.5, runtimes=runtimes()))
     script = """
@@ -94,8 +94,8 @@ async def test_a_session_starts_when_the_daemon_holds_more_than_1024_fds(workdir
     # range in select()" and every later session exited 1 before its workload.
     import resource
 
-    from runnerd.config import LocalConfig
     from runnerd.local import LocalBackend
+    from runnerd.local.settings import LocalConfig
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 2048:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from runnerd.config import LocalConfig, RuntimeConfig
 from runnerd.local.runtimes import env_program, runtime_problems, workload_path
+from runnerd.local.settings import LocalConfig, RuntimeConfig
 from tests.harness import (
     build_config,
     dump_toml,

@@ -12,7 +12,8 @@ import pytest
 
 import runnerd.local
 from runnerd.backend import BundleSpec, ImageSpec, Limits, RunSpec, StartError
-from runnerd.config import Config, parse_config
+from runnerd.backends import parse_config
+from runnerd.config import Config
 from runnerd.contract import (
     BundleFile,
     RunBundle,

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 import runnerd.local
-from runnerd.config import Config, images, parse_config
+from runnerd.backends import parse_config
+from runnerd.config import Config, images
 from runnerd.config.images import Offered
 from runnerd.session import capabilities
 

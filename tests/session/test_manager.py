@@ -26,9 +26,9 @@ from runnerd.backend import (
     RunSpec,
     Sink,
 )
-from runnerd.config import LocalConfig, RuntimeConfig
 from runnerd.contract import RunStatus, exited, failed, running
 from runnerd.local import LocalBackend
+from runnerd.local.settings import LocalConfig, RuntimeConfig
 from runnerd.session.manager import ManagerClosed, Session, SessionManager, StopFailed
 from runnerd.session.registry import ByteRing, EventRing, RegistryFull
 from tests.escapes import HOST_PID, host_pid

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-import runnerd.kube.provider
-from runnerd.backends import check_config
-from runnerd.config import ConfigError, KubeSettings, load_config, parse_config, render_config
+from runnerd.backends import check_config, load_config, parse_config, provider_for, render_config
+from runnerd.config import ConfigError
+from runnerd.kube.settings import KubeSettings
 
 BASE = Path("/etc/runnerd")
 
@@ -27,7 +27,7 @@ def kube(**keys: Any) -> dict[str, Any]:
 
 
 def settings(**keys: Any) -> KubeSettings:
-    return check_config(parse_config(kube(**keys), base_dir=BASE, read_text=no_files)).kubernetes
+    return check_config(parse_config(kube(**keys), base_dir=BASE, read_text=no_files)).settings
 
 
 def error_of(**keys: Any) -> str:
@@ -147,15 +147,15 @@ def test_check_config_renders_the_section_and_it_parses_back(tmp_path: Path) -> 
     config = check_config(
         parse_config(kube(namespace="sessions"), base_dir=BASE, read_text=no_files)
     )
-    text = render_config(config, runnerd.kube.provider.offered_images(config))
+    text = render_config(config)
     assert 'namespace = "sessions"' in text and "start_deadline_seconds = 120" in text
     path = tmp_path / "again.toml"
     path.write_text(text)
-    assert load_config(path).kubernetes == config.kubernetes
+    assert load_config(path).settings == config.settings
 
 
 def test_reload_keeps_the_section_bound_at_start() -> None:
     old = check_config(parse_config(kube(), base_dir=BASE, read_text=no_files))
     new = check_config(parse_config(kube(namespace="other"), base_dir=BASE, read_text=no_files))
-    assert runnerd.kube.provider.bound_changes(old, new) == ["kubernetes"]
-    assert runnerd.kube.provider.keep_bound(old, new).kubernetes == old.kubernetes
+    assert provider_for(old).bound_changes(old, new) == ["kubernetes"]
+    assert provider_for(old).keep_bound(old, new).settings == old.settings

@@ -10,11 +10,9 @@ from typing import Any
 
 import pytest
 
-import runnerd.kube.provider
-from runnerd.backends import check_config
-from runnerd.config import load_config, parse_config, render_config
-from runnerd.config.kubernetes import HOST_PREFIX_MAX, KUBERNETES_KEYS
-from tests.config.test_kubernetes import BASE, error_of, kube, no_files, settings
+from runnerd.backends import check_config, load_config, parse_config, provider_for, render_config
+from runnerd.kube.settings import HOST_PREFIX_MAX, KEYS
+from tests.kube.test_settings import BASE, error_of, kube, no_files, settings
 
 
 def test_the_three_keys_are_read_and_default_to_unset() -> None:
@@ -105,24 +103,24 @@ def test_check_config_renders_them_and_they_parse_back(tmp_path: Path) -> None:
         "ingress_tls_secret": "wildcard",
     }
     config = check_config(parse_config(kube(**keys), base_dir=BASE, read_text=no_files))
-    text = render_config(config, runnerd.kube.provider.offered_images(config))
+    text = render_config(config)
     assert 'ingress_base_domain = "sessions.example.com"' in text
     assert 'ingress_class = "nginx"' in text and 'ingress_tls_secret = "wildcard"' in text
     path = tmp_path / "again.toml"
     path.write_text(text)
-    assert load_config(path).kubernetes == config.kubernetes
+    assert load_config(path).settings == config.settings
     # Bound at start, as the whole section is: a reload reports and keeps them.
     changed = check_config(
         parse_config(
             kube(**{**keys, "ingress_class": "traefik"}), base_dir=BASE, read_text=no_files
         )
     )
-    assert runnerd.kube.provider.bound_changes(config, changed) == ["kubernetes"]
-    assert runnerd.kube.provider.keep_bound(config, changed).kubernetes.ingress_class == "nginx"
+    assert provider_for(config).bound_changes(config, changed) == ["kubernetes"]
+    assert provider_for(config).keep_bound(config, changed).settings.ingress_class == "nginx"
 
 
 def test_every_key_of_the_section_is_documented_in_the_shipped_config() -> None:
     text = (Path(__file__).parents[2] / "config" / "runnerd.toml").read_text()
     section = text.split("\n[kubernetes]\n", 1)[1]
-    for key in KUBERNETES_KEYS:
+    for key in KEYS:
         assert re.search(rf"^(# )?{key} = ", section, re.M), key
