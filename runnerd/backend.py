@@ -44,7 +44,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import trio
@@ -53,7 +53,6 @@ from runnerd.contract import (
     AvailabilityReport,
     PortMapping,
     PullPolicy,
-    Reachability,
     RunnerEndpoint,
     RunPhase,
     RunStatus,
@@ -200,6 +199,14 @@ class Recovered:
     image: str | None = None
 
 
+# After its workload ends, how long a backend waits for the rest of its output
+# (a PTY's buffer, an attach still delivering) before it returns the outcome.
+# Every writer is dead by then, so this is only reached when something that
+# escaped the stop still holds the terminal. One value for every backend: it
+# bounds how long after its workload's end a session is terminal.
+DRAIN_TIMEOUT_S = 2.0
+
+
 class EndIntent(enum.Enum):
     """Why a session's run is being cancelled, as `Sink.end_intent()` says.
 
@@ -271,11 +278,6 @@ class Sink(Protocol):
         """Output the workload wrote after the last `output` may be missing
         (the backend could not deliver or recover it): `/io` readers get a
         `{"type":"gap","reason":"output_lost"}` frame at this place."""
-
-    def reachability(self, port: int, state: Reachability) -> None: ...
-
-    def debug(self, frame: dict[str, Any]) -> None:
-        """A kernel debug frame; non-event frames are dropped downstream."""
 
     def end_intent(self) -> EndIntent:
         """Why the run is being cancelled; read it in teardown. STOP unless
@@ -352,18 +354,56 @@ class Backend(Protocol):
         ...
 
 
+# Opens a TCP connection to (host, port) from the runner; raises OSError when
+# it cannot (refused, unreachable, the way there gone).
+Dial = Callable[[str, int], Awaitable["trio.abc.Stream"]]
+
+
+@dataclass(frozen=True)
+class WorkloadAddress:
+    """Where the runner reaches a running workload: what the core's own
+    watchers of it need (`runnerd.workload.supervision`: a reachability
+    probe per declared tcp port, the debug relay). One per app of a session.
+
+    `host`: what each declared tcp port is dialled at, with `dial` (None: a
+    plain TCP connect from the runner's network). A probe must reach the
+    workload's own socket, never a forwarder that accepts for it: a local
+    session in its own network namespace dials inside it.
+    `inspect_port`: the port of its debug server on `host` (None: it has
+    none). The core relays `http://<host>:<inspect_port>/events` as debug
+    events, and that base URL is the `running.inspectUrl` a client sees, so
+    it must be reachable from the runner directly (the local backend
+    publishes it on the host's loopback)."""
+
+    host: str
+    inspect_port: int | None = None
+    dial: Dial | None = field(default=None, compare=False)
+
+    @property
+    def inspect_url(self) -> str | None:
+        """The debug server's base URL (`running.inspectUrl`), None without one."""
+        return None if self.inspect_port is None else f"http://{self.host}:{self.inspect_port}"
+
+
 @dataclass(frozen=True)
 class Started:
     """What `run()` reports with `task_status.started(...)`: the workload
     exists. The manager attaches `handle` and only then publishes `running`
-    with these endpoints and debug URL, so a client that has seen `running`
-    always has somewhere for its stdin to go."""
+    with these endpoints and the debug URL, so a client that has seen
+    `running` always has somewhere for its stdin to go; then it starts its
+    watchers of `address` in the run's nursery (None: nothing to watch yet,
+    e.g. a pod with no IP), which end with the run."""
 
     handle: WorkloadHandle
     endpoints: tuple[RunnerEndpoint, ...] = ()
-    inspect_url: str | None = None
+    address: WorkloadAddress | None = None
     # The backend's own first step of a user stop, for a workload whose stop
     # can be refused (a pod delete the apiserver denies): awaited before the
     # run is cancelled; raising `StopRefused` leaves the session running and
     # the stop answered `stop_failed`. None: cancelling the run stops it.
     stop: Callable[[], Awaitable[None]] | None = None
+
+    @property
+    def inspect_url(self) -> str | None:
+        """`running.inspectUrl`: the address's debug server, if any."""
+        return None if self.address is None else self.address.inspect_url

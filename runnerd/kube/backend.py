@@ -36,6 +36,7 @@ import trio
 
 import runnerd.kube.errors as errors
 from runnerd.backend import (
+    DRAIN_TIMEOUT_S,
     EndIntent,
     Failed,
     ImageSpec,
@@ -45,6 +46,7 @@ from runnerd.backend import (
     Sink,
     Started,
     StartError,
+    WorkloadAddress,
 )
 from runnerd.config import AppEntry, KubeSettings
 from runnerd.contract import AvailabilityReport
@@ -58,8 +60,6 @@ from runnerd.kube.podstop import STOP_LOG_READ_S, PodStops
 from runnerd.kube.probe import probe_cluster
 from runnerd.kube.recovery import left_pods, recover_pods
 from runnerd.kube.terminal import Relay, Splice, keep_attached, notice, read_log
-from runnerd.workload.debug_relay import relay_debug_stream
-from runnerd.workload.reachability import watch_reachability
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +68,6 @@ log = logging.getLogger(__name__)
 # ABANDONED_KEEP_S, past the client's own per-call deadline).
 CREATE_GRACE_S = 2.0
 ABANDONED_KEEP_S = 120.0
-# After the container ends, how long the attach may take to deliver the rest.
-DRAIN_TIMEOUT_S = 2.0
 RESTARTED_LINE = notice(
     "runnerd restarted and re-attached; output from while it was away may have been missed"
 )
@@ -171,12 +169,9 @@ class KubeBackend:
         )
         running = await self._await_running(sub, first, sink, began)
         relay = Relay()
-        ip = _pod_ip(running)
-        # The kernel's debug server on the pod's own address (never published).
-        inspect_url = f"http://{ip}:{INSPECT_PORT}" if spec.inspect and ip else None
         stop = self._stops.stopper(pod_name(spec.session_id))
-        task_status.started(Started(relay, endpoints, inspect_url, stop))
-        return await self._supervise(spec, sink, sub, running, relay, inspect_url)
+        task_status.started(Started(relay, endpoints, _address(spec, running), stop))
+        return await self._supervise(spec, sink, sub, running, relay)
 
     async def _readopt(
         self, spec: RunSpec, sink: Sink, sub: PodSubscription, task_status: trio.TaskStatus[Started]
@@ -186,8 +181,6 @@ class KubeBackend:
         self.live.add(pod_name(spec.session_id))
         pod = _pod(sub.latest() or GONE)
         relay = Relay()
-        ip = _pod_ip(pod)
-        inspect_url = f"http://{ip}:{INSPECT_PORT}" if spec.inspect and ip else None
         # Re-announced (and re-created if they went missing) for the same pod.
         endpoints = (
             await publish_endpoints(self._client, self._settings, spec.identity, pod, sink)
@@ -195,10 +188,15 @@ class KubeBackend:
             else announced(self._settings, spec.identity, published=False)
         )
         task_status.started(
-            Started(relay, endpoints, inspect_url, self._stops.stopper(pod_name(spec.session_id)))
+            Started(
+                relay,
+                endpoints,
+                _address(spec, pod),
+                self._stops.stopper(pod_name(spec.session_id)),
+            )
         )
         sink.output(RESTARTED_LINE)
-        return await self._supervise(spec, sink, sub, pod, relay, inspect_url, adopted=True)
+        return await self._supervise(spec, sink, sub, pod, relay, adopted=True)
 
     async def _stage_bundle(self, spec: RunSpec) -> str | None:
         """The URL the pod fetches its bundle from (None: no bundle), its
@@ -315,7 +313,6 @@ class KubeBackend:
         sub: PodSubscription,
         pod: Mapping[str, Any] | None,
         relay: Relay,
-        inspect_url: str | None,
         *,
         adopted: bool = False,
     ) -> Outcome:
@@ -331,7 +328,7 @@ class KubeBackend:
         try:
             # Entered before any checkpoint: a stop may need the splice next.
             with self._stops.supervising(name, splice):
-                return await self._follow(spec, sink, sub, pod, relay, splice, inspect_url)
+                return await self._follow(spec, sink, sub, pod, relay, splice)
         finally:
             if not splice.released:  # stopped before the attach came up: keep what it wrote
                 with trio.CancelScope(shield=True), trio.move_on_after(STOP_LOG_READ_S):
@@ -345,9 +342,8 @@ class KubeBackend:
         pod: Mapping[str, Any] | None,
         relay: Relay,
         splice: Splice,
-        inspect_url: str | None,
     ) -> Outcome:
-        """The running pod's terminal, reachability and debug stream, to its end."""
+        """The running pod's terminal, to its end."""
         name = pod_name(spec.session_id)
         state: dict[str, Mapping[str, Any] | None] = {"pod": pod}
         outcome: Outcome | None = None
@@ -370,12 +366,6 @@ class KubeBackend:
                     attached.set()
 
             nursery.start_soon(attach)
-            ip = _pod_ip(pod)
-            tcp = [p.port for p in spec.ports if p.protocol == "tcp"]
-            if tcp and ip:
-                nursery.start_soon(watch_reachability, ip, tcp, sink.reachability)
-            if inspect_url is not None:
-                nursery.start_soon(relay_debug_stream, f"{inspect_url}/events", sink.debug)
             while (outcome := terminal_outcome(state["pod"])) is None and state["pod"] is not None:
                 state["pod"] = _pod(await sub.next())
             if self._stops.accepted(name):  # a stop deleted it: its cancellation follows
@@ -400,6 +390,16 @@ async def _grace_on_cancel(window: trio.CancelScope) -> None:
         await trio.sleep_forever()
     finally:
         window.deadline = min(window.deadline, trio.current_time() + CREATE_GRACE_S)
+
+
+def _address(spec: RunSpec, pod: Mapping[str, Any] | None) -> WorkloadAddress | None:
+    """Where the runner reaches a running pod: its own IP, with the kernel's
+    debug server on INSPECT_PORT (never published) when asked. None before
+    it has an IP, or once it has ended: nothing to watch."""
+    ip = _pod_ip(pod)
+    if ip is None or terminal_outcome(pod) is not None:
+        return None
+    return WorkloadAddress(ip, INSPECT_PORT if spec.inspect else None)
 
 
 def _pod_ip(pod: Mapping[str, Any] | None) -> str | None:

@@ -37,6 +37,7 @@ from runnerd.contract import (
 )
 from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.session.registry import ByteRing, EventRing, SessionRecord
+from runnerd.workload.supervision import supervise, tcp_ports
 
 log = logging.getLogger("runnerd.sessions")
 
@@ -314,6 +315,31 @@ class SessionSink:
         if self._record.output_lost() is not None:
             self._session._notify()
 
+    def end_intent(self) -> EndIntent:
+        return self._session.end_requested or EndIntent.STOP
+
+    async def terminal_size(self, wait_s: float) -> tuple[int, int] | None:
+        session = self._session
+        created_at = session.spec.identity.created_at
+        elapsed_s = 0.0 if created_at is None else max(0.0, session._wall_clock() - created_at)
+        # From creation, as the TTL: the backend's own preparation counts.
+        with trio.move_on_at(trio.current_time() + wait_s - elapsed_s):
+            await session._size_requested.wait()
+        return session._requested_size
+
+
+class SessionReport:
+    """Where the core's own watchers of the workload report
+    (`runnerd.workload.supervision.Report`: its reachability probes and debug
+    relay; not part of the seam). Synchronous, never raises, a no-op once
+    the session is terminal. Debug frames other than events are dropped (the
+    same bytes arrive on the PTY channel), and so is the kernel's replay of
+    frames a previous daemon relayed (`Session.relayed_debug`)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._record = session._record
+
     def reachability(self, port: int, state: Reachability) -> None:
         if self._record.emit(reachability_event(port, state)) is not None:
             self._session._notify()
@@ -330,25 +356,14 @@ class SessionSink:
         if self._record.emit(debug_event(frame)) is not None:
             self._session._notify()
 
-    def end_intent(self) -> EndIntent:
-        return self._session.end_requested or EndIntent.STOP
-
-    async def terminal_size(self, wait_s: float) -> tuple[int, int] | None:
-        session = self._session
-        created_at = session.spec.identity.created_at
-        elapsed_s = 0.0 if created_at is None else max(0.0, session._wall_clock() - created_at)
-        # From creation, as the TTL: the backend's own preparation counts.
-        with trio.move_on_at(trio.current_time() + wait_s - elapsed_s):
-            await session._size_requested.wait()
-        return session._requested_size
-
 
 class AttachOnStart:
     """The `task_status` a backend's `run()` is given. `started(Started)`
     attaches the handle and publishes `running` inside the backend's own call,
     before the backend can report anything else: load-bearing, so `running`
     is always the first event after `starting` and stdin sent after it is
-    never lost."""
+    never lost. Then it starts the core's watchers of `Started.address` in
+    the workload nursery (`nursery`), so none outlives the run."""
 
     def __init__(
         self, session: Session, nursery: trio.Nursery, task_status: trio.TaskStatus[None]
@@ -360,5 +375,11 @@ class AttachOnStart:
     def started(self, value: Started | None = None) -> None:
         if not isinstance(value, Started):
             raise TypeError(f"a backend reports Started, not {type(value).__name__}")
-        self._session.attach(value, self._nursery)
+        session = self._session
+        session.attach(value, self._nursery)
+        # One app per session today; a session of several apps (issue 19)
+        # starts this once per app, each with its own address and ports.
+        if value.address is not None:
+            ports = tcp_ports(session.spec.ports)
+            self._nursery.start_soon(supervise, value.address, ports, SessionReport(session))
         self._task_status.started()

@@ -376,12 +376,10 @@ async def test_resizes_are_coalesced_latest_wins(mock_clock: trio.testing.MockCl
         assert len(resizes) == 3
 
 
-async def test_sink_relays_event_debug_frames_and_ignores_backend_terminal_status() -> None:
+async def test_sink_ignores_backend_terminal_status() -> None:
+    # Debug frames and reachability are the core's own watchers' now:
+    # tests/session/test_supervision.py.
     async def body(sink: Sink) -> Exited:
-        sink.debug({"kind": "log", "line": "same bytes as the PTY"})
-        sink.debug({"kind": "event", "name": "Kernel.Started"})
-        sink.debug({"name": "no kind is an event"})
-        sink.reachability(8080, "reachable")
         sink.status(failed("a backend may not decide this"))
         sink.status(running([{"host": "", "port": 8080, "protocol": "tcp"}]))
         return Exited(0)
@@ -389,12 +387,6 @@ async def test_sink_relays_event_debug_frames_and_ignores_backend_terminal_statu
     async with open_manager(InProcessBackend(body)) as manager:
         session = manager.start(build_spec())
         await wait_terminal(session)
-        events = [e for _, e in session.events.since(0).items]
-        assert [e.get("frame") for e in events if e["type"] == "debug"] == [
-            {"kind": "event", "name": "Kernel.Started"},
-            {"name": "no kind is an event"},
-        ]
-        assert {"type": "reachability", "port": 8080, "state": "reachable"} in events
         assert status_kinds(session) == ["starting", "running", "running", "exited"]
 
 
