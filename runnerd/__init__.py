@@ -7,7 +7,8 @@ list (`tests/layout/test_layers.py` checks it, and that the pure ones stay pure)
   error base, the metrics interface (pure; no runnerd imports but each other);
 - `backend`: the seam a backend implements (types and protocols only);
 - `config`: the operator's file, read into frozen dataclasses (pure);
-- `workload`: IO helpers any backend uses (reachability, debug relay);
+- `workload`: the core's watchers of a running workload (reachability,
+  debug relay), started from the address a backend reports;
 - `session`: sessions, their rings, the manager, admission (the core);
 - `local`, `kube`: the backends;
   they import the seam, config and workload, never the core or the edges,

@@ -1,11 +1,11 @@
 """The backend seam: what a backend is given, and what it promises.
 
 Owns the `Backend` protocol and the data it exchanges with the session
-machinery (`RunSpec` in, `Sink` and `Started` out). Each backend
-(`runnerd.local`, later `runnerd.kube`) implements it; nothing above this
-seam knows which one runs. What the core asks of a backend *package*
-(config check, offered images, stop timeout, `open_backend`) is
-`runnerd.backends.Provider`.
+machinery (`RunSpec` in, `Sink` and `Started` out), and the one constant
+every backend applies (`DRAIN_TIMEOUT_S`). Each backend (`runnerd.local`,
+`runnerd.kube`) implements it; nothing above this seam knows which one runs.
+What the core asks of a backend *package* (config check, offered images,
+stop timeout, `open_backend`) is `runnerd.backends.Provider`.
 
 The guarantees, member by member:
 
@@ -14,12 +14,19 @@ The guarantees, member by member:
   runs, left after every session has ended), so it may own long-lived tasks
   (a shared watch, an endpoint, an orphan sweep).
 - `run(spec, sink, task_status=...)` is started in the session's nursery. It
-  reports `task_status.started(Started(handle, endpoints, inspect_url))` once
-  the workload exists; the manager attaches the handle and publishes
+  reports `task_status.started(Started(handle, endpoints, address, stop))`
+  once the workload exists; the manager attaches the handle and publishes
   `running` inside that call, so `running` is the first event after
   `starting` and stdin sent on seeing it always has somewhere to go. It
-  reports everything after that through the sink and returns the workload's
-  `Outcome` when it ends on its own.
+  reports everything after that through the sink (status, progress, output)
+  and returns the workload's `Outcome` when it ends on its own, at most
+  `DRAIN_TIMEOUT_S` after the workload's end.
+- Supervision is the core's, not the backend's: `Started.address` says where
+  the workload is (`WorkloadAddress`: a host, a way to dial it, its debug
+  server's port), and the session machinery probes each declared tcp port
+  and relays the debug stream from there (`runnerd.workload.supervision`),
+  in the run's nursery, so neither outlives `run()`. The client's
+  `running.inspectUrl` is built from the address, the same for every backend.
 - Cancellation is the only way to end it. `sink.end_intent()` says why: STOP
   (a DELETE, the TTL, shutdown: the workload is gone before `Cancelled`
   propagates; a stop during start takes the same path, so there is no special
@@ -36,7 +43,8 @@ The guarantees, member by member:
   a secret, what a backend may store and rebuild) plus `creation` (image,
   env with secrets, bundle: needed once, never stored).
 - The session machinery, not the backend, turns the outcome, a `StartError`
-  or a cancellation into the terminal status.
+  or a cancellation into the session's one ending and its terminal status
+  (`runnerd.session.ending`).
 """
 
 from __future__ import annotations
@@ -339,7 +347,7 @@ class Backend(Protocol):
     ) -> Outcome:
         """Run the workload to its end.
 
-        Reports `task_status.started(Started(handle, endpoints, inspect_url))`
+        Reports `task_status.started(Started(handle, endpoints, address, stop))`
         once the workload exists, and never reports `running` itself before.
         `spec.creation` None: the workload was adopted (`recover()`);
         re-attach to it instead of creating one.
@@ -392,7 +400,7 @@ class Started:
     with these endpoints and the debug URL, so a client that has seen
     `running` always has somewhere for its stdin to go; then it starts its
     watchers of `address` in the run's nursery (None: nothing to watch yet,
-    e.g. a pod with no IP), which end with the run."""
+    e.g. a pod with no IP, or one that has ended), which end with the run."""
 
     handle: WorkloadHandle
     endpoints: tuple[RunnerEndpoint, ...] = ()

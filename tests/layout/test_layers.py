@@ -54,6 +54,7 @@ PURE = (
     "runnerd.config.render",
     "runnerd.config.images",
     "runnerd.session.registry",
+    "runnerd.session.ending",
     "runnerd.session.rings",
     "runnerd.session.admission",
     "runnerd.session.paths",

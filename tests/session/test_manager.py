@@ -19,6 +19,7 @@ import trio.testing
 from runnerd.backend import (
     Backend,
     BundleSpec,
+    EndIntent,
     Exited,
     Failed,
     ImageSpec,
@@ -31,6 +32,7 @@ from runnerd.contract import RunStatus, exited, failed, running
 from runnerd.local import LocalBackend
 from runnerd.session.manager import ManagerClosed, Session, SessionManager, StopFailed
 from runnerd.session.registry import ByteRing, EventRing, RegistryFull
+from runnerd.session.session import SessionPhase
 from tests.escapes import HOST_PID, host_pid
 
 from .backends import (
@@ -171,7 +173,8 @@ async def test_stop_during_start_ends_stopped_and_the_workload_is_gone() -> None
         with trio.fail_after(10):
             await manager.stop(session.id)
         assert session.status == {"kind": "stopped"}
-        assert session.user_stopped
+        assert session.end_requested is EndIntent.STOP
+        assert session.phase is SessionPhase.ENDED
         assert status_kinds(session) == ["starting", "stopped"]
         assert_gone(backend.procs[0])
 
@@ -205,7 +208,7 @@ async def test_stop_after_exit_and_of_unknown_ids_changes_nothing(local: LocalBa
         await manager.stop(session.id)
         await manager.stop("nosuchsession")
         assert session.status == exited(7)
-        assert not session.user_stopped
+        assert session.end_requested is None
         assert (session.events.last_id, session.exited_at) == (last_id, exited_at)
 
 
