@@ -22,9 +22,10 @@ from typing import Any
 
 import trio
 
-from runnerd.backend import Backend, Exited, Failed, RunSpec, StartError
+from runnerd.backend import Backend, Exited, Failed, RunSpec, Started, StartError
 from runnerd.session.ending import NO_OUTCOME, Ending, Internal, Produced, StartFailed, decide
-from runnerd.session.session import AttachOnStart, Session, SessionSink
+from runnerd.session.session import Session, SessionReport, SessionSink
+from runnerd.workload.supervision import supervise, tcp_ports
 
 log = logging.getLogger("runnerd.sessions")
 
@@ -95,3 +96,31 @@ async def _run_workload(session: Session, backend: Backend) -> Exited | Failed |
         extra={"session_id": session.id},
     )
     return Internal(NO_OUTCOME)
+
+
+class AttachOnStart:
+    """The `task_status` a backend's `run()` is given. `started(Started)`
+    attaches the handle and publishes `running` inside the backend's own call,
+    before the backend can report anything else: load-bearing, so `running`
+    is always the first event after `starting` and stdin sent after it is
+    never lost. Then it starts the core's watchers of `Started.address` in
+    the workload nursery (`nursery`), so none outlives the run."""
+
+    def __init__(
+        self, session: Session, nursery: trio.Nursery, task_status: trio.TaskStatus[None]
+    ) -> None:
+        self._session = session
+        self._nursery = nursery
+        self._task_status = task_status
+
+    def started(self, value: Started | None = None) -> None:
+        if not isinstance(value, Started):
+            raise TypeError(f"a backend reports Started, not {type(value).__name__}")
+        session = self._session
+        session.attach(value, self._nursery)
+        # One app per session today; a session of several apps (issue 19)
+        # starts this once per app, each with its own address and ports.
+        if value.address is not None:
+            ports = tcp_ports(session.spec.ports)
+            self._nursery.start_soon(supervise, value.address, ports, SessionReport(session))
+        self._task_status.started()

@@ -41,7 +41,6 @@ from runnerd.contract import (
 )
 from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.session.registry import ByteRing, EventRing, SessionRecord
-from runnerd.workload.supervision import supervise, tcp_ports
 
 log = logging.getLogger("runnerd.sessions")
 
@@ -393,31 +392,3 @@ class SessionReport:
             relayed.clear()
         if self._record.emit(debug_event(frame)) is not None:
             self._session._notify()
-
-
-class AttachOnStart:
-    """The `task_status` a backend's `run()` is given. `started(Started)`
-    attaches the handle and publishes `running` inside the backend's own call,
-    before the backend can report anything else: load-bearing, so `running`
-    is always the first event after `starting` and stdin sent after it is
-    never lost. Then it starts the core's watchers of `Started.address` in
-    the workload nursery (`nursery`), so none outlives the run."""
-
-    def __init__(
-        self, session: Session, nursery: trio.Nursery, task_status: trio.TaskStatus[None]
-    ) -> None:
-        self._session = session
-        self._nursery = nursery
-        self._task_status = task_status
-
-    def started(self, value: Started | None = None) -> None:
-        if not isinstance(value, Started):
-            raise TypeError(f"a backend reports Started, not {type(value).__name__}")
-        session = self._session
-        session.attach(value, self._nursery)
-        # One app per session today; a session of several apps (issue 19)
-        # starts this once per app, each with its own address and ports.
-        if value.address is not None:
-            ports = tcp_ports(session.spec.ports)
-            self._nursery.start_soon(supervise, value.address, ports, SessionReport(session))
-        self._task_status.started()
