@@ -9,7 +9,8 @@ list (`tests/layout/test_layers.py` checks it, and that the pure ones stay pure)
   (pure; imports only `errors`);
 - `backend`: the seam a backend implements (types and protocols only);
 - `config`: the operator's file, read into frozen dataclasses (pure);
-- `workload`: IO helpers any backend uses (reachability, debug relay);
+- `workload`: the core's watchers of a running workload (reachability,
+  debug relay), started from the address a backend reports;
 - `watch`: watch sessions' pure rules (workspace paths, change sets, the
   reload budget, the restart debounce, run generations, the app checks);
   the same rank as `workload`, and neither imports the other;

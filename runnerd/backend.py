@@ -1,11 +1,11 @@
 """The backend seam: what a backend is given, and what it promises.
 
 Owns the `Backend` protocol and the data it exchanges with the session
-machinery (`RunSpec` in, `Sink` and `Started` out). Each backend
-(`runnerd.local`, later `runnerd.kube`) implements it; nothing above this
-seam knows which one runs. What the core asks of a backend *package*
-(config check, offered images, stop timeout, `open_backend`) is
-`runnerd.backends.Provider`.
+machinery (`RunSpec` in, `Sink` and `Started` out), and the one constant
+every backend applies (`DRAIN_TIMEOUT_S`). Each backend (`runnerd.local`,
+`runnerd.kube`) implements it; nothing above this seam knows which one runs.
+What the core asks of a backend *package* (config check, offered images,
+stop timeout, `open_backend`) is `runnerd.backends.Provider`.
 
 The guarantees, member by member:
 
@@ -15,12 +15,19 @@ The guarantees, member by member:
   (a shared watch, an endpoint, an orphan sweep). What the daemon hands it
   besides the config is one `BackendContext`, fixed for that lifetime.
 - `run(spec, sink, task_status=...)` is started in the session's nursery. It
-  reports `task_status.started(Started(handle, endpoints, inspect_url))` once
-  the workload exists; the manager attaches the handle and publishes
+  reports `task_status.started(Started(handle, endpoints, address, stop))`
+  once the workload exists; the manager attaches the handle and publishes
   `running` inside that call, so `running` is the first event after
   `starting` and stdin sent on seeing it always has somewhere to go. It
-  reports everything after that through the sink and returns the workload's
-  `Outcome` when it ends on its own.
+  reports everything after that through the sink (status, progress, output)
+  and returns the workload's `Outcome` when it ends on its own, at most
+  `DRAIN_TIMEOUT_S` after the workload's end.
+- Supervision is the core's, not the backend's: `Started.address` says where
+  the workload is (`WorkloadAddress`: a host, a way to dial it, its debug
+  server's port), and the session machinery probes each declared tcp port
+  and relays the debug stream from there (`runnerd.workload.supervision`),
+  in the run's nursery, so neither outlives `run()`. The client's
+  `running.inspectUrl` is built from the address, the same for every backend.
 - Cancellation is the only way to end it. `sink.end_intent()` says why: STOP
   (a DELETE, the TTL, shutdown: the workload is gone before `Cancelled`
   propagates; a stop during start takes the same path, so there is no special
@@ -37,7 +44,8 @@ The guarantees, member by member:
   a secret, what a backend may store and rebuild) plus `creation` (image,
   env with secrets, bundle: needed once, never stored).
 - The session machinery, not the backend, turns the outcome, a `StartError`
-  or a cancellation into the terminal status.
+  or a cancellation into the session's one ending and its terminal status
+  (`runnerd.session.ending`).
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ import enum
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import trio
@@ -55,7 +63,6 @@ from runnerd.contract import (
     AvailabilityReport,
     PortMapping,
     PullPolicy,
-    Reachability,
     RunnerEndpoint,
     RunPhase,
     RunStatus,
@@ -203,6 +210,14 @@ class Recovered:
     image: str | None = None
 
 
+# After its workload ends, how long a backend waits for the rest of its output
+# (a PTY's buffer, an attach still delivering) before it returns the outcome.
+# Every writer is dead by then, so this is only reached when something that
+# escaped the stop still holds the terminal. One value for every backend: it
+# bounds how long after its workload's end a session is terminal.
+DRAIN_TIMEOUT_S = 2.0
+
+
 class EndIntent(enum.Enum):
     """Why a session's run is being cancelled, as `Sink.end_intent()` says.
 
@@ -275,11 +290,6 @@ class Sink(Protocol):
         (the backend could not deliver or recover it): `/io` readers get a
         `{"type":"gap","reason":"output_lost"}` frame at this place."""
 
-    def reachability(self, port: int, state: Reachability) -> None: ...
-
-    def debug(self, frame: dict[str, Any]) -> None:
-        """A kernel debug frame; non-event frames are dropped downstream."""
-
     def end_intent(self) -> EndIntent:
         """Why the run is being cancelled; read it in teardown. STOP unless
         the daemon asked to detach (and only from a backend that can)."""
@@ -340,7 +350,7 @@ class Backend(Protocol):
     ) -> Outcome:
         """Run the workload to its end.
 
-        Reports `task_status.started(Started(handle, endpoints, inspect_url))`
+        Reports `task_status.started(Started(handle, endpoints, address, stop))`
         once the workload exists, and never reports `running` itself before.
         `spec.creation` None: the workload was adopted (`recover()`);
         re-attach to it instead of creating one.
@@ -355,21 +365,59 @@ class Backend(Protocol):
         ...
 
 
+# Opens a TCP connection to (host, port) from the runner; raises OSError when
+# it cannot (refused, unreachable, the way there gone).
+Dial = Callable[[str, int], Awaitable["trio.abc.Stream"]]
+
+
+@dataclass(frozen=True)
+class WorkloadAddress:
+    """Where the runner reaches a running workload: what the core's own
+    watchers of it need (`runnerd.workload.supervision`: a reachability
+    probe per declared tcp port, the debug relay). One per app of a session.
+
+    `host`: what each declared tcp port is dialled at, with `dial` (None: a
+    plain TCP connect from the runner's network). A probe must reach the
+    workload's own socket, never a forwarder that accepts for it: a local
+    session in its own network namespace dials inside it.
+    `inspect_port`: the port of its debug server on `host` (None: it has
+    none). The core relays `http://<host>:<inspect_port>/events` as debug
+    events, and that base URL is the `running.inspectUrl` a client sees, so
+    it must be reachable from the runner directly (the local backend
+    publishes it on the host's loopback)."""
+
+    host: str
+    inspect_port: int | None = None
+    dial: Dial | None = field(default=None, compare=False)
+
+    @property
+    def inspect_url(self) -> str | None:
+        """The debug server's base URL (`running.inspectUrl`), None without one."""
+        return None if self.inspect_port is None else f"http://{self.host}:{self.inspect_port}"
+
+
 @dataclass(frozen=True)
 class Started:
     """What `run()` reports with `task_status.started(...)`: the workload
     exists. The manager attaches `handle` and only then publishes `running`
-    with these endpoints and debug URL, so a client that has seen `running`
-    always has somewhere for its stdin to go."""
+    with these endpoints and the debug URL, so a client that has seen
+    `running` always has somewhere for its stdin to go; then it starts its
+    watchers of `address` in the run's nursery (None: nothing to watch yet,
+    e.g. a pod with no IP, or one that has ended), which end with the run."""
 
     handle: WorkloadHandle
     endpoints: tuple[RunnerEndpoint, ...] = ()
-    inspect_url: str | None = None
+    address: WorkloadAddress | None = None
     # The backend's own first step of a user stop, for a workload whose stop
     # can be refused (a pod delete the apiserver denies): awaited before the
     # run is cancelled; raising `StopRefused` leaves the session running and
     # the stop answered `stop_failed`. None: cancelling the run stops it.
     stop: Callable[[], Awaitable[None]] | None = None
+
+    @property
+    def inspect_url(self) -> str | None:
+        """`running.inspectUrl`: the address's debug server, if any."""
+        return None if self.address is None else self.address.inspect_url
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ from runnerd.kube.podspec import pod_name
 from runnerd.kube.probe import probe_cluster
 from runnerd.kube.recovery import left_pods, recover_pods
 from runnerd.kube.settings import KubeSettings
-from runnerd.backend import ImageSpec, Outcome, Recovered, RunSpec, Sink, Started
 
 
 class KubeBackend:

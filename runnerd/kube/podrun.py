@@ -39,6 +39,7 @@ import trio
 
 import runnerd.kube.errors as errors
 from runnerd.backend import (
+    DRAIN_TIMEOUT_S,
     EndIntent,
     Failed,
     Outcome,
@@ -46,6 +47,7 @@ from runnerd.backend import (
     Sink,
     Started,
     StartError,
+    WorkloadAddress,
 )
 from runnerd.contract import RunnerEndpoint
 from runnerd.kube.bundle import BundleArchiveError, BundleTokens, build_bundle_archive
@@ -59,8 +61,6 @@ from runnerd.kube.podstatus import Progress, StartFailed, StartWatch, terminal_o
 from runnerd.kube.podstop import STOP_LOG_READ_S, delete_for_stop, tear_down
 from runnerd.kube.settings import KubeSettings
 from runnerd.kube.terminal import Relay, Splice, keep_attached, notice, read_log
-from runnerd.workload.debug_relay import relay_debug_stream
-from runnerd.workload.reachability import watch_reachability
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,6 @@ Pod = Mapping[str, Any]
 # it in mind for ABANDONED_KEEP_S, past the client's own per-call deadline).
 CREATE_GRACE_S = 2.0
 # After the container ends, how long the attach may take to deliver the rest.
-DRAIN_TIMEOUT_S = 2.0
 RESTARTED_LINE = notice(
     "runnerd restarted and re-attached; output from while it was away may have been missed"
 )
@@ -147,10 +146,8 @@ class PodRun:
         self, endpoints: tuple[RunnerEndpoint, ...], task_status: trio.TaskStatus[Started]
     ) -> Outcome:
         """Report `Started`, then follow the pod to its end."""
-        ip = _pod_ip(self._pod)
-        # The kernel's debug server on the pod's own address (never published).
-        inspect_url = f"http://{ip}:{INSPECT_PORT}" if self._spec.inspect and ip else None
-        task_status.started(Started(self.relay, endpoints, inspect_url, self.stop))
+        address = _address(self._spec, self._pod)
+        task_status.started(Started(self.relay, endpoints, address, self.stop))
         if self.adopted:
             self._sink.output(RESTARTED_LINE)
         if self._pod is None:
@@ -165,23 +162,19 @@ class PodRun:
         # Entered before any checkpoint: a stop may need the splice next.
         self._move(Phase.RUNNING)
         try:
-            return await self._follow(ip, inspect_url)
+            return await self._follow()
         finally:
             self._move(Phase.ENDED)
             if not self._splice.released:  # stopped before the attach came up: keep what it wrote
                 with trio.CancelScope(shield=True), trio.move_on_after(STOP_LOG_READ_S):
                     self._splice.release(await read_log(self._client, self.name))
 
-    async def _follow(self, ip: str | None, inspect_url: str | None) -> Outcome:
-        """The running pod's terminal, reachability and debug stream, to its end."""
+    async def _follow(self) -> Outcome:
+        """The running pod's terminal, to its end (its reachability and debug
+        stream are the core's, from `Started.address`)."""
         attach_send, attach_end = trio.open_memory_channel[bool](1)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._attach, attach_send)
-            tcp = [p.port for p in self._spec.ports if p.protocol == "tcp"]
-            if tcp and ip:
-                nursery.start_soon(watch_reachability, ip, tcp, self._sink.reachability)
-            if inspect_url is not None:
-                nursery.start_soon(relay_debug_stream, f"{inspect_url}/events", self._sink.debug)
             outcome = await self._watch_to_end()
             self._move(Phase.ENDING)
             if self._ctx.ledger.is_stopping(self.name):
@@ -366,6 +359,16 @@ async def _grace_on_cancel(window: trio.CancelScope) -> None:
 
 def _pod(state: PodState) -> Pod | None:
     return None if state is GONE else state  # type: ignore[return-value]
+
+
+def _address(spec: RunSpec, pod: Pod | None) -> WorkloadAddress | None:
+    """Where the runner reaches a running pod: its own IP, with the kernel's
+    debug server on INSPECT_PORT (never published) when asked. None before
+    it has an IP, or once it has ended: nothing to watch."""
+    ip = _pod_ip(pod)
+    if ip is None or terminal_outcome(pod) is not None:
+        return None
+    return WorkloadAddress(ip, INSPECT_PORT if spec.inspect else None)
 
 
 def _pod_ip(pod: Pod | None) -> str | None:

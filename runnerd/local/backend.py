@@ -5,7 +5,8 @@ directory (`workdir/<session-id>/app` holds the bundle and is the cwd, as
 the Telo runners run an entry in its bundle's directory; `work` is HOME, and
 the cwd of an app session, which has no bundle), the session uid of a root
 daemon (`identity`), the runtime's command line, the PTY process, the `running` status with
-its endpoints, per-port reachability, the debug relay, the exit code, and the
+its endpoints and its address (`Started.address`: where the core probes its
+ports and finds its debug server), the exit code, and the
 teardown (the session's PID namespace or process group stopped, its
 cgroup and session directory deleted) on every path. How sessions are
 contained (`containment`) and whether they get cgroup ceilings (`cgroups`)
@@ -25,20 +26,20 @@ a runtime whose command needs `{entry}` cannot run an app, which is a start
 failure naming the runtime.
 
 With `inspect` and a runtime that has `inspect_args`, a free loopback port is
-picked and substituted for `{inspect_port}`; `running.inspectUrl` is the
-debug server's base URL `http://127.0.0.1:<port>`, and its `/events` SSE
-stream is relayed as debug frames.
+picked and substituted for `{inspect_port}` and reported in the address, so
+`running.inspectUrl` is the debug server's base URL `http://127.0.0.1:<port>`
+(the core relays its `/events` SSE stream as debug frames).
 
 With a network namespace per session (`[local] network`, see
 `runnerd.local.network`), each declared TCP port and the inspect port are
 published on the host's loopback and forwarded in (`runnerd.local.forward`)
-before the session is `running`, and reachability is probed inside.
+before the session is `running`, and the address's `dial` reaches inside
+(the core's reachability probes must meet the workload, not the forwarder).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import socket
@@ -48,6 +49,7 @@ from pathlib import Path
 import trio
 
 from runnerd.backend import (
+    DRAIN_TIMEOUT_S,
     Exited,
     Failed,
     ImageSpec,
@@ -57,6 +59,7 @@ from runnerd.backend import (
     Sink,
     Started,
     StartError,
+    WorkloadAddress,
 )
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
@@ -91,14 +94,10 @@ from runnerd.local.workdir import (
     prepare_session_dir,
     sweep_workdir,
 )
-from runnerd.workload.reachability import watch_reachability
+from runnerd.workload.supervision import tcp_ports
 
 log = logging.getLogger(__name__)
 
-# After the process exits, how long the rest of its output may take to drain.
-# The PTY buffer holds a few KiB and every writer is dead by then, so this is
-# only hit if a process that escaped the group kill still holds the terminal.
-DRAIN_TIMEOUT_S = 2.0
 LOOPBACK = "127.0.0.1"
 
 
@@ -300,7 +299,7 @@ class LocalBackend:
                 ids = {"session_id": spec.session_id}
                 log.info("started pid %s (runtime %s)", proc.pid, runtime.name, extra=ids)
                 async with proc:
-                    code = await self._supervise(spec, sink, proc, inspect_port, task_status, net)
+                    code = await self._run_process(spec, sink, proc, inspect_port, task_status, net)
             log.info("exited with code %s", code, extra=ids)
             return self._outcome(spec, code, cgroup)
         finally:
@@ -402,7 +401,7 @@ class LocalBackend:
         except WorkdirError as exc:
             raise StartError("provision", str(exc)) from exc
 
-    async def _supervise(
+    async def _run_process(
         self,
         spec: RunSpec,
         sink: Sink,
@@ -413,31 +412,21 @@ class LocalBackend:
     ) -> int:
         """Pump the PTY while the process runs; return its exit code once all
         its output is through. With a namespace, its ports are published
-        before the session is reported started."""
+        before the session is reported started. Where the process listens is
+        in `Started.address`: the core probes and relays it."""
         output_done = trio.Event()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(proc.run_reader, sink.output, output_done)
             nursery.start_soon(proc.run_writer)
-            tcp_ports = list(dict.fromkeys(p.port for p in spec.ports if p.protocol == "tcp"))
             if net is not None:
-                published = tcp_ports + ([] if inspect_port is None else [inspect_port])
+                published = tcp_ports(spec.ports) + ([] if inspect_port is None else [inspect_port])
                 await nursery.start(net.serve_ports, published)
-            inspect_url = None if inspect_port is None else f"http://{LOOPBACK}:{inspect_port}"
-            task_status.started(Started(proc, _endpoints(spec), inspect_url))
-            if tcp_ports:
-                dial = trio.open_tcp_stream if net is None else net.dial
-                nursery.start_soon(
-                    functools.partial(watch_reachability, dial=dial),
-                    LOOPBACK,
-                    tcp_ports,
-                    sink.reachability,
-                )
-            if inspect_url is not None:
-                # Imported here: the relay pulls in httpx, which only inspect
-                # sessions need, and the daemon's start-up time is a target.
-                from runnerd.workload.debug_relay import relay_debug_stream
-
-                nursery.start_soon(relay_debug_stream, f"{inspect_url}/events", sink.debug)
+            # Probes dial inside the namespace: the host side of a published
+            # port is the daemon's own listener, which accepts for anyone.
+            address = WorkloadAddress(LOOPBACK, inspect_port, None if net is None else net.dial)
+            task_status.started(Started(proc, _endpoints(spec), address))
+            # Read only now: `Started` comes before any output (the seam's
+            # promise); what it wrote meanwhile waits in the PTY.
+            nursery.start_soon(proc.run_reader, sink.output, output_done)
             code = await proc.wait()
             with trio.move_on_after(DRAIN_TIMEOUT_S):
                 await output_done.wait()

@@ -85,10 +85,16 @@ class SessionNetwork:
         # The outer answers at once (or is gone: EOF), so this is brief.
         async with self._lock:
             with trio.CancelScope(shield=True):
-                await self._sock.send(b"s")
-                data, ancdata, _, _ = await self._sock.recvmsg(
-                    1, _FD_SPACE, socket.MSG_CMSG_CLOEXEC
-                )
+                try:
+                    await self._sock.send(b"s")
+                    data, ancdata, _, _ = await self._sock.recvmsg(
+                        1, _FD_SPACE, socket.MSG_CMSG_CLOEXEC
+                    )
+                except trio.ClosedResourceError as exc:
+                    # Closed under a probe in flight: the core's reachability
+                    # probes run until the session's run returns, past `close`.
+                    gone = "the session's network namespace is gone"
+                    raise OSError(errno.ECONNRESET, gone) from exc
         fds = array.array("i")
         for level, kind, payload in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:

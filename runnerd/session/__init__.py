@@ -1,17 +1,20 @@
 """The core: sessions and the manager that runs them.
 
 Owns the session registry and its replay rings (`registry`, pure), one
-session's state (`session`), the `SessionManager` (`manager`: one nursery
-per session, the only place a session's lifecycle is decided; `running`: one
-workload's run under its stop scope and TTL; `ending`: its terminal status;
-`errors`: its refusals; `recovery`: state files and adoption after a
-restart; `statefile`: their format), admission
+session's state (`session`: its `SessionPhase`, the `Sink` its backend
+reports to, the report the core's watchers write to), the `SessionManager`
+(`manager`: one nursery per session, the only place a session's lifecycle is
+decided; `running`: one workload's run under its stop scope and TTL, with the
+core's watchers of `Started.address` (`runnerd.workload.supervision`) in its
+nursery; `ending`: the one `Ending` a run returns and the table to its wire
+status, pure; `errors`: its refusals; `recovery`: state files and adoption
+after a restart; `statefile`: their format), admission
 (`admission`: a request body to a `RunSpec`, with its tier's limits and
 `paths` bundle-path normalisation, pure; its `Catalog` is re-checked by a
 session's task just before the backend runs, so no backend sees the
 catalog) and the capabilities document (`capabilities`, pure).
 
-May import: `contract`, `errors`, `metrics`, `backend`, `config`. Never a
-backend package, `http`, `daemon` or `cli`: a backend reaches the core only
-through the `runnerd.backend` seam.
+May import: `contract`, `errors`, `metrics`, `backend`, `config`,
+`workload`. Never a backend package, `http`, `daemon` or `cli`: a backend
+reaches the core only through the `runnerd.backend` seam.
 """

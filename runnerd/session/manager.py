@@ -10,23 +10,26 @@ How a session runs: `start()` registers it (`starting`, event 1) and starts
 its task at once, so the 201 goes out before the backend does anything. The
 task opens a cancel scope (a user stop cancels it), a TTL deadline
 (`spec.limits.ttl_s`), and a workload nursery in which
-`nursery.start(backend.run, spec, sink)` returns the `WorkloadHandle` for
-stdin and resizes. Whatever ends it becomes exactly one terminal status:
+`nursery.start(backend.run, spec, sink)` returns `Started`: the
+`WorkloadHandle` for stdin and resizes, and the address the core's watchers
+(reachability per declared tcp port, the debug relay) start on in the same
+nursery. Whatever ends it is one `Ending` (`runnerd.session.ending`), and
+that is exactly one terminal status (`ending.wire_status`):
 
     outcome Exited(code)         -> exited {code}
     outcome Failed(message)      -> failed message
-    user stop (any time)         -> stopped (never failed)
-    spec.limits.ttl_s elapsed    -> failed "ttl: session exceeded its time limit of N s"
-    StartError(stage, message)   -> failed "<stage>: <message>"
-    anything else                -> failed "internal: ..." (traceback to the log only)
-    a detach (SIGUSR2)           -> none: the workload runs on for a successor
+    Stopped: user stop, any time -> stopped (never failed)
+    TtlExpired: ttl_s elapsed    -> failed "ttl: session exceeded its time limit of N s"
+    StartFailed(stage, message)  -> failed "<stage>: <message>"  (a StartError)
+    Internal: anything else      -> failed "internal: ..." (traceback to the log only)
+    Detached (SIGUSR2)           -> none: the workload runs on for a successor
 
 A failing session never takes down the manager or another session: every
 exception (ExceptionGroups too) is classified inside the session's own task.
 
-The per-session object (`Session`, `SessionSink`) is runnerd.session.session;
-one workload's run (stop scope, TTL, workload nursery) is
-runnerd.session.running; state files and adoption after a restart are
+The per-session object (`Session`, its `SessionPhase`, `SessionSink`) is
+runnerd.session.session; one workload's run (stop scope, TTL, workload
+nursery) is runnerd.session.running; state files and adoption after a restart are
 runnerd.session.recovery.
 
 PTY output decision: the backend's `output(bytes)` goes to the session's
@@ -50,10 +53,11 @@ from dataclasses import replace
 import trio
 
 from runnerd.backend import Backend, EndIntent, Recovered, RunSpec, StopRefused
-from runnerd.contract import RunStatus, is_terminal, stopped
+from runnerd.contract import is_terminal
 from runnerd.errors import SessionNotFound
 from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.session.admission import Catalog
+from runnerd.session.ending import Detached, Ending, Stopped, failed_stage, wire_status
 from runnerd.session.errors import DetachUnsupported, ManagerClosed, StopFailed
 from runnerd.session.recovery import Recovery, continue_adopted
 from runnerd.session.registry import RegistryFull, Resumed, SessionRecord, SessionRegistry
@@ -280,8 +284,9 @@ class SessionManager:
         return self._registry.get(session_id)
 
     async def stop(self, session_id: str, intent: EndIntent = EndIntent.STOP) -> None:
-        """User stop: mark the session user-stopped, cancel it, and return once
-        it is terminal (`stopped`, or whatever it had already ended as).
+        """User stop: record the end asked (`session.end_requested`), cancel
+        the run, and return once it is terminal (`stopped`, or whatever it had
+        already ended as).
 
         Idempotent; an unknown id is fine. A stop that lands while the workload
         is still being created cancels the creation, which stops it. A
@@ -295,7 +300,7 @@ class SessionManager:
         session = await self.find(session_id)
         if session is None:
             return
-        if intent is EndIntent.STOP and session.end_requested is None:
+        if intent is EndIntent.STOP:  # the backend's own stop, while RUNNING only
             await self._stop_workload(session)
         _request_stop(session, intent)
         await self._wait_stopped(session)
@@ -380,16 +385,16 @@ class SessionManager:
     async def _run_session(self, session: Session) -> None:
         # Kept only if `run()` itself is cancelled (shutdown past its budget):
         # the workload is gone with the scope, so the session is stopped.
-        status: RunStatus | None = stopped()
+        ending: Ending = Stopped()
         try:
-            status = await drive(session, self._backend, self._wall_clock, self._catalog)
+            ending = await drive(session, self._backend, self._wall_clock, self._catalog)
         finally:
+            status = wire_status(ending)
             session.release_creation()
             self._recovery.session_ended(session, detached=status is None)
             session.close(status)
             self._expiry_wakeup.set()
-            if status is not None:
-                self._count_unstarted(session, status)
+            self._count_unstarted(session, ending)
         if status is None:
             log.info("detached", extra={"session_id": session.id})
             return
@@ -399,15 +404,16 @@ class SessionManager:
             extra={"session_id": session.id, "status": status},
         )
 
-    def _count_unstarted(self, session: Session, status: RunStatus) -> None:
-        """A session that ended without ever running: its start's outcome, and
-        for a failure its stage (the `<stage>:` of the message)."""
-        if session.running_at is not None:
+    def _count_unstarted(self, session: Session, ending: Ending) -> None:
+        """A session that ended without ever running: its start's outcome,
+        and for a failure its stage (`ending.failed_stage`)."""
+        status = wire_status(ending)
+        if session.running_at is not None or isinstance(ending, Detached) or status is None:
             return
         self._metrics.session_started(self._backend.name, status["kind"])
-        if status["kind"] == "failed":
-            stage, sep, _ = status["message"].partition(":")
-            self._metrics.start_failed(stage if sep and stage.isidentifier() else "unknown")
+        stage = failed_stage(ending)
+        if stage is not None:
+            self._metrics.start_failed(stage)
 
     # -- expiry ------------------------------------------------------------
 

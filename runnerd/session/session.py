@@ -1,10 +1,12 @@
 """One session as the rest of runnerd sees it, and the sink its backend reports to.
 
-Owns the per-session IO state around the pure `SessionRecord`: the wake-up
-that stream readers wait on, the live workload's handle (stdin, resizes with
-their 50 ms coalescing), and the stop scope a user stop cancels. The
-`SessionManager` (`runnerd.session.manager`) creates sessions and drives their
-lifecycle through the methods under "the manager's side".
+Owns the per-session IO state around the pure `SessionRecord`: its phase
+(`SessionPhase`: one lifecycle, moving only forward), the wake-up that stream
+readers wait on, the live workload's handle (stdin, resizes with their 50 ms
+coalescing), the stop scope a user stop cancels, the `Sink` its backend
+reports to and the `SessionReport` the core's own watchers of the workload
+report to. The `SessionManager` (`runnerd.session.manager`) creates sessions
+and drives their lifecycle through the methods under "the manager's side".
 
 Reader contract (SSE, WebSocket): read `ring.since(cursor)`, send, then
 `await session.wait_change()` with no checkpoint between the read and the
@@ -15,10 +17,12 @@ or delivered twice.
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -42,6 +46,37 @@ log = logging.getLogger("runnerd.sessions")
 
 # At most one resize per this interval reaches the workload; the latest wins.
 RESIZE_INTERVAL_S = 0.05
+
+
+class SessionPhase(enum.Enum):
+    """Where a session is in its one lifecycle. It only moves forward.
+
+    STARTING: registered (`starting`); its backend is creating the workload,
+    or about to (an adopted one: re-attaching). Stdin is dropped, the latest
+    resize kept for the workload's start; a stop cancels the start.
+    RUNNING: the backend reported `Started`: stdin and resizes reach the
+    workload, and a user stop asks the backend's own stop first.
+    ENDING: an end was asked, or the run is over: the workload is being (or
+    has been) torn down; no second stop reaches the backend.
+    ENDED: the ending is recorded (a terminal status, or detached) and
+    `wait_terminal` has returned.
+    """
+
+    STARTING = 1
+    RUNNING = 2
+    ENDING = 3
+    ENDED = 4
+
+
+@dataclass
+class _Workload:
+    """The live workload while it is attached: where stdin and resizes go."""
+
+    handle: WorkloadHandle
+    nursery: trio.Nursery  # the run's: a deferred resize goes with it
+    stop: Callable[[], Awaitable[None]] | None  # `Started.stop`
+    last_resize_at: float = -math.inf
+    flush_due: float | None = None  # a deferred resize is due then (one at a time)
 
 
 class Session:
@@ -76,6 +111,7 @@ class Session:
         # The end asked of it (None: none asked; a TTL or a cancelled manager
         # still ends it, as a stop). What its backend's teardown reads.
         self.end_requested: EndIntent | None = None
+        self.phase = SessionPhase.STARTING
         # Debug frames a previous daemon relayed (its saved replay), in order:
         # a relay that starts over gets the kernel's replay of them first,
         # which must not reach the stream a second time.
@@ -84,17 +120,14 @@ class Session:
         self._wall_clock = wall_clock
         self._changed = trio.Event()
         self._done = trio.Event()
-        self._stop_scope: trio.CancelScope | None = None
-        self._handle: WorkloadHandle | None = None
-        self._stop_workload: Callable[[], Awaitable[None]] | None = None  # `Started.stop`
-        self._nursery: trio.Nursery | None = None  # workload nursery (resize flushes)
+        # What a stop cancels: entered once, by the run (`stop_scope`).
+        self._stop_scope = trio.CancelScope()
+        self._workload: _Workload | None = None
         self._pending_size: tuple[int, int] | None = None
         # The latest size any client asked for, and when one first was: what
         # a workload that does not exist yet starts with (Sink.terminal_size).
         self._requested_size: tuple[int, int] | None = None
         self._size_requested = trio.Event()
-        self._last_resize_at = -math.inf
-        self._flush_scheduled = False
 
     # -- state -------------------------------------------------------------
 
@@ -124,12 +157,6 @@ class Session:
     @property
     def is_terminal(self) -> bool:
         return self._record.is_terminal
-
-    @property
-    def user_stopped(self) -> bool:
-        """An end was asked of it (DELETE, shutdown, detach), as opposed to
-        ending on its own, by its TTL or by a failure."""
-        return self.end_requested is not None
 
     @property
     def events(self) -> EventRing:
@@ -163,6 +190,10 @@ class Session:
             self._changed.set()
             self._changed = trio.Event()
 
+    def _advance(self, phase: SessionPhase) -> None:
+        if phase.value > self.phase.value:
+            self.phase = phase
+
     def _set_status(self, status: RunStatus) -> bool:
         now = self._wall_clock()
         changed = self._record.set_status(status, now)
@@ -185,8 +216,8 @@ class Session:
         if not data or self.is_terminal:
             return
         self.metrics.pty_bytes("input", len(data))
-        if self._handle is not None:
-            self._handle.write(data)
+        if self._workload is not None:
+            self._workload.handle.write(data)
 
     def resize(self, cols: int, rows: int) -> None:
         """Resize the workload's terminal, coalesced: at most one resize per
@@ -198,56 +229,67 @@ class Session:
             return
         self._pending_size = self._requested_size = (cols, rows)
         self._size_requested.set()
-        if self._handle is None or self._nursery is None or self._flush_scheduled:
-            return  # applied on attach, or by the flush already scheduled
-        due = self._last_resize_at + RESIZE_INTERVAL_S
+        workload = self._workload
+        if workload is None or workload.flush_due is not None:
+            return  # applied on attach, or by the flush already due
+        due = workload.last_resize_at + RESIZE_INTERVAL_S
         if trio.current_time() >= due:
-            self._apply_resize()
+            self._apply_resize(workload)
         else:
-            self._flush_scheduled = True
-            self._nursery.start_soon(self._flush_resize, due)
+            workload.flush_due = due
+            workload.nursery.start_soon(self._flush_resize, workload)
 
-    async def _flush_resize(self, due: float) -> None:
-        await trio.sleep_until(due)
-        self._flush_scheduled = False
-        self._apply_resize()
+    async def _flush_resize(self, workload: _Workload) -> None:
+        if workload.flush_due is not None:
+            await trio.sleep_until(workload.flush_due)
+        workload.flush_due = None
+        self._apply_resize(workload)
 
-    def _apply_resize(self) -> None:
+    def _apply_resize(self, workload: _Workload) -> None:
         size, self._pending_size = self._pending_size, None
-        if size is None or self._handle is None:
+        if size is None or self._workload is not workload:
             return
-        self._last_resize_at = trio.current_time()
+        workload.last_resize_at = trio.current_time()
         try:
-            self._handle.resize(*size)
+            workload.handle.resize(*size)
         except Exception:  # the handle promises not to raise; a bug must not kill a route
             log.exception("resize failed", extra={"session_id": self.id})
 
     # -- the manager's side ------------------------------------------------
 
+    @property
+    def stop_scope(self) -> trio.CancelScope:
+        """What a stop cancels: the run enters it once (cancelled on entry
+        when a stop came first)."""
+        return self._stop_scope
+
     def attach(self, started: Started, nursery: trio.Nursery) -> None:
-        """The workload exists: route stdin and resizes to its handle, run
-        deferred resize flushes in `nursery` (the workload's, so none outlives
-        it), then publish `running` (in that order: load-bearing, see
-        `write_stdin`)."""
-        self._handle, self._nursery = started.handle, nursery
-        self._stop_workload = started.stop
+        """The workload exists (RUNNING): route stdin and resizes to its
+        handle, run deferred resize flushes in `nursery` (the workload's, so
+        none outlives it), then publish `running` (in that order:
+        load-bearing, see `write_stdin`)."""
+        self._workload = _Workload(started.handle, nursery, started.stop)
+        self._advance(SessionPhase.RUNNING)
         if self._pending_size is not None:
             self.resize(*self._pending_size)
         self._set_status(running(list(started.endpoints), started.inspect_url))
 
-    def detach(self) -> None:
-        """The workload is gone: stdin and resizes are dropped from now on."""
-        self._handle, self._nursery, self._stop_workload = None, None, None
+    def drop_handle(self) -> None:
+        """The run is over (ENDING): stdin and resizes are dropped from now on."""
+        self._workload = None
+        self._advance(SessionPhase.ENDING)
 
     async def stop_workload(self) -> None:
         """The backend's own first step of a user stop (`Started.stop`), if
-        it gave one and the workload is still there; else nothing.
+        it gave one and the session is RUNNING (no end asked yet, the
+        workload still there); else nothing.
 
         Raises:
             StopRefused: the workload could not be stopped; it runs on.
         """
-        if self._stop_workload is not None and not self.is_terminal:
-            await self._stop_workload()
+        workload = self._workload
+        if self.phase is SessionPhase.RUNNING and workload is not None and workload.stop:
+            await workload.stop()
 
     def release_creation(self) -> None:
         """Forget what creating the workload needed (its bundle, its env with
@@ -256,29 +298,25 @@ class Session:
         self.spec = RunSpec(self.spec.identity, None)
 
     def request_stop(self, intent: EndIntent = EndIntent.STOP) -> None:
-        """End on request: mark user-stopped, record `intent` for the backend's
-        teardown, and cancel the session's stop scope (if the session task has
-        not opened it yet, it cancels it on entry)."""
+        """End on request (ENDING): record `intent` for the backend's
+        teardown and the ending, and cancel the stop scope (if the run has
+        not entered it yet, it is cancelled on entry)."""
         if self.is_terminal:
             return
         self.end_requested = intent
-        if self._stop_scope is not None:
-            self._stop_scope.cancel()
-
-    def set_stop_scope(self, scope: trio.CancelScope | None) -> None:
-        """The scope `request_stop` cancels; cancelled at once if a stop came first."""
-        self._stop_scope = scope
-        if scope is not None and self.end_requested is not None:
-            scope.cancel()
+        self._advance(SessionPhase.ENDING)
+        self._stop_scope.cancel()
 
     def close(self, status: RunStatus | None) -> None:
-        """The session task has ended: record `status` (terminal) unless one is
-        already recorded, drop the workload, and release `wait_terminal`.
-        None: it was detached (its workload runs on for a successor daemon,
-        which reports how it ends), so no status is recorded here."""
-        self.detach()
+        """The session task has ended (ENDED): record `status` (terminal)
+        unless one is already recorded, drop the workload, and release
+        `wait_terminal`. None: it was detached (its workload runs on for a
+        successor daemon, which reports how it ends), so no status is
+        recorded here."""
+        self.drop_handle()
         if status is not None:
             self._set_status(status)
+        self._advance(SessionPhase.ENDED)
         self._done.set()
 
 
@@ -314,6 +352,31 @@ class SessionSink:
         if self._record.output_lost() is not None:
             self._session._notify()
 
+    def end_intent(self) -> EndIntent:
+        return self._session.end_requested or EndIntent.STOP
+
+    async def terminal_size(self, wait_s: float) -> tuple[int, int] | None:
+        session = self._session
+        created_at = session.spec.identity.created_at
+        elapsed_s = 0.0 if created_at is None else max(0.0, session._wall_clock() - created_at)
+        # From creation, as the TTL: the backend's own preparation counts.
+        with trio.move_on_at(trio.current_time() + wait_s - elapsed_s):
+            await session._size_requested.wait()
+        return session._requested_size
+
+
+class SessionReport:
+    """Where the core's own watchers of the workload report
+    (`runnerd.workload.supervision.Report`: its reachability probes and debug
+    relay; not part of the seam). Synchronous, never raises, a no-op once
+    the session is terminal. Debug frames other than events are dropped (the
+    same bytes arrive on the PTY channel), and so is the kernel's replay of
+    frames a previous daemon relayed (`Session.relayed_debug`)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._record = session._record
+
     def reachability(self, port: int, state: Reachability) -> None:
         if self._record.emit(reachability_event(port, state)) is not None:
             self._session._notify()
@@ -329,36 +392,3 @@ class SessionSink:
             relayed.clear()
         if self._record.emit(debug_event(frame)) is not None:
             self._session._notify()
-
-    def end_intent(self) -> EndIntent:
-        return self._session.end_requested or EndIntent.STOP
-
-    async def terminal_size(self, wait_s: float) -> tuple[int, int] | None:
-        session = self._session
-        created_at = session.spec.identity.created_at
-        elapsed_s = 0.0 if created_at is None else max(0.0, session._wall_clock() - created_at)
-        # From creation, as the TTL: the backend's own preparation counts.
-        with trio.move_on_at(trio.current_time() + wait_s - elapsed_s):
-            await session._size_requested.wait()
-        return session._requested_size
-
-
-class AttachOnStart:
-    """The `task_status` a backend's `run()` is given. `started(Started)`
-    attaches the handle and publishes `running` inside the backend's own call,
-    before the backend can report anything else: load-bearing, so `running`
-    is always the first event after `starting` and stdin sent after it is
-    never lost."""
-
-    def __init__(
-        self, session: Session, nursery: trio.Nursery, task_status: trio.TaskStatus[None]
-    ) -> None:
-        self._session = session
-        self._nursery = nursery
-        self._task_status = task_status
-
-    def started(self, value: Started | None = None) -> None:
-        if not isinstance(value, Started):
-            raise TypeError(f"a backend reports Started, not {type(value).__name__}")
-        self._session.attach(value, self._nursery)
-        self._task_status.started()

@@ -12,15 +12,14 @@ Backend-neutral: the caller says where to dial and where states go.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
+from runnerd.backend import Dial
 from runnerd.contract import Reachability
 
 OnState = Callable[[int, Reachability], None]
-# Opens a connection to (host, port); raises OSError when it cannot.
-Dial = Callable[[str, int], Awaitable[trio.abc.Stream]]
 
 
 async def watch_reachability(

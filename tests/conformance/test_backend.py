@@ -72,20 +72,10 @@ def assert_handle_inert(run: RunLog, session: Session) -> None:
     assert session.pty.last_seq == before
 
 
-# The local backend starts its PTY reader before it reports `Started` and
-# awaits the network namespace's port publishing in between (a checkpoint),
-# so a workload that writes at once can have its first output reach the sink
-# before `Started` (seen about one run in three with `network = "isolated"`).
-LOCAL_OUTPUT_RACE = pytest.mark.xfail(
-    reason="local _supervise: the PTY reader runs before task_status.started", strict=False
-)
-
-
-async def test_started_before_output_and_the_own_exit_is_its_exit_code(
-    target: Target, request: pytest.FixtureRequest
-) -> None:
-    if target.name == "local":
-        request.applymarker(LOCAL_OUTPUT_RACE)
+# A workload that writes at once: its first output must not reach the sink
+# before `Started` (the local backend once read its PTY while it published
+# the namespace's ports, and failed this about one run in three).
+async def test_started_before_output_and_the_own_exit_is_its_exit_code(target: Target) -> None:
     async with target.open_backend() as backend, open_manager(backend, target) as manager:
         session = start(manager, target.spec("echo first line; exit 3"))
         await wait_terminal(session)

@@ -61,6 +61,7 @@ PURE = (
     "runnerd.watch.runs",
     "runnerd.watch.apps",
     "runnerd.session.registry",
+    "runnerd.session.ending",
     "runnerd.session.rings",
     "runnerd.session.admission",
     "runnerd.session.paths",

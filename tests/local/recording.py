@@ -1,7 +1,11 @@
 """A Sink that records what a backend reports, and a way to run a backend.
 
 The Sink is the seam the session machinery implements; recording calls on it
-is how these tests watch the backend from the outside.
+is how these tests watch the backend from the outside. It is also the
+`Report` the core's watchers of the workload's address write to
+(`runnerd.workload.supervision`), which `start_session` starts as the
+manager does, so reachability and the debug relay are seen as a client
+would see them.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import trio
 
 from runnerd.backend import Backend, Outcome, RunSpec, Started
 from runnerd.contract import running
+from runnerd.workload.supervision import supervise, tcp_ports
 
 
 class RecordingSink:
@@ -95,13 +100,18 @@ async def start_session(
         async def inner(*, task_status: trio.TaskStatus[Started]) -> None:
             with session.scope:
                 session.outcome = await backend.run(spec, sink, task_status=task_status)
+            inner_nursery.cancel_scope.cancel()  # the watchers end with the run
 
         try:
             async with trio.open_nursery() as inner_nursery:
                 started: Started = await inner_nursery.start(inner)
                 session.handle = started.handle
-                # As the manager does: `running` once the handle is in place.
+                # As the manager does: `running` once the handle is in place,
+                # then the core's watchers of its address, in the run's nursery.
                 sink.status(running(list(started.endpoints), started.inspect_url))
+                if started.address is not None:
+                    ports = tcp_ports(spec.ports)
+                    inner_nursery.start_soon(supervise, started.address, ports, sink)
                 task_status.started(session)
         finally:
             session.done.set()

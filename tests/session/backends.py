@@ -5,7 +5,8 @@ cannot show the behaviour under test.
   (never calls `started`) until cancelled, when it kills the process group:
   a DELETE that lands while the workload is being created.
 - `InProcessBackend` is a coroutine workload with a recording handle, for
-  fake-time tests (resize coalescing, exit-TTL expiry) and sink filtering.
+  fake-time tests (resize coalescing, exit-TTL expiry), sink filtering and
+  the core's watchers of the address it reports.
 - `FailingStartBackend`, `CrashingBackend`, `UnstoppableBackend` misbehave on
   purpose, to show that a failing backend stays inside its own session.
 - `RoutingBackend` lets sessions of different kinds share one manager.
@@ -30,6 +31,7 @@ from runnerd.backend import (
     Sink,
     Started,
     StartError,
+    WorkloadAddress,
 )
 from runnerd.contract import AvailabilityReport, ready
 
@@ -146,20 +148,27 @@ class CrashingBackend:
 class InProcessBackend:
     """A workload that is a coroutine, not a process: `body(sink)` runs after
     `running` and `started`; its return is the outcome (None: run until
-    cancelled). For timing under MockClock and for the sink's filtering."""
+    cancelled). For timing under MockClock, for the sink's filtering, and
+    (with `address`: where it says it listens) for the core's watchers."""
 
     name = "in-process"
     notices: tuple[str, ...] = ()
 
-    def __init__(self, body: Callable[[Sink], Awaitable[Outcome | None]] | None = None) -> None:
+    def __init__(
+        self,
+        body: Callable[[Sink], Awaitable[Outcome | None]] | None = None,
+        *,
+        address: WorkloadAddress | None = None,
+    ) -> None:
         self.body = body
+        self.address = address
         self.handle = PipeHandle(trio.open_memory_channel[bytes](math.inf)[0])
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         return ready()
 
     async def run(self, spec: RunSpec, sink: Sink, *, task_status: Any) -> Outcome:
-        task_status.started(Started(self.handle))
+        task_status.started(Started(self.handle, address=self.address))
         outcome = await self.body(sink) if self.body is not None else None
         if outcome is None:
             await trio.sleep_forever()

@@ -19,6 +19,7 @@ import trio.testing
 from runnerd.backend import (
     Backend,
     BundleSpec,
+    EndIntent,
     Exited,
     Failed,
     ImageSpec,
@@ -31,6 +32,7 @@ from runnerd.local import LocalBackend
 from runnerd.local.settings import LocalConfig, RuntimeConfig
 from runnerd.session.manager import ManagerClosed, Session, SessionManager, StopFailed
 from runnerd.session.registry import ByteRing, EventRing, RegistryFull
+from runnerd.session.session import SessionPhase
 from tests.escapes import HOST_PID, host_pid
 
 from .backends import (
@@ -171,7 +173,8 @@ async def test_stop_during_start_ends_stopped_and_the_workload_is_gone() -> None
         with trio.fail_after(10):
             await manager.stop(session.id)
         assert session.status == {"kind": "stopped"}
-        assert session.user_stopped
+        assert session.end_requested is EndIntent.STOP
+        assert session.phase is SessionPhase.ENDED
         assert status_kinds(session) == ["starting", "stopped"]
         assert_gone(backend.procs[0])
 
@@ -205,7 +208,7 @@ async def test_stop_after_exit_and_of_unknown_ids_changes_nothing(local: LocalBa
         await manager.stop(session.id)
         await manager.stop("nosuchsession")
         assert session.status == exited(7)
-        assert not session.user_stopped
+        assert session.end_requested is None
         assert (session.events.last_id, session.exited_at) == (last_id, exited_at)
 
 
@@ -376,12 +379,10 @@ async def test_resizes_are_coalesced_latest_wins(mock_clock: trio.testing.MockCl
         assert len(resizes) == 3
 
 
-async def test_sink_relays_event_debug_frames_and_ignores_backend_terminal_status() -> None:
+async def test_sink_ignores_backend_terminal_status() -> None:
+    # Debug frames and reachability are the core's own watchers' now:
+    # tests/session/test_supervision.py.
     async def body(sink: Sink) -> Exited:
-        sink.debug({"kind": "log", "line": "same bytes as the PTY"})
-        sink.debug({"kind": "event", "name": "Kernel.Started"})
-        sink.debug({"name": "no kind is an event"})
-        sink.reachability(8080, "reachable")
         sink.status(failed("a backend may not decide this"))
         sink.status(running([{"host": "", "port": 8080, "protocol": "tcp"}]))
         return Exited(0)
@@ -389,12 +390,6 @@ async def test_sink_relays_event_debug_frames_and_ignores_backend_terminal_statu
     async with open_manager(InProcessBackend(body)) as manager:
         session = manager.start(build_spec())
         await wait_terminal(session)
-        events = [e for _, e in session.events.since(0).items]
-        assert [e.get("frame") for e in events if e["type"] == "debug"] == [
-            {"kind": "event", "name": "Kernel.Started"},
-            {"name": "no kind is an event"},
-        ]
-        assert {"type": "reachability", "port": 8080, "state": "reachable"} in events
         assert status_kinds(session) == ["starting", "running", "running", "exited"]
 
 
