@@ -172,7 +172,9 @@ class EventRing(_Ring[RunEvent]):
         size = len(json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode())
         return self._push(event, size)
 
-    def since(self, after: int) -> Replay[RunEvent]:
+    def since(self, after: int, after_mark: int = 0) -> Replay[RunEvent]:
+        """Events after `after` (`after_mark`: the `ByteRing` signature; an
+        event ring has no lost-output marks)."""
         return self._since(after)
 
     def _record_size(self, size: int) -> None:
