@@ -293,7 +293,8 @@ def register_io_route(app: QuartTrio, state: AppState) -> None:
             return
         last_seq = parse_cursor(websocket.args.get("lastSeq"))
         pending = session.pty.since(last_seq)
-        if is_terminal(session.status) and not (pending.items or pending.lost):
+        held = session.pty.holding  # output there, its seqs not yet reserved on disk
+        if is_terminal(session.status) and not (pending.items or pending.lost or held):
             await websocket.accept()
             await _close(4410, "session terminal and nothing buffered after lastSeq")
             return

@@ -14,8 +14,8 @@ out. A `StreamReader` yields `Part`s:
 - `HEARTBEAT`: nothing was handed out for `heartbeat_s` (SSE keep-alives).
 
 It ends (`finished` True) once the session is terminal and the ring holds
-nothing more for it (so a terminal status event is always delivered
-first), or at `stop()` (the daemon is shutting down; `finished` False).
+nothing more for it, held back or not (so a terminal status event is
+always delivered first), or at `stop()` (the daemon is shutting down; `finished` False).
 
 The ring is anything with `since(after, after_mark)` (`Ring`): the event
 ring, a byte ring, or another ring of the same session (one per app, say),
@@ -47,9 +47,14 @@ X = TypeVar("X")
 
 
 class Ring(Protocol[X]):
-    """What a reader reads: `since(after, after_mark)` (`EventRing`, `ByteRing`)."""
+    """What a reader reads (`EventRing`, `ByteRing`): `since(after,
+    after_mark)`, and `holding`, whether entries issued are held back from
+    readers for now (their ids not yet reserved on disk)."""
 
     def since(self, after: int, after_mark: int = 0) -> Replay[X]: ...
+
+    @property
+    def holding(self) -> bool: ...
 
 
 class Changes(Protocol):
@@ -144,7 +149,7 @@ class StreamReader(Generic[X]):
                 return None
             if self._read():
                 break
-            if self._changes.is_terminal:
+            if self._changes.is_terminal and not self._ring.holding:
                 self.finished = True
                 return None
             if await self._wait_quietly():

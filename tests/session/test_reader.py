@@ -38,12 +38,13 @@ def autojump(mock_clock: trio.testing.MockClock) -> trio.testing.MockClock:
 class Wakes:
     """The `Changes` a `Session` is: every change wakes every parked reader."""
 
-    def __init__(self) -> None:
+    def __init__(self, *rings: EventRing | ByteRing) -> None:
         self.is_terminal = False
+        self._rings = rings
         self._changed = trio.Event()
 
     async def wait_change(self) -> None:
-        if self.is_terminal:
+        if self.is_terminal and not any(ring.holding for ring in self._rings):
             await trio.lowlevel.checkpoint()
             return
         await self._changed.wait()
@@ -170,6 +171,30 @@ async def test_reader_delivers_the_terminal_status_then_ends(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(end_session)
         assert ids(await reader.next()) == [1, 2]
+        assert await reader.next() is None
+    assert reader.finished
+
+
+async def test_reader_of_a_terminal_session_waits_for_what_is_held_back(
+    autojump: trio.testing.MockClock,
+) -> None:
+    ring = EventRing(10_000)
+    wakes = Wakes(ring)
+    ring.append(event(0))
+    ring.append({"type": "status", "status": exited(0)})
+    ring.limit = 1  # the terminal status' id is not reserved on disk yet
+    wakes.is_terminal = True
+    reader = StreamReader(ring, wakes)
+    assert ids(await reader.next()) == [1]
+
+    async def reserved() -> None:
+        await trio.sleep(1.0)
+        ring.limit = None
+        wakes.notify()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reserved)
+        assert ids(await reader.next()) == [2]
         assert await reader.next() is None
     assert reader.finished
 
