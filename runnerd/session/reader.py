@@ -127,8 +127,9 @@ class StreamReader(Generic[X]):
         self._quiet_since = trio.current_time()
 
     def stop(self) -> None:
-        """End the stream: a parked `next()` returns None at once, and what
-        was read but not yet handed out is dropped. Idempotent."""
+        """End the stream: a parked `next()` returns None at once; what the
+        last read found is still handed out first (as the loops this
+        replaced finished the replay they were sending). Idempotent."""
         self._stopped = True
         if self._wait is not None:
             self._wait.cancel()

@@ -276,3 +276,16 @@ async def test_open_reader_hands_back_the_blocks_error_unwrapped(
     with pytest.raises(KeyError):
         async with open_reader(ring, wakes, 0, closing):
             raise KeyError("the caller's")
+
+
+async def test_reader_stopped_hands_out_what_its_last_read_found_then_ends(
+    autojump: trio.testing.MockClock,
+) -> None:
+    ring, wakes = EventRing(1), Wakes()
+    ring.append(event(0))
+    ring.append(event(1))
+    reader = StreamReader(ring, wakes)
+    assert await reader.next() is EVICTED  # the read also found event 2
+    reader.stop()
+    assert ids(await reader.next()) == [2]
+    assert await reader.next() is None and not reader.finished
