@@ -5,8 +5,8 @@ One module per concern: `app` (`create_app` wires the rest together),
 which the daemon's runtime object satisfies), `errors` (JSON error bodies),
 `guard` (Host/Origin checks), `cors`, `meta` (health, capabilities, probe,
 the OpenAPI document), `sessions` (start, inspect, stop), `listing`, `events`
-(Server-Sent Events), `io` (the WebSocket PTY channel), `waiting` (how a
-stream writer waits on a session), `openapi` (the pure document builder),
+(Server-Sent Events), `io` (the WebSocket PTY channel; both frame what a
+`runnerd.session.reader` hands out), `openapi` (the pure document builder),
 `counting` (HTTP metrics), `server` (hypercorn), `protocol` (hypercorn's
 HTTP/1.1 protocol, hardened), `wsframes` (WebSocket frame lengths, pure).
 

@@ -1,6 +1,7 @@
 """`GET /v1/sessions/{id}/events`: the session's events as Server-Sent Events.
 
-Owns the SSE framing and the replay-then-live loop. Each event is one frame
+Owns the SSE framing of the session's stream reader
+(`runnerd.session.reader`: replay, then live). Each event is one frame
 (`id: n`, `event: type`, `data: json`); a resume point older than the buffer
 first gets a `gap` frame with no id; a `: heartbeat` comment keeps idle
 proxies from cutting the stream. The stream ends right after it delivers a
@@ -13,20 +14,21 @@ listener's bound the request is refused 429 / 503 instead.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 from quart import Response, request
+from quart.wrappers.response import ResponseBody
 from quart_trio import QuartTrio
 
-from runnerd.contract import RunEvent, is_terminal
-from runnerd.http.streams import released_at_end, stream_slot
-from runnerd.http.waiting import Wake, wait_for_change
+from runnerd.contract import RunEvent
+from runnerd.http.streams import StreamSlot, released_at_end, stream_slot
 from runnerd.metrics import Metrics
+from runnerd.session.reader import Gap, Items, StreamReader, open_reader
 
 if TYPE_CHECKING:
-    import trio
-
     from runnerd.http.state import AppState
     from runnerd.session.manager import Session
 
@@ -62,52 +64,83 @@ def parse_cursor(raw: str | None) -> int:
         return 0
 
 
-def _is_terminal_event(event: RunEvent) -> bool:
-    return event["type"] == "status" and is_terminal(event["status"])
-
-
-async def stream_events(
-    session: Session, cursor: int, closing: trio.Event, heartbeat_s: float
-) -> AsyncIterator[bytes]:
-    """Yield SSE frames from after `cursor` until the session's terminal status.
-
-    Never yields inside a cancel scope: waiting happens in `wait_for_change`,
-    which returns before the next frame is yielded.
-    """
-    while not closing.is_set():
-        replay = session.events.since(cursor)
-        if replay.gap:
-            yield GAP_FRAME
-            cursor = max(cursor, replay.evicted_to)  # told once, never again
-        # A replay goes out in batches, not a write per event: a late reader
-        # of thousands of events cost the daemon a send (chunk header, lock,
-        # syscall) for each.
-        batch: list[bytes] = []
-        size = 0
-        for event_id, event in replay.items:
-            frame = format_event(event_id, event)
-            batch.append(frame)
-            size += len(frame)
-            cursor = event_id
-            if _is_terminal_event(event):
-                yield b"".join(batch)
-                return
-            if size >= BATCH_BYTES:
-                yield b"".join(batch)
-                batch, size = [], 0
-        if batch:
+def _frames_of(items: Items[RunEvent]) -> Iterator[bytes]:
+    """One read's events as SSE frames, joined up to about `BATCH_BYTES`
+    per write: a late reader of thousands of events cost the daemon a send
+    (chunk header, lock, syscall) for each."""
+    batch: list[bytes] = []
+    size = 0
+    for event_id, event in items.entries:
+        frame = format_event(event_id, event)
+        batch.append(frame)
+        size += len(frame)
+        if size >= BATCH_BYTES:
             yield b"".join(batch)
-        if replay.gap or replay.items:
-            continue  # more may have arrived while we were sending
-        if is_terminal(session.status):
-            return
+            batch, size = [], 0
+    if batch:
+        yield b"".join(batch)
 
-        def has_news(after: int = cursor) -> bool:
-            return session.events.last_id > after or is_terminal(session.status)
 
-        wake = await wait_for_change(session, has_news, closing, heartbeat_s)
-        if wake is Wake.TIMEOUT:
+async def stream_events(reader: StreamReader[RunEvent]) -> AsyncIterator[bytes]:
+    """SSE frames for what `reader` hands out, until it ends (the session's
+    terminal status delivered, or the daemon shutting down)."""
+    async for part in reader:
+        if isinstance(part, Items):
+            for frame in _frames_of(part):
+                yield frame
+        elif isinstance(part, Gap):
+            yield GAP_FRAME  # an event ring only ever says buffer_evicted
+        else:
             yield HEARTBEAT_FRAME
+
+
+class _EventsBody(ResponseBody):
+    """The response body: a reader of the session's events, open (with its
+    shutdown watch, `open_reader`) while quart iterates the body, which it
+    does inside `async with body`. The stream slot is released when the
+    frames end or the body is closed, whichever comes first."""
+
+    def __init__(
+        self, session: Session, cursor: int, state: AppState, slot: StreamSlot, heartbeat_s: float
+    ) -> None:
+        self._session, self._cursor, self._state = session, cursor, state
+        self._slot, self._heartbeat_s = slot, heartbeat_s
+        self._stack = AsyncExitStack()
+        self._frames: AsyncIterator[bytes] | None = None
+
+    async def __aenter__(self) -> _EventsBody:
+        state = self._state
+        async with AsyncExitStack() as stack:
+            reader = await stack.enter_async_context(
+                open_reader(
+                    self._session.events,
+                    self._session,
+                    self._cursor,
+                    state.closing,
+                    heartbeat_s=self._heartbeat_s,
+                )
+            )
+            frames = released_at_end(stream_events(reader), self._slot)
+            if state.metrics.enabled:
+                frames = counted_sse(frames, state.metrics)
+            self._frames = frames
+            stack.push_async_callback(aclose_frames, frames)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, exc_type: type, exc_value: BaseException, tb: TracebackType) -> None:
+        # Never suppresses: the stack only closes (the frames, then the reader).
+        await self._stack.__aexit__(exc_type, exc_value, tb)
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        assert self._frames is not None, "iterated outside `async with`"
+        return self._frames
+
+
+async def aclose_frames(frames: AsyncIterator[bytes]) -> None:
+    aclose = getattr(frames, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 async def counted_sse(frames: AsyncIterator[bytes], metrics: Metrics) -> AsyncIterator[bytes]:
@@ -120,9 +153,7 @@ async def counted_sse(frames: AsyncIterator[bytes], metrics: Metrics) -> AsyncIt
                     metrics.replay_gap("sse")
                 yield frame
         finally:
-            aclose = getattr(frames, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await aclose_frames(frames)
 
 
 def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float) -> None:
@@ -135,8 +166,7 @@ def register_events_route(app: QuartTrio, state: AppState, *, heartbeat_s: float
         # Last before the answer: nothing below may fail and leave it claimed.
         slot = stream_slot(request.scope)
         slot.claim(state.subscribers, session.id, state.config.runner.max_subscribers_per_session)
-        frames = released_at_end(stream_events(session, cursor, state.closing, heartbeat_s), slot)
-        body = counted_sse(frames, state.metrics) if state.metrics.enabled else frames
+        body = _EventsBody(session, cursor, state, slot, heartbeat_s)
         response = Response(body, 200, SSE_HEADERS)
         # The default RESPONSE_TIMEOUT (60 s) would cut a live stream.
         response.timeout = None

@@ -33,9 +33,8 @@ from runnerd.http.connection_probe import ConnectionProbe, probe_of
 from runnerd.http.events import parse_cursor
 from runnerd.http.guard import edge_refusal, request_host, server_address
 from runnerd.http.streams import stream_slot
-from runnerd.http.waiting import Wake, wait_for_change
 from runnerd.metrics import Metrics
-from runnerd.session.rings import Lost
+from runnerd.session.reader import EVICTED, LOST, Items, open_reader
 
 if TYPE_CHECKING:
     from runnerd.http.state import AppState
@@ -241,36 +240,21 @@ async def _receive_input(session: Session) -> None:
 async def _send_output(
     session: Session, cursor: int, closing: trio.Event, metrics: Metrics, delivery: _Delivery
 ) -> bool:
-    """Replay then stream PTY chunks, each lost-output mark in its place as
-    a `gap` frame (`output_lost`; told once: `told` is the newest mark
-    sent). True when the session is terminal and everything was sent;
-    False when the daemon is shutting down."""
-    told = 0
-    while not closing.is_set():
-        replay = session.pty.since(cursor, told)
-        if replay.gap:
-            metrics.replay_gap("websocket")
-            await delivery.send(GAP_MESSAGE)
-            cursor = max(cursor, replay.evicted_to)  # told once, never again
-        for entry in replay.in_order():
-            if isinstance(entry, Lost):
+    """Replay then stream PTY chunks (`runnerd.session.reader`), each gap
+    as a `gap` frame in its place (`buffer_evicted` once, `output_lost`
+    per lost-output mark). True when the session is terminal and everything
+    was sent; False when the daemon is shutting down."""
+    async with open_reader(session.pty, session, cursor, closing) as reader:
+        async for part in reader:
+            if isinstance(part, Items):
+                for entry in part.entries:
+                    await delivery.send(frame_chunk(*entry))
+            elif part is EVICTED:
+                metrics.replay_gap("websocket")
+                await delivery.send(GAP_MESSAGE)
+            elif part is LOST:
                 await delivery.send(LOST_MESSAGE)
-                told = entry.mark
-            else:
-                await delivery.send(frame_chunk(*entry))
-                cursor = entry[0]
-        if replay.gap or replay.items or replay.lost:
-            continue
-        if is_terminal(session.status):
-            return True
-
-        def has_news(after: int = cursor, marked: int = told) -> bool:
-            pty = session.pty
-            return pty.last_seq > after or pty.last_mark > marked or is_terminal(session.status)
-
-        if await wait_for_change(session, has_news, closing) is Wake.CLOSING:
-            return False
-    return False
+        return reader.finished
 
 
 async def _serve_channel(session: Session, last_seq: int, state: AppState) -> None:
@@ -309,7 +293,8 @@ def register_io_route(app: QuartTrio, state: AppState) -> None:
             return
         last_seq = parse_cursor(websocket.args.get("lastSeq"))
         pending = session.pty.since(last_seq)
-        if is_terminal(session.status) and not (pending.items or pending.lost):
+        held = session.pty.holding  # output there, its seqs not yet reserved on disk
+        if is_terminal(session.status) and not (pending.items or pending.lost or held):
             await websocket.accept()
             await _close(4410, "session terminal and nothing buffered after lastSeq")
             return

@@ -41,8 +41,10 @@ def session_entry(session: Session) -> dict[str, Any]:
     elif session.image is not None:
         entry["image"] = session.image
     entry["ports"] = [{"port": p.port, "protocol": p.protocol} for p in spec.ports]
-    entry["lastEventId"] = session.events.last_id
-    entry["lastOutputSeq"] = session.pty.last_seq
+    # What a reader can be given now (`published`): ids above it may still
+    # be held back, their reservation not yet on disk.
+    entry["lastEventId"] = session.events.published
+    entry["lastOutputSeq"] = session.pty.published
     return entry
 
 

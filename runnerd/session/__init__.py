@@ -8,7 +8,9 @@ decided; `running`: one workload's run under its stop scope and TTL, with the
 core's watchers of `Started.address` (`runnerd.workload.supervision`) in its
 nursery; `ending`: the one `Ending` a run returns and the table to its wire
 status, pure; `errors`: its refusals; `recovery`: state files and adoption
-after a restart; `statefile`: their format), admission
+after a restart; `statefile`: their format; `statewriter`: their one writer,
+off the event loop), the stream reader both `/v1` streams use (`reader`: a
+ring from a cursor, gaps, heartbeats), admission
 (`admission`: a request body to a `RunSpec`, with its tier's limits and
 `paths` bundle-path normalisation, pure; its `Catalog` is re-checked by a
 session's task just before the backend runs, so no backend sees the

@@ -160,9 +160,14 @@ class SessionManager:
                 self._nursery = nursery
                 self._state = ManagerState.SERVING
                 nursery.start_soon(self._run_expiry)
+                nursery.start_soon(self._recovery.run_writer)
                 task_status.started()
         finally:
             self._nursery, self._state = None, ManagerState.IDLE
+            # Every session has ended: its file's last write (a detach's
+            # replay for the successor) must land before the daemon exits.
+            with trio.CancelScope(shield=True):
+                await self._recovery.flush()
 
     def start(self, spec: RunSpec) -> Session:
         """Register a session for `spec` and start it; return at once.
@@ -179,9 +184,18 @@ class SessionManager:
         nursery = self._open_nursery()
         now = self._wall_clock()
         spec = replace(spec, identity=replace(spec.identity, created_at=now))
+        if spec.session_id in self._registry:
+            # Before its record exists: a second record would reserve ids in
+            # the live session's state file.
+            raise ValueError(f"session {spec.session_id} is already registered")
         session = self._new_session(spec, now)
-        for evicted in self._registry.add(session, now):
-            log.info("evicted to make room", extra={"session_id": evicted})
+        try:
+            evicted = self._registry.add(session, now)
+        except RegistryFull:
+            self._recovery.forget(session.id)  # refused: nothing of it reaches the disk
+            raise
+        for session_id in evicted:
+            log.info("evicted to make room", extra={"session_id": session_id})
         log.info(
             "starting image=%s app=%s",
             spec.image.image,
@@ -234,7 +248,7 @@ class SessionManager:
     def _new_session(
         self, spec: RunSpec, created_at: float, resumed: Resumed | None = None
     ) -> Session:
-        reserver = self._recovery.reserver(spec.session_id)
+        reserver = self._recovery.reserver(spec.session_id, resumed)
         record = SessionRecord(
             spec.session_id,
             created_at,

@@ -2,7 +2,9 @@
 
 Owns the manager's side of restarts: the state-file bookkeeping
 (`runnerd.session.statefile`: a running session's reservations, a detached
-one's saved replay, removal once a session has ended for good), reading the
+one's saved replay, removal once a session has ended for good; all written
+by one `runnerd.session.statewriter.StateWriter`, off the event loop),
+reading the
 saved replays of sessions about to be adopted, continuing an adopted
 session's rings and debug relay, and the recovery gate: while the daemon
 adopts what `Backend.recover()` found, a lookup of an unknown id waits for
@@ -23,7 +25,8 @@ import trio
 from runnerd.backend import Recovered
 from runnerd.session.registry import Resumed
 from runnerd.session.session import Session
-from runnerd.session.statefile import FileReserver, StateDir, describe
+from runnerd.session.statefile import FileReserver, StateDir, describe, replay_of
+from runnerd.session.statewriter import StateWriter
 
 log = logging.getLogger("runnerd.sessions")
 
@@ -36,16 +39,44 @@ class Recovery:
     """The state files (`files`, None when nothing outlives the daemon) and
     the recovery gate, open until `begin()` and again after `end()`.
 
+    Resource handling: `run_writer` runs in the session manager's nursery,
+    `flush` after it (shielded): a detach's replays are on disk before exit.
+
     Error handling: never raises (`StateDir` logs what it cannot write)."""
 
     def __init__(self, files: StateDir | None) -> None:
         self._files = files
+        self._writer = None if files is None else StateWriter(files)
+        self._reservers: dict[str, FileReserver] = {}
         self._done = trio.Event()
         self._done.set()  # no recovery pending until `begin`
 
-    def reserver(self, session_id: str) -> FileReserver | None:
-        """The session's id reservations in its state file, if any are kept."""
-        return None if self._files is None else self._files.reserver(session_id)
+    def reserver(self, session_id: str, resumed: Resumed | None = None) -> FileReserver | None:
+        """The session's id reservations in its state file, if any are kept.
+        `resumed`: where an adopted session's rings continue (what its file
+        says, or would: without one a successor continues at the same
+        `UNKNOWN_FLOOR`)."""
+        if self._writer is None:
+            return None
+        on_disk = None
+        if resumed is not None:
+            on_disk = (
+                resumed.event_floor + len(resumed.events),
+                resumed.seq_floor + len(resumed.chunks),
+            )
+        reserver = self._writer.reserver(session_id, on_disk)
+        self._reservers[session_id] = reserver
+        return reserver
+
+    async def run_writer(self) -> None:
+        """Write the state files (`StateWriter.run`) until cancelled."""
+        if self._writer is not None:
+            await self._writer.run()
+
+    async def flush(self) -> None:
+        """Write what is left (`StateWriter.flush`): before the daemon exits."""
+        if self._writer is not None:
+            await self._writer.flush()
 
     async def read_replays(self, session_ids: list[str]) -> dict[str, Resumed]:
         """The state files of sessions about to be adopted, read in a worker
@@ -67,15 +98,21 @@ class Recovery:
         log.info("replay resumed", extra={"session_id": session_id, **describe(resumed)})
         return resumed
 
+    def forget(self, session_id: str) -> None:
+        """A session refused before it ran: drop what it asked to be written
+        (nothing has been: the writer runs only after `start()` returns)."""
+        reserver = self._reservers.pop(session_id, None)
+        if self._writer is not None and reserver is not None:
+            self._writer.drop(reserver)
+
     def session_ended(self, session: Session, *, detached: bool) -> None:
         """Detached: its workload runs on for a successor, so leave it the
-        exact replay. Otherwise it is over for good: remove its file."""
-        if self._files is None:
+        exact replay. Otherwise it is over for good: remove its file. Either
+        is the file's last write, done by the writer (`flush` before exit)."""
+        reserver = self._reservers.pop(session.id, None)
+        if self._writer is None or reserver is None:
             return
-        if not detached:
-            self._files.remove(session.id)
-        elif self._files.save_replay(session.record):
-            log.info("replay saved for a successor", extra={"session_id": session.id})
+        self._writer.finish(reserver, replay_of(session.record) if detached else None)
 
     def begin(self) -> None:
         """Recovery has started: `wait` blocks until `end`."""

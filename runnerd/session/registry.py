@@ -19,7 +19,7 @@ The rings themselves, with their invariants, are `runnerd.session.rings`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Generic, Protocol, TypeVar
@@ -51,11 +51,23 @@ def format_timestamp(epoch_s: float) -> str:
 
 
 class Reserver(Protocol):
-    """Where a record claims its ids before handing them out (a state file
-    the next daemon reads, so it never reuses one): `claim` is called with
-    the highest event id and PTY seq about to be issued, before they are."""
+    """Where a record claims its ids before readers get them (a state file
+    the next daemon reads, so it never reuses one a client has seen).
+
+    `claim` is called with the highest event id and PTY seq about to be
+    issued, before they are; synchronous, it never blocks (a write it needs
+    happens elsewhere, later). `covered`: the highest (event id, PTY seq) a
+    reader may be given now (None: any); the record holds back the rest
+    (the rings' `limit`). `on_covered`, set by the record, is called when
+    `covered` moves.
+    """
+
+    on_covered: Callable[[], None]
 
     def claim(self, last_event_id: int, last_seq: int) -> None: ...
+
+    @property
+    def covered(self) -> tuple[int, int] | None: ...
 
 
 @dataclass(frozen=True)
@@ -81,7 +93,7 @@ class SessionRecord:
     `starting` until set, has no event yet). Terminal stickiness lives here:
     once the status is `exited`, `failed` or `stopped`, every later status,
     event and output is dropped. `reserver`, when given, is told of every id
-    before it is issued.
+    before it is issued, and readers get only the ids it covers.
     """
 
     def __init__(
@@ -109,6 +121,11 @@ class SessionRecord:
             self._restore_chunks(resumed)
         # Attached after the restore: those ids were the previous daemon's to claim.
         self._reserver = reserver
+        # Called when held-back entries become readable (the session's wake-up).
+        self.on_publish: Callable[[], None] = _nothing
+        if reserver is not None:
+            reserver.on_covered = self._publish
+            self._limit()
         if resumed is None:
             self._claim(events=1)
             self.events.append(status_event(self.status))
@@ -126,6 +143,23 @@ class SessionRecord:
     def _claim(self, events: int = 0, chunks: int = 0) -> None:
         if self._reserver is not None:
             self._reserver.claim(self.events.last_id + events, self.pty.last_seq + chunks)
+            self._limit()
+
+    def _limit(self) -> None:
+        assert self._reserver is not None
+        covered = self._reserver.covered
+        self.events.limit = None if covered is None else covered[0]
+        self.pty.limit = None if covered is None else covered[1]
+
+    def _publish(self) -> None:
+        self._limit()
+        self.on_publish()
+
+    @property
+    def holding(self) -> bool:
+        """Entries are held back from readers until their ids are reserved
+        on disk (`Reserver.covered`)."""
+        return self.events.holding or self.pty.holding
 
     def resume_status(self, status: RunStatus) -> None:
         """Set the status a resumed session has without an event: the next
@@ -186,6 +220,10 @@ class SessionRecord:
         if self.is_terminal:
             return None
         return self.pty.mark_lost()
+
+
+def _nothing() -> None:
+    pass
 
 
 class RegistryFull(RunnerdError):

@@ -17,6 +17,13 @@ Ring invariants (both rings):
   then continue at `floor + 1`, and `1..floor` count as evicted, so a reader
   from anywhere below the floor is told of the gap and never gets an id twice.
 
+Publication (both rings): entries above `limit` are held back from readers
+(`since` answers as if they were not there yet, `holding` says so) until the
+limit moves; ids are issued as always. The session's record sets it to the
+ids a successor daemon could not reuse, i.e. those the state file on disk
+reserves (`runnerd.session.statefile`): what no client has seen may be
+reused, what one has seen never is.
+
 Lost-output marks (`ByteRing` only): a backend that could not deliver some
 of the workload's output marks the place (`mark_lost`): after the newest seq,
 between it and the next. A mark takes no seq (seqs stay what clients resume
@@ -102,6 +109,8 @@ class _Ring(Generic[X]):
         self._items: deque[X] = deque()
         self._total_bytes = 0
         self._last = floor
+        # Readers get nothing above it (None: no bound); see "Publication".
+        self.limit: int | None = None
 
     @property
     def first(self) -> int:
@@ -111,6 +120,16 @@ class _Ring(Generic[X]):
     def retained(self) -> list[X]:
         """Every retained item, oldest first (ids `first..last`)."""
         return list(self._items)
+
+    @property
+    def published(self) -> int:
+        """The newest id a reader may be given: the newest, or `limit`."""
+        return self._last if self.limit is None else min(self._last, self.limit)
+
+    @property
+    def holding(self) -> bool:
+        """Entries are held back from readers (above `limit`)."""
+        return self._last > self.published
 
     @property
     def total_bytes(self) -> int:
@@ -143,15 +162,17 @@ class _Ring(Generic[X]):
         # Evicted ids are exactly 1..first-1; the reader lost some iff any of
         # them is > after.
         gap = after < first - 1
-        count = self._last - max(after, first - 1)
+        shown = self.published
+        count = shown - max(after, first - 1)
         if count <= 0:
             return Replay(gap, [], first - 1)
         # Take from the right: a caught-up live reader asks for a short tail,
         # and that must not cost a walk over the whole buffer.
-        tail = list(islice(reversed(self._items), count))
+        held = self._last - shown
+        tail = list(islice(reversed(self._items), held, held + count))
         tail.reverse()
-        start = self._last - count + 1
-        return Replay(gap, list(zip(range(start, self._last + 1), tail, strict=True)), first - 1)
+        start = shown - count + 1
+        return Replay(gap, list(zip(range(start, shown + 1), tail, strict=True)), first - 1)
 
 
 class EventRing(_Ring[RunEvent]):
@@ -172,7 +193,9 @@ class EventRing(_Ring[RunEvent]):
         size = len(json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode())
         return self._push(event, size)
 
-    def since(self, after: int) -> Replay[RunEvent]:
+    def since(self, after: int, after_mark: int = 0) -> Replay[RunEvent]:
+        """Events after `after` (`after_mark`: the `ByteRing` signature; an
+        event ring has no lost-output marks)."""
         return self._since(after)
 
     def _record_size(self, size: int) -> None:
@@ -248,7 +271,10 @@ class ByteRing(_Ring[bytes]):
         after_seq = max(after_seq, 0)
         # From the right, as the chunks: a caught-up reader walks no old marks.
         newer: list[Lost] = []
+        shown = self.published
         for m in reversed(self._lost):
+            if m.after_seq > shown:
+                continue  # held back with the chunks before it
             if m.after_seq < after_seq or m.mark <= after_mark:
                 break
             newer.append(m)

@@ -119,6 +119,7 @@ class Session:
         self._record = record
         self._wall_clock = wall_clock
         self._changed = trio.Event()
+        record.on_publish = self._notify
         self._done = trio.Event()
         # What a stop cancels: entered once, by the run (`stop_scope`).
         self._stop_scope = trio.CancelScope()
@@ -170,11 +171,12 @@ class Session:
         """Return after the next event, PTY chunk or status change.
 
         Returns at once when the session is already terminal (nothing will
-        change again), so a reader must end its loop on a terminal status.
+        change again: no entry is held back, `SessionRecord.holding`), so a
+        reader must end its loop on a terminal status.
         The caller is parked before any other task runs, so a change made
         after the caller's last `since()` always wakes it.
         """
-        if self._record.is_terminal:
+        if self._record.is_terminal and not self._record.holding:
             await trio.lowlevel.checkpoint()
             return
         await self._changed.wait()

@@ -13,14 +13,17 @@ in older files) holds the places of the PTY ring's lost-output marks: seqs
 from `seq_floor` (before the first chunk) to the last chunk's. Two writers:
 
 - `FileReserver` (while a session runs): high-water *reservations*, no
-  items. Before an id above the reservation is issued, the reservation moves
-  a block (`BLOCK`) ahead and the file is rewritten: one small write per
-  1024 events or PTY chunks, never one per chunk. After a SIGKILL the
+  items. When the ids issued come within half a block of the reservation,
+  it moves a block (`BLOCK`) ahead and the file is rewritten: one small
+  write per 512-1024 events or PTY chunks, never one per chunk. The write
+  happens off the event loop (`runnerd.session.statewriter`); until it has
+  landed, readers are given no id above the reservation on disk
+  (`FileReserver.covered`, the rings' `limit`). After a SIGKILL the
   successor starts its rings just above the reservation, so it never reuses
   an id the old daemon may have sent, and every resuming reader is told of
   the gap.
-- `StateDir.save_replay` (a clean detach): the exact floors and the rings'
-  contents, so the successor replays everything with no gap.
+- `replay_of` (a clean detach): the exact floors and the rings' contents,
+  so the successor replays everything with no gap.
 
 Writes are atomic (a temporary file, fsync, rename), files 0600 in a 0700
 directory. They never hold env (catalog secrets): only events and PTY bytes,
@@ -43,6 +46,7 @@ import contextlib
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,43 +234,107 @@ class StateDir:
             self.remove(session_id)
         return stale
 
-    def save_replay(self, record: SessionRecord) -> bool:
-        """A clean detach: the exact floors and everything the rings retain."""
-        events, pty = record.events, record.pty
-        resumed = Resumed(
-            events.first - 1,
-            pty.first - 1,
-            tuple(events.retained()),
-            tuple(pty.retained()),
-            tuple(pty.lost_places()),
-        )
-        return self.write(record.id, resumed)
+    def write_reservation(self, session_id: str, resumed: Resumed) -> bool:
+        """A running session's reservation; False when it could not be
+        written, and then no older one is left either (removed: it would
+        under-state the ids issued since, and a successor would reuse them;
+        without a file a successor skips far ahead)."""
+        if self.write(session_id, resumed):
+            return True
+        self.discard(session_id)
+        return False
 
-    def reserver(self, session_id: str) -> FileReserver:
-        return FileReserver(self, session_id)
+
+# Floors as readers see them: None for an id kind means unbounded.
+Floors = tuple[int, int]
+
+
+def _lowest(a: Floors | None, b: Floors | None) -> Floors | None:
+    if a is None or b is None:
+        return a or b
+    return (min(a[0], b[0]), min(a[1], b[1]))
 
 
 class FileReserver:
-    """A session's `Reserver`: keeps the state file's floors at least
-    `BLOCK` ahead of the ids issued (see the module docstring)."""
+    """A session's `Reserver`: keeps the state file's floors ahead of the ids
+    issued (see the module docstring), written by a `StateWriter` off the
+    event loop. Synchronous and never blocks: `claim` only asks for a write.
 
-    def __init__(self, state: StateDir, session_id: str) -> None:
-        self._state = state
-        self._session_id = session_id
+    `covered` is what readers may be given (ids at or below it): the lowest
+    floors a successor could read from now until the next update, i.e. the
+    file on disk (none: unbounded, a successor skips far ahead) or, lower,
+    one asked for and not yet written (it may land any moment). `on_covered`
+    is called when it moves up (a write landed).
+
+    `on_disk`: the floors the session's file says when the reserver starts
+    (an adopted session: where its rings continue; None: no file).
+    """
+
+    def __init__(
+        self, session_id: str, ask: Callable[[FileReserver], None], on_disk: Floors | None
+    ) -> None:
+        self.session_id = session_id
+        self._ask = ask
+        self._on_disk = on_disk
+        self._unwritten: Floors | None = None  # the lowest floors asked for, not yet landed
         # -1: nothing reserved yet, so the first claim reserves both kinds.
         self.event_floor = -1
         self.seq_floor = -1
+        self.closed = False  # the session's file has its last write coming
+        self.on_covered: Callable[[], None] = lambda: None
+
+    @property
+    def covered(self) -> Floors | None:
+        return _lowest(self._on_disk, self._unwritten)
 
     def claim(self, last_event_id: int, last_seq: int) -> None:
-        if last_event_id <= self.event_floor and last_seq <= self.seq_floor:
+        # Asked half a block early, so the write has usually landed before
+        # the ids reach the floor on disk and no reader waits for it.
+        early = BLOCK // 2
+        if self.closed or (
+            last_event_id <= self.event_floor - early and last_seq <= self.seq_floor - early
+        ):
             return
-        if last_event_id > self.event_floor:
+        if last_event_id > self.event_floor - early:
             self.event_floor = last_event_id + BLOCK
-        if last_seq > self.seq_floor:
+        if last_seq > self.seq_floor - early:
             self.seq_floor = last_seq + BLOCK
-        if not self._state.write(self._session_id, Resumed(self.event_floor, self.seq_floor)):
-            # The file left over names lower floors than the ids about to go out.
-            self._state.discard(self._session_id)
+        if self._unwritten is None:
+            self._unwritten = (self.event_floor, self.seq_floor)
+        self._ask(self)
+
+    def wanted(self) -> Floors:
+        """The floors to write now (the latest asked for)."""
+        return (self.event_floor, self.seq_floor)
+
+    def landed(self, floors: Floors, written: bool) -> None:
+        """The write of `floors` ended: on disk, or (not `written`) no file
+        is left (`StateDir.write_reservation`)."""
+        self._on_disk = floors if written else None
+        newer = self.wanted()
+        self._unwritten = None if newer == floors or self.closed else newer
+        self.on_covered()
+
+    def finished(self) -> None:
+        """The session's file was removed or holds its saved replay: every id
+        issued is covered (nothing more is reserved)."""
+        self.closed = True
+        self._on_disk = self._unwritten = None
+        self.on_covered()
+
+
+def replay_of(record: SessionRecord) -> Resumed:
+    """A clean detach's file: the exact floors and everything the rings
+    retain (cheap: references to the retained items; encoding is the
+    writer's)."""
+    events, pty = record.events, record.pty
+    return Resumed(
+        events.first - 1,
+        pty.first - 1,
+        tuple(events.retained()),
+        tuple(pty.retained()),
+        tuple(pty.lost_places()),
+    )
 
 
 def describe(resumed: Resumed) -> dict[str, Any]:

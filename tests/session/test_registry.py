@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -358,9 +359,32 @@ def test_ring_retained_and_first_name_what_is_replayable() -> None:
 class CountingReserver:
     def __init__(self) -> None:
         self.claims: list[tuple[int, int]] = []
+        self.covered: tuple[int, int] | None = None
+        self.on_covered: Callable[[], None] = lambda: None
 
     def claim(self, last_event_id: int, last_seq: int) -> None:
         self.claims.append((last_event_id, last_seq))
+
+
+def test_record_holds_back_what_its_reserver_does_not_cover_yet() -> None:
+    reserver = CountingReserver()
+    reserver.covered = (0, 2)  # nothing of the events yet, two seqs
+    record = SessionRecord("s", 0.0, 10_000_000, reserver=reserver)
+    published: list[int] = []
+    record.on_publish = lambda: published.append(record.pty.published)
+    for data in (b"a", b"b", b"c"):
+        record.output(data)
+    record.pty.mark_lost()  # after seq 3: held back with it
+    assert record.events.since(0).items == [] and record.holding
+    replay = record.pty.since(0)
+    assert [c for _, c in replay.items] == [b"a", b"b"] and replay.lost == ()
+    assert record.pty.published == 2 and record.pty.last_seq == 3
+    reserver.covered = None  # the reservation landed: everything is covered
+    reserver.on_covered()
+    assert published == [3] and not record.holding
+    assert [c for _, c in record.pty.since(2).items] == [b"c"]
+    assert len(record.pty.since(2).lost) == 1
+    assert record.events.since(0).items == [(1, status_event(record.status))]
 
 
 def test_record_claims_every_id_before_it_is_issued() -> None:

@@ -3,14 +3,23 @@ Real files in a temp dir; no daemon."""
 
 from __future__ import annotations
 
+import random
 import stat
 from pathlib import Path
 
 import pytest
 
 from runnerd.contract import progress_event, running, status_event
-from runnerd.session.registry import Resumed, SessionRecord
-from runnerd.session.statefile import BLOCK, UNKNOWN_FLOOR, StateDir, decode, encode
+from runnerd.session.registry import CHUNK_BYTES, Resumed, SessionRecord
+from runnerd.session.statefile import (
+    BLOCK,
+    UNKNOWN_FLOOR,
+    StateDir,
+    decode,
+    encode,
+    replay_of,
+)
+from runnerd.session.statewriter import StateWriter
 
 
 def test_statefile_round_trips_floors_events_and_binary_chunks() -> None:
@@ -63,10 +72,12 @@ def test_statefile_reserver_rewrites_once_per_block_ahead_of_issued_ids(tmp_path
         return original(session_id, resumed)
 
     state.write = counting  # type: ignore[method-assign]
-    record = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"))
+    writer = StateWriter(state)
+    record = SessionRecord("sess1", 0.0, 10_000_000, reserver=writer.reserver("sess1", None))
     for n in range(3 * BLOCK):
         record.output(b"x")
         record.emit(progress_event("boot", str(n)))
+        writer.flush_sync()  # the writer keeping up with every item: no coalescing
     on_disk = state.load("sess1")
     assert on_disk is not None
     # Every id issued is at or below what the file reserves ...
@@ -79,13 +90,19 @@ def test_statefile_reserver_rewrites_once_per_block_ahead_of_issued_ids(tmp_path
 
 def test_statefile_a_killed_daemons_successor_never_reuses_an_id(tmp_path: Path) -> None:
     state = StateDir.open(tmp_path)
-    old = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"))
+    writer = StateWriter(state)
+    old = SessionRecord("sess1", 0.0, 10_000_000, reserver=writer.reserver("sess1", None))
     for _ in range(5):
         old.output(b"seen")
+    writer.flush_sync()
     seen = old.pty.last_seq
     # SIGKILL: nothing more is written; the successor reads the reservation.
     new = SessionRecord(
-        "sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"), resumed=state.resume("sess1")
+        "sess1",
+        0.0,
+        10_000_000,
+        reserver=StateWriter(state).reserver("sess1", None),
+        resumed=state.resume("sess1"),
     )
     new.output(b"after")
     replay = new.pty.since(seen)
@@ -98,14 +115,17 @@ def test_statefile_a_reservation_that_cannot_be_written_leaves_no_stale_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     state = StateDir.open(tmp_path)
-    old = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"))
+    writer = StateWriter(state)
+    old = SessionRecord("sess1", 0.0, 10_000_000, reserver=writer.reserver("sess1", None))
     old.output(b"first")
+    writer.flush_sync()
     # The next reservation cannot be written (here: its temporary file's name
     # is taken by a directory; in life a full disk): the older file on disk
     # would let a successor reuse every seq issued from here on.
     (tmp_path / ".sess1.json.tmp").mkdir()
     for _ in range(BLOCK + 10):
         old.output(b"more")
+        writer.flush_sync()
     assert "cannot write the session's state file" in caplog.text
     new = SessionRecord("sess1", 0.0, 10_000_000, reserver=None, resumed=state.resume("sess1"))
     new.output(b"after")
@@ -114,13 +134,17 @@ def test_statefile_a_reservation_that_cannot_be_written_leaves_no_stale_one(
 
 def test_statefile_a_detached_replay_continues_with_no_gap(tmp_path: Path) -> None:
     state = StateDir.open(tmp_path)
-    old = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"))
+    writer = StateWriter(state)
+    reserver = writer.reserver("sess1", None)
+    old = SessionRecord("sess1", 0.0, 10_000_000, reserver=reserver)
     old.set_status(running(), 1.0)
     old.output(b"one")
     old.output(b"two")
-    assert state.save_replay(old)
+    writer.finish(reserver, replay_of(old))  # replaces the reservation not yet written
+    writer.flush_sync()
+    resumed = state.resume("sess1")
     new = SessionRecord(
-        "sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"), resumed=state.resume("sess1")
+        "sess1", 0.0, 10_000_000, reserver=writer.reserver("sess1", None), resumed=resumed
     )
     assert new.pty.since(0) == old.pty.since(0)
     assert new.events.since(0) == old.events.since(0)
@@ -129,15 +153,51 @@ def test_statefile_a_detached_replay_continues_with_no_gap(tmp_path: Path) -> No
 
 def test_statefile_a_detached_replay_keeps_each_lost_output_mark_in_place(tmp_path: Path) -> None:
     state = StateDir.open(tmp_path)
-    old = SessionRecord("sess1", 0.0, 10_000_000, reserver=state.reserver("sess1"))
+    old = SessionRecord("sess1", 0.0, 10_000_000)
     old.output_lost()  # before any output: at the floor
     old.output(b"one")
     old.output_lost()
     old.output(b"two")
-    assert state.save_replay(old)
+    assert state.write("sess1", replay_of(old))
     new = SessionRecord("sess1", 0.0, 10_000_000, resumed=state.resume("sess1"))
     assert new.pty.lost_places() == old.pty.lost_places() == [0, 1]
     assert new.pty.since(0).in_order() == old.pty.since(0).in_order()
+
+
+def test_statefile_no_reader_is_given_an_id_the_file_on_disk_does_not_reserve(
+    tmp_path: Path,
+) -> None:
+    state = StateDir.open(tmp_path)
+    writer = StateWriter(state)
+    record = SessionRecord("sess1", 0.0, 10_000_000, reserver=writer.reserver("sess1", None))
+    rng = random.Random(18)
+    for n in range(6 * BLOCK):
+        if rng.random() < 0.7:
+            record.output(b"x" * rng.randint(1, 3 * CHUNK_BYTES))
+        else:
+            record.emit(progress_event("boot", str(n)))
+        if rng.random() < 0.002:
+            writer.flush_sync()  # the writer runs now and then, as a disk allows
+        # A SIGKILL here: the successor continues above the file's floors
+        # (no file: far above). Nothing a reader was given is at or above them.
+        on_disk = state.load("sess1") if state.session_ids() else None
+        if on_disk is not None:
+            assert record.events.published <= on_disk.event_floor
+            assert record.pty.published <= on_disk.seq_floor
+    writer.flush_sync()
+    assert not record.holding  # once written, everything is readable
+
+
+def test_statefile_a_reservation_asked_for_twice_is_written_once(tmp_path: Path) -> None:
+    state = StateDir.open(tmp_path)
+    writer = StateWriter(state)
+    record = SessionRecord("sess1", 0.0, 10_000_000, reserver=writer.reserver("sess1", None))
+    for _ in range(3 * BLOCK):
+        record.output(b"x")
+    assert writer.pending == 1  # one job for the session, the latest floors
+    writer.flush_sync()
+    on_disk = state.load("sess1")
+    assert on_disk is not None and on_disk.seq_floor >= record.pty.last_seq
 
 
 def test_statefile_an_older_file_without_lost_places_still_resumes() -> None:
