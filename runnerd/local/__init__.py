@@ -1,7 +1,9 @@
 """The local backend package: sessions as processes on this host under a PTY.
 
-`LocalBackend` (in `backend`) is the public entry; `pty` owns the PTY child,
-`launch` the argv/env, `workdir` the session directory, `network` and
+`LocalBackend` (in `backend`) is the public entry; `spawn` starts a session
+process on a PTY (`pty`) or, for a watch session's `streams` app, on pipes
+(`streams`), and `child` owns either one's wait and teardown; `launch` the
+argv/env, `workdir` the session directory, `network` and
 `forward` each session's network namespace and its published ports. What
 the core asks of a backend package (`runnerd.backends.Provider`: config check, offered
 images, stop timeout, `open_backend`) is `provider`'s, re-exported here.
