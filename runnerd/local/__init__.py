@@ -3,12 +3,13 @@
 `LocalBackend` (in `backend`) is the public entry; `spawn` starts a session
 process on a PTY (`pty`) or, for a watch session's `streams` app, on pipes
 (`streams`), and `child` owns either one's wait and teardown; `launch` the
-argv/env, `workdir` the session directory, `network` and
+argv/env, `workdir` the session directory, `workspace` a watch session's
+workspace in it (`dirfd`, `treeops`, `checkpoint` its parts), `network` and
 `forward` each session's network namespace and its published ports. What
 the core asks of a backend package (`runnerd.backends.Provider`: config check, offered
 images, stop timeout, `open_backend`) is `provider`'s, re-exported here.
 
-May import: `contract`, `errors`, `backend`, `config`, `workload`. Never
+May import: `contract`, `errors`, `backend`, `config`, `workload`, `watch`. Never
 `session`, `http`, `daemon`, `cli` or another backend.
 """
 
