@@ -78,9 +78,13 @@ def make_dir(parent: int, name: str, owner: Owner) -> int:
 
 def _make_dir_once(parent: int, name: str, owner: Owner) -> int:
     try:
+        return open_dir(parent, name)  # mostly there already: one call
+    except FileNotFoundError:
+        pass
+    try:
         os.mkdir(name, 0o700, dir_fd=parent)
     except FileExistsError:
-        return open_dir(parent, name)  # there already: whatever it is now decides
+        return open_dir(parent, name)  # made meanwhile: whatever it is now decides
     fd = open_dir(parent, name)
     if owner is not None:
         os.fchown(fd, *owner)

@@ -79,6 +79,20 @@ class TreeOps:
         finally:
             os.close(parent)
 
+    def mode_of(self, segments: list[str]) -> int | None:
+        """The permission bits of the regular file at `segments`, else None."""
+        try:
+            parent = open_parent(self._root, segments)
+        except (NotADirectoryInTree, FileNotFoundError):
+            return None
+        try:
+            st = os.stat(segments[-1], dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        finally:
+            os.close(parent)
+        return st.st_mode & 0o777 if stat.S_ISREG(st.st_mode) else None
+
     def put(
         self,
         segments: list[str],

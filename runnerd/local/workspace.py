@@ -185,7 +185,9 @@ class Workspace:
     async def restore(self, source: Path) -> CheckpointInfo:
         """Make the listed files exactly those of the checkpoint `source`
         (made by `checkpoint`), creating the workspace directory if it is
-        gone. The checkpoint is checked whole before anything changes.
+        gone; a file that already holds its bytes and mode is left alone.
+        The checkpoint is checked whole (every digest) before anything
+        changes.
 
         Raises:
             CheckpointError: `source` is not a well-formed checkpoint, or
@@ -291,13 +293,19 @@ class Workspace:
         except OSError as exc:
             raise CheckpointError(f"cannot open the checkpoint: {exc.strerror}") from exc
         with checkpoint:
-            keep = ckpt.check_checkpoint(checkpoint, cap)
+            entries = ckpt.check_checkpoint(checkpoint, cap)
             with self._tree(create=True) as tree, _io("restore the workspace"):
-                for listed in self._list():
-                    if listed.path not in keep:
-                        tree.delete(_segments(listed.path))
+                current = {listed.path: listed for listed in self._list()}
+                for path in current.keys() - entries.keys():
+                    tree.delete(_segments(path))
                 files = total = 0
                 for entry in ckpt.read_checkpoint(checkpoint, cap):
+                    files, total = files + 1, total + entry.size
+                    there = current.get(entry.path)
+                    segments = _segments(entry.path)
+                    if there is not None and there.hash == entry.digest.hex():
+                        if tree.mode_of(segments) == entry.mode:
+                            continue  # already holds exactly this (a resume, mostly)
 
                     def fill(fd: int, size: int = entry.size) -> None:
                         try:
@@ -305,8 +313,7 @@ class Workspace:
                         except EOFError:
                             raise CheckpointError("the checkpoint is truncated") from None
 
-                    tree.put(_segments(entry.path), fill, entry.mode, force=True)
-                    files, total = files + 1, total + entry.size
+                    tree.put(segments, fill, entry.mode, force=True)
         return CheckpointInfo(files, total)
 
 

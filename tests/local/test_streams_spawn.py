@@ -16,6 +16,9 @@ from runnerd.local.identity import SessionIdentity
 from runnerd.local.initpython import choose_init_python
 from runnerd.local.spawn import Launch, spawn_streams_process
 from runnerd.local.streams import STDERR, STDOUT, StreamsProcess
+from runnerd.local.workspace import Workspace, WorkspaceLimits
+from runnerd.watch.changes import ChangeSet, Write
+from runnerd.watch.errors import WatchError
 from tests.escapes import (
     ESCAPES,
     escape_script,
@@ -194,3 +197,33 @@ async def test_cancelling_stops_every_process_of_it(
         assert proc.exit_code is not None  # reaped: not even a zombie
         assert not is_running(proc.pid)
         await wait_all_gone(leftovers)
+
+
+async def test_an_app_shares_its_workspace_with_the_daemon_and_its_tricks_stay_inside(
+    launch: Launch, visible_dir: Path
+) -> None:
+    # The workspace is the app's cwd: the app reads what the daemon wrote
+    # (as the session's uid) and plants a symlink to / and a FIFO; the
+    # daemon's listing, reads and writes neither follow nor block on them.
+    owner = None if launch.identity is None else (launch.identity.uid, launch.identity.gid)
+    root = visible_dir / "ws"
+    root.mkdir(mode=0o700)
+    if owner is not None:
+        os.chown(root, *owner)
+    limits = WorkspaceLimits(1 << 20, 1 << 20, 1 << 20)
+    ws = Workspace(root, scratch=visible_dir / ".scratch", owner=owner, limits=limits)
+    script = "cat data.txt && echo appended >> data.txt && ln -s / escape && mkfifo pipe"
+    with trio.fail_after(20):
+        await ws.apply(ChangeSet((Write("data.txt", b"from-daemon\n"),)))
+        proc = await spawn(launch, root, "/bin/sh", "-c", script)
+        code, output = await run_to_end(proc)
+        assert code == 0, bytes(output.streams[STDERR])
+        assert bytes(output.streams[STDOUT]) == b"from-daemon\n"
+        assert [(f.path, f.size) for f in await ws.list()] == [("data.txt", 21)]
+        for path in ("escape/etc/hostname", "pipe"):
+            with pytest.raises(WatchError, match="not a file in the workspace"):
+                await ws.read(path)
+        with pytest.raises(WatchError, match="'escape' is not a directory"):
+            await ws.apply(ChangeSet((Write("escape/tmp/planted", b"x"),)))
+        assert await ws.apply(ChangeSet(deletes=("pipe", "escape"))) == (0, 2)
+    assert sorted(os.listdir(root)) == ["data.txt"]

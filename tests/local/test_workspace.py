@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from runnerd.local.checkpoint import MAGIC
+from runnerd.local.workdir import remove_tree
 from runnerd.local.workspace import (
     CheckpointError,
     ListedFile,
@@ -202,7 +203,7 @@ async def test_a_directory_swapped_for_a_symlink_mid_write_never_leads_out(tmp_p
     outcomes = set()
     try:
         with trio.fail_after(60):
-            for _ in range(300):
+            for _ in range(150):
                 try:
                     await ws.apply(changes({"d/x": b"w"}, deletes=("d/y",)))
                     outcomes.add("written")
@@ -243,6 +244,19 @@ async def test_a_checkpoint_restores_exactly_the_listed_files(tmp_path: Path) ->
     assert (ws.root / "node_modules/dep/index.js").read_bytes() == b"cache"  # left as it was
 
 
+async def test_restoring_an_intact_workspace_rewrites_nothing(tmp_path: Path) -> None:
+    ws = make(tmp_path)
+    put(ws.root, {"a/b": b"1", "c": b"2"})
+    await ws.checkpoint(tmp_path / "ckpt")
+    inodes = {p: (ws.root / p).stat().st_ino for p in ("a/b", "c")}
+    mode = stat.S_IMODE((ws.root / "c").stat().st_mode)
+    (ws.root / "c").chmod(0o601)  # only its mode differs: it is rewritten
+    await ws.restore(tmp_path / "ckpt")
+    assert (ws.root / "a/b").stat().st_ino == inodes["a/b"]
+    assert (ws.root / "c").stat().st_ino != inodes["c"]
+    assert stat.S_IMODE((ws.root / "c").stat().st_mode) == mode
+
+
 async def test_restore_recreates_a_workspace_that_is_gone(tmp_path: Path) -> None:
     ws = make(tmp_path)
     put(ws.root, {"a/b": b"1"})
@@ -262,12 +276,12 @@ async def test_a_workspace_over_its_storage_limit_is_a_checkpoint_error(tmp_path
     assert sorted(os.listdir(tmp_path)) == ["app"]  # no checkpoint, no temporary
 
 
-@pytest.mark.parametrize("damage", ["escape", "truncate", "magic", "twice"])
+@pytest.mark.parametrize("damage", ["escape", "truncate", "magic", "twice", "data"])
 async def test_a_damaged_checkpoint_is_refused_and_changes_nothing(
     tmp_path: Path, damage: str
 ) -> None:
     ws = make(tmp_path)
-    put(ws.root, {"aa": b"1", "bb": b"2"})
+    put(ws.root, {"aa": b"content-of-aa", "bb": b"2"})
     checkpoint = tmp_path / "ckpt"
     await ws.checkpoint(checkpoint)
     data = checkpoint.read_bytes()
@@ -276,6 +290,7 @@ async def test_a_damaged_checkpoint_is_refused_and_changes_nothing(
         "truncate": data[:-5],
         "magic": b"x" + data[1:],
         "twice": data.replace(b"bb", b"aa"),
+        "data": data.replace(b"content-of-aa", b"content-of-zz"),
     }[damage]
     checkpoint.write_bytes(damaged)
     put(ws.root, {"cc": b"3"})
@@ -301,3 +316,42 @@ async def test_a_root_daemon_creates_the_sessions_files_as_the_session(tmp_path:
     st = (ws.root / "new/dir/file").lstat()
     assert (st.st_uid, st.st_gid) == owner
     assert (tmp_path / "scratch").stat().st_uid == 0  # the daemon's own, not the session's
+
+
+def make_deep(root: Path, depth: int) -> None:
+    """`root/d/d/...` `depth` levels deep, a file `f` in each level."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            sub = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+            os.close(os.open("f", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd))
+    finally:
+        os.close(fd)
+
+
+async def test_a_tree_deeper_than_any_path_is_listed_to_the_path_limit_and_deleted(
+    tmp_path: Path,
+) -> None:
+    # 600 levels: the listing stops where paths pass 1024
+    # bytes (no route could name them) and holds one fd per level it
+    # enters; a delete removes all of it.
+    ws = make(tmp_path)
+    make_deep(ws.root, 600)
+    try:
+        listed = [f.path for f in await ws.list()]
+        assert sorted(listed) == sorted("d/" * k + "f" for k in range(1, 512))  # ≤ 1023 bytes
+        assert await ws.apply(changes(deletes=("d",))) == (0, 1)
+        assert os.listdir(ws.root) == [] and os.listdir(tmp_path / "scratch") == []
+    finally:
+        remove_tree(ws.root)  # too deep for pytest's recursive clean-up
+
+
+async def test_a_fifo_at_a_write_path_is_replaced_without_blocking(tmp_path: Path) -> None:
+    ws = make(tmp_path)
+    os.mkfifo(ws.root / "fifo")
+    with trio.fail_after(10):
+        assert await ws.apply(changes({"fifo": b"now a file"})) == (1, 0)
+    assert await ws.read("fifo") == b"now a file"
