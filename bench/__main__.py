@@ -5,7 +5,8 @@ with real workloads under real PTYs. Figures are printed, never asserted;
 the targets come from issue 2 and are shown beside each figure.
 
 Run one with `python -m bench NAME` (names: startup, latency, throughput,
-idle, cli, connections, bodies, netns); no name runs them all.
+idle, cli, connections, bodies, netns, workspace); no name runs them
+all.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from bench.harness import (
     wait_status,
 )
 from bench.netns import bench_netns
+from bench.workspace import bench_workspace
 
 MB = 1_000_000
 Row = tuple[str, str, str]
@@ -231,6 +233,7 @@ BENCHES: dict[str, Callable[[], Awaitable[list[Row]]]] = {
     "connections": bench_connections,
     "bodies": bench_bodies,
     "netns": bench_netns,
+    "workspace": bench_workspace,
 }
 
 

@@ -1,7 +1,10 @@
 """The local backend package: sessions as processes on this host under a PTY.
 
-`LocalBackend` (in `backend`) is the public entry; `pty` owns the PTY child,
-`launch` the argv/env, `workdir` the session directory, `network` and
+`LocalBackend` (in `backend`) is the public entry; `spawn` starts a session
+process on a PTY (`pty`) or, for a watch session's `streams` app, on pipes
+(`streams`), and `child` owns either one's wait and teardown; `launch` the
+argv/env, `workdir` the session directory, `workspace` a watch session's
+workspace in it (`dirfd`, `treeops`, `checkpoint` its parts), `network` and
 `forward` each session's network namespace and its published ports. What
 the core asks of a backend package (`runnerd.backends.Provider`) is
 re-exported here: its settings from `settings` (`SETTINGS` = `LocalConfig`,
@@ -12,7 +15,7 @@ compared on a reload by `keep_bound` / `bound_changes`), the rest from
 "local"; every part of it reads its settings typed, `config.settings` of a
 `Config[LocalConfig]`.
 
-May import: `contract`, `errors`, `backend`, `config`, `workload`. Never
+May import: `contract`, `errors`, `backend`, `config`, `workload`, `watch`. Never
 `session`, `http`, `daemon`, `cli` or another backend.
 """
 

@@ -1,15 +1,16 @@
-"""Starting a session's first process on a fresh PTY, contained.
+"""Starting a session's process on a fresh PTY or on pipes, contained.
 
-Owns the fork: the PTY pair, the child's set-up before exec (controlling
-terminal, parent-death signal, cgroup, session uid, namespaces:
-`containment`), the exec
-status of the workload under `nsinit`, and handing the result to a
-`PtyProcess` (`runnerd.local.pty`), which owns it from then on.
+Owns the fork: the PTY pair or the three pipes (`streams`), the child's
+set-up before exec (controlling terminal, parent-death signal, cgroup,
+session uid, namespaces: `containment`), the exec status of the workload
+under `nsinit`, and handing the result to a `PtyProcess`
+(`runnerd.local.pty`) or a `StreamsProcess` (`runnerd.local.streams`),
+which owns it from then on.
 
-Error handling: `spawn_pty_process` raises `OSError` when the command cannot
-be executed, its `filename` the file that could not (the session init's
-interpreter or the workload's program); nothing is left running and no fd
-stays open.
+Error handling: `spawn_pty_process` and `spawn_streams_process` raise
+`OSError` when the command cannot be executed, its `filename` the file
+that could not (the session init's interpreter or the workload's
+program); nothing is left running and no fd stays open.
 
 Limits: the child is exec'd after a `preexec_fn`, so spawning forks rather
 than vforks (a few ms per session start), and in a PID namespace the
@@ -30,9 +31,11 @@ import termios
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import trio
 
+from runnerd.local.child import ContainedChild
 from runnerd.local.containment import (
     NOTHING_HIDDEN,
     PROCESS_GROUP_PLAN,
@@ -44,6 +47,7 @@ from runnerd.local.containment import (
 from runnerd.local.identity import SessionIdentity
 from runnerd.local.pty import DEFAULT_COLS, DEFAULT_ROWS, PtyProcess, set_window_size
 from runnerd.local.spawner import run_in_spawner
+from runnerd.local.streams import StreamsProcess
 
 NSINIT = Path(__file__).with_name("nsinit.py")
 
@@ -62,14 +66,16 @@ def _prepare_child(
     cgroup: Path | None,
     view: SessionView,
     identity: SessionIdentity | None,
+    terminal: bool,
 ) -> None:
     # Runs in the child after setsid() (start_new_session): make the slave
     # (fd 0 by now) this session's controlling terminal (in a namespace,
-    # the workload takes it itself: see `nsinit`), then arm the
-    # parent-death signal and enter the namespaces (`containment`). Only
-    # ioctl/prctl/unshare and a few small writes: no locks worth speaking
-    # of, so the usual preexec_fn-with-threads hazard does not apply.
-    if plan.containment is Containment.PROCESS_GROUP:
+    # the workload takes it itself: see `nsinit`; a `streams` child has
+    # none), then arm the parent-death signal and enter the namespaces
+    # (`containment`). Only ioctl/prctl/unshare and a few small writes: no
+    # locks worth speaking of, so the usual preexec_fn-with-threads hazard
+    # does not apply.
+    if terminal and plan.containment is Containment.PROCESS_GROUP:
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
     if cgroup is not None:
         _join_cgroup(cgroup)  # before any namespace: as the daemon's own user
@@ -89,18 +95,61 @@ class Launch:
     init_python: str = sys.executable
 
 
+@dataclass(frozen=True)
+class _Stdio:
+    """The child's fds 0, 1 and 2 (closed in the daemon once it is forked)
+    and the daemon's ends (owned by the process handle from then on)."""
+
+    child: tuple[int, int, int]
+    ours: tuple[int, ...]
+    terminal: bool
+
+    def close_child(self) -> None:
+        for fd in set(self.child):
+            os.close(fd)
+
+    def close_ours(self) -> None:
+        for fd in self.ours:
+            os.close(fd)
+
+
+def _open_pty(size: tuple[int, int]) -> _Stdio:
+    master, slave = os.openpty()
+    try:
+        set_window_size(master, *size)
+    except BaseException:
+        os.close(master)
+        os.close(slave)
+        raise
+    return _Stdio((slave, slave, slave), (master,), terminal=True)
+
+
+def _open_pipes() -> _Stdio:
+    """Three pipes: the workload's stdin, stdout and stderr."""
+    opened: list[int] = []
+    try:
+        for _ in range(3):
+            opened += os.pipe()  # close-on-exec: Popen dup2s the child's ends
+    except BaseException:
+        for fd in opened:
+            os.close(fd)
+        raise
+    stdin_r, stdin_w, out_r, out_w, err_r, err_w = opened
+    return _Stdio((stdin_r, out_w, err_w), (stdin_w, out_r, err_r), terminal=False)
+
+
 def _spawn(
     argv: Sequence[str],
     cwd: Path,
     env: Mapping[str, str],
     launch: Launch,
     sockets_fd: int | None,
-    size: tuple[int, int],
-) -> tuple[subprocess.Popen[bytes], int, int, int | None]:
-    """Fork the session's first process; returns it, the master, its pidfd
-    and (in a PID namespace) the read end of the workload's exec status."""
+    stdio: _Stdio,
+) -> tuple[subprocess.Popen[bytes], int, int | None]:
+    """Fork the session's process on `stdio` (which it takes: every fd of
+    it is closed or handed on); returns it, its pidfd and (in a PID
+    namespace) the read end of the workload's exec status."""
     plan = launch.plan
-    master, slave = os.openpty()
     status_r = status_w = script = None
     extra_fds: tuple[int, ...] = ()
     if plan.containment is Containment.PID_NAMESPACE:
@@ -115,25 +164,32 @@ def _spawn(
         argv = [*init, *proc, "--", *argv]
     try:
         if launch.identity is not None:
-            # Its terminal, as login gives one: programs that reopen it by name.
-            os.fchown(slave, launch.identity.uid, launch.identity.gid)
-        set_window_size(master, *size)
+            # Its terminal, as login gives one, or its pipes: programs that
+            # reopen them by name (/dev/stdout, /proc/self/fd/2).
+            for child_fd in set(stdio.child):
+                os.fchown(child_fd, launch.identity.uid, launch.identity.gid)
         popen = subprocess.Popen(
             list(argv),
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
+            stdin=stdio.child[0],
+            stdout=stdio.child[1],
+            stderr=stdio.child[2],
             cwd=cwd,
             env=dict(env),
             close_fds=True,
             pass_fds=() if status_w is None or script is None else (status_w, script, *extra_fds),
             start_new_session=True,
             preexec_fn=functools.partial(
-                _prepare_child, plan, os.getpid(), launch.cgroup, launch.view, launch.identity
+                _prepare_child,
+                plan,
+                os.getpid(),
+                launch.cgroup,
+                launch.view,
+                launch.identity,
+                stdio.terminal,
             ),
         )
     except BaseException as exc:
-        os.close(master)
+        stdio.close_ours()
         if status_r is not None:
             os.close(status_r)
         if isinstance(exc, subprocess.SubprocessError):
@@ -141,9 +197,9 @@ def _spawn(
             raise OSError(errno.EPERM, "cannot set up the session's containment") from exc
         raise
     finally:
-        # Our copies of the slave and the status pipe's write end must go,
-        # or the master never reports EOF and the status never ends.
-        os.close(slave)
+        # Our copies of the child's ends and the status pipe's write end must
+        # go, or the output never reports EOF and the status never ends.
+        stdio.close_child()
         for fd in (status_w, script):
             if fd is not None:
                 os.close(fd)
@@ -152,21 +208,22 @@ def _spawn(
         pidfd = os.pidfd_open(popen.pid)
     except BaseException:
         # No handle will own the child (EMFILE, say): do not leave it running
-        # on a terminal nobody reads, or as a zombie.
-        _abandon(popen, master, status_r)
+        # on output nobody reads, or as a zombie.
+        _abandon(popen, stdio, status_r)
         raise
-    os.set_blocking(master, False)
-    return popen, master, pidfd, status_r
+    for fd in stdio.ours:
+        os.set_blocking(fd, False)
+    return popen, pidfd, status_r
 
 
-def _abandon(popen: subprocess.Popen[bytes], master: int, status_r: int | None) -> None:
-    """Kill and reap a child that never got its `PtyProcess`; close its fds."""
+def _abandon(popen: subprocess.Popen[bytes], stdio: _Stdio, status_r: int | None) -> None:
+    """Kill and reap a child that never got its handle; close its fds."""
     with contextlib.suppress(ProcessLookupError):
         # A session leader: its pid is the group, which holds the namespace's
         # init too, and the namespace ends with its init.
         os.killpg(popen.pid, signal.SIGKILL)
     popen.wait()
-    os.close(master)
+    stdio.close_ours()
     if status_r is not None:
         os.close(status_r)
 
@@ -217,22 +274,85 @@ async def spawn_pty_process(
             or no pidfd could be had for it; nothing is left running and no
             fd stays open.
     """
+    chosen = size or (DEFAULT_COLS, DEFAULT_ROWS)
+    popen, stdio, pidfd, status_r = await _fork(
+        argv, cwd, env, launch, sockets_fd, functools.partial(_open_pty, chosen)
+    )
+    proc = PtyProcess(
+        popen,
+        stdio.ours[0],
+        pidfd,
+        stop_grace_s=stop_grace_s,
+        label=label,
+        namespaced=status_r is not None,
+    )
+    return await _started(proc, argv, status_r, sockets_fd, attach)
+
+
+async def spawn_streams_process(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    stop_grace_s: float,
+    launch: Launch = Launch(),
+    label: str = "",
+    sockets_fd: int | None = None,
+    attach: Callable[[int], Awaitable[None]] | None = None,
+) -> StreamsProcess:
+    """As `spawn_pty_process`, with three pipes for stdin, stdout and stderr
+    instead of a terminal (the contract's `io: "streams"`): the workload
+    has no controlling terminal and `isatty` is false on fds 0, 1 and 2.
+    The same containment, parent-death signal, cgroup, identity and stop
+    guarantees; the same errors."""
+    popen, stdio, pidfd, status_r = await _fork(argv, cwd, env, launch, sockets_fd, _open_pipes)
+    stdin_w, stdout_r, stderr_r = stdio.ours
+    proc = StreamsProcess(
+        popen,
+        (stdin_w, stdout_r, stderr_r),
+        pidfd,
+        stop_grace_s=stop_grace_s,
+        label=label,
+        namespaced=status_r is not None,
+    )
+    return await _started(proc, argv, status_r, sockets_fd, attach)
+
+
+async def _fork(
+    argv: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    launch: Launch,
+    sockets_fd: int | None,
+    open_stdio: Callable[[], _Stdio],
+) -> tuple[subprocess.Popen[bytes], _Stdio, int, int | None]:
+    def job() -> tuple[subprocess.Popen[bytes], _Stdio, int, int | None]:
+        stdio = open_stdio()
+        popen, pidfd, status_r = _spawn(argv, cwd, env, launch, sockets_fd, stdio)
+        return popen, stdio, pidfd, status_r
+
     # Forked on the spawner thread (the parent-death signal's anchor), and
     # never abandoned on cancel: a spawned child always reaches its owner.
-    popen, master, pidfd, status_r = await run_in_spawner(
-        functools.partial(
-            _spawn, argv, cwd, env, launch, sockets_fd, size or (DEFAULT_COLS, DEFAULT_ROWS)
-        )
-    )
-    namespaced = status_r is not None
-    proc = PtyProcess(
-        popen, master, pidfd, stop_grace_s=stop_grace_s, label=label, namespaced=namespaced
-    )
+    return await run_in_spawner(job)
+
+
+Proc = TypeVar("Proc", bound=ContainedChild)
+
+
+async def _started(
+    proc: Proc,
+    argv: Sequence[str],
+    status_r: int | None,
+    sockets_fd: int | None,
+    attach: Callable[[int], Awaitable[None]] | None,
+) -> Proc:
+    """`proc` once its workload has exec'd (in a namespace: after `attach`
+    and the exec status); stopped and closed if that fails."""
     if status_r is None:
         return proc  # Popen itself reported any exec failure
     try:
         if attach is not None and sockets_fd is not None:
-            await attach(popen.pid)
+            await attach(proc.pid)
         error = await _read_exec_status(status_r)
     except BaseException:
         await proc.aclose()
