@@ -53,11 +53,23 @@ typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
 
 # One worker per core (pytest-xdist); `make pytest PYTEST_WORKERS=0` runs serially.
+# worksteal: each worker starts on one contiguous half of the suite (a module's
+# shared daemon and test cluster start once, not on both workers) and takes
+# half of the other's queue when its own runs dry (one slow module does not
+# finish alone). PYTEST_ARGS picks a subset: `make pytest PYTEST_ARGS=tests/e2e`.
 PYTEST_WORKERS ?= auto
+PYTEST_FLAGS = -q -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 pytest: $(VENV)/.installed-test
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS)
+	$(BIN)/pytest $(PYTEST_FLAGS)
 
-test: lint typecheck pytest
+# mypy runs beside the tests (~8 CPU s on a fresh clone, no cache): most
+# tests wait on a daemon, a process or a timer, so a core is free for it.
+# pytest's summary stays the last line; a mypy failure still fails the run.
+test: lint $(VENV)/.installed-test
+	$(BIN)/mypy & typecheck=$$!; \
+	$(BIN)/pytest $(PYTEST_FLAGS); tests=$$?; \
+	wait $$typecheck || { echo "mypy failed: its errors are above" >&2; exit 1; }; \
+	exit $$tests
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m bench
