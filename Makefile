@@ -6,17 +6,26 @@ CONFIG ?= config/dev.toml
 
 .PHONY: run run-kube test lint typecheck pytest bench check-unit check-unit-files check-config clean
 
+# The installs go through uv (from PyPI, into the venv) when it is there: the
+# same packages from the same index as pip, but downloaded in parallel and
+# byte-compiled on both cores (a fresh clone's install: ~40 s instead of
+# minutes). pip does it when uv could not be installed, or in a venv made
+# before uv was used here.
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q uv || $(BIN)/pip install -q --upgrade pip
+
+install = if [ -x $(BIN)/uv ]; then \
+		UV_NATIVE_TLS=1 UV_COMPILE_BYTECODE=1 $(BIN)/uv pip install -q --python $(BIN)/python $(1); \
+	else $(BIN)/pip install -q $(1); fi
 
 # Stamp files make the installs idempotent and re-run when pyproject changes.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(call install,-e .)
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test]'
+	$(call install,-e '.[test]')
 	touch $(VENV)/.installed $@
 
 run: $(VENV)/.installed
