@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= config/dev.toml
 
-.PHONY: run run-kube test lint typecheck pytest bench check-unit check-unit-files check-config clean
+.PHONY: run run-kube test lint typecheck pytest bytecode bench check-unit check-unit-files check-config clean
 
 # The installs go through uv (from PyPI, into the venv) when it is there: the
 # same packages from the same index as pip, but downloaded in parallel and
@@ -68,13 +68,20 @@ typecheck: $(VENV)/.installed-test
 # finish alone). PYTEST_ARGS picks a subset: `make pytest PYTEST_ARGS=tests/e2e`.
 PYTEST_WORKERS ?= auto
 PYTEST_FLAGS = -q -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
-pytest: $(VENV)/.installed-test
+pytest: $(VENV)/.installed-test bytecode
 	$(BIN)/pytest $(PYTEST_FLAGS)
+
+# The suite starts hundreds of Python processes (daemons, the test cluster, the
+# CLI): compiled once here, each reads the bytecode even where the environment
+# says PYTHONDONTWRITEBYTECODE (it would compile runnerd again at every daemon
+# start: 0.76 -> 0.62 CPU s a start). compileall skips what is up to date.
+bytecode: $(VENV)/.installed-test
+	$(BIN)/python -m compileall -q runnerd tests bench
 
 # mypy runs beside the tests (~8 CPU s on a fresh clone, no cache): most
 # tests wait on a daemon, a process or a timer, so a core is free for it.
 # pytest's summary stays the last line; a mypy failure still fails the run.
-test: lint $(VENV)/.installed-test
+test: lint bytecode
 	$(BIN)/mypy & typecheck=$$!; \
 	$(BIN)/pytest $(PYTEST_FLAGS); tests=$$?; \
 	wait $$typecheck || { echo "mypy failed: its errors are above" >&2; exit 1; }; \
