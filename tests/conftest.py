@@ -6,7 +6,8 @@ need a different config use `tests.harness.start_daemon(tmp_path, overrides)`
 directly.
 
 `on_backend` (module-scoped, from tests/shared_daemon.py) is each backend in
-turn, for a module that runs its tests on both.
+turn, for a module that runs its tests on both; on kubernetes, one test
+cluster per worker (`standalone_cluster`) serves every such module.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from tests.harness import Daemon, start_daemon
-from tests.shared_daemon import on_each_backend
+from tests.shared_daemon import on_each_backend, standalone_cluster
 
-__all__ = ["on_each_backend"]  # the `on_backend` fixture
+# the `on_backend` fixture, and the worker's test cluster it runs on
+__all__ = ["on_each_backend", "standalone_cluster"]
 
 
 @pytest.fixture

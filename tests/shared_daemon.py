@@ -231,19 +231,26 @@ class OnBackend:
         staged.replace(path)
 
 
+@pytest.fixture(scope="session")
+def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The test cluster of every module on the kubernetes backend (its
+    kubeconfig), one per worker: started once (~0.5 CPU s each), not once per
+    module. The modules cannot see each other through it: each daemon has
+    its own `managed_by` (`kube_overrides`) and deletes its pods when it
+    stops, and an image a module adds (`OnBackend.overrides`) is written
+    before that module's daemons start."""
+    with standalone_kubesim(tmp_path_factory.mktemp("kubesim")) as kubeconfig:
+        yield kubeconfig
+
+
 @pytest.fixture(scope="module", name="on_backend", params=BACKENDS)
-def on_each_backend(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OnBackend]:
-    """Each backend in turn for a module (the test cluster, on kubernetes,
-    runs for the module's life): a module whose tests start their own
+def on_each_backend(request: pytest.FixtureRequest) -> OnBackend:
+    """Each backend in turn for a module (on kubernetes, the worker's test
+    cluster, `standalone_cluster`): a module whose tests start their own
     daemons runs each of them on both with `on_backend.overrides(...)`."""
     if request.param == "local":
-        yield OnBackend("local")
-        return
-    base = tmp_path_factory.mktemp("kubesim")
-    with standalone_kubesim(base) as kubeconfig:
-        yield OnBackend("kubernetes", kubeconfig)
+        return OnBackend("local")
+    return OnBackend("kubernetes", request.getfixturevalue("standalone_cluster"))
 
 
 @pytest.fixture(scope="module", name="runnerd")

@@ -8,13 +8,13 @@ import is still a dependency a reader must follow) and checks each against it.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import io
 import re
 import subprocess
 import sys
 import tokenize
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -185,24 +185,32 @@ DOTTED = re.compile(r"(?<![\w./-])runnerd(?:\.[A-Za-z_]\w*)+")
 CITED_MD = re.compile(r"(?<![\w/.-])[\w./-]*\.md\b")
 
 
-def _prose(path: Path) -> Iterator[str]:
+# Cached: two tests read the same prose of ~330 files, and a name that is
+# no module costs a search of the whole sys.path each time it is tried.
+@functools.cache
+def _prose(path: Path) -> tuple[str, ...]:
     """Every docstring (module, class, function) and comment of `path`."""
     source = path.read_text()
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT:
-            yield token.string
+    texts = [
+        token.string
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    ]
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             doc = ast.get_docstring(node, clean=False)
             if doc:
-                yield doc
+                texts.append(doc)
+    return tuple(texts)
 
 
-def _shipped_file_names() -> set[str]:
+@functools.cache
+def _shipped_file_names() -> frozenset[str]:
     """Names like `runnerd.socket` are files (the systemd units), not modules."""
-    return {p.name for d in ("systemd", "config") for p in (REPO / d).iterdir()}
+    return frozenset(p.name for d in ("systemd", "config") for p in (REPO / d).iterdir())
 
 
+@functools.cache
 def _resolves(name: str) -> bool:
     """`name` is a module, or an attribute of one (a class's members and
     annotated fields included)."""

@@ -135,26 +135,6 @@ async def test_stop_of_cooperative_program_does_not_wait_for_grace(workdir: Path
             assert trio.current_time() - started < 5  # SIGTERM ended it, not the 30 s grace
 
 
-async def test_stop_kills_grandchildren_in_the_process_group(
-    backend: LocalBackend, tmp_path: Path
-) -> None:
-    sink = RecordingSink()
-    spec = bundle_spec(
-        "sh",
-        f'trap "" TERM\n{RECORDED_SLEEP} &\n{WAIT_PIDFILE}\necho spawned\nwait\n',
-        env={"PIDFILE": "pid"},
-    )
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            session = await start_session(nursery, backend, spec, sink)
-            await sink.wait_output(b"spawned")
-            grandchild = host_pid(printed_token(sink.out))
-            assert not is_gone(grandchild)
-            session.scope.cancel()
-            await session.result()
-        await wait_gone(grandchild)
-
-
 async def test_exit_kills_background_children_left_behind(
     backend: LocalBackend, tmp_path: Path
 ) -> None:
@@ -253,22 +233,30 @@ def pgrp_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
 
 
-async def test_stop_reaches_job_control_jobs_in_other_process_groups(
-    backend: LocalBackend, tmp_path: Path
+# A stop reaches a background child that ignores SIGTERM in the session's
+# process group, and one that job control (`set -m`) put in a group of its own.
+@pytest.mark.parametrize(
+    ("prefix", "own_group"),
+    [('trap "" TERM\n', False), ("set -m\n", True)],
+    ids=["grandchild_ignoring_term", "job_control_job"],
+)
+async def test_stop_kills_background_children(
+    backend: LocalBackend, tmp_path: Path, prefix: str, own_group: bool
 ) -> None:
     sink = RecordingSink()
-    # `set -m`: job control, so the background job gets a process group of its own.
     spec = bundle_spec(
         "sh",
-        f"set -m\n{RECORDED_SLEEP} &\n{WAIT_PIDFILE}\necho spawned\nwait\n",
+        f"{prefix}{RECORDED_SLEEP} &\n{WAIT_PIDFILE}\necho spawned\nwait\n",
         env={"PIDFILE": "pid"},
     )
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             session = await start_session(nursery, backend, spec, sink)
             await sink.wait_output(b"spawned")
-            job = host_pid(printed_token(sink.out))
-            assert pgrp_of(job) != session.handle.pid
+            child = host_pid(printed_token(sink.out))
+            assert not is_gone(child)
+            if own_group:
+                assert pgrp_of(child) != session.handle.pid
             session.scope.cancel()
             await session.result()
-        await wait_gone(job)
+        await wait_gone(child)
