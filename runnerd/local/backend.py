@@ -63,7 +63,7 @@ from runnerd.backend import (
 )
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
-from runnerd.local.containment import ContainmentPlan, SessionView, probe_containment
+from runnerd.local.containment import ContainmentPlan, probe_containment
 from runnerd.local.forward import SessionNetwork, open_session_network
 from runnerd.local.identity import SessionIdentity, SessionUids
 from runnerd.local.initpython import (
@@ -81,6 +81,7 @@ from runnerd.local.launch import (
     same_file,
     search_path,
 )
+from runnerd.local.mounts import SessionView
 from runnerd.local.network import probe_network
 from runnerd.local.pty import PtyProcess
 from runnerd.local.runtimes import runtime_problems, workload_path
