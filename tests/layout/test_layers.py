@@ -50,6 +50,7 @@ PURE = (
     "runnerd.contract.json_checks",
     "runnerd.errors",
     "runnerd.backend",
+    "runnerd.backend.spec",
     "runnerd.config",
     "runnerd.config.render",
     "runnerd.config.images",
