@@ -48,6 +48,7 @@ CLIENT = "client"
 PURE = (
     "runnerd.contract",
     "runnerd.contract.json_checks",
+    "runnerd.contract.requests",
     "runnerd.errors",
     "runnerd.backend",
     "runnerd.backend.spec",
