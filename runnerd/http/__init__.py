@@ -7,7 +7,8 @@ which the daemon's runtime object satisfies), `errors` (JSON error bodies),
 the OpenAPI document), `sessions` (start, inspect, stop), `listing`, `events`
 (Server-Sent Events), `io` (the WebSocket PTY channel; both frame what a
 `runnerd.session.reader` hands out), `openapi` (the pure document builder),
-`counting` (HTTP metrics), `server` (hypercorn), `protocol` (hypercorn's
+`counting` (HTTP metrics), `server` (hypercorn's accept loop, capped),
+`connection` (hypercorn's connection handler, fixed), `protocol` (hypercorn's
 HTTP/1.1 protocol, hardened), `wsframes` (WebSocket frame lengths, pure).
 
 May import: `contract`, `errors`, `metrics`, `backend`, `config`, `session`.

@@ -1,6 +1,8 @@
 """The local backend package: sessions as processes on this host under a PTY.
 
-`LocalBackend` (in `backend`) is the public entry; `spawn` starts a session
+`LocalBackend` (in `backend`) is the public entry (what it checks and
+announces before a session runs: `preflight`); `containment` holds a
+session's processes together (`mounts`: its mount namespace); `spawn` starts a session
 process on a PTY (`pty`) or, for a watch session's `streams` app, on pipes
 (`streams`), and `child` owns either one's wait and teardown; `launch` the
 argv/env, `workdir` the session directory, `workspace` a watch session's

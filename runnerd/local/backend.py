@@ -10,7 +10,9 @@ ports and finds its debug server), the exit code, and the
 teardown (the session's PID namespace or process group stopped, its
 cgroup and session directory deleted) on every path. How sessions are
 contained (`containment`) and whether they get cgroup ceilings (`cgroups`)
-is found once, at construction, and announced there.
+is found once, at construction, and announced there; what is checked before
+a session runs (that announcement, an image's runtime resolved for a probe
+and a start) is `runnerd.local.preflight`.
 
 The workload's terminal exists from its first instruction, so its first
 size must be the client's: the spawn waits (`Sink.terminal_size`) until a
@@ -63,27 +65,16 @@ from runnerd.backend import (
 )
 from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
-from runnerd.local.containment import ContainmentPlan, SessionView, probe_containment
+from runnerd.local.containment import ContainmentPlan, probe_containment
 from runnerd.local.forward import SessionNetwork, open_session_network
 from runnerd.local.identity import SessionIdentity, SessionUids
-from runnerd.local.initpython import (
-    choose_init_python,
-    unreachable_program,
-    unreachable_workdir,
-)
-from runnerd.local.launch import (
-    Unresolved,
-    build_argv,
-    build_env,
-    read_interpreter,
-    resolve_executable,
-    resolve_runtime,
-    same_file,
-    search_path,
-)
+from runnerd.local.initpython import choose_init_python, unreachable_workdir
+from runnerd.local.launch import Unresolved, build_argv, build_env
+from runnerd.local.mounts import SessionView
 from runnerd.local.network import probe_network
+from runnerd.local.preflight import announce, resolve_image, start_checks
 from runnerd.local.pty import PtyProcess
-from runnerd.local.runtimes import runtime_problems, workload_path
+from runnerd.local.runtimes import workload_path
 from runnerd.local.settings import LocalConfig, RuntimeConfig
 from runnerd.local.spawn import Launch, spawn_pty_process
 from runnerd.local.trash import Trash
@@ -142,61 +133,14 @@ class LocalBackend:
         if self._uids is not None and self._plan.private_mounts:
             self.workdir_problem = unreachable_workdir(os.path.abspath(local.workdir))
         self._cgroups, no_cgroups = open_session_cgroups()
-        self.notices = self._announce(no_cgroups)
-
-    def _announce(self, no_cgroups: str) -> tuple[str, ...]:
-        """Log what this host gives sessions; return what it does not, for
-        `/v1/capabilities`."""
-        notices: tuple[str, ...] = ()
-        for notice in (self._plan.identity_notice, self._plan.ipc_notice):
-            if notice is not None:
-                notices += (notice,)
-        if self._plan.notice is not None:
-            notices += (self._plan.notice,)
-        else:
-            log.info("sessions run in PID namespaces")
-        if self._net.notice is not None:
-            notices += (self._net.notice,)
-        else:
-            log.info("%s", self._net.describe())
-        if self._uids is not None:
-            last = self._uids.base + self._uids.count - 1
-            log.info("sessions run as uids %s-%s", self._uids.base, last)
-        if self._cgroups is None:
-            notices += (f"Resource ceilings (cpu, memory) are not enforced: {no_cgroups}.",)
-        else:
-            log.info("session ceilings in cgroup %s", self._cgroups.root)
-        for notice in notices:
-            log.warning("%s", notice)
-        # A runtime nothing can start is worth a line before the first session fails.
-        path = search_path(os.environ.get("PATH"))
-        for problem in runtime_problems(
-            self._local,
-            find=resolve_executable,
-            path=path,
-            service_path=path,
-            interpreter=read_interpreter,
-            same_file=same_file,
-        ):
-            log.warning("%s", problem)
-        if self._uids is not None:
-            self._warn_unreachable_runtimes(path)
-        return notices
-
-    def _warn_unreachable_runtimes(self, path: str) -> None:
-        # As runtime_problems does for a missing program: one line before
-        # the first session fails "could not execute".
-        for rt in self._local.runtimes.values():
-            program = resolve_executable(rt.command[0], path) if rt.command else None
-            problem = None if program is None else unreachable_program(program)
-            if problem is not None:
-                log.warning(
-                    "local.runtimes.%s.command: %s; every session on runtime '%s' will"
-                    " fail to start",
-                    rt.name,
-                    problem,
-                    rt.name,
-                )
+        self.notices = announce(
+            local,
+            plan=self._plan,
+            net=self._net,
+            uids=self._uids,
+            cgroups=self._cgroups,
+            no_cgroups=no_cgroups,
+        )
 
     def _view(self, session_dir: SessionDir) -> SessionView:
         workdir = os.path.abspath(self._local.workdir)
@@ -227,22 +171,8 @@ class LocalBackend:
         await trio.lowlevel.checkpoint()
         return []
 
-    def _resolve(self, image: str) -> tuple[RuntimeConfig, str] | Unresolved:
-        resolved = resolve_runtime(self._local.runtimes, image, search_path(os.environ.get("PATH")))
-        if isinstance(resolved, Unresolved) or self._uids is None:
-            return resolved
-        # What start-up warned about (`_warn_unreachable_runtimes`): probe and
-        # start say it too, without the host's paths (those are in the log).
-        if unreachable_program(resolved[1]) is not None:
-            return Unresolved(
-                f"local runtime '{image}': its executable cannot be run by the sessions' uids",
-                f"give local.runtimes.{image}.command an absolute path every user can reach"
-                " (the runner's log names the directory in the way)",
-            )
-        return resolved
-
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
-        resolved = self._resolve(image.image)
+        resolved = resolve_image(self._local, image.image, self._uids)
         if isinstance(resolved, Unresolved):
             return unavailable(resolved.message, resolved.remediation)
         return ready()
@@ -254,7 +184,7 @@ class LocalBackend:
         *,
         task_status: trio.TaskStatus[Started] = trio.TASK_STATUS_IGNORED,
     ) -> Outcome:
-        runtime, executable = self._start_checks(spec)
+        runtime, executable = start_checks(self._local, spec, self._uids)
         identity = self._acquire_identity()
         try:
             return await self._run_as(spec, sink, runtime, executable, identity, task_status)
@@ -383,14 +313,6 @@ class LocalBackend:
                 f"memory limit {spec.limits.memory} exceeded: the session was killed (OOM)"
             )
         return Exited(code)
-
-    def _start_checks(self, spec: RunSpec) -> tuple[RuntimeConfig, str]:
-        if spec.creation is None:  # `recover()` never offers one to adopt
-            raise StartError("provision", "the local backend cannot re-attach to a workload")
-        resolved = self._resolve(spec.image.image)
-        if isinstance(resolved, Unresolved):
-            raise StartError("provision", resolved.message)
-        return resolved
 
     async def _prepare(self, spec: RunSpec, identity: SessionIdentity | None) -> SessionDir:
         owner = None if identity is None else (identity.uid, identity.gid)

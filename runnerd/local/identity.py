@@ -106,7 +106,7 @@ def blocking_directory(path: str, private: tuple[str, ...] = ()) -> str | None:
     """The first directory on the way to `path` (symlinks resolved) that a
     uid owning nothing on the host cannot pass (no search bit for others),
     None when there is none. Directories at or under one of `private` are
-    the session's own copies (`containment.PRIVATE_DIRS`), passable. Why an
+    the session's own copies (`mounts.PRIVATE_DIRS`), passable. Why an
     interpreter under a 0700 home fails."""
     real = os.path.realpath(path)
     current = "/"

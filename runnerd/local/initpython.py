@@ -20,8 +20,9 @@ import os
 import subprocess
 import sys
 
-from runnerd.local.containment import PRIVATE_DIRS, Containment, ContainmentPlan, probe_child
+from runnerd.local.containment import Containment, ContainmentPlan, probe_child
 from runnerd.local.identity import SessionIdentity, blocking_directory
+from runnerd.local.mounts import PRIVATE_DIRS
 
 log = logging.getLogger(__name__)
 

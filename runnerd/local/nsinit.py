@@ -22,7 +22,7 @@ its first child is the namespace's PID 1. Three processes per session:
   dispositions and an empty mask, then exec.
 
 With `--proc` the init first mounts a /proc of the namespace's own (the
-daemon made the mount namespace private: see `containment.apply_view`), so
+daemon made the mount namespace private: see `mounts.apply_view`), so
 the workload sees neither the daemon's processes nor other sessions', and
 makes its /proc/sys and /proc/sysrq-trigger read-only (the host's kernel
 settings: a root workload could otherwise write core_pattern). The

@@ -37,14 +37,13 @@ import trio
 
 from runnerd.local.child import ContainedChild
 from runnerd.local.containment import (
-    NOTHING_HIDDEN,
     PROCESS_GROUP_PLAN,
     Containment,
     ContainmentPlan,
-    SessionView,
     preexec_contained,
 )
 from runnerd.local.identity import SessionIdentity
+from runnerd.local.mounts import NOTHING_HIDDEN, SessionView
 from runnerd.local.pty import DEFAULT_COLS, DEFAULT_ROWS, PtyProcess, set_window_size
 from runnerd.local.spawner import run_in_spawner
 from runnerd.local.streams import StreamsProcess

@@ -4,7 +4,8 @@ Owns the session registry and its replay rings (`registry`, pure), one
 session's state (`session`: its `SessionPhase`, the `Sink` its backend
 reports to, the report the core's watchers write to), the `SessionManager`
 (`manager`: one nursery per session, the only place a session's lifecycle is
-decided; `running`: one workload's run under its stop scope and TTL, with the
+decided; `stopping`: a user stop and a shutdown, asked and waited for;
+`running`: one workload's run under its stop scope and TTL, with the
 core's watchers of `Started.address` (`runnerd.workload.supervision`) in its
 nursery; `ending`: the one `Ending` a run returns and the table to its wire
 status, pure; `errors`: its refusals; `recovery`: state files and adoption

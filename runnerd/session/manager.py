@@ -2,9 +2,10 @@
 
 Owns the IO side of sessions: the sessions nursery (started by the daemon),
 one cancel scope and workload nursery per session, the terminal-status
-decision, user stops, shutdown and exit-TTL expiry. The state itself
-(status, rings, capacity) is the pure `runnerd.session.registry`; the workload is
-the `Backend`'s.
+decision, user stops and shutdown (asked and waited for by
+`runnerd.session.stopping`) and exit-TTL expiry. The state itself (status,
+rings, capacity) is the pure `runnerd.session.registry`; the workload is the
+`Backend`'s.
 
 How a session runs: `start()` registers it (`starting`, event 1) and starts
 its task at once, so the 201 goes out before the backend does anything. The
@@ -52,7 +53,7 @@ from dataclasses import replace
 
 import trio
 
-from runnerd.backend import Backend, EndIntent, Recovered, RunSpec, StopRefused
+from runnerd.backend import Backend, EndIntent, Recovered, RunSpec
 from runnerd.contract import is_terminal
 from runnerd.errors import SessionNotFound
 from runnerd.metrics import NULL_METRICS, Metrics
@@ -64,6 +65,7 @@ from runnerd.session.registry import RegistryFull, Resumed, SessionRecord, Sessi
 from runnerd.session.running import drive
 from runnerd.session.session import Session
 from runnerd.session.statefile import StateDir
+from runnerd.session.stopping import stop_every, stop_session
 
 __all__ = [
     "DetachUnsupported",
@@ -75,12 +77,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("runnerd.sessions")
-
-
-def _request_stop(session: Session, intent: EndIntent) -> None:
-    if not session.is_terminal:
-        log.info("stop requested", extra={"session_id": session.id})
-        session.request_stop(intent)
 
 
 class ManagerState(enum.Enum):
@@ -312,30 +308,8 @@ class SessionManager:
                 the session was not terminal within `stop_timeout_s`.
         """
         session = await self.find(session_id)
-        if session is None:
-            return
-        if intent is EndIntent.STOP:  # the backend's own stop, while RUNNING only
-            await self._stop_workload(session)
-        _request_stop(session, intent)
-        await self._wait_stopped(session)
-
-    async def _stop_workload(self, session: Session) -> None:
-        """`session.stop_workload()` within `stop_timeout_s`, its refusal a `StopFailed`."""
-        with trio.move_on_after(self._stop_timeout_s):
-            try:
-                await session.stop_workload()
-            except StopRefused as exc:
-                log.warning("stop refused: %s", exc, extra={"session_id": session.id})
-                raise StopFailed(session.id, self._stop_timeout_s, str(exc)) from exc
-            return
-        raise StopFailed(session.id, self._stop_timeout_s)
-
-    async def _wait_stopped(self, session: Session) -> None:
-        """Raises StopFailed: not terminal within `stop_timeout_s`."""
-        with trio.move_on_after(self._stop_timeout_s):
-            await session.wait_terminal()
-            return
-        raise StopFailed(session.id, self._stop_timeout_s)
+        if session is not None:
+            await stop_session(session, intent, self._stop_timeout_s)
 
     async def stop_all(self, intent: EndIntent = EndIntent.STOP) -> list[str]:
         """Shutdown: refuse new sessions and end every live one, concurrently,
@@ -352,28 +326,8 @@ class SessionManager:
         if intent is EndIntent.DETACH and not self._backend.detach_supported:
             raise DetachUnsupported(self._backend.name)
         self._state = ManagerState.CLOSING
-        stuck: list[str] = []
-
-        # Not `stop()`: a shutdown ends every session whatever its backend's
-        # stop says (a pod whose delete is refused is left on the backend's
-        # list of undeleted pods for the next daemon).
-        async def wait_one(session: Session) -> None:
-            try:
-                await self._wait_stopped(session)
-            except StopFailed as exc:
-                extra = {"session_id": session.id}
-                log.error("did not stop within %g s", exc.timeout_s, extra=extra)
-                stuck.append(session.id)
-
-        # Every stop is requested in one pass, before any waiting: a task per
-        # session first would delay the last one's by all the others' starts.
         live = [session for session in self._registry if not session.is_terminal]
-        for session in live:
-            _request_stop(session, intent)
-        async with trio.open_nursery() as nursery:
-            for session in live:
-                nursery.start_soon(wait_one, session)
-        return stuck
+        return await stop_every(live, intent, self._stop_timeout_s)
 
     def reconfigure(
         self,

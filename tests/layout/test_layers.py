@@ -48,8 +48,10 @@ CLIENT = "client"
 PURE = (
     "runnerd.contract",
     "runnerd.contract.json_checks",
+    "runnerd.contract.requests",
     "runnerd.errors",
     "runnerd.backend",
+    "runnerd.backend.spec",
     "runnerd.config",
     "runnerd.config.render",
     "runnerd.config.images",

@@ -20,10 +20,9 @@ from runnerd.local.containment import (
     CLONE_NEWUSER,
     Containment,
     ContainmentPlan,
-    SessionView,
-    covers,
     probe_containment,
 )
+from runnerd.local.mounts import SessionView, covers
 from runnerd.local.settings import LocalConfig
 from tests.escapes import STAY, escape_script, is_running, kill_leftovers, read_pids, wait_all_gone
 

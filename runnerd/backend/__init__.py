@@ -1,8 +1,9 @@
 """The backend seam: what a backend is given, and what it promises.
 
 Owns the `Backend` protocol and the data it exchanges with the session
-machinery (`RunSpec` in, `Sink` and `Started` out), and the one constant
-every backend applies (`DRAIN_TIMEOUT_S`). Each backend (`runnerd.local`,
+machinery (`RunSpec` in, from `runnerd.backend.spec` and re-exported here
+with the rest of it; `Sink` and `Started` out), and the one constant every
+backend applies (`DRAIN_TIMEOUT_S`). Each backend (`runnerd.local`,
 `runnerd.kube`) implements it; nothing above this seam knows which one runs.
 What the core asks of a backend *package* (config check, offered images,
 stop timeout, `open_backend`) is `runnerd.backends.Provider`.
@@ -46,12 +47,16 @@ The guarantees, member by member:
 - The session machinery, not the backend, turns the outcome, a `StartError`
   or a cancellation into the session's one ending and its terminal status
   (`runnerd.session.ending`).
+
+May import: `contract`, `errors`, `metrics`, and no IO library (pure, `trio`
+for types only). Never `config`, `session`, a backend package or anything
+above: every backend and the core import it.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -59,155 +64,41 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import trio
 
-from runnerd.contract import (
-    AvailabilityReport,
-    PortMapping,
-    PullPolicy,
-    RunnerEndpoint,
-    RunPhase,
-    RunStatus,
+from runnerd.backend.spec import (
+    BundleSpec,
+    CreationSpec,
+    ImageSpec,
+    Limits,
+    Recovered,
+    RunSpec,
+    SessionIdentity,
 )
+from runnerd.contract import AvailabilityReport, RunnerEndpoint, RunPhase, RunStatus
 from runnerd.metrics import NULL_METRICS, Metrics
 
-
-@dataclass(frozen=True)
-class BundleSpec:
-    """A bundle with every path already normalised (no `..`, no leading `/`)."""
-
-    entry: str
-    files: tuple[tuple[str, str], ...]  # (relative path, contents)
-
-
-@dataclass(frozen=True)
-class ImageSpec:
-    image: str
-    pull_policy: PullPolicy
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Effective resource limits (the session's tier's), as Kubernetes quantities."""
-
-    cpu: str
-    memory: str
-    ephemeral_storage: str
-    ttl_s: float
-
-
-@dataclass(frozen=True)
-class SessionIdentity:
-    """Who a session is: everything a backend may store with the workload
-    (a pod's annotations, say) and rebuild on `recover()`. Never a secret.
-
-    `created_at` (epoch seconds) is None only in a spec not yet started: the
-    manager stamps it when it registers the session, so `run()` always sees
-    it set, and the TTL is a deadline from it (`created_at + limits.ttl_s`).
-    """
-
-    session_id: str
-    limits: Limits
-    app: str | None = None
-    ports: tuple[PortMapping, ...] = ()
-    inspect: bool = False
-    created_at: float | None = None
-
-
-@dataclass(frozen=True)
-class CreationSpec:
-    """What creating the workload needs and nothing after: the image, the
-    final env (catalog values merged, TELO_REGISTRY_URL added; it may hold
-    catalog secrets, so it is kept out of repr and never stored by a
-    backend) and the bundle (None for an app session: the catalog image runs
-    its own entrypoint). The backend passes `env` on as is and adds only its
-    own plumbing."""
-
-    image: ImageSpec
-    env: Mapping[str, str] = field(repr=False)
-    bundle: BundleSpec | None = None
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """Everything a backend needs to run one session. Immutable, validated.
-
-    `creation` is None for an adopted session (`SessionManager.adopt`): the
-    workload exists already and `run()` re-attaches to it. The read-only
-    properties below are shorthands for the two parts.
-    """
-
-    identity: SessionIdentity
-    creation: CreationSpec | None
-
-    @classmethod
-    def create(
-        cls,
-        *,
-        session_id: str,
-        image: ImageSpec,
-        env: Mapping[str, str],
-        limits: Limits,
-        bundle: BundleSpec | None = None,
-        app: str | None = None,
-        ports: tuple[PortMapping, ...] = (),
-        inspect: bool = False,
-    ) -> RunSpec:
-        """A spec for a new workload (`created_at` is stamped on start)."""
-        identity = SessionIdentity(session_id, limits, app, ports, inspect)
-        return cls(identity, CreationSpec(image, env, bundle))
-
-    @property
-    def session_id(self) -> str:
-        return self.identity.session_id
-
-    @property
-    def limits(self) -> Limits:
-        return self.identity.limits
-
-    @property
-    def app(self) -> str | None:
-        return self.identity.app
-
-    @property
-    def ports(self) -> tuple[PortMapping, ...]:
-        return self.identity.ports
-
-    @property
-    def inspect(self) -> bool:
-        return self.identity.inspect
-
-    def _creation(self) -> CreationSpec:
-        if self.creation is None:
-            raise ValueError(f"session {self.session_id} was adopted: nothing to create")
-        return self.creation
-
-    @property
-    def image(self) -> ImageSpec:
-        """Raises ValueError for an adopted session (nothing to create)."""
-        return self._creation().image
-
-    @property
-    def env(self) -> Mapping[str, str]:
-        """Raises ValueError for an adopted session (nothing to create)."""
-        return self._creation().env
-
-    @property
-    def bundle(self) -> BundleSpec | None:
-        """Raises ValueError for an adopted session (nothing to create)."""
-        return self._creation().bundle
-
-
-@dataclass(frozen=True)
-class Recovered:
-    """A workload `recover()` found: the identity it stored (with its
-    original `created_at`) and its status now: `running` for a live one
-    (adopted and re-attached), or terminal for one that ended while no
-    daemon ran (registered for replay, never run). `image`: the image a
-    bundle session's client asked for, as listings show it (None for a
-    catalog app, whose image is the operator's and never listed)."""
-
-    identity: SessionIdentity
-    status: RunStatus
-    image: str | None = None
+__all__ = [
+    "DRAIN_TIMEOUT_S",
+    "Backend",
+    "BackendContext",
+    "BundleSpec",
+    "CreationSpec",
+    "Dial",
+    "EndIntent",
+    "Exited",
+    "Failed",
+    "ImageSpec",
+    "Limits",
+    "Outcome",
+    "Recovered",
+    "RunSpec",
+    "SessionIdentity",
+    "Sink",
+    "StartError",
+    "Started",
+    "StopRefused",
+    "WorkloadAddress",
+    "WorkloadHandle",
+]
 
 
 # After its workload ends, how long a backend waits for the rest of its output
