@@ -11,7 +11,9 @@ printed beside them: a figure taken under load is not comparable.
 `RUNNERD_BENCH_UPSTREAM` is a shell command starting the upstream runner
 in the foreground, with `RUNNERD_BENCH_UPSTREAM_HEALTH` the URL it answers
 200 on once up (default `http://127.0.0.1:8080/v1/health`); it is killed
-after each start. Printed, never asserted.
+after each start. `RUNNERD_BENCH_BEFORE` names another checkout (e.g. a
+`git worktree add /tmp/old main`) whose daemon is started in turn too, for a
+before/after in the same run. Printed, never asserted.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import trio
 
-from bench.harness import open_daemon, rss_bytes
+from bench.harness import REPO, Daemon, open_daemon, rss_bytes
 
 MB = 1_000_000
 ROUNDS = 5
@@ -89,24 +92,33 @@ def _ratios(value: float, refs: dict[str, list[float]]) -> str:
     return ", ".join(f"{value / statistics.median(v):.1f}× {k}" for k, v in refs.items() if v)
 
 
+async def _daemon_start(repo: Path) -> tuple[float, int]:
+    """Spawn → first 200 of a local daemon from `repo`, and its RSS once idle."""
+    d: Daemon
+    async with open_daemon(repo=repo) as d:
+        await trio.sleep(0.5)  # let start-up garbage settle before reading RSS
+        return d.started_s, rss_bytes(d.proc.pid)
+
+
 async def bench_startup() -> list[Row]:
     """Median of `ROUNDS` cold starts of a local-backend daemon (UNIX socket
-    only, as `bench.harness.open_daemon` starts one), the floors and the
-    upstream runner taken in turn."""
-    starts: list[float] = []
-    rsses: list[int] = []
+    only, as `bench.harness.open_daemon` starts one), the floors, the
+    upstream runner and the `RUNNERD_BENCH_BEFORE` checkout taken in turn."""
+    ours: list[tuple[float, int]] = []
     refs: dict[str, list[float]] = {"`python -c pass`": [], "`python -c 'import trio'`": []}
     upstream: list[tuple[float, int]] = []
+    before_repo = os.environ.get("RUNNERD_BENCH_BEFORE")
+    before: list[tuple[float, int]] = []
     for _ in range(ROUNDS):
         refs["`python -c pass`"].append(_spawn_s([sys.executable, "-c", "pass"]))
         refs["`python -c 'import trio'`"].append(_spawn_s([sys.executable, "-c", "import trio"]))
-        async with open_daemon() as d:
-            starts.append(d.started_s)
-            await trio.sleep(0.5)  # let start-up garbage settle before reading RSS
-            rsses.append(rss_bytes(d.proc.pid))
+        ours.append(await _daemon_start(REPO))
+        if before_repo:
+            before.append(await _daemon_start(Path(before_repo)))
         if (up := await _upstream_start()) is not None:
             upstream.append(up)
-    start, rss = statistics.median(starts), statistics.median(rsses)
+    start = statistics.median(u[0] for u in ours)
+    rss = statistics.median(u[1] for u in ours)
     floors = ", ".join(f"{k} {statistics.median(v) * 1000:.0f} ms" for k, v in refs.items())
     rows: list[Row] = [
         ("start references", f"{floors}; {_load()}", "—"),
@@ -117,14 +129,16 @@ async def bench_startup() -> list[Row]:
         ),
         ("idle RSS (local)", f"{rss / MB:.1f} MB", "≤ 0.25× upstream"),
     ]
-    if upstream:
-        up_start = statistics.median(u[0] for u in upstream)
-        up_rss = statistics.median(u[1] for u in upstream)
-        rows += [
-            ("upstream start", f"{up_start * 1e3:.0f} ms; runnerd {start / up_start:.2f}×", "≤ ⅓"),
-            ("upstream RSS", f"{up_rss / MB:.1f} MB; runnerd {rss / up_rss:.2f}×", "≤ ¼"),
-        ]
-    else:
+    for name, runs in (("before", before), ("upstream", upstream)):
+        if runs:
+            other_start = statistics.median(u[0] for u in runs)
+            other_rss = statistics.median(u[1] for u in runs)
+            ratio = start / other_start
+            rows += [
+                (f"{name} start", f"{other_start * 1e3:.0f} ms; now {ratio:.2f}×", "—"),
+                (f"{name} RSS", f"{other_rss / MB:.1f} MB; now {rss / other_rss:.2f}×", "—"),
+            ]
+    if not upstream:
         rows.append(("upstream runner", "not measured: set RUNNERD_BENCH_UPSTREAM", "—"))
     return rows
 
