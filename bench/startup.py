@@ -11,20 +11,29 @@ printed beside them: a figure taken under load is not comparable.
 `RUNNERD_BENCH_UPSTREAM` is a shell command starting the upstream runner
 in the foreground, with `RUNNERD_BENCH_UPSTREAM_HEALTH` the URL it answers
 200 on once up (default `http://127.0.0.1:8080/v1/health`); it is killed
-after each start. `RUNNERD_BENCH_BEFORE` names another checkout (e.g. a
-`git worktree add /tmp/old main`) whose daemon is started in turn too, for a
-before/after in the same run. Printed, never asserted.
+after each start. Before measuring, runnerd's sources are compiled
+(`compileall`, what `make bytecode` does and an installed wheel has): with
+`PYTHONDONTWRITEBYTECODE` set, as on this VM, a checkout never caching them
+would compile every module at each start (~100 ms) and measure that instead.
+Beside the wall time, the CPU time a start took (the daemon's own at its
+first 200, the floors' from `getrusage`): it holds up better under load.
+`RUNNERD_BENCH_ROUNDS` sets the rounds (default 5). `RUNNERD_BENCH_BEFORE`
+names another checkout (e.g. a `git worktree add /tmp/old main`) whose
+daemon is started in turn too, for a before/after in the same run. Printed, never asserted.
 """
 
 from __future__ import annotations
 
+import compileall
 import os
+import resource
 import signal
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import trio
@@ -32,24 +41,46 @@ import trio
 from bench.harness import REPO, Daemon, open_daemon, rss_bytes
 
 MB = 1_000_000
-ROUNDS = 5
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 Row = tuple[str, str, str]
 
 
-def _spawn_s(argv: list[str]) -> float:
-    """Seconds from spawn to exit of `argv` (a floor: nothing listens)."""
-    t0 = time.perf_counter()
+class Start(NamedTuple):
+    wall_s: float  # spawn → first 200 (for a floor: → exit)
+    cpu_s: float  # CPU time of the process by then
+    rss: int  # once idle (0 for a floor)
+
+
+def _median(starts: list[Start], field: str) -> float:
+    return statistics.median(getattr(s, field) for s in starts)
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _spawn(argv: list[str]) -> Start:
+    """A floor: `argv` from spawn to exit (nothing listens)."""
+    t0, cpu0 = time.perf_counter(), _children_cpu_s()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+    return Start(time.perf_counter() - t0, _children_cpu_s() - cpu0, 0)
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU time of `pid` so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * TICK_S
 
 
 def _load() -> str:
     return "load " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-async def _upstream_start() -> tuple[float, int] | None:
+async def _upstream_start() -> Start | None:
     """Spawn → first 200 of the upstream runner, and its RSS once up; None
-    when `RUNNERD_BENCH_UPSTREAM` is unset."""
+    when `RUNNERD_BENCH_UPSTREAM` is unset. Its CPU time is not read (a
+    shell wraps it): reported as 0."""
     command = os.environ.get("RUNNERD_BENCH_UPSTREAM")
     if not command:
         return None
@@ -68,7 +99,7 @@ async def _upstream_start() -> tuple[float, int] | None:
                     await trio.sleep(0.002)
         started = time.perf_counter() - t0
         await trio.sleep(0.5)
-        return started, _tree_rss(proc.pid)
+        return Start(started, 0.0, _tree_rss(proc.pid))
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
@@ -80,7 +111,7 @@ def _tree_rss(pid: int) -> int:
     for child in os.listdir("/proc"):
         if child.isdigit():
             try:
-                stat = open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()
+                stat = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
                 if int(stat[1]) == pid:
                     total += _tree_rss(int(child))
             except (OSError, RuntimeError):
@@ -88,57 +119,73 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-def _ratios(value: float, refs: dict[str, list[float]]) -> str:
-    return ", ".join(f"{value / statistics.median(v):.1f}× {k}" for k, v in refs.items() if v)
-
-
-async def _daemon_start(repo: Path) -> tuple[float, int]:
-    """Spawn → first 200 of a local daemon from `repo`, and its RSS once idle."""
+async def _daemon_start(repo: Path) -> Start:
+    """Spawn → first 200 of a local daemon from `repo`, its CPU time by
+    then, and its RSS once idle."""
     d: Daemon
     async with open_daemon(repo=repo) as d:
+        cpu_s = _cpu_s(d.proc.pid)
         await trio.sleep(0.5)  # let start-up garbage settle before reading RSS
-        return d.started_s, rss_bytes(d.proc.pid)
+        return Start(d.started_s, cpu_s, rss_bytes(d.proc.pid))
+
+
+FLOORS = {"`python -c pass`": "pass", "`python -c 'import trio'`": "import trio"}
+
+
+def _ratios(ours: list[Start], refs: dict[str, list[Start]], field: str) -> str:
+    value = _median(ours, field)
+    return ", ".join(f"{value / _median(v, field):.1f}× {k}" for k, v in refs.items())
 
 
 async def bench_startup() -> list[Row]:
-    """Median of `ROUNDS` cold starts of a local-backend daemon (UNIX socket
-    only, as `bench.harness.open_daemon` starts one), the floors, the
+    """Median of the rounds' cold starts of a local-backend daemon (UNIX
+    socket only, as `bench.harness.open_daemon` starts one), the floors, the
     upstream runner and the `RUNNERD_BENCH_BEFORE` checkout taken in turn."""
-    ours: list[tuple[float, int]] = []
-    refs: dict[str, list[float]] = {"`python -c pass`": [], "`python -c 'import trio'`": []}
-    upstream: list[tuple[float, int]] = []
     before_repo = os.environ.get("RUNNERD_BENCH_BEFORE")
-    before: list[tuple[float, int]] = []
-    for _ in range(ROUNDS):
-        refs["`python -c pass`"].append(_spawn_s([sys.executable, "-c", "pass"]))
-        refs["`python -c 'import trio'`"].append(_spawn_s([sys.executable, "-c", "import trio"]))
+    for repo in (REPO, *([Path(before_repo)] if before_repo else [])):
+        compileall.compile_dir(repo / "runnerd", quiet=1)
+    ours: list[Start] = []
+    refs: dict[str, list[Start]] = {name: [] for name in FLOORS}
+    others: dict[str, list[Start]] = {"before": [], "upstream": []}
+    for _ in range(int(os.environ.get("RUNNERD_BENCH_ROUNDS", "5"))):
+        for name, code in FLOORS.items():
+            refs[name].append(_spawn([sys.executable, "-c", code]))
         ours.append(await _daemon_start(REPO))
         if before_repo:
-            before.append(await _daemon_start(Path(before_repo)))
+            others["before"].append(await _daemon_start(Path(before_repo)))
         if (up := await _upstream_start()) is not None:
-            upstream.append(up)
-    start = statistics.median(u[0] for u in ours)
-    rss = statistics.median(u[1] for u in ours)
-    floors = ", ".join(f"{k} {statistics.median(v) * 1000:.0f} ms" for k, v in refs.items())
+            others["upstream"].append(up)
+    return _rows(ours, refs, others)
+
+
+def _rows(
+    ours: list[Start], refs: dict[str, list[Start]], others: dict[str, list[Start]]
+) -> list[Row]:
+    floors = "; ".join(
+        f"{k} {_median(v, 'wall_s') * 1e3:.0f} ms ({_median(v, 'cpu_s') * 1e3:.0f} ms CPU)"
+        for k, v in refs.items()
+    )
+    start, cpu, rss = (_median(ours, f) for f in Start._fields)
     rows: list[Row] = [
         ("start references", f"{floors}; {_load()}", "—"),
         (
             "spawn → first 200 /v1/health (local)",
-            f"{start * 1000:.0f} ms ({_ratios(start, refs)})",
+            f"{start * 1e3:.0f} ms ({_ratios(ours, refs, 'wall_s')})",
             "≤ 0.33× upstream",
         ),
+        ("CPU time of that start", f"{cpu * 1e3:.0f} ms ({_ratios(ours, refs, 'cpu_s')})", "—"),
         ("idle RSS (local)", f"{rss / MB:.1f} MB", "≤ 0.25× upstream"),
     ]
-    for name, runs in (("before", before), ("upstream", upstream)):
+    for name, runs in others.items():
         if runs:
-            other_start = statistics.median(u[0] for u in runs)
-            other_rss = statistics.median(u[1] for u in runs)
+            other_start, other_cpu, other_rss = (_median(runs, f) for f in Start._fields)
+            cpu_text = f", CPU {other_cpu * 1e3:.0f} ms" if other_cpu else ""
             ratio = start / other_start
             rows += [
-                (f"{name} start", f"{other_start * 1e3:.0f} ms; now {ratio:.2f}×", "—"),
+                (f"{name} start", f"{other_start * 1e3:.0f} ms{cpu_text}; now {ratio:.2f}×", "—"),
                 (f"{name} RSS", f"{other_rss / MB:.1f} MB; now {rss / other_rss:.2f}×", "—"),
             ]
-    if not upstream:
+    if not others["upstream"]:
         rows.append(("upstream runner", "not measured: set RUNNERD_BENCH_UPSTREAM", "—"))
     return rows
 
