@@ -52,7 +52,7 @@ class Start(NamedTuple):
 
 
 def _median(starts: list[Start], field: str) -> float:
-    return statistics.median(getattr(s, field) for s in starts)
+    return statistics.median(float(getattr(s, field)) for s in starts)
 
 
 def _children_cpu_s() -> float:
