@@ -3,7 +3,8 @@
 Each figure is printed beside references measured in the same run, taken in
 turn with the daemon's starts so machine load falls on each alike: the floor
 `python -c pass` (an interpreter's start), `python -c "import trio"` (the
-event loop runnerd cannot start without), and, when
+event loop runnerd cannot start without), `import quart_trio,
+hypercorn.trio` (the serving layer), and, when
 `RUNNERD_BENCH_UPSTREAM` names one, the upstream Node runner (issue 22's
 goal: a third of its start, a quarter of its RSS). The load average is
 printed beside them: a figure taken under load is not comparable.
@@ -129,7 +130,13 @@ async def _daemon_start(repo: Path) -> Start:
         return Start(d.started_s, cpu_s, rss_bytes(d.proc.pid))
 
 
-FLOORS = {"`python -c pass`": "pass", "`python -c 'import trio'`": "import trio"}
+# An interpreter; the event loop; the serving layer the brief fixes (what
+# runnerd imports before its first line runs).
+FLOORS = {
+    "`python -c pass`": "pass",
+    "`python -c 'import trio'`": "import trio",
+    "`import quart_trio, hypercorn.trio`": "import quart_trio, hypercorn.trio",
+}
 
 
 def _ratios(ours: list[Start], refs: dict[str, list[Start]], field: str) -> str:
@@ -147,12 +154,17 @@ async def bench_startup() -> list[Row]:
     ours: list[Start] = []
     refs: dict[str, list[Start]] = {name: [] for name in FLOORS}
     others: dict[str, list[Start]] = {"before": [], "upstream": []}
-    for _ in range(int(os.environ.get("RUNNERD_BENCH_ROUNDS", "5"))):
+    for round_ in range(int(os.environ.get("RUNNERD_BENCH_ROUNDS", "5"))):
         for name, code in FLOORS.items():
-            refs[name].append(_spawn([sys.executable, "-c", code]))
-        ours.append(await _daemon_start(REPO))
-        if before_repo:
-            others["before"].append(await _daemon_start(Path(before_repo)))
+            # Ended by os._exit, as the daemon ends: an interpreter's
+            # teardown of the modules imported is no part of a start.
+            exit_now = f"{code}\nimport os\nos._exit(0)"
+            refs[name].append(_spawn([sys.executable, "-c", exit_now]))
+        # This checkout and the before one in alternating order: neither
+        # always starts right after the floors (or right after the other).
+        checkouts = [("now", REPO), *([("before", Path(before_repo))] if before_repo else [])]
+        for name, repo in checkouts[:: 1 if round_ % 2 else -1]:
+            (ours if name == "now" else others["before"]).append(await _daemon_start(repo))
         if (up := await _upstream_start()) is not None:
             others["upstream"].append(up)
     return _rows(ours, refs, others)
