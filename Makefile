@@ -90,7 +90,7 @@ test: lint bytecode
 	wait $$typecheck || { echo "mypy failed: its errors are above" >&2; exit 1; }; \
 	exit $$tests
 
-bench: $(VENV)/.installed-test
+bench: $(VENV)/.installed-test bytecode
 	$(BIN)/python -m bench
 
 # The units as installed for this checkout: ExecStart= is rewritten to the

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import statistics
 import subprocess
 import sys
 import time
@@ -36,24 +35,11 @@ from bench.harness import (
     wait_status,
 )
 from bench.netns import bench_netns
+from bench.startup import bench_startup
 from bench.workspace import bench_workspace
 
 MB = 1_000_000
 Row = tuple[str, str, str]
-
-
-async def bench_startup() -> list[Row]:
-    """Cold start to the first healthy /v1/health, and idle RSS (median of 5)."""
-    starts, rsses = [], []
-    for _ in range(5):
-        async with open_daemon() as d:
-            starts.append(d.started_s)
-            await trio.sleep(0.5)  # let start-up garbage settle before reading RSS
-            rsses.append(rss_bytes(d.proc.pid))
-    return [
-        ("cold start → first /v1/health", f"{statistics.median(starts):.3f} s", "≤ 0.35 s"),
-        ("idle RSS", f"{statistics.median(rsses) / MB:.1f} MB", "≤ 45 MB"),
-    ]
 
 
 SIZED = {"x-runnerd-terminal-size": "132x43"}

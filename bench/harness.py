@@ -125,9 +125,11 @@ async def open_daemon(
     prefix: tuple[str, ...] = (),
     local_extra: str = "",
     size_wait_s: float | None = None,
+    repo: Path = REPO,
 ) -> AsyncIterator[Daemon]:
     """Start `python -m runnerd serve` on a temp config; yield once healthy.
-    `prefix` wraps the command (e.g. `prlimit --nofile=1024:1024`)."""
+    `prefix` wraps the command (e.g. `prlimit --nofile=1024:1024`); `repo`:
+    the checkout whose `runnerd` runs (another worktree, for a before/after)."""
     base = Path(tempfile.mkdtemp(prefix="runnerd-bench-"))
     try:
         cfg = base / "runnerd.toml"
@@ -145,7 +147,7 @@ async def open_daemon(
         t0 = time.perf_counter()
         proc = await trio.lowlevel.open_process(
             [*prefix, sys.executable, "-m", "runnerd", "serve", "--config", str(cfg)],
-            cwd=str(REPO),
+            cwd=str(repo),
             env=env,
         )
         try:

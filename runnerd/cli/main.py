@@ -19,6 +19,7 @@ Imports are lazy: a client verb never loads the daemon's stack, and `check-confi
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
@@ -108,14 +109,25 @@ def check_config(path: Path) -> int:
 
 def serve(path: Path) -> int:
     # Imported here: `check-config` must not pay for hypercorn and quart.
-    import trio
+    # The youngest generation is collected 7× less often while the server's
+    # stack and the backend (`read_config` imports it) load: ~55k objects
+    # that mostly live as long as the daemon, whose allocation triggered
+    # collections that freed little (581 -> 553 ms of CPU for these imports,
+    # median of 11; pausing the collector outright saved as much but left
+    # +0.8 MB of RSS in uncollected cycles).
+    thresholds = gc.get_threshold()
+    gc.set_threshold(5000, *thresholds[1:])
+    try:
+        import trio
 
-    from runnerd.config import ConfigError
-    from runnerd.daemon.listeners import ListenError
-    from runnerd.daemon.logs import setup_logging
-    from runnerd.daemon.main import Ended, run_daemon
+        from runnerd.config import ConfigError
+        from runnerd.daemon.listeners import ListenError
+        from runnerd.daemon.logs import setup_logging
+        from runnerd.daemon.main import Ended, run_daemon
 
-    config = read_config_or_report(path)
+        config = read_config_or_report(path)
+    finally:
+        gc.set_threshold(*thresholds)
     if config is None:
         return EXIT_CONFIG
     setup_logging(config.server.log_level)

@@ -3,7 +3,8 @@
 `/v1/health` never touches the backend. `/v1/capabilities` is re-resolved
 from the live config on every request (a reload changes it at once).
 `/v1/probe` applies the same image gate as a session start before asking the
-backend, so it never reports an image a client cannot run.
+backend, so it never reports an image a client cannot run. The OpenAPI
+document is built on its first request (`runnerd.http.openapi`), not at start.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from runnerd.backend import ImageSpec
 from runnerd.config.images import check_image
 from runnerd.contract import ProbeRequest, parse_body, unavailable
 from runnerd.http.errors import json_response, read_body
-from runnerd.http.openapi import build_openapi
 from runnerd.session.capabilities import build_capabilities
 
 if TYPE_CHECKING:
@@ -43,9 +43,16 @@ def register_meta_routes(app: QuartTrio, state: AppState) -> None:
         image = ImageSpec(image=body.config.image, pull_policy=body.config.pullPolicy)
         return json_response(await state.backend.probe(image))
 
-    openapi_document = build_openapi(state.version)
+    # Built on the first request, not at start: the document (and msgspec's
+    # schema generation) costs ~6 ms of a start no client waits on, and most
+    # daemons never serve it. It is immutable once built, so it is kept.
+    openapi_document: dict[str, object] = {}
 
     async def openapi() -> Response:
+        if not openapi_document:
+            from runnerd.http.openapi import build_openapi
+
+            openapi_document.update(build_openapi(state.version))
         return json_response(openapi_document)
 
     app.add_url_rule("/v1/health", view_func=health, methods=["GET"])

@@ -1,0 +1,207 @@
+"""The start-up figures: spawn → first 200 on `/v1/health`, and idle RSS.
+
+Each figure is printed beside references measured in the same run, taken in
+turn with the daemon's starts so machine load falls on each alike: the floor
+`python -c pass` (an interpreter's start), `python -c "import trio"` (the
+event loop runnerd cannot start without), `import quart_trio,
+hypercorn.trio` (the serving layer), and, when
+`RUNNERD_BENCH_UPSTREAM` names one, the upstream Node runner (issue 22's
+goal: a third of its start, a quarter of its RSS). The load average is
+printed beside them: a figure taken under load is not comparable.
+
+`RUNNERD_BENCH_UPSTREAM` is a shell command starting the upstream runner
+in the foreground, with `RUNNERD_BENCH_UPSTREAM_HEALTH` the URL it answers
+200 on once up (default `http://127.0.0.1:8080/v1/health`); it is killed
+after each start. Before measuring, runnerd's sources are compiled
+(`compileall`, what `make bytecode` does and an installed wheel has): with
+`PYTHONDONTWRITEBYTECODE` set, as on this VM, a checkout never caching them
+would compile every module at each start (~100 ms) and measure that instead.
+Beside the wall time, the CPU time a start took (the daemon's own at its
+first 200, the floors' from `getrusage`): it holds up better under load.
+`RUNNERD_BENCH_ROUNDS` sets the rounds (default 5). `RUNNERD_BENCH_BEFORE`
+names another checkout (e.g. a `git worktree add /tmp/old main`) whose
+daemon is started in turn too, for a before/after in the same run. Printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import compileall
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import httpx
+import trio
+
+from bench.harness import REPO, Daemon, open_daemon, rss_bytes
+
+MB = 1_000_000
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+Row = tuple[str, str, str]
+
+
+class Start(NamedTuple):
+    wall_s: float  # spawn → first 200 (for a floor: → exit)
+    cpu_s: float  # CPU time of the process by then
+    rss: int  # once idle (0 for a floor)
+
+
+def _median(starts: list[Start], field: str) -> float:
+    return statistics.median(float(getattr(s, field)) for s in starts)
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _spawn(argv: list[str]) -> Start:
+    """A floor: `argv` from spawn to exit (nothing listens)."""
+    t0, cpu0 = time.perf_counter(), _children_cpu_s()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    return Start(time.perf_counter() - t0, _children_cpu_s() - cpu0, 0)
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU time of `pid` so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * TICK_S
+
+
+def _load() -> str:
+    return "load " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+async def _upstream_start() -> Start | None:
+    """Spawn → first 200 of the upstream runner, and its RSS once up; None
+    when `RUNNERD_BENCH_UPSTREAM` is unset. Its CPU time is not read (a
+    shell wraps it): reported as 0."""
+    command = os.environ.get("RUNNERD_BENCH_UPSTREAM")
+    if not command:
+        return None
+    url = os.environ.get("RUNNERD_BENCH_UPSTREAM_HEALTH", "http://127.0.0.1:8080/v1/health")
+    t0 = time.perf_counter()
+    proc = await trio.lowlevel.open_process(command, shell=True, start_new_session=True)
+    try:
+        async with httpx.AsyncClient() as client:
+            with trio.fail_after(60):
+                while True:
+                    try:
+                        if (await client.get(url)).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass  # not listening yet
+                    await trio.sleep(0.002)
+        started = time.perf_counter() - t0
+        await trio.sleep(0.5)
+        return Start(started, 0.0, _tree_rss(proc.pid))
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+
+def _tree_rss(pid: int) -> int:
+    """RSS of `pid` and its children (a shell wraps the upstream command)."""
+    total = rss_bytes(pid)
+    for child in os.listdir("/proc"):
+        if child.isdigit():
+            try:
+                stat = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+                if int(stat[1]) == pid:
+                    total += _tree_rss(int(child))
+            except (OSError, RuntimeError):
+                continue  # gone, or a kernel thread
+    return total
+
+
+async def _daemon_start(repo: Path) -> Start:
+    """Spawn → first 200 of a local daemon from `repo`, its CPU time by
+    then, and its RSS once idle."""
+    d: Daemon
+    async with open_daemon(repo=repo) as d:
+        cpu_s = _cpu_s(d.proc.pid)
+        await trio.sleep(0.5)  # let start-up garbage settle before reading RSS
+        return Start(d.started_s, cpu_s, rss_bytes(d.proc.pid))
+
+
+# An interpreter; the event loop; the serving layer the brief fixes (what
+# runnerd imports before its first line runs).
+FLOORS = {
+    "`python -c pass`": "pass",
+    "`python -c 'import trio'`": "import trio",
+    "`import quart_trio, hypercorn.trio`": "import quart_trio, hypercorn.trio",
+}
+
+
+def _ratios(ours: list[Start], refs: dict[str, list[Start]], field: str) -> str:
+    value = _median(ours, field)
+    return ", ".join(f"{value / _median(v, field):.1f}× {k}" for k, v in refs.items())
+
+
+async def bench_startup() -> list[Row]:
+    """Median of the rounds' cold starts of a local-backend daemon (UNIX
+    socket only, as `bench.harness.open_daemon` starts one), the floors, the
+    upstream runner and the `RUNNERD_BENCH_BEFORE` checkout taken in turn."""
+    before_repo = os.environ.get("RUNNERD_BENCH_BEFORE")
+    for repo in (REPO, *([Path(before_repo)] if before_repo else [])):
+        compileall.compile_dir(repo / "runnerd", quiet=1)
+    ours: list[Start] = []
+    refs: dict[str, list[Start]] = {name: [] for name in FLOORS}
+    others: dict[str, list[Start]] = {"before": [], "upstream": []}
+    for round_ in range(int(os.environ.get("RUNNERD_BENCH_ROUNDS", "5"))):
+        for name, code in FLOORS.items():
+            # Ended by os._exit, as the daemon ends: an interpreter's
+            # teardown of the modules imported is no part of a start.
+            exit_now = f"{code}\nimport os\nos._exit(0)"
+            refs[name].append(_spawn([sys.executable, "-c", exit_now]))
+        # This checkout and the before one in alternating order: neither
+        # always starts right after the floors (or right after the other).
+        checkouts = [("now", REPO), *([("before", Path(before_repo))] if before_repo else [])]
+        for name, repo in checkouts[:: 1 if round_ % 2 else -1]:
+            (ours if name == "now" else others["before"]).append(await _daemon_start(repo))
+        if (up := await _upstream_start()) is not None:
+            others["upstream"].append(up)
+    return _rows(ours, refs, others)
+
+
+def _rows(
+    ours: list[Start], refs: dict[str, list[Start]], others: dict[str, list[Start]]
+) -> list[Row]:
+    floors = "; ".join(
+        f"{k} {_median(v, 'wall_s') * 1e3:.0f} ms ({_median(v, 'cpu_s') * 1e3:.0f} ms CPU)"
+        for k, v in refs.items()
+    )
+    start, cpu, rss = (_median(ours, f) for f in Start._fields)
+    rows: list[Row] = [
+        ("start references", f"{floors}; {_load()}", "—"),
+        (
+            "spawn → first 200 /v1/health (local)",
+            f"{start * 1e3:.0f} ms ({_ratios(ours, refs, 'wall_s')})",
+            "≤ 0.33× upstream",
+        ),
+        ("CPU time of that start", f"{cpu * 1e3:.0f} ms ({_ratios(ours, refs, 'cpu_s')})", "—"),
+        ("idle RSS (local)", f"{rss / MB:.1f} MB", "≤ 0.25× upstream"),
+    ]
+    for name, runs in others.items():
+        if runs:
+            other_start, other_cpu, other_rss = (_median(runs, f) for f in Start._fields)
+            cpu_text = f", CPU {other_cpu * 1e3:.0f} ms" if other_cpu else ""
+            ratio = start / other_start
+            rows += [
+                (f"{name} start", f"{other_start * 1e3:.0f} ms{cpu_text}; now {ratio:.2f}×", "—"),
+                (f"{name} RSS", f"{other_rss / MB:.1f} MB; now {rss / other_rss:.2f}×", "—"),
+            ]
+    if not others["upstream"]:
+        rows.append(("upstream runner", "not measured: set RUNNERD_BENCH_UPSTREAM", "—"))
+    return rows
+
+
+if __name__ == "__main__":
+    for name, figure, target in trio.run(bench_startup):
+        print(f"{name:40} {figure:70} {target}")
