@@ -143,12 +143,11 @@ async def open_daemon(
         sock = base / "runnerd.sock"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "LISTEN_"))}
         t0 = time.perf_counter()
-        # RUNNERD_BENCH_PROFILE=FILE runs the daemon under cProfile (the
-        # profile is written at its exit; read it with `python -m pstats FILE`).
+        # RUNNERD_BENCH_PROFILE=FILE runs the daemon under cProfile (`bench.profiled`).
         profile = os.environ.get("RUNNERD_BENCH_PROFILE")
-        profiler = ("-m", "cProfile", "-o", profile) if profile else ()
+        module = ("bench.profiled", profile) if profile else ("runnerd",)
         proc = await trio.lowlevel.open_process(
-            [*prefix, sys.executable, *profiler, "-m", "runnerd", "serve", "--config", str(cfg)],
+            [*prefix, sys.executable, "-m", *module, "serve", "--config", str(cfg)],
             cwd=str(REPO),
             env=env,
         )

@@ -33,6 +33,7 @@ from runnerd.http.connection_probe import ConnectionProbe, probe_of
 from runnerd.http.events import parse_cursor
 from runnerd.http.guard import edge_refusal, request_host, server_address
 from runnerd.http.streams import stream_slot
+from runnerd.http.wsframes import binary_frames
 from runnerd.metrics import Metrics
 from runnerd.session.reader import EVICTED, LOST, Items, open_reader
 
@@ -62,6 +63,9 @@ SEP = (",", ":")
 GAP_MESSAGE = json.dumps({"type": "gap", "reason": "buffer_evicted"}, separators=SEP)
 # Output the backend could not deliver is missing here (`Sink.output_lost`).
 LOST_MESSAGE = json.dumps({"type": "gap", "reason": "output_lost"}, separators=SEP)
+# Output chunks written in one socket write, at most (≤ 64 KiB each): a
+# client that is behind gets its backlog in ~1 MiB writes.
+BATCH_CHUNKS = 16
 
 
 def frame_chunk(seq: int, payload: bytes) -> bytes:
@@ -158,6 +162,22 @@ class _Delivery:
             self._sending = False
             self._progress_at = trio.current_time()
 
+    async def send_chunks(self, entries: list[tuple[int, bytes]]) -> None:
+        """Each `(seq, payload)` as its own binary frame (the contract's), up
+        to `BATCH_CHUNKS` frames per socket write (`ConnectionProbe.send_frames`);
+        through the framework, one message each, where that cannot be done."""
+        for start in range(0, len(entries), BATCH_CHUNKS):
+            batch = entries[start : start + BATCH_CHUNKS]
+            self._sending = True
+            try:
+                probe = self._probe
+                if probe is None or not await probe.send_frames(binary_frames(batch)):
+                    for entry in batch:
+                        await websocket.send(frame_chunk(*entry))
+            finally:
+                self._sending = False
+                self._progress_at = trio.current_time()
+
     def linger(self, seconds: float) -> None:
         """Have the connection's close linger (`ConnectionProbe.linger_s`)."""
         if self._probe is not None:
@@ -247,8 +267,7 @@ async def _send_output(
     async with open_reader(session.pty, session, cursor, closing) as reader:
         async for part in reader:
             if isinstance(part, Items):
-                for entry in part.entries:
-                    await delivery.send(frame_chunk(*entry))
+                await delivery.send_chunks(part.entries)
             elif part is EVICTED:
                 metrics.replay_gap("websocket")
                 await delivery.send(GAP_MESSAGE)
