@@ -6,9 +6,11 @@ on the session (4429) or streams on the listener (4503; both
 `runnerd.http.streams`), the `seq` and `gap` text frames (`gap` says
 `buffer_evicted` for what the replay buffer dropped, `output_lost` where
 the backend lost output), output as binary frames of a 4-byte big-endian
-seq plus the payload, client binary frames as stdin, client `resize` text frames, and the
-final `1000 "session terminal"` close, sent only once the client has taken
-every byte before it, with a closing handshake that completes
+seq plus the payload (one frame per chunk; a backlog goes out up to
+`BATCH_CHUNKS` frames per socket write, `_Delivery.send_chunks`), client
+binary frames as stdin, client `resize` text frames, and the final
+`1000 "session terminal"` close, sent only once the client has taken every
+byte before it, with a closing handshake that completes
 (`_close_when_taken`); and giving up on a client that stopped taking bytes
 (`_Delivery`: close `4408`, connection dropped). Three tasks run in one
 nursery: the sender (replay, then live, then the close), the receiver
