@@ -3,7 +3,8 @@
 The workload writes `total_bytes` to its PTY; a lean raw WebSocket client
 (`harness.drain_pty_raw`) reads the session's `/io` to its close. The floor
 is the kernel's own rate for the same workload: a blocking read loop on a
-bare PTY, no trio, no HTTP, measured right after on the same machine. The
+bare PTY, no trio, no HTTP, measured right before and right after on the
+same machine. The
 figures printed: the rate, its ratio to the floor (issue 22's goal: ≥ 0.9×),
 the daemon's CPU seconds per MB (utime + stime from `/proc/PID/stat`, the
 daemon's own, not its children's, over the drain), and the 1-minute load
@@ -85,17 +86,24 @@ def bare_pty_rate(total_bytes: int) -> tuple[float, float]:
 
 
 async def bench_throughput(total_bytes: int = 512 * 1024 * 1024) -> list[Row]:
-    """The daemon's rate, then the floor's, and their ratio."""
+    """The floor, the daemon's rate, the floor again; the ratio is to the
+    mean of the two floors (the machine's load drifts between runs)."""
     total_bytes = int(os.environ.get("RUNNERD_BENCH_THROUGHPUT_BYTES", total_bytes))
     load0 = os.getloadavg()[0]
+    before, _ = await trio.to_thread.run_sync(bare_pty_rate, total_bytes)
     rate, received, gaps, cpu_per_mb = await daemon_rate(total_bytes)
-    floor, floor_cpu_per_mb = await trio.to_thread.run_sync(bare_pty_rate, total_bytes)
+    after, floor_cpu_per_mb = await trio.to_thread.run_sync(bare_pty_rate, total_bytes)
     load1 = os.getloadavg()[0]
+    floor = (before + after) / 2
     note = f"{received / MB:.0f} MB, {gaps} gaps, load {load0:.1f} → {load1:.1f}"
     return [
         ("PTY → WebSocket throughput", f"{rate:.0f} MB/s ({note})", "—"),
-        ("same workload, bare PTY read loop (the floor)", f"{floor:.0f} MB/s", "—"),
-        ("PTY → WebSocket / floor", f"{rate / floor:.2f}×", "≥ 0.9×"),
+        (
+            "same workload, bare PTY read loop (the floor), before / after",
+            f"{before:.0f} / {after:.0f} MB/s",
+            "—",
+        ),
+        ("PTY → WebSocket / floor (their mean)", f"{rate / floor:.2f}×", "≥ 0.9×"),
         ("daemon CPU per MB streamed", f"{cpu_per_mb * 1000:.1f} ms/MB", "—"),
         ("bare PTY reader's CPU per MB (the floor's)", f"{floor_cpu_per_mb * 1000:.1f} ms/MB", "—"),
     ]
