@@ -4,9 +4,8 @@ The workload writes `total_bytes` to its PTY; a lean raw WebSocket client
 (`harness.drain_pty_raw`) reads the session's `/io` to its close. The floor
 is the kernel's own rate for the same workload: a blocking read loop on a
 bare PTY, no trio, no HTTP, measured right before and right after on the
-same machine. The
-figures printed: the rate, its ratio to the floor (issue 22's goal: ≥ 0.9×),
-the daemon's CPU seconds per MB (utime + stime from `/proc/PID/stat`, the
+same machine. The figures printed: the rate, its ratio to the floor (issue
+22's goal: ≥ 0.9×), the daemon's CPU seconds per MB (utime + stime from `/proc/PID/stat`, the
 daemon's own, not its children's, over the drain), and the 1-minute load
 average at the start and end.
 """
