@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -25,10 +24,8 @@ import trio
 from bench.cli import bench_cli
 from bench.edge import bench_bodies, bench_connections
 from bench.harness import (
-    drain_pty_raw,
     open_daemon,
     percentile,
-    python_bundle,
     rss_bytes,
     sh_bundle,
     start_session,
@@ -36,6 +33,7 @@ from bench.harness import (
 )
 from bench.netns import bench_netns
 from bench.startup import bench_startup
+from bench.throughput import bench_throughput
 from bench.workspace import bench_workspace
 
 MB = 1_000_000
@@ -79,66 +77,6 @@ async def bench_latency(n: int = 200) -> list[Row]:
              f"p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms{ratio}", "—")
         )  # fmt: skip
     return rows
-
-
-async def bench_throughput(total_bytes: int = 512 * 1024 * 1024) -> list[Row]:
-    """Bytes written by the workload to its PTY → received by a WebSocket client.
-
-    The replay buffer is made larger than the payload so that a client slower
-    than the workload shows up as a lower rate, not as evicted bytes; gaps are
-    still counted and reported.
-    """
-    chunk = 65536
-    source = (
-        "import os, sys\n"
-        "sys.stdin.readline()\n"  # wait until the client is attached
-        f"b = b'x' * {chunk}\n"
-        f"for _ in range({total_bytes // chunk}):\n"
-        "    os.write(1, b)\n"
-    )
-    async with open_daemon(replay_buffer_bytes=2 * total_bytes) as d, d.client() as client:
-        sid = await start_session(client, python_bundle(source))
-        await wait_status(client, sid, {"running"})
-        with trio.fail_after(300):
-            received, gaps, elapsed = await drain_pty_raw(d.socket_path, sid, send=b"go\n")
-    rate = received / elapsed / MB
-    ceiling = await trio.to_thread.run_sync(_bare_pty_rate, source, total_bytes)
-    note = f" ({received / MB:.0f} MB, {gaps} gaps)"
-    return [
-        ("PTY → WebSocket throughput", f"{rate:.0f} MB/s{note}", "≥ 100 MB/s"),
-        ("same workload, bare PTY read loop (kernel ceiling)", f"{ceiling:.0f} MB/s", "—"),
-    ]
-
-
-def _bare_pty_rate(source: str, total_bytes: int) -> float:
-    """The kernel's own PTY rate for the same workload on this machine: one
-    blocking read loop in C-speed Python, no trio, no HTTP. A Linux PTY hands
-    over ~4 KiB per read, so this, not runnerd, bounds the figure above."""
-    master, slave = os.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", source],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        start_new_session=True,
-    )
-    os.close(slave)
-    os.write(master, b"go\n")
-    received, t0 = 0, time.perf_counter()
-    try:
-        while received < total_bytes:
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # EIO: the writer is gone
-                break
-            if not data:
-                break
-            received += len(data)
-    finally:
-        elapsed = time.perf_counter() - t0
-        proc.wait()
-        os.close(master)
-    return received / elapsed / MB
 
 
 def _marker_pids(marker: str) -> list[int]:

@@ -145,8 +145,11 @@ async def open_daemon(
         sock = base / "runnerd.sock"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "LISTEN_"))}
         t0 = time.perf_counter()
+        # RUNNERD_BENCH_PROFILE=FILE runs the daemon under cProfile (`bench.profiled`).
+        profile = os.environ.get("RUNNERD_BENCH_PROFILE")
+        module = ("bench.profiled", profile) if profile else ("runnerd",)
         proc = await trio.lowlevel.open_process(
-            [*prefix, sys.executable, "-m", "runnerd", "serve", "--config", str(cfg)],
+            [*prefix, sys.executable, "-m", *module, "serve", "--config", str(cfg)],
             cwd=str(repo),
             env=env,
         )

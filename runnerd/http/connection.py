@@ -24,6 +24,11 @@ accepted socket and owns its slot under the cap:
 - **runnerd's HTTP/1.1 protocol** (`runnerd.http.protocol`) takes the place
   of hypercorn's on every connection: it refuses the upgrades, chunk sizes
   and WebSocket frames that broke hypercorn's.
+- **Batched WebSocket output** (`send_frames`, for `ConnectionProbe`): the
+  PTY channel writes several whole binary frames in one socket write under
+  the send lock, past hypercorn's per-message path (wsproto, the ASGI
+  glue), while wsproto says the WebSocket is open. A frame sent
+  uncompressed is valid under permessage-deflate too (RFC 7692 §6).
 - **Reason phrases.** hypercorn sends `HTTP/1.1 200 ` (an empty reason,
   legal but unhelpful in a trace); `Connection` fills in the standard phrase.
 - **JSON protocol errors.** What h11 refuses before the app runs (garbage,
@@ -42,7 +47,9 @@ import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h11 import H11Protocol as HypercornH11Protocol
+from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio.tcp_server import TCPServer
+from wsproto.connection import ConnectionState
 
 from runnerd.http.connection_probe import CONNECTION_PROBE, ConnectionProbe
 from runnerd.http.protocol import H11Protocol, with_error_body, with_reason
@@ -60,6 +67,9 @@ class Connection(TCPServer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._reader_done = trio.Event()
+        probe = self.state.get(CONNECTION_PROBE)
+        if isinstance(probe, ConnectionProbe):
+            probe.frames_sender = self.send_frames
 
     @property
     def protocol(self) -> ProtocolWrapper:
@@ -89,6 +99,24 @@ class Connection(TCPServer):
             data = with_error_body(with_reason(event.data))
             event = RawData(data=data, address=event.address)
         await super().protocol_send(event)
+
+    async def send_frames(self, frames: bytes) -> bool:
+        """Write whole server WebSocket frames in one write while the
+        WebSocket is open (`ConnectionProbe.send_frames`); False when it is
+        not, nothing written. Checked under the send lock: a Close hypercorn
+        sends (its reply to the peer's) goes out under it too, so no frame
+        follows one."""
+        wrapper = getattr(self, "_protocol", None)
+        ws = getattr(getattr(wrapper, "protocol", None), "stream", None)
+        async with self.send_lock:
+            if not isinstance(ws, WSStream) or ws.closed or not _open(ws):
+                return False
+            try:
+                with trio.CancelScope(shield=True):  # as hypercorn's own sends
+                    await self.stream.send_all(frames)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                await self.protocol.handle(Closed())
+        return True
 
     async def evict(self) -> None:
         """Close this idle connection now (what the keep-alive timer does)."""
@@ -136,6 +164,11 @@ class Connection(TCPServer):
         # The peer is gone. hypercorn leaves the keep-alive timer running, and
         # the connection (and its slot under the cap) lingers until it fires.
         await self.idle_task.stop()
+
+
+def _open(ws: WSStream) -> bool:
+    connection = getattr(ws, "connection", None)  # set once the handshake is accepted
+    return connection is not None and connection.state is ConnectionState.OPEN
 
 
 async def _set_then_cancel(event: Any, scope: trio.CancelScope) -> None:

@@ -3,8 +3,9 @@
 Owns `ConnectionProbe`: `serve_app` puts one in each connection's ASGI
 `state` (under `CONNECTION_PROBE`), and the WebSocket route's close uses it
 to tell a client that is still taking bytes from one that stopped
-(`runnerd.http.io`). hypercorn gives an app neither the socket nor its send
-queue; this is the narrow part of them a handler needs.
+(`runnerd.http.io`), and the PTY channel writes its output frames through
+it in batches (`send_frames`). hypercorn gives an app neither the socket
+nor its send queue; this is the narrow part of them a handler needs.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import fcntl
 import struct
 import termios
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
@@ -33,6 +34,20 @@ class ConnectionProbe:
     def __init__(self, stream: trio.SocketStream) -> None:
         self._socket = stream.socket
         self.linger_s = 0.0
+        # Set by the connection (`runnerd.http.connection.Connection`).
+        self.frames_sender: Callable[[bytes], Awaitable[bool]] | None = None
+
+    async def send_frames(self, frames: bytes) -> bool:
+        """Write `frames` (whole server WebSocket frames, `wsframes.binary_frames`)
+        to the socket in one write, in turn with every other send of the
+        connection, while its WebSocket is open. False, with nothing written,
+        when it is not open (not yet accepted, or a Close was sent or
+        received) or the connection cannot do it: the caller then sends
+        through the framework, which knows what to do with a late message.
+        Cancellation: as the framework's sends (the write is shielded; a
+        stalled peer is cut with `abort`)."""
+        sender = self.frames_sender
+        return False if sender is None else await sender(frames)
 
     def unsent_bytes(self) -> int | None:
         """Bytes written to the socket that the peer has not taken yet: on

@@ -6,9 +6,11 @@ on the session (4429) or streams on the listener (4503; both
 `runnerd.http.streams`), the `seq` and `gap` text frames (`gap` says
 `buffer_evicted` for what the replay buffer dropped, `output_lost` where
 the backend lost output), output as binary frames of a 4-byte big-endian
-seq plus the payload, client binary frames as stdin, client `resize` text frames, and the
-final `1000 "session terminal"` close, sent only once the client has taken
-every byte before it, with a closing handshake that completes
+seq plus the payload (one frame per chunk; a backlog goes out up to
+`BATCH_CHUNKS` frames per socket write, `_Delivery.send_chunks`), client
+binary frames as stdin, client `resize` text frames, and the final
+`1000 "session terminal"` close, sent only once the client has taken every
+byte before it, with a closing handshake that completes
 (`_close_when_taken`); and giving up on a client that stopped taking bytes
 (`_Delivery`: close `4408`, connection dropped). Three tasks run in one
 nursery: the sender (replay, then live, then the close), the receiver
@@ -33,6 +35,7 @@ from runnerd.http.connection_probe import ConnectionProbe, probe_of
 from runnerd.http.events import parse_cursor
 from runnerd.http.guard import edge_refusal, request_host, server_address
 from runnerd.http.streams import stream_slot
+from runnerd.http.wsframes import binary_frames
 from runnerd.metrics import Metrics
 from runnerd.session.reader import EVICTED, LOST, Items, open_reader
 
@@ -62,6 +65,9 @@ SEP = (",", ":")
 GAP_MESSAGE = json.dumps({"type": "gap", "reason": "buffer_evicted"}, separators=SEP)
 # Output the backend could not deliver is missing here (`Sink.output_lost`).
 LOST_MESSAGE = json.dumps({"type": "gap", "reason": "output_lost"}, separators=SEP)
+# Output chunks written in one socket write, at most (≤ 64 KiB each): a
+# client that is behind gets its backlog in ~1 MiB writes.
+BATCH_CHUNKS = 16
 
 
 def frame_chunk(seq: int, payload: bytes) -> bytes:
@@ -158,6 +164,22 @@ class _Delivery:
             self._sending = False
             self._progress_at = trio.current_time()
 
+    async def send_chunks(self, entries: list[tuple[int, bytes]]) -> None:
+        """Each `(seq, payload)` as its own binary frame (the contract's), up
+        to `BATCH_CHUNKS` frames per socket write (`ConnectionProbe.send_frames`);
+        through the framework, one message each, where that cannot be done."""
+        for start in range(0, len(entries), BATCH_CHUNKS):
+            batch = entries[start : start + BATCH_CHUNKS]
+            self._sending = True
+            try:
+                probe = self._probe
+                if probe is None or not await probe.send_frames(binary_frames(batch)):
+                    for entry in batch:
+                        await websocket.send(frame_chunk(*entry))
+            finally:
+                self._sending = False
+                self._progress_at = trio.current_time()
+
     def linger(self, seconds: float) -> None:
         """Have the connection's close linger (`ConnectionProbe.linger_s`)."""
         if self._probe is not None:
@@ -247,8 +269,7 @@ async def _send_output(
     async with open_reader(session.pty, session, cursor, closing) as reader:
         async for part in reader:
             if isinstance(part, Items):
-                for entry in part.entries:
-                    await delivery.send(frame_chunk(*entry))
+                await delivery.send_chunks(part.entries)
             elif part is EVICTED:
                 metrics.replay_gap("websocket")
                 await delivery.send(GAP_MESSAGE)

@@ -1,6 +1,9 @@
-"""Frame lengths a WebSocket client declares, read as its bytes arrive (pure).
+"""WebSocket frames at the byte level (pure): a client's declared lengths,
+the server's binary frames.
 
-Owns `FrameLengths`, which follows the frame boundaries of one client's
+Owns `binary_frames`, the server's output frames of the PTY channel written
+out as one byte string (several frames in one socket write), and
+`FrameLengths`, which follows the frame boundaries of one client's
 byte stream (RFC 6455 §5.2: a 2-byte head, a 2- or 8-byte extended length,
 a 4-byte mask, then the payload) and reports a frame that declares more
 payload than the limit. wsproto only learns that from the payload itself,
@@ -9,6 +12,8 @@ this sees it in the head. Payload bytes are skipped, never read.
 """
 
 from __future__ import annotations
+
+import struct
 
 _LENGTH_16 = 126  # the 7-bit length saying "a 16-bit length follows"
 _LENGTH_64 = 127  # ... "a 64-bit length follows"
@@ -31,6 +36,30 @@ def _declared(head: bytes | bytearray) -> int:
     if short == _LENGTH_64:
         return int.from_bytes(head[2:10], "big")
     return short
+
+
+_BINARY_FIN = 0x82  # FIN, opcode 2 (binary); a server's frames are unmasked
+_HEAD_16 = struct.Struct(">BBHI")  # head with a 16-bit length, then the seq
+_HEAD_64 = struct.Struct(">BBQI")  # ... a 64-bit length, then the seq
+_HEAD_7 = struct.Struct(">BBI")
+
+
+def binary_frames(entries: list[tuple[int, bytes]]) -> bytes:
+    """One unfragmented binary frame per `(seq, payload)`, in order, each
+    carrying the 4-byte big-endian seq then the payload (the contract's PTY
+    output frame), joined into one byte string: the payloads are copied
+    once, whatever the number of frames."""
+    pieces: list[bytes] = []
+    for seq, payload in entries:
+        size = 4 + len(payload)
+        if size < _LENGTH_16:
+            pieces.append(_HEAD_7.pack(_BINARY_FIN, size, seq))
+        elif size <= 0xFFFF:
+            pieces.append(_HEAD_16.pack(_BINARY_FIN, _LENGTH_16, size, seq))
+        else:
+            pieces.append(_HEAD_64.pack(_BINARY_FIN, _LENGTH_64, size, seq))
+        pieces.append(payload)
+    return b"".join(pieces)
 
 
 class FrameLengths:

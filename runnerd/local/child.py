@@ -75,6 +75,39 @@ def read_ready(fd: int, first: bytes) -> tuple[bytes, bool]:
     return (first if len(pieces) == 1 else b"".join(pieces)), False
 
 
+class ReadBurst:
+    """Reads what a non-blocking fd has ready, up to one chunk, into one
+    reusable buffer (a Linux PTY hands over at most ~4 KiB per read, so a
+    chunk is ~16 reads: no 64 KiB bytes object allocated and shrunk per
+    read, no join; one copy out per chunk). One burst at a time: `read` is
+    not reentrant.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray(READ_CHUNK_BYTES)
+        self._view = memoryview(self._buffer)
+
+    def read(self, fd: int) -> tuple[bytes, bool]:
+        """(the bytes ready, up to one chunk; b"" if none, and whether the end
+        was reached: EOF, or EIO on a PTY whose every slave fd is closed)."""
+        size, eof = 0, False
+        while size < READ_CHUNK_BYTES:
+            try:
+                got = os.readv(fd, [self._view[size:]])
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno != errno.EIO:
+                    raise
+                eof = True
+                break
+            if not got:
+                eof = True
+                break
+            size += got
+        return bytes(self._view[:size]), eof
+
+
 def exit_code_of(returncode: int) -> int:
     """Popen's "killed by signal N" (-N) as a shell reports it (128+N)."""
     return 128 - returncode if returncode < 0 else returncode

@@ -22,9 +22,7 @@ orphaned (a daemonising double fork) is out of reach.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
-import os
 import struct
 import subprocess
 import termios
@@ -32,7 +30,7 @@ from collections.abc import Callable
 
 import trio
 
-from runnerd.local.child import READ_CHUNK_BYTES, ChildState, ContainedChild, read_ready
+from runnerd.local.child import ChildState, ContainedChild, ReadBurst
 
 DEFAULT_COLS = 80
 DEFAULT_ROWS = 24
@@ -75,23 +73,16 @@ class PtyProcess(ContainedChild):
         """Forward every byte the workload writes to `on_output`, in order, until
         the terminal closes (EIO: no process holds the slave any more); then set
         `done`. Cancellable."""
-        fd = self._master
+        fd, burst = self._master, ReadBurst()
         while True:
-            try:
-                data = os.read(fd, READ_CHUNK_BYTES)
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(fd)
-                continue
-            except OSError as exc:
-                if exc.errno != errno.EIO:
-                    raise
-                break
-            if not data:
-                break
-            data, eof = read_ready(fd, data)
-            on_output(data)
+            data, eof = burst.read(fd)
+            if data:
+                on_output(data)
             if eof:
                 break
+            if not data:
+                await trio.lowlevel.wait_readable(fd)
+                continue
             # Data may be ready forever; let other tasks (and cancellation) in.
             await trio.lowlevel.checkpoint()
         done.set()
