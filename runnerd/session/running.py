@@ -25,7 +25,8 @@ import trio
 from runnerd.backend import Backend, Exited, Failed, RunSpec, Started, StartError
 from runnerd.session.admission import Catalog
 from runnerd.session.ending import NO_OUTCOME, Ending, Internal, Produced, StartFailed, decide
-from runnerd.session.session import Session, SessionReport, SessionSink
+from runnerd.session.session import Session
+from runnerd.session.sink import SessionReport, SessionSink
 from runnerd.workload.supervision import supervise, tcp_ports
 
 log = logging.getLogger("runnerd.sessions")

@@ -1,12 +1,13 @@
-"""One session as the rest of runnerd sees it, and the sink its backend reports to.
+"""One session as the rest of runnerd sees it.
 
 Owns the per-session IO state around the pure `SessionRecord`: its phase
 (`SessionPhase`: one lifecycle, moving only forward), the wake-up that stream
 readers wait on, the live workload's handle (stdin, resizes with their 50 ms
-coalescing), the stop scope a user stop cancels, the `Sink` its backend
-reports to and the `SessionReport` the core's own watchers of the workload
-report to. The `SessionManager` (`runnerd.session.manager`) creates sessions
-and drives their lifecycle through the methods under "the manager's side".
+coalescing), the stop scope a user stop cancels, and one backend stop at a
+time. The `Sink` its backend reports to and the report the core's own
+watchers of the workload write to are `runnerd.session.sink`'s. The
+`SessionManager` (`runnerd.session.manager`) creates sessions and drives
+their lifecycle through the methods under "the manager's side".
 
 Reader contract (SSE, WebSocket): read `ring.since(cursor)`, send, then
 `await session.wait_change()` with no checkpoint between the read and the
@@ -22,21 +23,14 @@ import logging
 import math
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
-from runnerd.backend import EndIntent, RunSpec, Started, WorkloadHandle
+from runnerd.backend import EndIntent, RunSpec, Started, StopRefused, WorkloadHandle
 from runnerd.contract import (
-    Reachability,
-    RunPhase,
     RunStatus,
-    debug_event,
-    is_event_frame,
-    is_terminal,
-    progress_event,
-    reachability_event,
     running,
 )
 from runnerd.metrics import NULL_METRICS, Metrics
@@ -66,6 +60,16 @@ class SessionPhase(enum.Enum):
     RUNNING = 2
     ENDING = 3
     ENDED = 4
+
+
+@dataclass
+class _StopAttempt:
+    """A backend stop in flight (`Session.stop_workload`) and, once `done`,
+    how it went: `finished` (not given up at a deadline), `refused`."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    finished: bool = False
+    refused: StopRefused | None = None
 
 
 @dataclass
@@ -124,6 +128,7 @@ class Session:
         # What a stop cancels: entered once, by the run (`stop_scope`).
         self._stop_scope = trio.CancelScope()
         self._workload: _Workload | None = None
+        self._stop_attempt: _StopAttempt | None = None
         self._pending_size: tuple[int, int] | None = None
         # The latest size any client asked for, and when one first was: what
         # a workload that does not exist yet starts with (Sink.terminal_size).
@@ -289,9 +294,28 @@ class Session:
         Raises:
             StopRefused: the workload could not be stopped; it runs on.
         """
+        # One backend stop at a time: a second DELETE while one is in flight
+        # gets the first one's answer (a pod is deleted once), or tries
+        # itself when the first gave up at its deadline.
+        while (attempt := self._stop_attempt) is not None:
+            await attempt.done.wait()
+            if attempt.finished:
+                if attempt.refused is not None:
+                    raise StopRefused(str(attempt.refused)) from attempt.refused
+                return
         workload = self._workload
-        if self.phase is SessionPhase.RUNNING and workload is not None and workload.stop:
+        if self.phase is not SessionPhase.RUNNING or workload is None or not workload.stop:
+            return
+        attempt = self._stop_attempt = _StopAttempt()
+        try:
             await workload.stop()
+            attempt.finished = True
+        except StopRefused as exc:
+            attempt.refused, attempt.finished = exc, True
+            raise
+        finally:
+            self._stop_attempt = None
+            attempt.done.set()
 
     def release_creation(self) -> None:
         """Forget what creating the workload needed (its bundle, its env with
@@ -320,77 +344,3 @@ class Session:
             self._set_status(status)
         self._advance(SessionPhase.ENDED)
         self._done.set()
-
-
-class SessionSink:
-    """The `Sink` a backend reports through: synchronous, never raises, and a
-    no-op once the session is terminal (the record enforces that)."""
-
-    def __init__(self, session: Session) -> None:
-        self._session = session
-        self._record = session._record
-
-    def status(self, status: RunStatus) -> None:
-        if is_terminal(status):
-            # Terminal statuses are the manager's to decide (from the outcome).
-            log.warning(
-                "backend reported terminal status %s; ignored",
-                status["kind"],
-                extra={"session_id": self._session.id},
-            )
-            return
-        self._session._set_status(status)
-
-    def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
-        if self._record.emit(progress_event(phase, message, done)) is not None:
-            self._session._notify()
-
-    def output(self, data: bytes) -> None:
-        if self._record.output(data) is not None:
-            self._session.metrics.pty_bytes("output", len(data))
-            self._session._notify()
-
-    def output_lost(self) -> None:
-        if self._record.output_lost() is not None:
-            self._session._notify()
-
-    def end_intent(self) -> EndIntent:
-        return self._session.end_requested or EndIntent.STOP
-
-    async def terminal_size(self, wait_s: float) -> tuple[int, int] | None:
-        session = self._session
-        created_at = session.spec.identity.created_at
-        elapsed_s = 0.0 if created_at is None else max(0.0, session._wall_clock() - created_at)
-        # From creation, as the TTL: the backend's own preparation counts.
-        with trio.move_on_at(trio.current_time() + wait_s - elapsed_s):
-            await session._size_requested.wait()
-        return session._requested_size
-
-
-class SessionReport:
-    """Where the core's own watchers of the workload report
-    (`runnerd.workload.supervision.Report`: its reachability probes and debug
-    relay; not part of the seam). Synchronous, never raises, a no-op once
-    the session is terminal. Debug frames other than events are dropped (the
-    same bytes arrive on the PTY channel), and so is the kernel's replay of
-    frames a previous daemon relayed (`Session.relayed_debug`)."""
-
-    def __init__(self, session: Session) -> None:
-        self._session = session
-        self._record = session._record
-
-    def reachability(self, port: int, state: Reachability) -> None:
-        if self._record.emit(reachability_event(port, state)) is not None:
-            self._session._notify()
-
-    def debug(self, frame: dict[str, Any]) -> None:
-        if not is_event_frame(frame):
-            return
-        relayed = self._session.relayed_debug
-        if relayed:  # the kernel's replay, in order, until the first new frame
-            if frame == relayed[0]:
-                relayed.popleft()
-                return
-            relayed.clear()
-        if self._record.emit(debug_event(frame)) is not None:
-            self._session._notify()

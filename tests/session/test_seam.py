@@ -249,3 +249,46 @@ async def test_seam_a_refused_stop_changes_nothing_and_a_later_one_stops() -> No
         assert backend.stops == 2
         await manager.stop(session.id)  # idempotent: an ended session asks nothing
         assert backend.stops == 2
+
+
+class SlowStopBackend(RefusingStopBackend):
+    """A stop of its own that takes a while (a pod delete in flight)."""
+
+    async def stop(self) -> None:
+        self.stops += 1
+        await trio.sleep(0.2)
+        if self.refuse:
+            raise StopRefused("the runner is not permitted to do this")
+
+
+@pytest.mark.parametrize("refuse", [False, True], ids=["accepted", "refused"])
+async def test_seam_two_concurrent_stops_reach_the_backend_once(refuse: bool) -> None:
+    # Two DELETEs of one session at once: the backend's stop (a pod delete)
+    # runs once, and both get its answer.
+    backend = SlowStopBackend()
+    backend.refuse = refuse
+    answers: list[str] = []
+    async with open_manager(backend) as manager:
+        session = manager.start(build_spec())
+        with trio.fail_after(10):
+            while session.status["kind"] != "running":
+                await session.wait_change()
+
+        async def delete() -> None:
+            try:
+                await manager.stop(session.id)
+                answers.append("stopped")
+            except StopFailed as exc:
+                answers.append(exc.code)
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(delete)
+                nursery.start_soon(delete)
+        assert backend.stops == 1
+        if refuse:
+            assert answers == ["stop_failed", "stop_failed"]
+            assert session.status == running([], None)
+        else:
+            assert answers == ["stopped", "stopped"]
+            assert await wait_terminal(session) == stopped()

@@ -15,7 +15,8 @@ import trio.testing
 from runnerd.backend import Exited, ImageSpec, Limits, RunSpec, Sink, WorkloadAddress
 from runnerd.contract import PortMapping, Reachability, exited, stopped
 from runnerd.session.registry import SessionRecord
-from runnerd.session.session import Session, SessionReport
+from runnerd.session.session import Session
+from runnerd.session.sink import SessionReport
 from runnerd.workload.supervision import supervise, tcp_ports
 
 from .backends import InProcessBackend
