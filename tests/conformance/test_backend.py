@@ -12,6 +12,7 @@ import re
 
 import pytest
 import trio
+import trio.testing
 
 from runnerd.backend import EndIntent, Exited, RunSpec
 from runnerd.contract import exited, stopped
@@ -61,14 +62,20 @@ async def workload_id(session: Session) -> str:
     return match[1]
 
 
-def assert_handle_inert(run: RunLog, session: Session) -> None:
+async def assert_handle_inert(run: RunLog, session: Session) -> None:
     """The ended workload's handle: writes and resizes return without raising,
-    and the session's output stays as it was."""
+    and the backend reports nothing more through its sink (the session's
+    ring would drop it anyway, so the sink's log is what is checked)."""
     assert run.handle is not None
     before = session.pty.last_seq
+    reported = len(run.calls)
     run.handle.write(b"echo too late\r")
     run.handle.resize(100, 30)
     run.handle.write(b"")
+    # Whatever the writes could have set off has run by the time every task
+    # is parked (a backend's tasks, and the fake's workload, are in-process).
+    await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+    assert run.calls[reported:] == []
     assert session.pty.last_seq == before
 
 
@@ -93,7 +100,7 @@ async def test_handle_calls_after_the_own_exit_are_noops(target: Target) -> None
         session = start(manager, target.spec("exit 0"))
         await wait_terminal(session)
         assert session.status == exited(0)
-        assert_handle_inert(backend.runs[session.id], session)
+        await assert_handle_inert(backend.runs[session.id], session)
 
 
 async def test_stdin_written_on_seeing_running_reaches_the_workload(target: Target) -> None:
@@ -119,7 +126,7 @@ async def test_stop_removes_the_workload_within_the_stop_timeout(target: Target)
         assert session.status == stopped()
         assert not target.exists(session.id, workload)
         run = backend.runs[session.id]
-        assert_handle_inert(run, session)
+        await assert_handle_inert(run, session)
     assert is_cancellation(run.raised), (run.raised, run.outcome)
     assert run.broken == []
     assert status_kinds(session) == ["starting", "running", "stopped"]
