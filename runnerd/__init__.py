@@ -15,9 +15,10 @@ list (`tests/layout/test_layers.py` checks it, and that the pure ones stay pure)
   reload budget, the restart debounce, run generations, the app checks);
   the same rank as `workload`, and neither imports the other;
 - `session`: sessions, their rings, the manager, admission (the core);
-- `local`, `kube`: the backends;
-  they import the seam, config and workload, never the core or the edges,
-  and never each other;
+- `local`, `kube`: the backends, the same rank as `session`;
+  they import the seam and config (`local` also `watch` and `workload`)
+  and the layers above those, never the core or the edges, and never each
+  other;
 - `backends`: the one table naming the built backends, and the `Provider`
   protocol each backend package satisfies;
 - `http`: the quart-trio edge;

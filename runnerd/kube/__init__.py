@@ -28,8 +28,8 @@ keeps it unread, `settings.parse_settings` reads it into `settings.KubeSettings`
 `backend` is `KubeBackend`, the parts put together: one `podrun.PodRun` per
 `run()`, one `ledger.PodLedger` per process.
 
-May import: `contract`, `errors`, `backend`, `config`, `workload`. Never
-`session`, `http`, `daemon`, `cli` or another backend.
+May import (and does): `contract`, `metrics`, `atomic_file`, `backend`,
+`config`. Never `session`, `http`, `daemon`, `cli` or another backend.
 
 How `backend.KubeBackend` and `provider` put them together:
 
@@ -56,10 +56,15 @@ How `backend.KubeBackend` and `provider` put them together:
   `Progress` → sink.progress, `PodRunning` → attach + `running`,
   `StartFailed` → fail the start, `Exited`/`Failed` → the outcome. After the
   start, `podstatus.terminal_outcome(pod_or_None)` decides the end.
-- `await nursery.start(partial(attach.run_attach, kube, name, on_output=…))` →
-  `attach.Terminal` (the `WorkloadHandle`: `write`, `resize`); it returns
-  `AttachEnd.ENDED` / `DROPPED` (re-attach while the pod runs) or raises a
-  classified `KubeError`. `kube.read_log(...)` has what was written earlier.
+- The `WorkloadHandle` in `Started` is `PodRun`'s one `terminal.Relay`
+  (`write`, `resize`), reported as soon as the pod runs: stdin and resizes
+  go to the current attach (held, bounded, until the first is up).
+  `terminal.keep_attached` runs `attach.run_attach(kube, name,
+  on_output=…)` until the terminal ends: each attach that comes up hands its
+  `attach.Terminal` to the `Relay`; one that returns `AttachEnd.DROPPED` or
+  raises a classified `KubeError` is re-attached while the pod runs, and
+  `terminal.read_log` (`pods/log`) fills in what was written before or in
+  between.
 - `POST /v1/probe`: `await probe.probe_cluster(kube)` (ready, or unavailable
   with a remediation line; bounded).
 - Teardown (`podstop`, planned by `podphase.plan_teardown`): a user stop

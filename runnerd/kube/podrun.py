@@ -70,7 +70,6 @@ Pod = Mapping[str, Any]
 # given up on: the sweep deletes the pod if it lands later (the ledger keeps
 # it in mind for ABANDONED_KEEP_S, past the client's own per-call deadline).
 CREATE_GRACE_S = 2.0
-# After the container ends, how long the attach may take to deliver the rest.
 RESTARTED_LINE = notice(
     "runnerd restarted and re-attached; output from while it was away may have been missed"
 )
@@ -180,6 +179,7 @@ class PodRun:
             if self._ctx.ledger.is_stopping(self.name):
                 await trio.sleep_forever()  # a stop deleted it: its cancellation follows
             delivered = False  # the attach ended with the container, delivering everything
+            # The container has ended: the attach has this long to deliver the rest.
             with trio.move_on_after(DRAIN_TIMEOUT_S):
                 delivered = await attach_end.receive()
             nursery.cancel_scope.cancel()

@@ -17,7 +17,7 @@ ring from a cursor, gaps, heartbeats), admission
 session's task just before the backend runs, so no backend sees the
 catalog) and the capabilities document (`capabilities`, pure).
 
-May import: `contract`, `errors`, `metrics`, `backend`, `config`,
-`workload`. Never a backend package, `http`, `daemon` or `cli`: a backend
-reaches the core only through the `runnerd.backend` seam.
+May import: `contract`, `errors`, `metrics`, `atomic_file`, `backend`,
+`config`, `workload`, `watch`. Never a backend package, `http`, `daemon` or
+`cli`: a backend reaches the core only through the `runnerd.backend` seam.
 """
