@@ -1,8 +1,9 @@
 """The core: sessions and the manager that runs them.
 
 Owns the session registry and its replay rings (`registry`, pure), one
-session's state (`session`: its `SessionPhase`, the `Sink` its backend
-reports to, the report the core's watchers write to), the `SessionManager`
+session's state (`session`: its `SessionPhase`, one backend stop at a time;
+`sink`: the `Sink` its backend reports to and the report the core's watchers
+write to), the `SessionManager`
 (`manager`: one nursery per session, the only place a session's lifecycle is
 decided; `stopping`: a user stop and a shutdown, asked and waited for;
 `running`: one workload's run under its stop scope and TTL, with the
