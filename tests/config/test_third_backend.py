@@ -13,18 +13,32 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import trio
 
 from runnerd import backends
-from runnerd.backend import Backend
+from runnerd.backend import (
+    Backend,
+    BackendContext,
+    BundleSpec,
+    Exited,
+    ImageSpec,
+    Limits,
+    Outcome,
+    Recovered,
+    RunSpec,
+    Sink,
+    Started,
+)
 from runnerd.cli.main import main
-from runnerd.config import AppEntry, Config, ConfigError, Section, Table
+from runnerd.config import Config, ConfigError, Section, Table
+from runnerd.contract import AvailabilityReport, exited, ready
 from runnerd.daemon.reload import build_reloaded, restart_only_changes
-from runnerd.metrics import NULL_METRICS, Metrics
+from runnerd.session.manager import SessionManager
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "runnerd" / "config"
 
@@ -80,18 +94,48 @@ def bound_changes(old: ToySettings, new: ToySettings) -> list[str]:
     return [f"toy.{key}" for key in keys]
 
 
+class ToyBackend:
+    """A workload that prints its colour and exits with its speed."""
+
+    name = NAME
+    notices: tuple[str, ...] = ()
+    detach_supported = False
+
+    def __init__(self, settings: ToySettings) -> None:
+        self._settings = settings
+
+    async def recover(self) -> list[Recovered]:
+        return []
+
+    async def probe(self, image: ImageSpec) -> AvailabilityReport:
+        return ready()
+
+    async def run(
+        self, spec: RunSpec, sink: Sink, *, task_status: trio.TaskStatus[Started]
+    ) -> Outcome:
+        task_status.started(Started(_Inert()))
+        sink.output(f"a {self._settings.colour} toy\r\n".encode())
+        await trio.lowlevel.checkpoint()
+        return Exited(self._settings.speed)
+
+
+class _Inert:
+    def write(self, data: bytes) -> None:
+        pass
+
+    def resize(self, cols: int, rows: int) -> None:
+        pass
+
+
 def open_backend(
-    config: Config[ToySettings],
-    apps: Callable[[], Mapping[str, AppEntry]],
-    metrics: Metrics = NULL_METRICS,
+    config: Config[ToySettings], context: BackendContext
 ) -> contextlib.AbstractAsyncContextManager[Backend]:
-    return _open_backend()
+    return _open_backend(config.settings)
 
 
 @contextlib.asynccontextmanager
-async def _open_backend() -> AsyncIterator[Backend]:
-    raise NotImplementedError("the toy backend runs nothing")
-    yield  # pragma: no cover
+async def _open_backend(settings: ToySettings) -> AsyncIterator[Backend]:
+    yield ToyBackend(settings)
 
 
 # ---------------------------------------------------------------- the tests
@@ -218,3 +262,30 @@ def test_a_provider_is_never_handed_another_backends_settings(tmp_path: Path) ->
     mixed = dataclasses.replace(toy, settings=ToySettings().colour)
     with pytest.raises(TypeError, match="a config with str settings handed to the toy backend"):
         backends.provider_for(mixed).stop_timeout_s(mixed)
+
+
+async def test_its_backend_opens_through_built_and_runs_a_session_in_the_core(
+    tmp_path: Path,
+) -> None:
+    # The whole seam, not only the config: the provider `BUILT` names opens
+    # the backend the daemon would, and the core's manager runs a session on it.
+    config = backends.check_config(backends.load_config(write(tmp_path, 'colour = "teal"\n')))
+    provider = backends.provider_for(config)
+    async with provider.open_backend(config, BackendContext()) as backend:
+        manager = SessionManager(backend, max_sessions=2, exit_ttl_s=60.0, replay_buffer_bytes=4096)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(manager.run)
+            spec = RunSpec.create(
+                session_id="toyaaaaaaaaa",
+                image=ImageSpec("toy-image", "missing"),
+                env={},
+                limits=Limits("50m", "64Mi", "64Mi", 60.0),
+                bundle=BundleSpec("main", (("main", ""),)),
+            )
+            session = manager.start(spec)
+            with trio.fail_after(10):
+                await session.wait_terminal()
+            nursery.cancel_scope.cancel()
+    assert backend.name == "toy"
+    assert session.status == exited(3)
+    assert b"".join(data for _, data in session.pty.since(0).items) == b"a teal toy\r\n"
