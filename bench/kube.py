@@ -53,9 +53,10 @@ async def _pod_added(sim: KubeSim, seen: dict[str, float]) -> None:
 async def one_session(
     client: httpx.AsyncClient, seen: dict[str, float], ports: list[dict[str, Any]]
 ) -> tuple[float, ...]:
-    t0 = time.perf_counter()
     body = telo_body("print hello\nexit 0\n", ports=ports)
+    t0 = time.perf_counter()
     response = await client.post("/v1/sessions", json=body)
+    answered = time.perf_counter() - t0
     sid = response.json()["sessionId"]
     running = exited = 0.0
     async with client.stream("GET", f"/v1/sessions/{sid}/events", timeout=None) as events:
@@ -65,7 +66,19 @@ async def one_session(
                 running = time.perf_counter() - t0
             if kind in ("exited", "failed", "stopped"):
                 exited = time.perf_counter() - t0
-    return seen[f"runnerd-{sid}"] - t0, running, exited
+    return seen[f"runnerd-{sid}"] - t0, running, exited, answered
+
+
+async def post_floor(client: httpx.AsyncClient) -> float:
+    """The same POST with a body the daemon refuses (400, no session): the
+    HTTP stack, the route and the body parse, the 201's floor."""
+    body = telo_body("print hello\nexit 0\n")
+    body["env"] = "not an object"
+    t0 = time.perf_counter()
+    response = await client.post("/v1/sessions", json=body)
+    elapsed = time.perf_counter() - t0
+    assert response.status_code == 400, response.text
+    return elapsed
 
 
 async def pty_throughput(daemon: Any, client: httpx.AsyncClient) -> float:
@@ -104,7 +117,10 @@ async def measure(sim: KubeSim, tmp: Path, sessions: int, endpoints: bool, concu
         async with kube_daemon(sim, tmp / "daemon", **keys) as daemon, daemon.client() as client:
             await sim.stats.wait_until(lambda s: s.watches_open == 1)
             before = sim.stats.snapshot()
-            results = [await one_session(client, seen, ports) for _ in range(sessions)]
+            results, floors = [], []
+            for _ in range(sessions):  # alternated, so load drifts hit both alike
+                floors.append(await post_floor(client))
+                results.append(await one_session(client, seen, ports))
             after = sim.stats.snapshot()
             throughput = await pty_throughput(daemon, client)
             # One alone (a DELETE's own latency), then N at once.
@@ -116,6 +132,12 @@ async def measure(sim: KubeSim, tmp: Path, sessions: int, endpoints: bool, concu
     print(
         f"runnerd (kubernetes backend), {sessions} sequential sessions (print; exit 0)"
         + (", each publishing 2 tcp ports (Service + Ingress)" if endpoints else "")
+    )
+    answered = statistics.median(r[3] for r in results)
+    floor = statistics.median(floors)
+    print(
+        f"  POST → 201             {answered * 1000:.1f} ms median; floor (the same POST"
+        f" refused, 400) {floor * 1000:.1f} ms; ratio {answered / floor:.2f}"
     )
     print(f"  POST → pod exists      {_ms([r[0] for r in results])}")
     print(f"  POST → running         {_ms([r[1] for r in results])}")
