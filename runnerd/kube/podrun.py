@@ -193,7 +193,13 @@ class PodRun:
         """The terminal kept attached while the pod runs; what
         `keep_attached` returned goes to `done` (one slot, never blocks)."""
         delivered = await keep_attached(
-            self._client, self.name, self.relay, self._splice, self._sink.output, self._pod_runs
+            self._client,
+            self.name,
+            self.relay,
+            self._splice,
+            self._sink.output,
+            self._pod_runs,
+            self._ctx.settings.attach_quiet_s,
         )
         done.send_nowait(delivered)
 

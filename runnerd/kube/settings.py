@@ -72,6 +72,12 @@ class KubeSettings:
     # before the start fails. A registry hiccup heals within the kubelet's
     # first retries (10 s, 20 s); a wrong image name never does.
     pull_backoff_grace_s: float = 30.0
+    # Once an attach is up, how long a silent container waits before its
+    # log is read for what it wrote before the attach joined. An attach that
+    # delivers output first has the read sent at once, after that output,
+    # so one read finds where the attach joined (a read sent before the
+    # join needs a second); 0 reads at once.
+    attach_quiet_s: float = 0.2
     # The DNS name session endpoints are published under: a session's tcp
     # port P is `https://P-<session id>.<ingress_base_domain>` through one
     # Ingress. Unset: nothing is published (the ports are reachable only
@@ -94,7 +100,8 @@ class KubeSettings:
 KEYS = (
     "kubeconfig", "context", "namespace", "self_url", "bundle_listen", "init_image",
     "runtime_class", "image_pull_secret", "managed_by", "start_deadline_seconds",
-    "pull_backoff_grace_seconds", "ingress_base_domain", "ingress_class", "ingress_tls_secret",
+    "pull_backoff_grace_seconds", "attach_quiet_seconds", "ingress_base_domain", "ingress_class",
+    "ingress_tls_secret",
     "on_restart",
 )  # fmt: skip
 # RFC 1123 label (namespaces, secret and runtime class names).
@@ -231,6 +238,7 @@ def parse_settings(t: Table, base_dir: Path) -> KubeSettings:
         or d.managed_by,
         start_deadline_s=t.seconds("start_deadline_seconds", d.start_deadline_s),
         pull_backoff_grace_s=t.seconds("pull_backoff_grace_seconds", d.pull_backoff_grace_s),
+        attach_quiet_s=t.seconds("attach_quiet_seconds", d.attach_quiet_s, zero_ok=True),
         ingress_base_domain=domain,
         ingress_class=ingress_class,
         ingress_tls_secret=tls_secret,
@@ -249,6 +257,7 @@ def render(settings: KubeSettings) -> list[tuple[str, Mapping[str, object]]]:
         "runtime_class": k.runtime_class, "image_pull_secret": k.image_pull_secret,
         "managed_by": k.managed_by, "start_deadline_seconds": k.start_deadline_s,
         "pull_backoff_grace_seconds": k.pull_backoff_grace_s,
+        "attach_quiet_seconds": k.attach_quiet_s,
         "ingress_base_domain": k.ingress_base_domain, "ingress_class": k.ingress_class,
         "ingress_tls_secret": k.ingress_tls_secret,
         "on_restart": k.on_restart,

@@ -6,13 +6,18 @@ Owns three things between `attach.run_attach` and the session's sink:
   stdin and resizes go to the current attach; before the first attach is up
   they are held (bounded), so stdin sent on seeing `running` is not lost.
 - `Splice`: output the container wrote before the attach was up is read from
-  `pods/log` and put ahead of the attach stream. The attach's bytes are held
-  until that read is back; the longest tail of the log that is also the head
-  of the held bytes is written once (the container's output from the attach's
-  start to the log read is in both); see its docstring for late attach
-  bytes. Chosen over holding the workload until the attach is up: that
-  needs a wrapper in the session image, and a fast `print; exit` ends
-  before any attach could connect.
+  `pods/log` and put ahead of the attach stream. The read goes out when the
+  attach first delivers output (the log then holds everything up to where
+  the attach joined, so one read finds the seam), after `attach_quiet_s`
+  of silence (output written before the attach shows without waiting for
+  more), or not at all when the attach ends first (the caller reads the
+  log whole once). The attach's bytes are held until that read is back;
+  the longest tail of the log that is also the head of the held bytes is
+  written once (the container's output from the attach's start to the log
+  read is in both); see its docstring for late attach bytes. Chosen over
+  holding the workload until the attach is up: that needs a wrapper in the
+  session image, and a fast `print; exit` ends before any attach could
+  connect.
 - `keep_attached`: an attach that drops while the pod runs is re-attached
   with capped backoff, and what the container wrote meanwhile is backfilled
   from `pods/log` the same way (`Splice.resume`): the log past the bytes
@@ -313,6 +318,38 @@ class _OnAttached:
         self._callback(value)
 
 
+class _SpliceRead:
+    """The splice's log read once an attach is up (module docstring): after
+    the attach's first output or `quiet_s` of silence; never once the
+    attach ended first (`attach_ended`)."""
+
+    def __init__(self, quiet_s: float) -> None:
+        self._quiet_s = quiet_s
+        self.spoke = trio.Event()  # the current attach delivered output
+        self._waits: set[trio.CancelScope] = set()
+
+    def attach_up(self) -> None:
+        self.spoke = trio.Event()
+
+    def attach_ended(self) -> None:
+        """The terminal ended: reads still waiting are not sent."""
+        for scope in list(self._waits):
+            scope.cancel()
+
+    async def read(self, client: KubeClient, pod: str, splice: Splice) -> None:
+        spoke = self.spoke
+        with trio.CancelScope() as waiting:
+            self._waits.add(waiting)
+            try:
+                with trio.move_on_after(self._quiet_s):
+                    await spoke.wait()
+            finally:
+                self._waits.discard(waiting)
+        if waiting.cancelled_caught or splice.released:  # a stop's read released it
+            return
+        splice.release(await read_log(client, pod, splice.log_limit_bytes()))
+
+
 async def keep_attached(
     client: KubeClient,
     pod: str,
@@ -320,13 +357,16 @@ async def keep_attached(
     splice: Splice,
     emit: Callable[[bytes], None],
     pod_runs: Callable[[], bool],
+    quiet_s: float = 0.0,
 ) -> bool:
     """Attach to `pod` until its terminal ends, re-attaching while `pod_runs()`.
 
-    The first attach that comes up also starts the log read for the splice.
-    Returns when an attach ends with the container (True: it delivered all
-    the output), or the pod stops running (False).
+    An attach that comes up while the splice holds also starts its log read
+    (after the attach's first output, or `quiet_s` of silence). Returns when
+    an attach ends with the container (True: it delivered all the output),
+    or the pod stops running (False); a read still waiting then is not sent.
     """
+    reads = _SpliceRead(quiet_s)
     async with trio.open_nursery() as nursery:
 
         async def reread() -> None:
@@ -334,8 +374,11 @@ async def keep_attached(
 
         splice.reread = lambda: nursery.start_soon(reread)
         try:
-            return await _attach_until_end(client, pod, relay, splice, emit, pod_runs, nursery)
+            return await _attach_until_end(
+                client, pod, relay, splice, emit, pod_runs, nursery, reads
+            )
         finally:
+            reads.attach_ended()
             splice.reread = None  # the nursery is closing: no second read past it
 
 
@@ -347,6 +390,7 @@ async def _attach_until_end(
     emit: Callable[[bytes], None],
     pod_runs: Callable[[], bool],
     nursery: trio.Nursery,
+    reads: _SpliceRead,
 ) -> bool:
     delay = REATTACH_FIRST_S
     refusals_said = False
@@ -359,14 +403,19 @@ async def _attach_until_end(
             client.metrics.attach_reconnect()
         attaches_up += 1
         relay.attached(terminal)
+        reads.attach_up()
         if not splice.released:
-            nursery.start_soon(_splice_log, client, pod, splice)
+            nursery.start_soon(reads.read, client, pod, splice)
+
+    def output(data: bytes) -> None:
+        splice.feed(data)
+        reads.spoke.set()
 
     while True:
         status = cast("trio.TaskStatus[Terminal]", _OnAttached(up))
         refused: errors.KubeError | None = None
         try:
-            end = await run_attach(client, pod, on_output=splice.feed, task_status=status)
+            end = await run_attach(client, pod, on_output=output, task_status=status)
         except errors.KubeError as exc:
             end, refused = AttachEnd.DROPPED, exc
         relay.attached(None)
@@ -387,7 +436,3 @@ async def _attach_until_end(
         delay = min(delay * 2, REATTACH_CAP_S)
         if not pod_runs():
             return False
-
-
-async def _splice_log(client: KubeClient, pod: str, splice: Splice) -> None:
-    splice.release(await read_log(client, pod, splice.log_limit_bytes()))

@@ -58,6 +58,7 @@ def test_every_key_is_read() -> None:
         managed_by="runnerd-a",
         start_deadline_seconds=30,
         pull_backoff_grace_seconds=5.5,
+        attach_quiet_seconds=0,
     )
     assert got == KubeSettings(
         kubeconfig="/etc/runnerd/kube/config",
@@ -71,6 +72,7 @@ def test_every_key_is_read() -> None:
         managed_by="runnerd-a",
         start_deadline_s=30.0,
         pull_backoff_grace_s=5.5,
+        attach_quiet_s=0.0,
     )
 
 
@@ -123,6 +125,10 @@ def test_every_key_is_read() -> None:
         (
             {"pull_backoff_grace_seconds": "30"},
             "kubernetes.pull_backoff_grace_seconds: must be a positive number of seconds, got '30'",
+        ),
+        (
+            {"attach_quiet_seconds": -1},
+            "kubernetes.attach_quiet_seconds: must be a non-negative number of seconds, got -1",
         ),
     ],
 )
