@@ -12,7 +12,8 @@ network, so the client's policy is tested without a cluster), `exchange`
 `Reflector` over a `ListerWatcher` protocol, so it too is tested on a fake),
 `podcache` (the informer's store and fan-out, with the consumers'
 consistency contract), `attach` (the PTY bridge over trio-websocket),
-`terminal` (the attach kept up, the log spliced and backfilled), `podstop`
+`terminal` (the attach kept up, the log spliced and backfilled; the pure
+splice itself is `splice`'s), `podstop`
 (a pod's delete, the stop's and the teardown's), `podrun` (one session's pod
 from create or adoption to teardown: `PodRun`). No httpx name escapes this
 package: every apiserver answer that is not 2xx becomes an

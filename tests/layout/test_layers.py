@@ -79,6 +79,7 @@ PURE = (
     "runnerd.kube.ledger",
     "runnerd.kube.podphase",
     "runnerd.kube.policy",
+    "runnerd.kube.splice",
 )
 IO_LIBRARIES = ("trio", "httpx", "quart", "quart_trio", "hypercorn")
 
