@@ -2,8 +2,7 @@
 
 Owns the `Backend` protocol and the data it exchanges with the session
 machinery (`RunSpec` in, from `runnerd.backend.spec` and re-exported here
-with the rest of it; `Sink` and `Started` out), and the one constant every
-backend applies (`DRAIN_TIMEOUT_S`). Each backend (`runnerd.local`,
+with the rest of it; `Sink` and `Started` out). Each backend (`runnerd.local`,
 `runnerd.kube`) implements it; nothing above this seam knows which one runs.
 What the core asks of a backend *package* (config check, offered images,
 stop timeout, `open_backend`) is `runnerd.backends.Provider`.
@@ -21,8 +20,9 @@ The guarantees, member by member:
   `running` inside that call, so `running` is the first event after
   `starting` and stdin sent on seeing it always has somewhere to go. It
   reports everything after that through the sink (status, progress, output)
-  and returns the workload's `Outcome` when it ends on its own, at most
-  `DRAIN_TIMEOUT_S` after the workload's end.
+  and returns the workload's `Outcome` when it ends on its own, once the
+  rest of its output is through: it awaits that with `Sink.drain`, whose
+  budget is the core's, so no backend keeps a session past it.
 - Supervision is the core's, not the backend's: `Started.address` says where
   the workload is (`WorkloadAddress`: a host, a way to dial it, its debug
   server's port), and the session machinery probes each declared tcp port
@@ -77,7 +77,6 @@ from runnerd.contract import AvailabilityReport, RunnerEndpoint, RunPhase, RunSt
 from runnerd.metrics import NULL_METRICS, Metrics
 
 __all__ = [
-    "DRAIN_TIMEOUT_S",
     "Backend",
     "BackendContext",
     "BundleSpec",
@@ -99,14 +98,6 @@ __all__ = [
     "WorkloadAddress",
     "WorkloadHandle",
 ]
-
-
-# After its workload ends, how long a backend waits for the rest of its output
-# (a PTY's buffer, an attach still delivering) before it returns the outcome.
-# Every writer is dead by then, so this is only reached when something that
-# escaped the stop still holds the terminal. One value for every backend: it
-# bounds how long after its workload's end a session is terminal.
-DRAIN_TIMEOUT_S = 2.0
 
 
 class EndIntent(enum.Enum):
@@ -184,6 +175,14 @@ class Sink(Protocol):
     def end_intent(self) -> EndIntent:
         """Why the run is being cancelled; read it in teardown. STOP unless
         the daemon asked to detach (and only from a backend that can)."""
+
+    async def drain(self, *steps: Callable[[], Awaitable[object]]) -> bool:
+        """After the workload has ended, the rest of its output: await each
+        of `steps` in order (a PTY read to its end, an attach delivering its
+        last bytes, a port forward's last replies) within the core's drain
+        budget. True when every step finished, False when the budget ran out
+        first; the backend returns its outcome either way. Cancelled with
+        the run."""
 
     async def terminal_size(self, wait_s: float) -> tuple[int, int] | None:
         """The (cols, rows) the workload's terminal should start with, for a

@@ -39,7 +39,6 @@ import trio
 
 import runnerd.kube.errors as errors
 from runnerd.backend import (
-    DRAIN_TIMEOUT_S,
     EndIntent,
     Failed,
     Outcome,
@@ -179,9 +178,14 @@ class PodRun:
             if self._ctx.ledger.is_stopping(self.name):
                 await trio.sleep_forever()  # a stop deleted it: its cancellation follows
             delivered = False  # the attach ended with the container, delivering everything
-            # The container has ended: the attach has this long to deliver the rest.
-            with trio.move_on_after(DRAIN_TIMEOUT_S):
+
+            async def attach_delivered() -> None:
+                nonlocal delivered
                 delivered = await attach_end.receive()
+
+            # The container has ended: the attach delivers the rest, within
+            # the core's drain budget.
+            await self._sink.drain(attach_delivered)
             nursery.cancel_scope.cancel()
         if delivered and self._splice.released and self._splice.fed:
             self._splice.flush()

@@ -51,7 +51,6 @@ from pathlib import Path
 import trio
 
 from runnerd.backend import (
-    DRAIN_TIMEOUT_S,
     Exited,
     Failed,
     ImageSpec,
@@ -350,10 +349,8 @@ class LocalBackend:
             # promise); what it wrote meanwhile waits in the PTY.
             nursery.start_soon(proc.run_reader, sink.output, output_done)
             code = await proc.wait()
-            with trio.move_on_after(DRAIN_TIMEOUT_S):
-                await output_done.wait()
-                if net is not None:
-                    await net.drain()  # what it sent its clients last, too
+            # Its output to the end, and what it sent its clients last.
+            await sink.drain(output_done.wait, *([] if net is None else [net.drain]))
             nursery.cancel_scope.cancel()
         return code
 

@@ -4,12 +4,16 @@
 `SessionReport` is where the core's watchers of `Started.address`
 (`runnerd.workload.supervision`) report reachability and debug frames. Both
 write into their `runnerd.session.session.Session` and wake its readers;
-both are synchronous, never raise, and are no-ops once it is terminal.
+both are synchronous, never raise, and are no-ops once it is terminal, but
+for the sink's two waits: the terminal's first size, and the drain (the rest
+of an ended workload's output, within `DRAIN_TIMEOUT_S`: the budget is the
+core's, one value for every backend and, in a watch session, every app).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -28,6 +32,12 @@ from runnerd.contract import (
 from runnerd.session.session import Session
 
 log = logging.getLogger("runnerd.sessions")
+
+# After its workload ends, how long a backend may wait for the rest of its
+# output (`Sink.drain`). Every writer is dead by then, so this is only reached
+# when something that escaped the stop still holds the terminal: it bounds how
+# long after its workload's end a session is terminal, on every backend.
+DRAIN_TIMEOUT_S = 2.0
 
 
 class SessionSink:
@@ -64,6 +74,18 @@ class SessionSink:
 
     def end_intent(self) -> EndIntent:
         return self._session.end_requested or EndIntent.STOP
+
+    async def drain(self, *steps: Callable[[], Awaitable[object]]) -> bool:
+        with trio.move_on_after(DRAIN_TIMEOUT_S):
+            for step in steps:
+                await step()
+            return True
+        log.info(
+            "output not through %g s after the end",
+            DRAIN_TIMEOUT_S,
+            extra={"session_id": self._session.id},
+        )
+        return False
 
     async def terminal_size(self, wait_s: float) -> tuple[int, int] | None:
         session = self._session

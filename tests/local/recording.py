@@ -10,7 +10,7 @@ would see them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ import trio
 
 from runnerd.backend import Backend, Outcome, RunSpec, Started
 from runnerd.contract import running
+from runnerd.session.sink import DRAIN_TIMEOUT_S
 from runnerd.workload.supervision import supervise, tcp_ports
 
 
@@ -66,6 +67,14 @@ class RecordingSink:
     async def terminal_size(self, wait_s: float) -> tuple[int, int] | None:
         await trio.lowlevel.checkpoint()
         return self.size  # at once: None is the backend's default size
+
+    async def drain(self, *steps: Callable[[], Awaitable[object]]) -> bool:
+        # The core's budget, as the manager's sink applies it.
+        with trio.move_on_after(DRAIN_TIMEOUT_S):
+            for step in steps:
+                await step()
+            return True
+        return False
 
     async def wait_for(self, condition: Callable[[], bool]) -> None:
         """Return once `condition()` holds (re-checked after every report)."""

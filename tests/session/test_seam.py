@@ -29,6 +29,7 @@ from runnerd.http.listing import session_entry
 from runnerd.session.ending import format_ttl_failure
 from runnerd.session.manager import DetachUnsupported, StopFailed
 from runnerd.session.registry import RegistryFull
+from runnerd.session.sink import DRAIN_TIMEOUT_S
 
 from .backends import InProcessBackend, NullHandle
 from .test_manager import build_spec, open_manager, status_kinds, wait_terminal
@@ -292,3 +293,47 @@ async def test_seam_two_concurrent_stops_reach_the_backend_once(refuse: bool) ->
         else:
             assert answers == ["stopped", "stopped"]
             assert await wait_terminal(session) == stopped()
+
+
+class DrainingBackend:
+    """Ends its workload at once, then drains with the given steps."""
+
+    name = "draining"
+    notices: tuple[str, ...] = ()
+    detach_supported = False
+
+    def __init__(self, *steps: Any) -> None:
+        self.steps = steps
+        self.drained: bool | None = None
+
+    async def probe(self, image: ImageSpec) -> AvailabilityReport:
+        return ready()
+
+    async def recover(self) -> list[Recovered]:
+        return []
+
+    async def run(self, spec: RunSpec, sink: Sink, *, task_status: Any) -> Outcome:
+        task_status.started(Started(NullHandle()))
+        self.drained = await sink.drain(*self.steps)
+        return Exited(0)
+
+
+async def test_seam_the_drain_budget_is_the_cores(autojump_clock: trio.abc.Clock) -> None:
+    # A backend whose output never finishes (something that escaped holds the
+    # terminal) still ends its session within the core's budget, and is told.
+    finished: list[str] = []
+
+    async def output_through() -> None:
+        finished.append("output")
+
+    stuck = DrainingBackend(output_through, trio.sleep_forever)
+    through = DrainingBackend(output_through, output_through)
+    for backend, drained in ((stuck, False), (through, True)):
+        async with open_manager(backend) as manager:
+            session = manager.start(build_spec())
+            began = trio.current_time()
+            assert await wait_terminal(session) == exited(0)
+            took = trio.current_time() - began
+        assert backend.drained is drained
+        assert took == pytest.approx(DRAIN_TIMEOUT_S if not drained else 0.0, abs=0.01)
+    assert finished == ["output", "output", "output"]
