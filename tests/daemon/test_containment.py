@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from runnerd.local.cgroups import find_delegated_cgroup
+from tests.e2e.contract_client import wait_terminal
 from tests.escapes import (
     STAY,
     escape_script,
@@ -59,8 +60,10 @@ async def test_escapees_die_when_the_ttl_expires(tmp_path: Path) -> None:
     async with start_daemon(tmp_path, overrides) as daemon:
         session_id, pids = await start_escapes(daemon)
         await wait_all_gone(pids, timeout_s=15)
+        # The status is recorded once the teardown is over, a moment after
+        # the last process is gone: read it from the stream, which ends there.
         async with daemon.client() as client:
-            status = (await client.get(f"/v1/sessions/{session_id}")).json()["status"]
+            status = await wait_terminal(client, session_id)
         assert status["kind"] == "failed" and "ttl" in status["message"].lower(), status
 
 
