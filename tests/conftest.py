@@ -28,3 +28,23 @@ __all__ = ["on_each_backend", "standalone_cluster"]
 async def runnerd(tmp_path: Path) -> AsyncIterator[Daemon]:
     async with start_daemon(tmp_path) as daemon:
         yield daemon
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The `slow` tests (each waits many seconds) at the head of each xdist
+    worker's share: `--dist worksteal` hands worker k the k-th contiguous
+    slice of this list, and a slow test that started last on its worker
+    would be the whole run's tail. The rest keeps its order (a module's
+    shared daemon starts once); the order is the same on every worker."""
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    rest = iter([item for item in items if item.get_closest_marker("slow") is None])
+    share, extra = divmod(len(items), workers)
+    ordered: list[pytest.Item] = []
+    for worker in range(workers):
+        part = slow[worker::workers]
+        size = share + (1 if worker < extra else 0)
+        part += [item for _, item in zip(range(size - len(part)), rest, strict=False)]
+        ordered += part
+    ordered += list(rest)
+    items[:] = ordered

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import trio
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
@@ -59,6 +60,7 @@ def _replay_slowly(url: str) -> tuple[int, int | None, str | None]:
     raise AssertionError("unreachable")
 
 
+@pytest.mark.slow
 async def test_a_slow_reader_with_keepalive_pings_gets_every_byte_then_1000(
     tmp_path: Path,
 ) -> None:
@@ -145,6 +147,7 @@ async def _until(condition: Callable[[], bool]) -> None:
         await trio.sleep(0.05)
 
 
+@pytest.mark.slow
 async def test_a_reader_that_stops_reading_gets_no_1000_and_is_let_go(tmp_path: Path) -> None:
     async with tcp_daemon(tmp_path) as (daemon, port):
         async with daemon.client() as client:

@@ -109,6 +109,7 @@ async def test_ports_are_dialled_on_the_pod_and_debug_events_relayed(
 MAX_ATTEMPTS_WHILE_DOWN = 20
 
 
+@pytest.mark.slow
 async def test_api_errors_watch_cuts_and_a_restart_do_not_end_a_session(
     kubesim: KubeSim, tmp_path: Path
 ) -> None:
@@ -156,6 +157,7 @@ async def test_shutdown_deletes_live_pods_and_start_reaps_stale_ones(
     assert session_pods(kubesim) == ["someone-elses"]
 
 
+@pytest.mark.slow
 async def test_a_finished_pod_whose_delete_failed_is_deleted_later(
     kubesim: KubeSim, tmp_path: Path
 ) -> None:
@@ -206,6 +208,7 @@ async def test_a_refused_delete_is_stop_failed_and_the_session_runs_on(
         assert session_pods(kubesim) == []
 
 
+@pytest.mark.slow
 async def test_twenty_concurrent_deletes_all_end_stopped_with_no_pod_left(
     kubesim: KubeSim, tmp_path: Path
 ) -> None:

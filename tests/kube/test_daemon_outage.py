@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.contract_client import read_pty, wait_terminal
 from tests.harness import open_ws
 from tests.kube.daemon import kube_daemon, start_telo, wait_no_pods
@@ -23,6 +25,7 @@ def numbered_lines(output: bytes) -> list[int]:
     return [int(n) for n in re.findall(rb"line (\d+)\r?\n", output)]
 
 
+@pytest.mark.slow
 async def test_an_apiserver_outage_mid_session_loses_no_output(
     kubesim: KubeSim, tmp_path: Path
 ) -> None:

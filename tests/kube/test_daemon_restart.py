@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 from trio_websocket import WebSocketConnection
 
@@ -201,6 +202,7 @@ async def test_reap_on_restart_deletes_what_the_previous_run_left(
         assert (await client.get(f"/v1/sessions/{session_id}")).status_code == 404
 
 
+@pytest.mark.slow
 async def test_health_answers_while_recovery_waits_on_a_silent_apiserver(
     kubesim: KubeSim, tmp_path: Path
 ) -> None:

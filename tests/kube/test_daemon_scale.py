@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from runnerd.kube.client import Policy
@@ -20,6 +21,7 @@ SESSIONS = 50
 QUIET_S = 6
 
 
+@pytest.mark.slow
 async def test_fifty_sessions_share_one_watch_and_a_pool(kubesim: KubeSim, tmp_path: Path) -> None:
     stats = kubesim.stats
     async with (

@@ -28,6 +28,7 @@ async def _create_arrived(sim: KubeSim, count: int) -> None:
         await sim.stats.wait_until(lambda s: s.count("create", PODS) >= count)
 
 
+@pytest.mark.slow
 async def test_a_stop_during_a_held_create_is_bounded_and_a_late_pod_is_deleted(
     kubesim: KubeSim, tmp_path: Path
 ) -> None:
@@ -163,6 +164,7 @@ async def test_output_written_before_a_late_attach_joins_is_shown_once_in_order(
         assert replay.output == expected
 
 
+@pytest.mark.slow
 async def test_pods_a_sigterm_could_not_delete_are_deleted_not_adopted_next_start(
     kubesim: KubeSim, tmp_path: Path
 ) -> None:
