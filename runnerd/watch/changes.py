@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
 
+from runnerd.backend.watch import ChangeSet as ChangeSet
+from runnerd.backend.watch import Write as Write
 from runnerd.contract import Body, RequestError, parse_body
 from runnerd.watch.errors import WorkspacePathError
 from runnerd.watch.paths import Encoding, normalise_workspace_path
@@ -38,28 +39,6 @@ class WriteBody(Body, frozen=True):
 class ChangeSetBody(Body, frozen=True):
     write: list[WriteBody] | None = None
     delete: list[str] | None = None
-
-
-@dataclass(frozen=True)
-class Write:
-    """One write: the file at `path` gets exactly `data`."""
-
-    path: str
-    data: bytes
-
-
-@dataclass(frozen=True)
-class ChangeSet:
-    """Writes (applied in order), then deletes. Paths as the client gave
-    them until `normalise_change_set` returns the set with normal paths."""
-
-    writes: tuple[Write, ...] = ()
-    deletes: tuple[str, ...] = ()
-
-    @property
-    def touches_nothing(self) -> bool:
-        """No write and no delete: `200 {written: 0, deleted: 0}`, no restart."""
-        return not self.writes and not self.deletes
 
 
 def decode_base64(text: str) -> bytes:
