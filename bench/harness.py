@@ -40,9 +40,11 @@ def build_config_text(
     replay_buffer_bytes: int,
     local_extra: str = "",
     size_wait_s: float | None = None,
+    extra: str = "",
 ) -> str:
     """A bench config: local backend, UNIX socket only, generous limits;
     `local_extra` is TOML added to `[local]` (e.g. `network = "host"`);
+    `extra`: TOML tables added at the end (e.g. `[watch]`);
     `size_wait_s`: `local.terminal_size_wait_seconds` (None: its default)."""
     python = shutil.which("python3") or sys.executable
     size_wait = "" if size_wait_s is None else f"terminal_size_wait_seconds = {size_wait_s}"
@@ -80,6 +82,7 @@ command = ["/bin/sh", "{{entry}}"]
 
 [local.runtimes.python]
 command = [{_toml_str(python)}, "-u", "{{entry}}"]
+{extra}
 """
 
 
@@ -126,6 +129,7 @@ async def open_daemon(
     local_extra: str = "",
     size_wait_s: float | None = None,
     repo: Path = REPO,
+    extra: str = "",
 ) -> AsyncIterator[Daemon]:
     """Start `python -m runnerd serve` on a temp config; yield once healthy.
     `prefix` wraps the command (e.g. `prlimit --nofile=1024:1024`); `repo`:
@@ -140,6 +144,7 @@ async def open_daemon(
                 replay_buffer_bytes=replay_buffer_bytes,
                 local_extra=local_extra,
                 size_wait_s=size_wait_s,
+                extra=extra,
             )
         )
         sock = base / "runnerd.sock"
