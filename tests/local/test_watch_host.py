@@ -5,6 +5,7 @@ fallback)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import socket
@@ -18,6 +19,7 @@ import trio
 
 from runnerd.backend import BundleSpec, CreationSpec, Exited, ImageSpec, SessionIdentity, StartError
 from runnerd.backend.watch import (
+    AgentLaunch,
     AppLaunch,
     AppStarted,
     OutputStream,
@@ -26,6 +28,7 @@ from runnerd.backend.watch import (
 )
 from runnerd.contract import PortMapping, RunPhase
 from runnerd.local import LocalBackend
+from runnerd.local.containment import Containment
 from runnerd.watch.changes import ChangeSet, Write
 from tests.local.specs import LIMITS
 
@@ -266,3 +269,157 @@ async def test_watch_apps_reach_each_other_on_loopback(
                     assert b"hello from the server" in await stream.receive_some(100)
                 assert started.address is not None
     assert leftovers(workdir) == []
+
+
+AGENT_PY = """
+import os, socket
+print("workspace", os.environ["WORKSPACE_DIR"], "token", os.environ["AGENT_TOKEN"], flush=True)
+print("sees", sorted(os.listdir(os.environ["WORKSPACE_DIR"])), flush=True)
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(os.environ["AGENT_PORT"])))
+s.listen()
+print("agent listening", flush=True)
+while True:
+    c, _ = s.accept()
+    c.sendall(b"agent here\\n")
+    c.close()
+"""
+
+
+def agent_backend(workdir: Path, containment: str, agent_file: Path) -> LocalBackend:
+    from runnerd.local.settings import LocalConfig, RuntimeConfig
+    from tests.local.conftest import PYTHON, runtimes
+
+    agent = RuntimeConfig(name="agent", command=(PYTHON, "-u", str(agent_file)))
+    return LocalBackend(
+        LocalConfig(
+            workdir=workdir,
+            stop_grace_s=0.5,
+            runtimes={**runtimes(), "agent": agent},
+            containment=containment,  # type: ignore[arg-type]
+        )
+    )
+
+
+@pytest.mark.parametrize("containment", ["auto", "process-group"])
+async def test_watch_agent_gets_the_workspace_and_its_token_and_its_port_is_published(
+    workdir: Path, visible_dir: Path, containment: str
+) -> None:
+    agent_file = visible_dir / "agent.py"
+    agent_file.write_text(AGENT_PY)
+    agent_file.chmod(0o644)
+    backend = agent_backend(workdir, containment, agent_file)
+    port = _free_port()
+    spec = watch_spec({"app.py": CLIENT_PY}, env={"PORT": str(port)})
+    launch = AgentLaunch(
+        "coder",
+        ImageSpec(image="agent", pull_policy="missing"),
+        port,
+        env={"AGENT_TOKEN": "s3cret", "AGENT_PORT": str(port)},
+    )
+    sink = Sink()
+    with trio.fail_after(30):
+        async with backend.open_watch(spec, Progress()) as host, trio.open_nursery() as nursery:
+            started = await nursery.start(host.run_agent, launch, sink)
+            await sink.wait_for("agent listening", OutputStream.STDOUT)
+            workspace = workdir / spec.session_id / "app"
+            assert f"workspace {workspace} token s3cret" in sink.text(OutputStream.STDOUT)
+            assert "sees ['app.py']" in sink.text(OutputStream.STDOUT)
+            # An app reaches the agent on 127.0.0.1, and so does the host.
+            client = Sink()
+            assert await host.run_app(AppLaunch("web", "app.py"), client) == Exited(0)
+            assert "got: agent here" in client.text()
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                assert b"agent here" in await stream.receive_some(100)
+            assert isinstance(started, AppStarted) and not started.self_watching
+            nursery.cancel_scope.cancel()
+    assert leftovers(workdir) == []
+
+
+async def test_watch_checkpoint_restores_in_a_new_session_place(
+    backend: LocalBackend, workdir: Path
+) -> None:
+    spec = watch_spec({"app.py": "print('v1')\n", "lib/util.py": "X = 1\n"})
+    with trio.fail_after(30):
+        async with backend.open_watch(spec, Progress()) as host:
+            await host.apply(
+                ChangeSet(writes=(Write("app.py", b"print('v2')\n"), Write("bin.dat", b"\0\1\2")))
+            )
+            before = await host.list_files()
+            checkpoint = await host.checkpoint()
+        assert (checkpoint.files, checkpoint.size_bytes) == (3, len(b"print('v2')\n") + 6 + 3)
+        assert leftovers(workdir) == [f".trash/{Path(checkpoint.path).name}"]  # type: ignore[attr-defined]
+        resumed = dataclasses.replace(spec, checkpoint=checkpoint)
+        async with backend.open_watch(resumed, Progress()) as host:
+            assert await host.list_files() == before
+            assert await host.read_file("bin.dat") == b"\0\1\2"
+            sink = Sink()
+            assert await host.run_app(AppLaunch("web", "app.py"), sink) == Exited(0)
+            assert "v2" in sink.text()
+        await checkpoint.discard()
+        await checkpoint.discard()  # idempotent
+    assert leftovers(workdir) == []
+
+
+async def test_watch_self_watching_runtime_gets_its_watch_args(workdir: Path) -> None:
+    from runnerd.local.settings import LocalConfig, RuntimeConfig
+    from tests.local.conftest import PYTHON
+
+    watcher = RuntimeConfig(
+        name="watcher",
+        command=(PYTHON, "-u", "{entry}"),
+        watch="self",
+        watch_args=("--watch", "now"),
+    )
+    backend = LocalBackend(
+        LocalConfig(workdir=workdir, stop_grace_s=0.5, runtimes={"watcher": watcher})
+    )
+    spec = watch_spec({"app.py": "import sys\nprint('argv', sys.argv[1:])\n"}, image="watcher")
+    sink = Sink()
+    with trio.fail_after(30):
+        async with backend.open_watch(spec, Progress()) as host:
+            async with running(host, AppLaunch("web", "app.py"), sink) as (started, _, _):
+                assert started.self_watching
+                await sink.wait_for("]")
+    assert "argv ['--watch', 'now']" in sink.text()
+
+
+SLEEPER_PY = """
+import os, time
+print("pidns", os.readlink("/proc/self/ns/pid"), flush=True)
+time.sleep(600)
+"""
+
+LOOKER_PY = """
+import os
+cmds = []
+for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+    try:
+        cmds.append(open(f"/proc/{pid}/cmdline", "rb").read())
+    except OSError:
+        pass
+print("pidns", os.readlink("/proc/self/ns/pid"), flush=True)
+print("sees-sleeper", any(b"sleeper.py" in c for c in cmds), flush=True)
+"""
+
+
+async def test_watch_apps_share_the_session_pid_namespace_each_its_own_nested(
+    backend: LocalBackend,
+) -> None:
+    if backend._plan.containment is not Containment.PID_NAMESPACE:
+        pytest.skip("process-group containment: nothing to share but the host's")
+    spec = watch_spec({"sleeper.py": SLEEPER_PY, "looker.py": LOOKER_PY})
+    with trio.fail_after(30):
+        async with backend.open_watch(spec, Progress()) as host:
+            sleeper = Sink()
+            async with running(host, AppLaunch("sleeper", "sleeper.py"), sleeper):
+                await sleeper.wait_for("\n")
+                looker = Sink()
+                code = await host.run_app(AppLaunch("looker", "looker.py", slot=1), looker)
+                assert code == Exited(0), looker.text()
+    assert "sees-sleeper True" in looker.text()
+    # Each app in a PID namespace of its own (nested in the session's).
+    own = [line for line in (sleeper.text() + looker.text()).splitlines() if "pidns" in line]
+    assert len(own) == 2 and own[0] != own[1]
