@@ -166,10 +166,8 @@ def _spawn(
         status_r, status_w = os.pipe()
         # Passed open: the session uid may not reach runnerd's install.
         script = os.open(NSINIT, os.O_RDONLY | os.O_CLOEXEC)
-        if launch.join is not None:
-            proc = ["--nest"]  # the holder's /proc is the session's
-        else:
-            proc = ["--proc"] if plan.fresh_proc else []
+        proc = ["--nest"] if launch.join is not None else []
+        proc += ["--proc"] if plan.fresh_proc else []
         if sockets_fd is not None:
             proc += ["--sockets", str(sockets_fd)]
             extra_fds = (sockets_fd,)
