@@ -63,6 +63,8 @@ class RunnerEndpoint(TypedDict):
     port: int
     protocol: Protocol
     url: NotRequired[str]
+    # A watch session's co-resident agent's endpoint only (`running.agent`).
+    token: NotRequired[str]
 
 
 class StartingStatus(TypedDict):
@@ -73,6 +75,7 @@ class RunningStatus(TypedDict):
     kind: Literal["running"]
     endpoints: NotRequired[list[RunnerEndpoint]]
     inspectUrl: NotRequired[str]
+    agent: NotRequired[RunnerEndpoint]  # a watch session's co-resident agent
 
 
 class ExitedStatus(TypedDict):
@@ -89,7 +92,15 @@ class StoppedStatus(TypedDict):
     kind: Literal["stopped"]
 
 
-RunStatus = StartingStatus | RunningStatus | ExitedStatus | FailedStatus | StoppedStatus
+class SuspendedStatus(TypedDict):
+    """A watch session's idle suspend: not terminal (`POST .../resume`)."""
+
+    kind: Literal["suspended"]
+
+
+RunStatus = (
+    StartingStatus | RunningStatus | ExitedStatus | FailedStatus | StoppedStatus | SuspendedStatus
+)
 
 TERMINAL_KINDS = frozenset({"exited", "failed", "stopped"})
 
@@ -104,14 +115,22 @@ def starting() -> StartingStatus:
 
 
 def running(
-    endpoints: list[RunnerEndpoint] | None = None, inspect_url: str | None = None
+    endpoints: list[RunnerEndpoint] | None = None,
+    inspect_url: str | None = None,
+    agent: RunnerEndpoint | None = None,
 ) -> RunningStatus:
     status: RunningStatus = {"kind": "running"}
     if endpoints:
         status["endpoints"] = endpoints
     if inspect_url:
         status["inspectUrl"] = inspect_url
+    if agent is not None:
+        status["agent"] = agent
     return status
+
+
+def suspended() -> SuspendedStatus:
+    return {"kind": "suspended"}
 
 
 def exited(code: int) -> ExitedStatus:
