@@ -15,7 +15,7 @@ from runnerd.session.manager import SessionManager
 from runnerd.session.watchspec import WatchSessionSpec
 from runnerd.watch.apps import AppSpec
 from runnerd.watch.changes import ChangeSet, Write
-from tests.local.test_watch_host import leftovers, session_pids, watch_spec
+from tests.local.watchkit import leftovers, session_pids, watch_spec
 
 SERVE = "import time\nprint('generation {n}', flush=True)\ntime.sleep(600)\n"
 

@@ -1,159 +1,35 @@
-"""The local backend's watch sessions (`LocalBackend.open_watch`), driven
-directly: real processes on real PTYs and pipes in the session's sandbox,
-under both containments (the shared namespaces, and the process-group
-fallback)."""
+"""The local backend's watch host (`LocalBackend.open_watch`), driven
+directly: real processes on real PTYs and pipes, the workspace as their
+cwd, the agent, checkpoints, under both containments (the shared sandbox,
+and the process-group fallback)."""
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import os
-import socket
-import subprocess
-import sys
-import textwrap
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
 
-from runnerd.backend import BundleSpec, CreationSpec, Exited, ImageSpec, SessionIdentity, StartError
+from runnerd.backend import Exited, ImageSpec, StartError
 from runnerd.backend.watch import (
     AgentLaunch,
     AppLaunch,
     AppStarted,
     OutputStream,
-    WatchHost,
-    WatchSpec,
 )
-from runnerd.contract import PortMapping, RunPhase
+from runnerd.contract import PortMapping
 from runnerd.local import LocalBackend
-from runnerd.local.containment import Containment
 from runnerd.watch.changes import ChangeSet, Write
-from tests.escapes import (
-    HOST_PID,
-    escape_script,
-    host_pid,
-    is_running,
-    kill_leftovers,
-    read_pids,
-    wait_all_gone,
-    wait_gone,
+from tests.local.watchkit import (
+    Progress,
+    Sink,
+    free_port,
+    leftovers,
+    running,
+    session_pids,
+    watch_spec,
 )
-from tests.local.specs import LIMITS
-
-_ids = itertools.count(1)
-
-
-class Sink:
-    """An `AppSink` that keeps what one process wrote, per stream."""
-
-    def __init__(self) -> None:
-        self.streams: dict[OutputStream, bytearray] = {s: bytearray() for s in OutputStream}
-        self.chunks: list[tuple[OutputStream, bytes]] = []
-        self._changed = trio.Event()
-
-    def output(self, data: bytes, stream: OutputStream = OutputStream.TTY) -> None:
-        self.chunks.append((stream, data))
-        self.streams[stream] += data
-        self._changed.set()
-        self._changed = trio.Event()
-
-    def output_lost(self) -> None:
-        raise AssertionError("no output may be lost here")
-
-    def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
-        pass
-
-    async def drain(self, *steps: Callable[[], Awaitable[object]]) -> bool:
-        for step in steps:
-            await step()
-        return True
-
-    def text(self, stream: OutputStream = OutputStream.TTY) -> str:
-        return self.streams[stream].decode(errors="replace")
-
-    async def wait_for(self, needle: str, stream: OutputStream = OutputStream.TTY) -> None:
-        while needle not in self.text(stream):
-            await self._changed.wait()
-
-
-class Progress:
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-
-    def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
-        self.messages.append(message)
-
-
-def watch_spec(
-    files: dict[str, str],
-    *,
-    image: str = "python",
-    env: dict[str, str] | None = None,
-    checkpoint: object = None,
-    inspect: bool = False,
-) -> WatchSpec:
-    bundle = BundleSpec(
-        entry=next(iter(files)),
-        files=tuple((path, textwrap.dedent(text)) for path, text in files.items()),
-    )
-    return WatchSpec(
-        identity=SessionIdentity(
-            session_id=f"watch{next(_ids):07d}", limits=LIMITS, inspect=inspect, created_at=0.0
-        ),
-        creation=CreationSpec(
-            image=ImageSpec(image=image, pull_policy="missing"), env=env or {}, bundle=bundle
-        ),
-        checkpoint=checkpoint,  # type: ignore[arg-type]
-    )
-
-
-@asynccontextmanager
-async def running(
-    host: WatchHost, app: AppLaunch, sink: Sink
-) -> AsyncIterator[tuple[AppStarted, trio.CancelScope, list[Exited]]]:
-    """`app` running in a nursery of the test's; cancelled on leaving."""
-    outcome: list[Exited] = []
-
-    async def run(task_status: trio.TaskStatus[AppStarted]) -> None:
-        result = await host.run_app(app, sink, task_status=task_status)
-        assert isinstance(result, Exited)
-        outcome.append(result)
-
-    async with trio.open_nursery() as nursery:
-        started = await nursery.start(run)
-        yield started, nursery.cancel_scope, outcome
-        nursery.cancel_scope.cancel()
-
-
-def session_pids(workdir: Path, session_id: str) -> list[int]:
-    """Every host process whose cwd is in the session's directory."""
-    root = str(workdir / session_id)
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cwd = os.readlink(f"/proc/{entry}/cwd")
-            except OSError:
-                continue
-            if cwd == root or cwd.startswith(root + "/"):
-                found.append(int(entry))
-    return found
-
-
-def leftovers(workdir: Path) -> list[str]:
-    """What is left in the workdir but the (empty) trash."""
-    if not workdir.exists():
-        return []
-    left = [name for name in os.listdir(workdir) if name != ".trash"]
-    trash = workdir / ".trash"
-    if trash.exists():
-        left += [f".trash/{name}" for name in os.listdir(trash)]
-    return left
-
 
 APP_PY = """
 import os, sys
@@ -253,17 +129,10 @@ print("got:", c.recv(100).decode().strip(), flush=True)
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 async def test_watch_apps_reach_each_other_on_loopback(
     backend: LocalBackend, workdir: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     spec = watch_spec({"server.py": SERVER_PY, "client.py": CLIENT_PY}, env={"PORT": str(port)})
     server_app = AppLaunch("server", "server.py", ports=(PortMapping(port=port, protocol="tcp"),))
     with trio.fail_after(30):
@@ -322,7 +191,7 @@ async def test_watch_agent_gets_the_workspace_and_its_token_and_its_port_is_publ
     agent_file.write_text(AGENT_PY)
     agent_file.chmod(0o644)
     backend = agent_backend(workdir, containment, agent_file)
-    port = _free_port()
+    port = free_port()
     spec = watch_spec({"app.py": CLIENT_PY}, env={"PORT": str(port)})
     launch = AgentLaunch(
         "coder",
@@ -396,164 +265,3 @@ async def test_watch_self_watching_runtime_gets_its_watch_args(workdir: Path) ->
                 assert started.self_watching
                 await sink.wait_for("]")
     assert "argv ['--watch', 'now']" in sink.text()
-
-
-WRITER_PY = """
-import os, time
-open("/tmp/shared-note", "w").write("from the writer")
-print("wrote", os.getpid(), flush=True)
-time.sleep(600)
-"""
-
-READER_PY = """
-import os
-pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
-print("read", open("/tmp/shared-note").read(), flush=True)
-print("self", os.readlink("/proc/self") == str(os.getpid()), "init-visible", 1 in pids, flush=True)
-"""
-
-
-def _cmdline(pid: int) -> bytes:
-    with open(f"/proc/{pid}/cmdline", "rb") as file:
-        return file.read()
-
-
-def _nspid(pid: int) -> list[str]:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
-
-
-async def test_watch_apps_share_the_sandbox_each_in_its_own_pid_namespace_in_it(
-    backend: LocalBackend, workdir: Path
-) -> None:
-    if backend._plan.containment is not Containment.PID_NAMESPACE:
-        pytest.skip("process-group containment: nothing to share but the host's")
-    spec = watch_spec({"writer.py": WRITER_PY, "reader.py": READER_PY})
-    with trio.fail_after(30):
-        async with backend.open_watch(spec, Progress()) as host:
-            writer = Sink()
-            async with running(host, AppLaunch("writer", "writer.py"), writer):
-                await writer.wait_for("\n")
-                reader = Sink()
-                code = await host.run_app(AppLaunch("reader", "reader.py", slot=1), reader)
-                assert code == Exited(0), reader.text()
-                # The host sees three levels: the host's, the session's, the app's.
-                # (its init's outer, in the host's only, has the app's argv too).
-                levels = {
-                    len(_nspid(pid))
-                    for pid in session_pids(workdir, spec.session_id)
-                    if b"writer.py" in _cmdline(pid)
-                }
-                assert max(levels) == 3
-    # The session's /tmp is one (its mount view is shared) ...
-    assert "read from the writer" in reader.text()
-    # ... and each app's /proc is its own PID namespace's, agreeing with getpid().
-    assert "self True init-visible True" in reader.text()
-
-
-OTHER_SH = f'{HOST_PID}\necho "token $HOST_PID"\nexec sleep 4344\n'
-
-
-def _token(sink: Sink) -> str:
-    return sink.text().split("token ", 1)[1].split()[0]
-
-
-async def test_watch_stopping_one_app_stops_all_it_started_and_nothing_of_another(
-    backend: LocalBackend, workdir: Path
-) -> None:
-    if backend._plan.containment is not Containment.PID_NAMESPACE:
-        pytest.skip("process-group containment: a detached process outlives it (announced)")
-    script = 'export PIDFILE="$PWD/escaper.pids"\n' + escape_script()
-    spec = watch_spec({"escaper.sh": script, "other.sh": OTHER_SH}, image="sh")
-    with trio.fail_after(30):
-        async with backend.open_watch(spec, Progress()) as host:
-            other = Sink()
-            async with running(host, AppLaunch("other", "other.sh", slot=1), other):
-                await other.wait_for("\n")
-                other_pid = host_pid(_token(other))
-                escaper = Sink()
-                async with running(host, AppLaunch("escaper", "escaper.sh"), escaper) as (
-                    _,
-                    scope,
-                    _,
-                ):
-                    await escaper.wait_for("escaped")
-                    pids = read_pids(workdir / spec.session_id / "app" / "escaper.pids")
-                    scope.cancel()
-                await wait_all_gone(pids)
-                assert is_running(other_pid)
-            await wait_gone(other_pid)
-    assert session_pids(workdir, spec.session_id) == []
-
-
-async def test_watch_leaving_stops_every_app_and_what_it_detached(
-    backend: LocalBackend, workdir: Path
-) -> None:
-    script = 'export PIDFILE="$PWD/escaper.pids"\n' + escape_script()
-    spec = watch_spec({"escaper.sh": script}, image="sh")
-    namespaced = backend._plan.containment is Containment.PID_NAMESPACE
-    with trio.fail_after(30):
-        async with backend.open_watch(spec, Progress()) as host, trio.open_nursery() as nursery:
-            escaper = Sink()
-            await nursery.start(host.run_app, AppLaunch("escaper", "escaper.sh"), escaper)
-            await escaper.wait_for("escaped")
-            pids = read_pids(workdir / spec.session_id / "app" / "escaper.pids")
-            nursery.cancel_scope.cancel()
-    try:
-        if namespaced:
-            await wait_all_gone(pids)
-        assert leftovers(workdir) == []
-    finally:
-        kill_leftovers(pids)
-
-
-REPO = Path(__file__).resolve().parents[2]
-DAEMON = """
-import sys, trio
-from pathlib import Path
-from runnerd.backend.watch import AppLaunch
-from runnerd.local import LocalBackend
-from runnerd.local.settings import LocalConfig
-from tests.local.conftest import runtimes
-from tests.local.test_watch_host import OTHER_SH, Progress, Sink, watch_spec
-
-async def main() -> None:
-    backend = LocalBackend(LocalConfig(workdir=Path(sys.argv[1]), runtimes=runtimes()))
-    spec = watch_spec({"a.sh": OTHER_SH, "b.sh": OTHER_SH}, image="sh")
-    async with backend.open_watch(spec, Progress()) as host, trio.open_nursery() as nursery:
-        for slot, name in enumerate("ab"):
-            sink = Sink()
-            await nursery.start(host.run_app, AppLaunch(name, f"{name}.sh", slot=slot), sink)
-            await sink.wait_for("\\n")
-            print(sink.text().strip(), flush=True)
-        print("ready", flush=True)
-        await trio.sleep_forever()
-
-trio.run(main)
-"""
-
-
-async def test_watch_a_sigkilled_daemon_takes_every_app_down(
-    backend: LocalBackend, workdir: Path
-) -> None:
-    if backend._plan.containment is not Containment.PID_NAMESPACE:
-        pytest.skip("process-group containment: as a run session's, announced")
-    with trio.fail_after(60):
-        daemon = await trio.lowlevel.open_process(
-            [sys.executable, "-c", DAEMON, str(workdir)], cwd=REPO, stdout=subprocess.PIPE
-        )
-        try:
-            assert daemon.stdout is not None
-            out = b""
-            while b"ready" not in out:
-                chunk = await daemon.stdout.receive_some(4096)
-                assert chunk, out
-                out += chunk
-            tokens = [line.split()[1] for line in out.decode().splitlines() if "token" in line]
-            pids = {f"app{i}": host_pid(token) for i, token in enumerate(tokens)}
-            assert len(pids) == 2
-        finally:
-            daemon.kill()
-            await daemon.wait()
-            await daemon.stdout.aclose()  # type: ignore[union-attr]
-        await wait_all_gone(pids)
