@@ -6,6 +6,7 @@ and the process-group fallback)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
@@ -265,3 +266,65 @@ async def test_watch_self_watching_runtime_gets_its_watch_args(workdir: Path) ->
                 assert started.self_watching
                 await sink.wait_for("]")
     assert "argv ['--watch', 'now']" in sink.text()
+
+
+async def test_watch_entry_must_be_a_regular_file_reached_through_directories(
+    backend: LocalBackend, workdir: Path
+) -> None:
+    spec = watch_spec({"app.py": APP_PY, "src/real.py": "print('real')\n"})
+    with trio.fail_after(30):
+        async with backend.open_watch(spec, Progress()) as host:
+            app_dir = workdir / spec.session_id / "app"
+            await trio.to_thread.run_sync(os.symlink, "real.py", app_dir / "src" / "link.py")
+            await trio.to_thread.run_sync(os.symlink, "src", app_dir / "dirlink")
+            for entry in ("src/link.py", "dirlink/real.py", "src", "src/real.py/x"):
+                with pytest.raises(StartError) as info:
+                    await host.run_app(AppLaunch("web", entry), Sink())
+                assert info.value.message == f"entry {entry!r} is not a file in the workspace"
+
+
+async def test_watch_a_runtime_that_cannot_run_fails_to_enter_leaving_nothing(
+    backend: LocalBackend, workdir: Path
+) -> None:
+    for image, message in (
+        ("nope", "no local runtime named 'nope'"),
+        ("missing", "local runtime 'missing': executable 'no-such-program-xyz' not found"),
+    ):
+        with pytest.raises(StartError) as info:
+            async with backend.open_watch(watch_spec({"a.py": ""}, image=image), Progress()):
+                raise AssertionError("entered")
+        assert (info.value.stage, info.value.message) == ("provision", message)
+    assert leftovers(workdir) == []
+
+
+async def test_watch_a_damaged_checkpoint_fails_the_resume_leaving_nothing(
+    backend: LocalBackend, workdir: Path
+) -> None:
+    spec = watch_spec({"app.py": "print(1)\n"})
+    with trio.fail_after(30):
+        async with backend.open_watch(spec, Progress()) as host:
+            checkpoint = await host.checkpoint()
+        path = Path(checkpoint.path)  # type: ignore[attr-defined]
+        data = await trio.to_thread.run_sync(path.read_bytes)
+        await trio.to_thread.run_sync(path.write_bytes, data[:-5])
+        with pytest.raises(StartError) as info:
+            resumed = dataclasses.replace(spec, checkpoint=checkpoint)
+            async with backend.open_watch(resumed, Progress()):
+                raise AssertionError("entered")
+        assert info.value.message.startswith("cannot restore the workspace: ")
+        await checkpoint.discard()
+    assert leftovers(workdir) == []
+
+
+async def test_watch_streams_app_reads_its_stdin_from_the_handle(
+    backend: LocalBackend, workdir: Path
+) -> None:
+    echo = "import sys\nfor line in sys.stdin:\n    print('echo', line.strip(), flush=True)\n"
+    spec = watch_spec({"echo.py": echo})
+    sink = Sink()
+    with trio.fail_after(30):
+        async with backend.open_watch(spec, Progress()) as host:
+            app = AppLaunch("echo", "echo.py", io="streams")
+            async with running(host, app, sink) as (started, _, _):
+                started.handle.write(b"hello\n")
+                await sink.wait_for("echo hello\n", OutputStream.STDOUT)
