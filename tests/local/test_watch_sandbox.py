@@ -4,6 +4,8 @@ nothing of an app outlives its stop, the session or a SIGKILLed daemon."""
 
 from __future__ import annotations
 
+import dataclasses
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ import trio
 from runnerd.backend import Exited
 from runnerd.backend.watch import (
     AppLaunch,
+    OutputStream,
 )
 from runnerd.local import LocalBackend
 from runnerd.local.containment import Containment
@@ -196,3 +199,51 @@ async def test_watch_a_sigkilled_daemon_takes_every_app_down(
             await daemon.wait()
             await daemon.stdout.aclose()  # type: ignore[union-attr]
         await wait_all_gone(pids)
+
+
+ISOLATION_PY = """
+import os, socket, sys
+print("fds", sorted(int(fd) for fd in os.listdir("/proc/self/fd")), flush=True)
+print("sessions", sorted(os.listdir(os.path.dirname(os.path.dirname(os.getcwd())))), flush=True)
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5).close()
+    print("host-loopback reachable", flush=True)
+except OSError as exc:
+    print("host-loopback refused", type(exc).__name__, flush=True)
+"""
+
+
+async def test_watch_app_has_the_run_sessions_isolation(
+    backend: LocalBackend, workdir: Path
+) -> None:
+    if backend._plan.containment is not Containment.PID_NAMESPACE:
+        pytest.skip("process-group containment: the host's view and network (announced)")
+    from runnerd.local.settings import LocalConfig
+
+    rts = dict(backend._local.runtimes)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    rts["probe"] = dataclasses.replace(
+        rts["python"], name="probe", command=(rts["python"].command[0], "-u", "{entry}", str(port))
+    )
+    backend = LocalBackend(LocalConfig(workdir=workdir, stop_grace_s=0.5, runtimes=rts))
+    other = watch_spec({"x.py": ""})
+    spec = watch_spec({"probe.py": ISOLATION_PY}, image="probe")
+    try:
+        with trio.fail_after(30):
+            async with backend.open_watch(other, Progress()):
+                async with backend.open_watch(spec, Progress()) as host:
+                    for io in ("tty", "streams"):
+                        sink = Sink()
+                        app = AppLaunch("probe", "probe.py", io=io)  # type: ignore[arg-type]
+                        assert await host.run_app(app, sink) == Exited(0)
+                        text = sink.text() + sink.text(OutputStream.STDOUT)
+                        # Its stdio only: no namespace, script or status fd of the daemon's.
+                        assert "fds [0, 1, 2, 3]" in text  # 3: listdir's own
+                        # The workdir is covered but for its own directory.
+                        assert f"sessions ['{spec.session_id}']" in text
+                        assert "host-loopback refused" in text
+    finally:
+        listener.close()
