@@ -91,6 +91,12 @@ class Sandbox:
         namespaces (or, without a holder, contained on its own)."""
         return self._launch
 
+    def oom_killed(self) -> bool:
+        """Whether the kernel OOM-killed in the session's cgroup (one small
+        read; False without ceilings)."""
+        cgroup = self._launch.cgroup
+        return cgroup is not None and SessionCgroups.oom_killed(cgroup)
+
     @property
     def dial(self) -> Dial | None:
         """A connection inside the shared network namespace (None: the

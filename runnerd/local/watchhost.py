@@ -25,6 +25,10 @@ stops it as a DELETE stops a run session (SIGTERM, SIGKILL after
 `local.stop_grace_seconds`: its nested PID namespace goes with it) before
 the cancellation propagates.
 
+A generation ends `Exited(code)` (signal N: 128+N), or `Failed` when the
+kernel OOM-killed the session's cgroup (with ceilings: every process of
+the session goes, as a pod's containers do).
+
 Error handling: a generation that cannot start raises `StartError` before
 `started`, its `message` the client's `run failed` reason; `checkpoint`
 raises `CheckpointFailed` (client-safe); the workspace operations raise
@@ -44,7 +48,7 @@ from pathlib import Path
 
 import trio
 
-from runnerd.backend import Exited, StartError, WorkloadAddress
+from runnerd.backend import Exited, Failed, StartError, WorkloadAddress
 from runnerd.backend.watch import (
     AgentLaunch,
     AppLaunch,
@@ -179,7 +183,7 @@ class LocalWatchHost:
         sink: AppSink,
         *,
         task_status: trio.TaskStatus[AppStarted] = trio.TASK_STATUS_IGNORED,
-    ) -> Exited:
+    ) -> Exited | Failed:
         """One generation of `app` (see the module docstring). Raises StartError."""
         runtime, executable = resolve_runtime(self._kit, self._spec.creation.image.image)
         if not await self._workspace.is_file(app.entry):
@@ -210,7 +214,7 @@ class LocalWatchHost:
         sink: AppSink,
         *,
         task_status: trio.TaskStatus[AppStarted] = trio.TASK_STATUS_IGNORED,
-    ) -> Exited:
+    ) -> Exited | Failed:
         """The co-resident agent (see the module docstring). Raises StartError."""
         runtime, executable = resolve_runtime(self._kit, agent.image.image)
         try:
@@ -241,7 +245,7 @@ class LocalWatchHost:
         runtime: RuntimeConfig,
         sink: AppSink,
         task_status: trio.TaskStatus[AppStarted],
-    ) -> Exited:
+    ) -> Exited | Failed:
         """Spawn `process`, report it started, pump its output until it exits
         and its output is through; stopped when cancelled."""
         proc = await self._spawn(process, runtime)
@@ -259,6 +263,10 @@ class LocalWatchHost:
                 await sink.drain(output_done.wait)
                 nursery.cancel_scope.cancel()
         log.info("%s exited with code %s", process.label, code, extra=self._ids)
+        if self._sandbox.oom_killed():
+            # The session's cgroup kills as one (`memory.oom.group`), as a pod's.
+            memory = self._spec.identity.limits.memory
+            return Failed(f"memory limit {memory} exceeded: the session was killed (OOM)")
         return Exited(code)
 
     @property
