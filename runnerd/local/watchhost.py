@@ -248,6 +248,7 @@ class LocalWatchHost:
     ) -> Exited | Failed:
         """Spawn `process`, report it started, pump its output until it exits
         and its output is through; stopped when cancelled."""
+        self._sandbox.check()
         proc = await self._spawn(process, runtime)
         log.info("started pid %s (%s)", proc.pid, process.label, extra=self._ids)
         async with proc:

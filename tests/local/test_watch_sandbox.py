@@ -5,6 +5,8 @@ nothing of an app outlives its stop, the session or a SIGKILLed daemon."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from runnerd.backend import Exited
+from runnerd.backend import Exited, StartError
 from runnerd.backend.watch import (
     AppLaunch,
     OutputStream,
@@ -247,3 +249,31 @@ async def test_watch_app_has_the_run_sessions_isolation(
                         assert "host-loopback refused" in text
     finally:
         listener.close()
+
+
+async def test_watch_a_killed_holder_takes_the_apps_and_is_said_at_the_next_start(
+    backend: LocalBackend, workdir: Path
+) -> None:
+    if backend._plan.containment is not Containment.PID_NAMESPACE:
+        pytest.skip("process-group containment: no holder")
+    spec = watch_spec({"a.sh": OTHER_SH}, image="sh")
+    with trio.fail_after(30):
+        async with backend.open_watch(spec, Progress()) as host:
+            sink = Sink()
+            async with running(host, AppLaunch("a", "a.sh"), sink) as _:
+                await sink.wait_for("\n")
+                app_pid = host_pid(_token(sink))
+                (holder,) = [
+                    pid
+                    for pid in session_pids(workdir, spec.session_id)
+                    if _cmdline(pid).startswith(b"/usr/bin/sleep\0infinity")
+                    or _cmdline(pid).startswith(b"/bin/sleep\0infinity")
+                ]
+                os.kill(holder, signal.SIGKILL)
+                await wait_gone(app_pid)  # the session's PID namespace ended
+            with pytest.raises(StartError) as info:
+                await host.run_app(AppLaunch("a", "a.sh"), Sink())
+            assert info.value.message == (
+                "the session's sandbox is gone (its holder process exited)"
+            )
+    assert leftovers(workdir) == []
