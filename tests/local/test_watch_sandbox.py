@@ -263,14 +263,17 @@ async def test_watch_a_killed_holder_takes_the_apps_and_is_said_at_the_next_star
             async with running(host, AppLaunch("a", "a.sh"), sink) as _:
                 await sink.wait_for("\n")
                 app_pid = host_pid(_token(sink))
-                (holder,) = [
+                # The holder's workload, and its outer (the daemon's child).
+                holders = [
                     pid
                     for pid in session_pids(workdir, spec.session_id)
-                    if _cmdline(pid).startswith(b"/usr/bin/sleep\0infinity")
-                    or _cmdline(pid).startswith(b"/bin/sleep\0infinity")
+                    if b"sleep\0infinity" in _cmdline(pid)
                 ]
-                os.kill(holder, signal.SIGKILL)
+                sleeper = next(p for p in holders if _cmdline(p).split(b"\0")[1] == b"infinity")
+                os.kill(sleeper, signal.SIGKILL)
                 await wait_gone(app_pid)  # the session's PID namespace ended
+                for pid in holders:
+                    await wait_gone(pid)
             with pytest.raises(StartError) as info:
                 await host.run_app(AppLaunch("a", "a.sh"), Sink())
             assert info.value.message == (
