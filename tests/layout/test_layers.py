@@ -66,6 +66,7 @@ PURE = (
     "runnerd.session.ending",
     "runnerd.session.rings",
     "runnerd.session.admission",
+    "runnerd.session.watchspec",
     "runnerd.session.paths",
     "runnerd.session.capabilities",
     "runnerd.http.openapi",
