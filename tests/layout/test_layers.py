@@ -62,6 +62,7 @@ PURE = (
     "runnerd.watch.debounce",
     "runnerd.watch.runs",
     "runnerd.watch.apps",
+    "runnerd.watch.kernel",
     "runnerd.session.registry",
     "runnerd.session.ending",
     "runnerd.session.rings",
