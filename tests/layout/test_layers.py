@@ -71,6 +71,7 @@ PURE = (
     "runnerd.session.paths",
     "runnerd.session.capabilities",
     "runnerd.http.openapi",
+    "runnerd.http.openapi_watch",
     "runnerd.http.wsframes",
     "runnerd.kube.settings",
     "runnerd.kube.errors",
