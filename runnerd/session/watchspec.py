@@ -1,9 +1,13 @@
-"""`WatchSessionSpec`: everything starting one watch session needs. Pure.
+"""`WatchSessionSpec`: everything a watch session is started from.
 
-Built by admission (`runnerd.session.admission`) from a `POST /v1/sessions`
-with `mode: "watch"` once every check passed, and handed to the session
-manager's `start_watch`. Frozen; the agent's env (its token included) is a
-secret and stays out of repr.
+Admission (`runnerd.session.admission`, `POST /v1/sessions` with `mode:
+"watch"`) builds it once every check passed; `SessionManager.start_watch`
+registers and runs it. `watch` is the backend's part (identity, creation,
+no checkpoint: the core adds the latest one on a resume); `apps` are the
+checked apps (check 10), in declaration order; `agent` is the co-resident
+agent's launch (its env holds the catalog env and the minted token:
+secrets, never logged) and `agent_token` the token a client gets on
+`running.agent` (None without `token_env`).
 """
 
 from __future__ import annotations
@@ -16,12 +20,7 @@ from runnerd.watch.apps import AppSpec
 
 @dataclass(frozen=True)
 class WatchSessionSpec:
-    """`watch`: identity (limits: the `limits.app` tier with
-    `watch.max_ttl_seconds` as its TTL; `inspect` on), creation (image, the
-    apps' env, the bundle), no checkpoint. `apps`: checked (check 10), in
-    the order given. `agent`: the co-resident agent (env = catalog env +
-    its token under `token_env`), None without one. `agent_token`: the
-    token for the agent endpoint's `token` (None without `token_env`)."""
+    """A watch session as admission built it (see the module docstring)."""
 
     watch: WatchSpec
     apps: tuple[AppSpec, ...]
