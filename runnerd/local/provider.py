@@ -157,7 +157,9 @@ def open_backend(
 async def _open_backend(
     config: Config[LocalConfig], hidden: Iterable[Path]
 ) -> AsyncIterator[LocalBackend]:
-    backend = LocalBackend(config.settings, hidden=hidden)
+    backend = LocalBackend(
+        config.settings, hidden=hidden, max_body_bytes=config.server.max_body_bytes
+    )
     if backend.init_problem is not None:
         # Every session would fail its start: refuse now, with the file named.
         raise ConfigError(
