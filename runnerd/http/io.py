@@ -26,7 +26,8 @@ session's), its first frame says `app` and `io`, stdin goes to the app's
 current process, and a `resize` on a `streams` app is answered with the
 `resize_unsupported` error frame. An app's process exiting is output
 ending for a while, nothing more: the socket closes on the session's
-terminal status (1000) or shutdown (1001), as a run session's. A run
+terminal status (1000) or shutdown (1001), as a run session's, or when
+the app leaves the set (`PUT /apps`: 4404, once its output is sent). A run
 session's socket (no `app`, or `app`) is byte for byte what it always was.
 """
 
@@ -50,7 +51,7 @@ from runnerd.http.io_target import IoTarget, io_target
 from runnerd.http.streams import stream_slot
 from runnerd.http.wsframes import binary_frames
 from runnerd.metrics import Metrics
-from runnerd.session.reader import EVICTED, LOST, Items, Ring, open_reader
+from runnerd.session.reader import EVICTED, LOST, Items, open_reader
 
 if TYPE_CHECKING:
     from runnerd.http.state import AppState
@@ -286,18 +287,15 @@ async def _receive_input(target: IoTarget, delivery: _Delivery) -> None:
 
 
 async def _send_output(
-    session: Session,
-    ring: Ring[bytes],
-    cursor: int,
-    state: AppState,
-    delivery: _Delivery,
+    session: Session, target: IoTarget, cursor: int, state: AppState, delivery: _Delivery
 ) -> bool:
-    """Replay then stream `ring`'s chunks (`runnerd.session.reader`), each
-    gap as a `gap` frame in its place (`buffer_evicted` once, `output_lost`
-    per lost-output mark). True when the session is terminal and everything
-    was sent; False when the daemon is shutting down."""
+    """Replay then stream the target's chunks (`runnerd.session.reader`),
+    each gap as a `gap` frame in its place (`buffer_evicted` once,
+    `output_lost` per lost-output mark). True when the stream ended (the
+    session terminal, or the app gone) and everything was sent; False when
+    the daemon is shutting down."""
     metrics: Metrics = state.metrics
-    async with open_reader(ring, session, cursor, state.closing) as reader:
+    async with open_reader(target.ring, target.changes, cursor, state.closing) as reader:
         async for part in reader:
             if isinstance(part, Items):
                 await delivery.send_chunks(part.entries)
@@ -319,8 +317,11 @@ async def _serve_channel(
         nursery.start_soon(_receive_input, target, delivery)
         nursery.start_soon(_watch_stall, delivery)
         await delivery.send(target.seq_frame(last_seq))
-        terminal = await _send_output(session, target.ring, last_seq, state, delivery)
-        if terminal:
+        ended = await _send_output(session, target, last_seq, state, delivery)
+        gone = None if session.is_terminal else target.gone_reason()
+        if ended and gone is not None:
+            await _close_when_taken(delivery, 4404, gone)
+        elif ended:
             await _close_when_taken(delivery, 1000, "session terminal")
         else:
             await _close_when_taken(delivery, 1001, "runnerd is shutting down")

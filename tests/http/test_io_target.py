@@ -103,6 +103,7 @@ class _Session:
     def __init__(self, mode: str, apps: list[AppChannel]) -> None:
         self.mode, self._apps = mode, {a.name: a for a in apps}
         self.pty = object()
+        self.is_terminal = False
 
     def app_channels(self) -> list[AppChannel]:
         return list(self._apps.values())
@@ -139,3 +140,17 @@ def test_io_target_the_app_rule_of_the_contract() -> None:
         assert plain.seq_frame(0) == '{"type":"seq","seq":0}'  # the run session's, unchanged
     refused = io_target(run, "x" * 500)  # type: ignore[arg-type]
     assert isinstance(refused, str) and len(refused.encode()) <= 123
+
+
+def test_io_target_an_app_that_left_the_set_ends_its_stream() -> None:
+    wakes = Wakes()
+    web = channel(wakes, "web", "tty")
+    session = _Session("watch", [web])
+    target = io_target(session, "web")  # type: ignore[arg-type]
+    assert not isinstance(target, str)
+    assert (target.changes.is_terminal, target.gone_reason()) == (False, None)
+    web.gone = True  # what `PUT /apps` does to a dropped app
+    assert target.changes.is_terminal
+    assert target.gone_reason() == "app 'web' left the session"
+    run = io_target(_Session("run", []), None)  # type: ignore[arg-type]
+    assert not isinstance(run, str) and run.gone_reason() is None
