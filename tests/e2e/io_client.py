@@ -4,6 +4,7 @@ frames parsed into (seq, stream byte, payload)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import struct
@@ -92,21 +93,24 @@ def printed(stream: int, pattern: bytes) -> Callable[[Transcript], bool]:
 
 
 class Io:
-    """Open `/io` sockets on the daemon (closed at the end)."""
+    """Open `/io` sockets on the daemon, each entered as its context manager
+    (as `websockets` wants it) and left at `close_all`."""
 
     def __init__(self, socket_path: Path) -> None:
-        self.socket_path, self.open = socket_path, []
+        self.socket_path = socket_path
+        self.open: list[AppSocket] = []
+        self._stack = contextlib.ExitStack()
 
     async def connect(self, session_id: str, query: str = "") -> AppSocket:
         url = f"ws://runnerd/v1/sessions/{session_id}/io{query}"
 
         def connect() -> ClientConnection:
-            return unix_connect(str(self.socket_path), url, max_queue=None, open_timeout=TIMEOUT_S)
+            ws = unix_connect(str(self.socket_path), url, max_queue=None, open_timeout=TIMEOUT_S)
+            return self._stack.enter_context(ws)
 
         socket = AppSocket(await trio.to_thread.run_sync(connect))
         self.open.append(socket)
         return socket
 
     async def close_all(self) -> None:
-        for socket in self.open:
-            await trio.to_thread.run_sync(socket.ws.close)
+        await trio.to_thread.run_sync(self._stack.close)

@@ -106,7 +106,10 @@ async def test_io_watch_an_exit_and_restart_keep_the_socket_and_its_seqs(
         await once.until(printed(1, rb"once ran\n"))
         # Generation 1 exits 3; the reload starts generation 2 on the same socket.
         await wait_status(client, session_id, "running", timeout_s=TIMEOUT_S)
-        answer = await client.post(f"/v1/sessions/{session_id}/reload?app=once")
+        answer = await client.post(
+            f"/v1/sessions/{session_id}/reload?app=once",
+            headers={"content-type": "application/json"},  # the guard's rule for every POST
+        )
         assert answer.status_code == 202, answer.text
         seen = await once.until(printed(1, rb"once ran\n(.|\n)*once ran\n"))
         assert [seq for seq, _, _ in seen.chunks] == list(range(1, len(seen.chunks) + 1))
