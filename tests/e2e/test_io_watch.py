@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.e2e.contract_client import wait_status
 from tests.e2e.io_client import TIMEOUT_S, Io, printed, raw, start_watch
-from tests.harness import session_body
+from tests.harness import session_body, start_daemon
 from tests.shared_daemon import SharedDaemon, shared_daemon
 
 WEB = 'echo "web up"; read line; echo "web got:$line"; stty size; read more; exec sleep 600'
@@ -116,10 +117,15 @@ async def test_io_watch_an_exit_and_restart_keep_the_socket_and_its_seqs(
         assert seen.controls == [{"type": "seq", "seq": 0, "app": "once", "io": "streams"}]
         await client.delete(f"/v1/sessions/{session_id}")
         assert await once.closed() == (1000, "session terminal")
-        # A late reader of the ended session gets the replay, then 1000.
+        # A late reader of the ended session gets the replay, then 1000;
+        # one that has it all is refused 4410.
         late = await io.connect(session_id, "?app=once&lastSeq=1")
         assert await late.closed() == (1000, "session terminal")
         assert late.seen.chunks[0][0] == 2
+        last = seen.chunks[-1][0]
+        done = await io.connect(session_id, f"?app=once&lastSeq={last}")
+        expected = (4410, "session terminal and nothing buffered after lastSeq")
+        assert await done.closed() == expected
 
 
 async def test_io_watch_a_one_app_session_needs_no_app_and_run_sessions_are_unchanged(
@@ -157,4 +163,33 @@ async def test_io_watch_an_app_dropped_by_put_apps_closes_its_socket_4404(
         assert await worker.closed() == (4404, "app 'worker' left the session")
         again = await io.connect(session_id, "?app=worker")
         assert await again.closed() == (4404, "no app 'worker' in this session")
+        await client.delete(f"/v1/sessions/{session_id}")
+
+
+async def test_io_watch_a_replay_past_the_app_s_ring_starts_with_a_gap(tmp_path: Path) -> None:
+    # Five 3 KB blocks into a ring of 4 KB, each its own chunk (the app waits
+    # for a line after each, sent once the block arrived): most are evicted.
+    paced = (
+        'i=0; while [ $i -lt 5 ]; do printf "%03000d\\n" $i; read go; i=$((i+1)); done; echo end'
+    )
+    overrides = {"watch": {"enabled": True}, "runner": {"replay_buffer_bytes": 4096}}
+    apps = [{"name": "loud", "entryRelativePath": "loud.sh", "io": "streams"}]
+    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+        session_id = await start_watch(client, apps, {"loud.sh": paced})
+        sockets = Io(daemon.socket_path)
+        try:
+            live = await sockets.connect(session_id, "?app=loud")
+            for block in range(5):
+                await live.until(lambda seen, n=block + 1: seen.of(1).count(b"\n") >= n)
+                await live.send(b"go\n")
+            await live.until(printed(1, rb"end\n"))
+            replay = await sockets.connect(session_id, "?app=loud&lastSeq=0")
+            seen = await replay.until(printed(1, rb"end\n"))
+        finally:
+            await sockets.close_all()
+        assert seen.controls[:2] == [
+            {"type": "seq", "seq": 0, "app": "loud", "io": "streams"},
+            {"type": "gap", "reason": "buffer_evicted"},
+        ]
+        assert seen.chunks[0][0] > 1 and len(seen.of(1)) < 3 * 3001
         await client.delete(f"/v1/sessions/{session_id}")
