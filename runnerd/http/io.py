@@ -1,8 +1,9 @@
 """`GET /v1/sessions/{id}/io`: the WebSocket PTY channel.
 
 Owns the channel's protocol: the origin check (close 4403), unknown session
-or app (4404, `io_target`), nothing to replay on a terminal session (4410), too many subscribers
-on the session (4429) or streams on the listener (4503; both
+or app (4404, `runnerd.http.io_target`), nothing to replay on a terminal
+session (4410), too many subscribers on the session (4429) or streams on
+the listener (4503; both
 `runnerd.http.streams`), the `seq` and `gap` text frames (`gap` says
 `buffer_evicted` for what the replay buffer dropped, `output_lost` where
 the backend lost output), output as binary frames of a 4-byte big-endian
@@ -15,8 +16,9 @@ byte before it, with a closing handshake that completes
 (`_Delivery`: close `4408`, connection dropped). Three tasks run in one
 nursery: the sender (replay, then live, then the close), the receiver
 (stdin, resizes; it keeps reading until the end, so no input is left unread)
-and the stall watch; the sender's end cancels the other two. Each socket holds
-`session.subscribed()` while open (a watch session's idle suspend counts it).
+and the stall watch; the sender's end cancels the other two. Each socket
+holds `session.subscribed()` while open (a watch session's idle suspend
+counts it).
 
 On a watch session a socket is one app's (`?app=NAME`; absent: the only
 app of a one-app session): it replays and follows that app's own ring
