@@ -16,7 +16,7 @@ from runnerd.backend.watch import OutputStream
 from runnerd.http.io_target import io_target
 from runnerd.http.wsframes import binary_frames
 from runnerd.session.apps import AppChannel
-from runnerd.session.reader import Items, StreamReader
+from runnerd.session.reader import LOST, Items, StreamReader
 from runnerd.session.rings import CHUNK_BYTES
 from runnerd.watch.apps import AppSpec
 from runnerd.watch.runs import AppRuns
@@ -73,6 +73,21 @@ async def test_io_watch_frames_carry_seq_then_one_stream_byte() -> None:
     assert [(seq, stream) for seq, stream, _ in frames] == [(1, 1), (2, 2), (3, 1), (4, 1)]
     assert frames[0][2] == b"out 1\n" and frames[1][2] == b"err 1\n"
     assert frames[2][2] + frames[3][2] == b"x" * (CHUNK_BYTES + 10)
+
+
+async def test_io_watch_a_loss_in_an_app_s_output_is_told_in_its_place() -> None:
+    wakes = Wakes()
+    app = channel(wakes)
+    app.output(b"before", OutputStream.STDOUT)
+    app.output_lost()
+    app.output(b"after", OutputStream.STDERR)
+    reader = StreamReader(app.ring, wakes, 0)
+    parts = [await reader.next() for _ in range(3)]
+    assert parts[1] is LOST
+    assert [p.entries for p in (parts[0], parts[2]) if isinstance(p, Items)] == [
+        [(1, b"\x01before")],
+        [(2, b"\x02after")],
+    ]
 
 
 async def test_io_watch_reader_follows_the_app_across_generations_until_terminal() -> None:
