@@ -8,16 +8,32 @@ shapes are written out here from the contract's types. The event stream's
 body is text: each frame's data is described by `x-runnerd-sse-data`; the
 `/io` server's text frames (`seq`, `gap` and its reasons, the `streams`
 app's `resize_unsupported` error) by `x-runnerd-ws-text` on its `101`.
+What watch sessions add beyond their statuses and events (their routes and
+bodies, a session's `mode`/`apps`/`agent`, `features`) is
+`runnerd.http.openapi_watch`'s.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import msgspec
 
 from runnerd.config.envnames import ENV_NAME_PATTERN
-from runnerd.contract import ProbeRequest, StartAppSessionRequest, StartSessionRequest
+from runnerd.contract import (
+    ProbeRequest,
+    ReplaceAppsRequest,
+    StartAppSessionRequest,
+    StartSessionRequest,
+)
+from runnerd.http.openapi_watch import (
+    SESSION_FIELDS,
+    SESSION_REQUIRED,
+    watch_paths,
+    with_watch_schemas,
+)
+from runnerd.watch.changes import ChangeSetBody
 
 _REF = "#/components/schemas/{name}"
 
@@ -267,9 +283,11 @@ def _with_admission_rules(schemas: dict[str, Any]) -> dict[str, Any]:
     start["description"] = (
         "`bundle` and `config` are required unless `app` names a predefined app "
         '(then they are ignored). `mode: "watch"` (with `apps`, `agent`) asks for a '
-        "watch session: refused with `watch_disabled` while the runner has watch "
-        "sessions off (`features.watch` absent from /v1/capabilities); `agent` without "
-        "it is `agent_requires_watch`."
+        "watch session (no `app`): refused with `watch_disabled` while the runner has "
+        "watch sessions off (`features.watch` absent from /v1/capabilities); `agent` "
+        "without it is `agent_requires_watch`. `apps` omitted is one app `app` on the "
+        "bundle's entry with the top-level `ports` (ignored when `apps` is given); an app "
+        "without `io` is `tty`."
     )
     env = schemas["StartAppSessionRequest"]["properties"]["env"]
     env["anyOf"] = [_env_schema(), {"type": "null"}]
@@ -314,10 +332,15 @@ _TERMINAL_SIZE_HEADER = {
 _START_ERRORS = {
     "400": _error(
         "invalid_request, unknown_app, invalid_bundle, invalid_config, "
-        "watch_disabled or agent_requires_watch"
+        "watch_disabled, agent_requires_watch, unknown_agent, agent_port_undeclared; "
+        "for each app: invalid_app_name, reserved_app_name, duplicate_app_name, "
+        "invalid_bundle, port_conflict, io_unsupported"
     ),
     "403": _error("forbidden_origin or forbidden_host (see the README's Security section)"),
-    "409": _error("too_many_sessions: the registry is full of live sessions"),
+    "409": _error(
+        "too_many_watch_sessions: watch.max_sessions watch sessions are starting or "
+        "running; too_many_sessions: the registry is full of live sessions"
+    ),
     "413": _error("payload_too_large"),
     "415": _error("unsupported_media_type: the body must be application/json"),
     "428": _error("terms_required; the body also carries `terms`"),
@@ -431,7 +454,8 @@ def _with_extensions(paths: dict[str, Any]) -> dict[str, Any]:
     session_list = _obj(
         ["sessions"],
         sessions={"type": "array", "items": _obj(
-            ["sessionId", "status", "createdAt", "ports", "lastEventId", "lastOutputSeq"],
+            ["sessionId", "status", "createdAt", "ports", "lastEventId", "lastOutputSeq",
+             *SESSION_REQUIRED],
             sessionId=_str(),
             status=_ref("RunStatus"),
             createdAt={"type": "string", "format": "date-time"},
@@ -443,6 +467,7 @@ def _with_extensions(paths: dict[str, Any]) -> dict[str, Any]:
                 protocol={"enum": ["tcp", "udp"]})},
             lastEventId={"type": "integer", "description": "id of the newest event"},
             lastOutputSeq={"type": "integer", "description": "seq of the newest PTY chunk"},
+            **SESSION_FIELDS,
         )},
     )  # fmt: skip
     listed = _json(session_list, "every registered session, live and retained, oldest first")
@@ -458,15 +483,19 @@ def _with_extensions(paths: dict[str, Any]) -> dict[str, Any]:
 
 def build_openapi(version: str) -> dict[str, Any]:
     """The whole OpenAPI 3.1 document for runnerd `version`."""
+    models = (StartSessionRequest, StartAppSessionRequest, ProbeRequest)
     _, generated = msgspec.json.schema_components(
-        (StartSessionRequest, StartAppSessionRequest, ProbeRequest), ref_template=_REF
+        (*models, ChangeSetBody, ReplaceAppsRequest), ref_template=_REF
     )
     request_schemas = _with_admission_rules(generated)
-    paths = _with_extensions({**_runner_paths(), **_start_paths(), **_session_paths()})
+    paths = _with_extensions(
+        {**_runner_paths(), **_start_paths(), **_session_paths(), **watch_paths()}
+    )
     return {
         "openapi": "3.1.0",
         "info": {"title": "runnerd /v1", "version": version,
                  "description": "The Telo runner /v1 contract served by runnerd."},
         "paths": _with_edge_errors(paths),
-        "components": {"schemas": {**request_schemas, **_RESPONSE_SCHEMAS}},
+        "components": {"schemas": with_watch_schemas(
+            {**request_schemas, **copy.deepcopy(_RESPONSE_SCHEMAS)})},
     }  # fmt: skip

@@ -21,6 +21,7 @@ import trio
 
 from runnerd.backend import BackendContext
 from runnerd.config import AppEntry, Config, ConfigError, RunnerConfig
+from runnerd.contract import IoMode
 from runnerd.local.backend import LocalBackend
 from runnerd.local.initpython import SYSTEM_PYTHON
 from runnerd.local.launch import read_interpreter, same_file
@@ -30,6 +31,8 @@ from runnerd.local.workdir import WorkdirError
 
 NAME = "local"
 SETTINGS = LocalConfig
+# Watch sessions' apps run on a PTY or on pipes (`runnerd.local.streams`).
+WATCH_IO: tuple[IoMode, ...] = ("tty", "streams")
 # A stop waits the workload's SIGTERM grace plus this for the SIGKILL, the
 # drain and the cleanup (cgroup, session directory).
 STOP_HEADROOM_S = 3.0
