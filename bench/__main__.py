@@ -5,8 +5,8 @@ with real workloads under real PTYs. Figures are printed, never asserted;
 the targets come from issue 2 and are shown beside each figure.
 
 Run one with `python -m bench NAME` (names: startup, latency, throughput,
-idle, cli, connections, bodies, netns, workspace, watchio); no name runs
-them all.
+idle, cli, connections, bodies, netns, workspace); no name runs them
+all.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from bench.harness import (
 from bench.netns import bench_netns
 from bench.startup import bench_startup
 from bench.throughput import bench_throughput
-from bench.watchio import bench_watchio
 from bench.workspace import bench_workspace
 
 MB = 1_000_000
@@ -159,7 +158,6 @@ BENCHES: dict[str, Callable[[], Awaitable[list[Row]]]] = {
     "bodies": bench_bodies,
     "netns": bench_netns,
     "workspace": bench_workspace,
-    "watchio": bench_watchio,
 }
 
 

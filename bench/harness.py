@@ -44,8 +44,8 @@ def build_config_text(
 ) -> str:
     """A bench config: local backend, UNIX socket only, generous limits;
     `local_extra` is TOML added to `[local]` (e.g. `network = "host"`);
-    `size_wait_s`: `local.terminal_size_wait_seconds` (None: its default);
-    `extra`: TOML tables added at the end (e.g. `[watch]`)."""
+    `extra`: TOML tables added at the end (e.g. `[watch]`);
+    `size_wait_s`: `local.terminal_size_wait_seconds` (None: its default)."""
     python = shutil.which("python3") or sys.executable
     size_wait = "" if size_wait_s is None else f"terminal_size_wait_seconds = {size_wait_s}"
     return f"""

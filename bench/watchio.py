@@ -1,4 +1,4 @@
-"""`python -m bench watchio`: a watch session app's `/io` against a run session's, same run.
+"""`python -m bench.watchio`: a watch session app's `/io` against a run session's, same run.
 
 One daemon, one workload (`throughput.writer_script`: wait for a line, then
 `total_bytes` in 64 KiB writes), read to its last byte by the lean raw
@@ -8,11 +8,14 @@ chunks that carry a stream byte) and a `streams` app (stdout on a pipe).
 The reference is measured before and after the two apps, and each app's
 rate is printed as its ratio to the mean of the two: the figure says what
 serving an app's ring costs over a run session's, on this machine, now.
+Run as its own module (not one of `python -m bench`'s names, whose list
+the watch benchmarks of `bench.watch` share).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import trio
@@ -80,3 +83,16 @@ async def bench_watchio(total_bytes: int = 128 * 1024 * 1024) -> list[Row]:
             "—",
         ),
     ]
+
+
+async def main() -> None:
+    rows = await bench_watchio()
+    print(f"\nmachine: {os.cpu_count()} cores, Python {sys.version.split()[0]}\n")
+    print("| benchmark | measured | target |")
+    print("|---|---|---|")
+    for what, figure, target in rows:
+        print(f"| {what} | {figure} | {target} |")
+
+
+if __name__ == "__main__":
+    trio.run(main)
