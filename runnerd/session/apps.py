@@ -27,6 +27,7 @@ from runnerd.contract import IoMode, PortMapping
 from runnerd.session.resize import ResizeCoalescer
 from runnerd.session.rings import CHUNK_BYTES, ByteRing
 from runnerd.watch.apps import AppSpec
+from runnerd.watch.kernel import KernelProjection
 from runnerd.watch.runs import AppRuns, RunTrigger
 
 
@@ -52,8 +53,10 @@ class AppChannel:
         self._handle: WorkloadHandle | None = None
         self._resize: ResizeCoalescer | None = None
         self._size: tuple[int, int] | None = None  # the latest asked, for the next process
-        # The driver's: its runtime restarts it on changes by itself.
+        # The driver's: its runtime restarts it on changes by itself, and
+        # its generations are projected from its kernel's debug frames.
         self.self_watching = False
+        self.kernel: KernelProjection | None = None
         # The driver's restart bookkeeping (`request_restart`).
         self.pending_trigger: RunTrigger | None = None
         self.generation_scope: trio.CancelScope | None = None

@@ -22,10 +22,12 @@ set once every app of the period reported its first generation (started or
 failed to start): the session's `running`.
 
 A self-watching app (`AppStarted.self_watching`, `telo run --watch`) is not
-restarted on `watch` changes (the debounce skips it); its generations
-should come from its kernel's debug frames (the projection in `watch/kernel.py`, being
-built in parallel): until that is wired here, such an app's run events are
-the process's own start and exit.
+restarted on `watch` changes (the debounce skips it); its generations come
+from its kernel's debug frames (`runnerd.watch.kernel.KernelProjection`, fed
+by `AppReport.debug`): the process's start only sets the trigger the next
+`Kernel.Starting` is attributed to (initial, manual, resume; `watch` for
+the kernel's own restarts), and an exit under an open generation closes it
+`completed {code}`. Its first-round report is the process's start.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from runnerd.backend.watch import AppStarted, WatchHost
 from runnerd.session.apps import AppChannel
 from runnerd.session.appsink import AppOutputSink, AppReport
 from runnerd.session.running import leaves
+from runnerd.watch.kernel import KernelProjection
 from runnerd.watch.runs import RunTrigger
 from runnerd.workload.supervision import supervise, tcp_ports
 
@@ -129,7 +132,8 @@ class AppPeriod:
             session.emit_run(*channel.runs.start_failed(trigger, reason, now))
             self._reported(channel.name)
         elif isinstance(outcome, Exited):
-            session.emit_run(channel.runs.complete(outcome.code, now))
+            session.emit_run(channel.runs.complete(outcome.code, now))  # kernel or not
+            channel.kernel = None
         elif isinstance(outcome, Failed):
             session.emit_run(channel.runs.fail(outcome.message))
 
@@ -162,7 +166,12 @@ class _OnStarted:
         channel = self._channel
         channel.attach(value.handle, self._nursery)
         channel.self_watching = value.self_watching
-        self._session.emit_run(channel.runs.start(self._trigger, trio.current_time()))
+        if value.self_watching:
+            channel.kernel = KernelProjection(channel.runs)
+            channel.kernel.expect(self._trigger)
+        else:
+            channel.kernel = None
+            self._session.emit_run(channel.runs.start(self._trigger, trio.current_time()))
         self._reported(channel.name)
         if value.address is not None:
             report = AppReport(self._session, channel)

@@ -8,6 +8,7 @@ whose apps are tasks running their entry file, a tiny script:
     warn TEXT      one line of stderr (a streams app; the tty otherwise)
     exit N         end with code N
     serve          echo each stdin line back, until stopped
+    selfwatch      (first line) report the process self-watching, then go on
 
 A missing entry is that generation's `StartError("boot", ...)`, raised before
 `started`, as the seam says. The host keeps what a test checks from outside:
@@ -134,7 +135,8 @@ class FakeWatchHost:
         self.running[app.name] = self.running.get(app.name, 0) + 1
         self.peak[app.name] = max(self.peak.get(app.name, 0), self.running[app.name])
         try:
-            task_status.started(AppStarted(handle))
+            self_watching = script.startswith(b"selfwatch")
+            task_status.started(AppStarted(handle, self_watching=self_watching))
             return await _run_script(script.decode(), app.io, sink, handle)
         finally:
             self.running[app.name] -= 1
