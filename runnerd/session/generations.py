@@ -14,6 +14,10 @@ app (`start_app`) runs its generations one at a time over the `WatchHost`:
     was open, ends it `completed` with `RESTART_CODE`, before the next
     generation's `started`.
 
+Restarts asked before the generation they cancel has started (a second
+reload while the first one's process is still being spawned) are one
+restart: its generation gets the latest trigger.
+
 So, per app: `run` events in generation order, `started` before its
 `completed`, generation N ended before N+1's event, and at most one
 process (the next `run_app` starts only after the last one returned or was
