@@ -60,6 +60,7 @@ class AppChannel:
         # The driver's restart bookkeeping (`request_restart`).
         self.pending_trigger: RunTrigger | None = None
         self.generation_scope: trio.CancelScope | None = None
+        self.starting = False  # its generation's process is being started
         # Cancelled when the app leaves the set (`PUT /apps`); `ended` once its task is gone.
         self.task_scope = trio.CancelScope()
         self.ended = trio.Event()
@@ -143,7 +144,8 @@ class AppChannel:
     def request_restart(self, trigger: RunTrigger) -> None:
         """Start a new generation with `trigger`: the running one (or the
         wait after the last one ended) is cancelled, and the backend stops
-        its process before the next starts."""
+        its process before the next starts. One still starting is let
+        start first (its `started` is sent), then restarted."""
         self.pending_trigger = trigger
-        if self.generation_scope is not None:
+        if self.generation_scope is not None and not self.starting:
             self.generation_scope.cancel()

@@ -14,9 +14,10 @@ app (`start_app`) runs its generations one at a time over the `WatchHost`:
     was open, ends it `completed` with `RESTART_CODE`, before the next
     generation's `started`.
 
-Restarts asked before the generation they cancel has started (a second
-reload while the first one's process is still being spawned) are one
-restart: its generation gets the latest trigger.
+A restart asked while a generation is still starting lets it start (its
+`started` is sent, so every restart asked is at least one generation), then
+restarts it; several asked meanwhile are one restart, with the latest
+trigger.
 
 So, per app: `run` events in generation order, `started` before its
 `completed`, generation N ended before N+1's event, and at most one
@@ -76,7 +77,10 @@ class AppPeriod:
 
     def start_app(self, channel: AppChannel, trigger: str) -> None:
         """Run `channel`'s generations from one with `trigger`, until the
-        period ends or the app leaves the set."""
+        period ends or the app leaves the set (one that left: nothing)."""
+        if channel.gone:
+            self._reported(channel.name)
+            return
         first: RunTrigger = next((t for t in TRIGGERS if t == trigger), "resume")
         channel.task_scope = trio.CancelScope()
         channel.ended = trio.Event()
@@ -93,9 +97,11 @@ class AppPeriod:
                 while True:
                     channel.pending_trigger = None
                     with trio.CancelScope() as scope:
-                        channel.generation_scope = scope
+                        channel.generation_scope, channel.starting = scope, True
                         await self._generation(channel, trigger)
-                        await trio.sleep_forever()  # until a restart
+                        channel.starting = False
+                        if channel.pending_trigger is None:
+                            await trio.sleep_forever()  # until a restart
                     channel.generation_scope = None
                     trigger = channel.pending_trigger or "manual"
                     now = trio.current_time()
@@ -168,6 +174,7 @@ class _OnStarted:
         if not isinstance(value, AppStarted):
             raise TypeError(f"a watch host reports AppStarted, not {type(value).__name__}")
         channel = self._channel
+        channel.starting = False
         channel.attach(value.handle, self._nursery)
         channel.self_watching = value.self_watching
         if value.self_watching:
@@ -181,3 +188,5 @@ class _OnStarted:
             report = AppReport(self._session, channel)
             self._nursery.start_soon(supervise, value.address, tcp_ports(channel.ports), report)
         self._task_status.started()
+        if channel.pending_trigger is not None and channel.generation_scope is not None:
+            channel.generation_scope.cancel()  # a restart asked while it started

@@ -248,3 +248,26 @@ async def test_a_self_watching_apps_generations_are_its_kernels(
         assert runs(session)[-2:] == [(2, "completed", 143), (3, "started", "manual")]
         debug = [e for e in events(session) if e["type"] == "debug"]
         assert all(e["app"] == "k" for e in debug) and len(debug) == 5
+
+
+async def test_a_reload_while_a_generation_starts_lets_it_start_then_restarts_it(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    mock_clock.autojump_threshold = 0
+    backend = FakeWatchBackend()
+    async with running_manager(backend) as manager:
+        session = start(manager, watch_spec({"main.sh": SERVE}))
+        await wait_until(session, lambda: session.status["kind"] == "running")
+        backend.hosts[0].start_delay_s = 1.0
+        session.reload(None)
+        await trio.sleep(0.5)  # generation 2 is starting
+        session.reload(None)
+        await wait_until(session, lambda: len(runs(session)) == 5)
+        assert runs(session) == [
+            (1, "started", "initial"),
+            (1, "completed", 143),
+            (2, "started", "manual"),
+            (2, "completed", 143),
+            (3, "started", "manual"),
+        ]
+        assert backend.hosts[0].peak == {"app": 1}

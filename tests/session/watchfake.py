@@ -88,6 +88,7 @@ class FakeWatchHost:
     agent_running: bool = False
     left: bool = False
     checkpoint_fails: bool = False
+    start_delay_s: float = 0.0  # how long a process takes to start
 
     async def list_files(self) -> list[WorkspaceFile]:
         await trio.lowlevel.checkpoint()
@@ -126,7 +127,7 @@ class FakeWatchHost:
         task_status: trio.TaskStatus[AppStarted] = trio.TASK_STATUS_IGNORED,
     ) -> Exited | Failed:
         script = self.files.get(app.entry)
-        await trio.lowlevel.checkpoint()
+        await trio.sleep(self.start_delay_s)
         if script is None:
             raise StartError("boot", f"entry {app.entry!r} is not a file in the workspace")
         handle = FakeHandle()
