@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import trio
-
+from tests.e2e.test_watch_limits import wait_suspended
 from tests.e2e.watch_client import route, start_watch, started, wait_frames, wait_running
 from tests.harness import start_daemon
 
@@ -30,11 +29,7 @@ async def test_watch_sessions_generations_suspends_resumes_and_writes_are_counte
             await wait_frames(client, session_id, lambda fs: started(fs, "app", 2) is not None)
             assert (await route(client, "POST", session_id, "reload")).status_code == 202
             await wait_frames(client, session_id, lambda fs: started(fs, "app", 3) is not None)
-            with trio.fail_after(30):  # idle: no stream open now; plain GETs only
-                while (await client.get(f"/v1/sessions/{session_id}")).json()["status"][
-                    "kind"
-                ] != "suspended":
-                    await trio.sleep(0.05)
+            await wait_suspended(client, session_id)  # plain GETs: no subscriber
             suspended = await scrape(daemon, tmp_path)
             assert value(suspended, "runnerd_watch_sessions", status="suspended") == 1
             assert value(suspended, "runnerd_watch_suspends_total") == 1
