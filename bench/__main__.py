@@ -5,7 +5,7 @@ with real workloads under real PTYs. Figures are printed, never asserted;
 the targets come from issue 2 and are shown beside each figure.
 
 Run one with `python -m bench NAME` (names: startup, latency, throughput,
-idle, cli, connections, bodies, netns, workspace, watch); no name runs them
+idle, cli, connections, bodies, netns, workspace, watch, watchlocal); no name runs them
 all.
 """
 
@@ -35,6 +35,7 @@ from bench.netns import bench_netns
 from bench.startup import bench_startup
 from bench.throughput import bench_throughput
 from bench.watch import bench_watch
+from bench.watchlocal import bench_watchlocal
 from bench.workspace import bench_workspace
 
 MB = 1_000_000
@@ -160,6 +161,7 @@ BENCHES: dict[str, Callable[[], Awaitable[list[Row]]]] = {
     "netns": bench_netns,
     "workspace": bench_workspace,
     "watch": bench_watch,
+    "watchlocal": bench_watchlocal,
 }
 
 

@@ -259,9 +259,20 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 async def drain_pty_raw(
-    socket_path: Path, sid: str, *, send: bytes = b""
+    socket_path: Path,
+    sid: str,
+    *,
+    send: bytes = b"",
+    query: str = "",
+    head_bytes: int = 4,
+    until_bytes: int | None = None,
 ) -> tuple[int, int, float]:
     """Read the session's `/io` channel to its close with a lean raw client.
+
+    `query` (e.g. `?app=NAME`) picks a watch session's app; `head_bytes` is
+    what precedes each frame's output (4: the seq; 5 on a watch app: the
+    seq and the stream byte); `until_bytes`: stop once that much output
+    arrived instead of at the close (a watch app's exit does not close it).
 
     trio-websocket copies each message several times in Python, which makes
     the *client* the bottleneck of a throughput figure. This client only
@@ -273,7 +284,7 @@ async def drain_pty_raw(
     stream = await trio.open_unix_socket(str(socket_path))
     async with stream:
         await stream.send_all(
-            f"GET /v1/sessions/{sid}/io HTTP/1.1\r\nHost: localhost\r\n"
+            f"GET /v1/sessions/{sid}/io{query} HTTP/1.1\r\nHost: localhost\r\n"
             "Upgrade: websocket\r\nConnection: Upgrade\r\n"
             f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
         )
@@ -312,7 +323,9 @@ async def drain_pty_raw(
                 elif opcode in (0x0, 0x2):
                     if t0 is None:
                         t0 = time.perf_counter()
-                    received += length - 4
+                    received += length - head_bytes
+                    if until_bytes is not None and received >= until_bytes:
+                        return received, gaps, time.perf_counter() - t0
                 pos += hdr + length
             if pos:
                 del buf[:pos]
