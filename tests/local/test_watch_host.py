@@ -94,20 +94,40 @@ async def test_watch_restart_is_stop_then_start_with_the_new_file(
     serve = "import time\nprint('generation', {n}, flush=True)\ntime.sleep(600)\n"
     spec = watch_spec({"app.py": serve.format(n=1)})
     app = AppLaunch("web", "app.py")
+
+    def generations() -> list[int]:
+        # The app's python processes (not the init's outer, whose argv has it too).
+        return [
+            pid
+            for pid in session_pids(workdir, spec.session_id)
+            if _cmdline(pid).split(b"\0")[1:2] == [b"-u"]
+        ]
+
     with trio.fail_after(30):
         async with backend.open_watch(spec, Progress()) as host:
             first = Sink()
             async with running(host, app, first) as (_, scope, _):
                 await first.wait_for("generation 1")
-                assert len(session_pids(workdir, spec.session_id)) >= 1
+                assert len(generations()) == 1
                 scope.cancel()
+            # Stopped (its whole process tree) before the next one starts.
+            assert generations() == []
             await host.apply(ChangeSet(writes=(Write("app.py", serve.format(n=2).encode()),)))
             second = Sink()
             async with running(host, app, second):
                 await second.wait_for("generation 2")
+                assert len(generations()) == 1
             assert "generation 2" not in first.text()
     assert leftovers(workdir) == []
     assert session_pids(workdir, spec.session_id) == []
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read()
+    except OSError:
+        return b""
 
 
 SERVER_PY = """
