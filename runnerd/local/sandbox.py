@@ -11,7 +11,7 @@ How: a holder process is started exactly as a run session's workload is
 the session's cgroup and uid, parent-death signal, the network published
 through `runnerd.local.forward`), its workload a `sleep` that does nothing.
 Each app then joins the holder's namespaces (`Launch.join`:
-`containment.open_namespaces` of it, held open here) instead of making
+`joined.open_namespaces` of it, held open here) instead of making
 its own, and gets a PID namespace of its own nested in the session's
 (`nsinit --nest`): stopping one app (a restart) stops everything that app
 started, however it detached, and nothing of another. With a fresh /proc
@@ -59,8 +59,9 @@ import trio
 
 from runnerd.backend import Dial, Limits, StartError
 from runnerd.local.cgroups import SessionCgroups
-from runnerd.local.containment import Containment, open_namespaces
+from runnerd.local.containment import Containment
 from runnerd.local.forward import SessionNetwork, open_session_network
+from runnerd.local.joined import open_namespaces
 from runnerd.local.network import NetworkPlan
 from runnerd.local.spawn import Launch, spawn_streams_process
 from runnerd.local.streams import StreamsProcess
