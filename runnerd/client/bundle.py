@@ -193,6 +193,16 @@ def collect_bundle(path: Path, entry: str | None = None) -> Bundle:
     raise BundleError(f"{path}: which file runs? give --entry FILE (top-level files: {top})")
 
 
+def collect_tree(path: Path, entry: str) -> Bundle:
+    """Bundle the directory `path` with `entry` as its entry, whether or not
+    it is one of its files (a watch session's apps name their own entries,
+    which may be written later). Raises BundleError: not a directory."""
+    if not path.is_dir():
+        raise BundleError(f"{path}: not a directory")
+    files, skipped = _walk(path)
+    return Bundle(entry, files, skipped)
+
+
 def body_size(body: object) -> int:
     """The bytes `body` takes as the JSON request the daemon's limit applies to."""
     return len(json.dumps(body).encode())

@@ -120,6 +120,7 @@ class Syncer:
         watcher is in place and the first pass is done."""
         import watchfiles  # only `runnerd watch` pays for it
 
+        await self.target.wait_running(refused=False)  # the state is the live workspace's
         wake = trio.Event()
         async with trio.open_nursery() as nursery:
 

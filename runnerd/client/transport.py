@@ -46,12 +46,20 @@ def no_session(session_id: str) -> ClientError:
 class ApiError(ClientError):
     """The daemon answered with an error body `{error, message}`."""
 
-    def __init__(self, status: int, code: str, message: str, body: Any = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(f"{message} ({status} {code})")
         self.status = status
         self.code = code
         self.message = message
         self.body = body
+        self.headers: Mapping[str, str] = headers or {}  # lower-case names
 
 
 @dataclass(frozen=True)
@@ -177,7 +185,9 @@ class Api:
             parsed = raw.decode(errors="replace")
         reply = Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, parsed)
         if response.status not in ok:
-            raise _api_error(response.status, parsed)
+            error = _api_error(response.status, parsed)
+            error.headers = reply.headers
+            raise error
         return reply
 
     def get(self, path: str) -> Any:
