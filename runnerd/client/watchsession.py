@@ -99,6 +99,7 @@ class Watcher:
         self.stopping = False
         self._changed = trio.Event()
         self._sockets: dict[str, trio_websocket.WebSocketConnection] = {}
+        self._attached = {app.name: trio.Event() for app in apps}  # its socket is open
         self._triggers: dict[tuple[str, int], str] = {}
         self._resumed_for: int = -1  # the suspension (status count) we resumed
         self._statuses = 0
@@ -202,6 +203,7 @@ class Watcher:
         try:
             async with open_channel(self.api.endpoint, resource) as ws:
                 self._sockets[app.name] = ws
+                self._attached[app.name].set()
                 await self._send_width(ws, app)
                 await self._receive(ws, app)
         except ClientError as exc:
@@ -241,9 +243,10 @@ class Watcher:
             data = await trio.to_thread.run_sync(os.read, 0, 65536, abandon_on_cancel=True)
             if self.kind == "suspended" and data:
                 await self._resume("a line was typed")
+            await self._attached[app.name].wait()  # typed early: held until attached
             ws = self._sockets.get(app.name)
             if ws is None:
-                continue  # not attached yet (or gone): dropped, as the daemon would
+                continue  # its socket closed (the app is gone): dropped, as the daemon would
             with contextlib.suppress(trio_websocket.ConnectionClosed):
                 if data:
                     await ws.send_message(data)
