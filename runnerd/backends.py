@@ -42,6 +42,8 @@ from runnerd.config import (
 from runnerd.config import (
     render_config as render_core,
 )
+from runnerd.config.watch import check_watch_offered
+from runnerd.contract import IoMode
 
 # Name → the module exporting the package's Provider (the Kubernetes one is
 # its `provider` module, so its pure parts import without trio or httpx).
@@ -63,6 +65,12 @@ class Provider(Protocol[S]):
     def KEYS(self) -> tuple[str, ...]:  # noqa: N802 (a module constant)
         """Its table's keys: any other is refused, naming it, before
         `parse_settings` sees the table."""
+
+    @property
+    def WATCH_IO(self) -> tuple[IoMode, ...]:  # noqa: N802 (a module constant)
+        """The `io` modes a watch session's apps may have on it (its
+        backend's `watch_io`, advertised as `features.io`); empty: it has no
+        watch sessions, and `[watch] enabled = true` is refused."""
 
     def parse_settings(self, table: Table, base_dir: Path) -> S:
         """Its table (`[NAME]`, empty when the file has none; only `KEYS`) as
@@ -117,6 +125,7 @@ class Configured:
     def __init__(self, provider: Provider[object]) -> None:
         self._provider = provider
         self.name = provider.NAME
+        self.watch_io = provider.WATCH_IO
 
     def _own(self, config: Config) -> Config:
         """`config`, checked to carry this provider's settings: what makes
@@ -133,12 +142,14 @@ class Configured:
         the other backends' tables it had are `unread`.
 
         Raises:
-            ConfigError: naming the key, with its line when read from a file.
+            ConfigError: naming the key, with its line when read from a file;
+                `watch.enabled` when this backend offers no watch sessions.
         """
         tables = core.settings
         try:
             table = tables.table(self.name, self._provider.KEYS)
             settings = self._provider.parse_settings(table, tables.base_dir)
+            check_watch_offered(core.watch, self.name, self.watch_io)
         except ConfigError as exc:
             located = tables.located(exc)
             if located is exc:

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
 STATUSES = ("starting", "running", "exited", "failed", "stopped")
+# A watch session is never `exited`; `suspended` is its own.
+WATCH_STATUSES = ("starting", "running", "suspended", "failed", "stopped")
+TRIGGERS = ("initial", "watch", "manual", "resume")
 # POST → running: from a few ms (local) to minutes (an image pull on a cluster).
 START_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 APISERVER_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -74,6 +77,21 @@ class Metrics:
 
     def watch_sessions(self, statuses: Callable[[], Iterable[str]]) -> None:
         """Where the sessions-by-status gauge reads its figures at scrape time."""
+
+    def watch_session_statuses(self, statuses: Callable[[], Iterable[str]]) -> None:
+        """Where the watch-sessions-by-status gauge reads its figures at scrape time."""
+
+    def app_restart(self, trigger: str) -> None:
+        """A watch session's app started a generation, by its `run` trigger."""
+
+    def watch_suspend(self) -> None:
+        """A watch session was suspended (idle)."""
+
+    def watch_resume(self) -> None:
+        """A suspended watch session was resumed."""
+
+    def workspace_writes(self, written: int, deleted: int) -> None:
+        """A `POST /workspace` applied: files written and paths deleted."""
 
     def connection_cap(self, listener: str, action: str) -> None:
         """A listener reached its connection cap: `evicted` (its longest-idle
@@ -128,6 +146,11 @@ class PrometheusMetrics(Metrics):
             self._subscribers.labels(channel)  # present at 0 from the first scrape
         self._pty: MutableMapping[str, int] = {"output": 0, "input": 0}
         self._statuses: Callable[[], Iterable[str]] = tuple
+        self._watch_statuses: Callable[[], Iterable[str]] = tuple
+        for trigger in TRIGGERS:
+            self._app_restarts.labels(trigger)  # present at 0 from the first scrape
+        for change in ("written", "deleted"):
+            self._workspace.labels(change)
         self.registry.register(_ScrapeTimeCollector(self))
 
     def _counter(self, name: str, text: str, *labels: str) -> Counter:
@@ -160,6 +183,14 @@ class PrometheusMetrics(Metrics):
         self._gaps = self._counter("runnerd_replay_gaps", "Replay gaps served", "channel")
         self._http = self._counter(
             "runnerd_http_requests", "HTTP answers", "route", "method", "status"
+        )
+        self._app_restarts = self._counter(
+            "runnerd_watch_app_generations", "Watch-session app generations started", "trigger"
+        )
+        self._suspends = self._counter("runnerd_watch_suspends", "Watch sessions suspended idle")
+        self._resumes = self._counter("runnerd_watch_resumes", "Watch sessions resumed")
+        self._workspace = self._counter(
+            "runnerd_watch_workspace_paths", "Workspace paths changed through the API", "change"
         )
         self._at_cap = self._counter(
             "runnerd_connection_cap_reached",
@@ -215,6 +246,22 @@ class PrometheusMetrics(Metrics):
     def watch_sessions(self, statuses: Callable[[], Iterable[str]]) -> None:
         self._statuses = statuses
 
+    def watch_session_statuses(self, statuses: Callable[[], Iterable[str]]) -> None:
+        self._watch_statuses = statuses
+
+    def app_restart(self, trigger: str) -> None:
+        self._app_restarts.labels(trigger).inc()
+
+    def watch_suspend(self) -> None:
+        self._suspends.inc()
+
+    def watch_resume(self) -> None:
+        self._resumes.inc()
+
+    def workspace_writes(self, written: int, deleted: int) -> None:
+        self._workspace.labels("written").inc(written)
+        self._workspace.labels("deleted").inc(deleted)
+
     def connection_cap(self, listener: str, action: str) -> None:
         self._at_cap.labels(listener, action).inc()
 
@@ -260,6 +307,15 @@ class _ScrapeTimeCollector:
         for status, count in counts.items():
             sessions.add_metric([status], count)
         yield sessions
+        watch = GaugeMetricFamily(
+            "runnerd_watch_sessions", "Registered watch sessions by status", labels=["status"]
+        )
+        watch_counts = dict.fromkeys(WATCH_STATUSES, 0)
+        for status in self._metrics._watch_statuses():
+            watch_counts[status] = watch_counts.get(status, 0) + 1
+        for status, count in watch_counts.items():
+            watch.add_metric([status], count)
+        yield watch
         relayed = CounterMetricFamily(
             "runnerd_pty_bytes", "PTY bytes relayed", labels=["direction"]
         )

@@ -44,6 +44,9 @@ The guarantees, member by member:
 - `RunSpec` is `identity` (id, created_at, limits, ports, inspect, app: never
   a secret, what a backend may store and rebuild) plus `creation` (image,
   env with secrets, bundle: needed once, never stored).
+- Watch sessions (`runnerd.backend.watch`): `watch_io` says which app `io`
+  modes the backend offers (none: no watch sessions, and `open_watch`
+  raises `StartError`); `open_watch` is the session's place.
 - The session machinery, not the backend, turns the outcome, a `StartError`
   or a cancellation into the session's one ending and its terminal status
   (`runnerd.session.ending`).
@@ -57,12 +60,16 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
     import trio
+
+    from runnerd.backend.watch import ProgressReport, WatchHost, WatchSpec
 
 from runnerd.backend.spec import (
     BundleSpec,
@@ -73,7 +80,8 @@ from runnerd.backend.spec import (
     RunSpec,
     SessionIdentity,
 )
-from runnerd.contract import AvailabilityReport, RunnerEndpoint, RunPhase, RunStatus
+from runnerd.backend.workload import Dial, Exited, Failed, WorkloadAddress, WorkloadHandle
+from runnerd.contract import AvailabilityReport, IoMode, RunnerEndpoint, RunPhase, RunStatus
 from runnerd.metrics import NULL_METRICS, Metrics
 
 __all__ = [
@@ -110,23 +118,6 @@ class EndIntent(enum.Enum):
 
     STOP = "stop"
     DETACH = "detach"
-
-
-@dataclass(frozen=True)
-class Exited:
-    """The workload ended on its own with this exit code (signal N → 128+N)."""
-
-    code: int
-
-
-@dataclass(frozen=True)
-class Failed:
-    """The workload ended in a way that is not an exit code (e.g. pod evicted).
-
-    `message` is client-safe: it becomes the terminal `failed` status as is.
-    """
-
-    message: str
 
 
 Outcome = Exited | Failed
@@ -194,15 +185,6 @@ class Sink(Protocol):
         the run (a stop during the wait ends it as any stop does)."""
 
 
-class WorkloadHandle(Protocol):
-    """The live workload's terminal. Both methods never block and never raise;
-    they are no-ops once the workload has ended."""
-
-    def write(self, data: bytes) -> None: ...
-
-    def resize(self, cols: int, rows: int) -> None: ...
-
-
 class Backend(Protocol):
     """A backend, open for the daemon's lifetime (its package's
     `open_backend`, see `runnerd.backends.Provider`): it may own long-lived
@@ -218,6 +200,16 @@ class Backend(Protocol):
     # (for a successor daemon to `recover()`). The manager refuses a detach
     # from a backend without it rather than leave workloads unowned.
     detach_supported: bool
+    # The `io` modes a watch session's apps may have here
+    # (`runnerd.backend.watch.WatchBackend`); () on a backend without watch
+    # sessions, whose `open_watch` then always raises `StartError`.
+    watch_io: tuple[IoMode, ...]
+
+    def open_watch(
+        self, spec: WatchSpec, progress: ProgressReport
+    ) -> AbstractAsyncContextManager[WatchHost]:
+        """A watch session's place (`runnerd.backend.watch`)."""
+        ...
 
     async def recover(self) -> list[Recovered]:
         """The workloads a previous daemon left for this one to adopt, each
@@ -253,37 +245,6 @@ class Backend(Protocol):
                 running.
         """
         ...
-
-
-# Opens a TCP connection to (host, port) from the runner; raises OSError when
-# it cannot (refused, unreachable, the way there gone).
-Dial = Callable[[str, int], Awaitable["trio.abc.Stream"]]
-
-
-@dataclass(frozen=True)
-class WorkloadAddress:
-    """Where the runner reaches a running workload: what the core's own
-    watchers of it need (`runnerd.workload.supervision`: a reachability
-    probe per declared tcp port, the debug relay). One per app of a session.
-
-    `host`: what each declared tcp port is dialled at, with `dial` (None: a
-    plain TCP connect from the runner's network). A probe must reach the
-    workload's own socket, never a forwarder that accepts for it: a local
-    session in its own network namespace dials inside it.
-    `inspect_port`: the port of its debug server on `host` (None: it has
-    none). The core relays `http://<host>:<inspect_port>/events` as debug
-    events, and that base URL is the `running.inspectUrl` a client sees, so
-    it must be reachable from the runner directly (the local backend
-    publishes it on the host's loopback)."""
-
-    host: str
-    inspect_port: int | None = None
-    dial: Dial | None = field(default=None, compare=False)
-
-    @property
-    def inspect_url(self) -> str | None:
-        """The debug server's base URL (`running.inspectUrl`), None without one."""
-        return None if self.inspect_port is None else f"http://{self.host}:{self.inspect_port}"
 
 
 @dataclass(frozen=True)

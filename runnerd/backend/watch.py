@@ -60,7 +60,7 @@ from runnerd.contract import IoMode, PortMapping, RunPhase
 if TYPE_CHECKING:
     import trio
 
-    from runnerd.backend import Exited, Failed, WorkloadAddress, WorkloadHandle
+    from runnerd.backend.workload import Exited, Failed, WorkloadAddress, WorkloadHandle
 
 __all__ = [
     "AgentLaunch",

@@ -6,9 +6,12 @@ and the two keys a catalog entry gains for watch sessions (`port`,
 `token_env`: `parse_agent_keys`). The contract's table: every value an
 integer ≥ 1, an unknown key refused naming it.
 
-Watch sessions are not built yet (issue 19): `enabled = true` is refused here,
-so neither `check-config` nor start-up nor a reload accepts a file that asks
-for them, rather than a daemon that says it serves them and does not.
+Whether a backend serves watch sessions is its provider's to say
+(`runnerd.backends.Provider.WATCH_IO`: the `io` modes its apps may have;
+none on a backend without them). `check_watch_offered` refuses `enabled =
+true` on a backend that offers none, so neither `check-config` nor start-up
+nor a reload accepts a file that asks for them, rather than a daemon that
+says it serves them and does not.
 """
 
 from __future__ import annotations
@@ -21,8 +24,6 @@ WATCH_KEYS = (
     "enabled", "max_sessions", "idle_seconds", "checkpoint_seconds",
     "suspended_ttl_seconds", "reload_limit", "max_ttl_seconds",
 )  # fmt: skip
-# Whether this build can serve watch sessions; True when the feature lands.
-WATCH_BUILT = False
 
 
 def _integer(t: Table, name: str, default: int) -> int:
@@ -37,7 +38,7 @@ def parse_watch(t: Table) -> WatchConfig:
 
     Raises:
         ConfigError: a value that is not an integer ≥ 1 (or a boolean for
-            `enabled`), or `enabled = true` while this build has no watch sessions.
+            `enabled`).
     """
     enabled = t.data.get("enabled", False)
     if not isinstance(enabled, bool):
@@ -52,13 +53,23 @@ def parse_watch(t: Table) -> WatchConfig:
         reload_limit=_integer(t, "reload_limit", d.reload_limit),
         max_ttl_seconds=_integer(t, "max_ttl_seconds", d.max_ttl_seconds),
     )
-    if watch.enabled and not WATCH_BUILT:
-        raise ConfigError(
-            t.key("enabled"),
-            "watch sessions are not available in this build yet (they are being built, "
-            "issue 19); set it to false or remove it",
-        )
     return watch
+
+
+def check_watch_offered(watch: WatchConfig, backend: str, watch_io: tuple[str, ...]) -> None:
+    """Refuse `[watch] enabled = true` on a backend that offers no watch io.
+
+    `backend`: `runner.backend`; `watch_io`: its provider's `WATCH_IO`.
+
+    Raises:
+        ConfigError: naming `watch.enabled`.
+    """
+    if watch.enabled and not watch_io:
+        raise ConfigError(
+            "watch.enabled",
+            f"watch sessions are not available on the {backend} backend yet; "
+            "set it to false or remove it",
+        )
 
 
 def render_watch(watch: WatchConfig) -> dict[str, object]:

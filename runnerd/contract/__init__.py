@@ -51,6 +51,9 @@ TERMINAL_SIZE_HEADER = "x-runnerd-terminal-size"
 
 RunPhase = Literal["build", "provision", "boot"]
 Reachability = Literal["checking", "reachable", "unreachable"]
+# What started a watch session app's generation (the contract's "Runs and generations").
+RunTrigger = Literal["initial", "watch", "manual", "resume"]
+RouteState = Literal["pending", "programmed", "unprogrammed"]
 
 
 # --------------------------------------------------------------------------
@@ -63,6 +66,7 @@ class RunnerEndpoint(TypedDict):
     port: int
     protocol: Protocol
     url: NotRequired[str]
+    token: NotRequired[str]  # a watch session's co-resident agent only (a secret of its client)
 
 
 class StartingStatus(TypedDict):
@@ -73,6 +77,7 @@ class RunningStatus(TypedDict):
     kind: Literal["running"]
     endpoints: NotRequired[list[RunnerEndpoint]]
     inspectUrl: NotRequired[str]
+    agent: NotRequired[RunnerEndpoint]  # watch only: where the co-resident agent listens
 
 
 class ExitedStatus(TypedDict):
@@ -89,13 +94,23 @@ class StoppedStatus(TypedDict):
     kind: Literal["stopped"]
 
 
-RunStatus = StartingStatus | RunningStatus | ExitedStatus | FailedStatus | StoppedStatus
+class SuspendedStatus(TypedDict):
+    """A watch session put to sleep (idle suspend): NOT terminal. It keeps its
+    id, events, output and workspace checkpoint; `POST .../resume` wakes it."""
+
+    kind: Literal["suspended"]
+
+
+RunStatus = (
+    StartingStatus | RunningStatus | ExitedStatus | FailedStatus | StoppedStatus | SuspendedStatus
+)
 
 TERMINAL_KINDS = frozenset({"exited", "failed", "stopped"})
 
 
 def is_terminal(status: RunStatus) -> bool:
-    """`exited`, `failed` and `stopped` are terminal: the status never changes again."""
+    """`exited`, `failed` and `stopped` are terminal: the status never changes
+    again. `suspended` is not (streams stay open over it; a resume follows)."""
     return status["kind"] in TERMINAL_KINDS
 
 
@@ -104,13 +119,17 @@ def starting() -> StartingStatus:
 
 
 def running(
-    endpoints: list[RunnerEndpoint] | None = None, inspect_url: str | None = None
+    endpoints: list[RunnerEndpoint] | None = None,
+    inspect_url: str | None = None,
+    agent: RunnerEndpoint | None = None,
 ) -> RunningStatus:
     status: RunningStatus = {"kind": "running"}
     if endpoints:
         status["endpoints"] = endpoints
     if inspect_url:
         status["inspectUrl"] = inspect_url
+    if agent is not None:
+        status["agent"] = agent
     return status
 
 
@@ -126,6 +145,10 @@ def stopped() -> StoppedStatus:
     return {"kind": "stopped"}
 
 
+def suspended() -> SuspendedStatus:
+    return {"kind": "suspended"}
+
+
 class OutputEvent(TypedDict):
     type: Literal["stdout", "stderr"]
     chunk: str
@@ -136,44 +159,162 @@ class StatusEvent(TypedDict):
     status: RunStatus
 
 
+# `app` on progress, debug and reachability: a watch session's only, naming
+# the app the event is about (absent on `progress` for a session-wide step);
+# a run session's events never carry it, so their form is unchanged.
+
+
 class ProgressEvent(TypedDict):
     type: Literal["progress"]
     phase: RunPhase
     message: str
     done: NotRequired[bool]
+    app: NotRequired[str]
 
 
 class DebugEvent(TypedDict):
     type: Literal["debug"]
     frame: dict[str, Any]
+    app: NotRequired[str]
 
 
 class ReachabilityEvent(TypedDict):
     type: Literal["reachability"]
     port: int
     state: Reachability
+    app: NotRequired[str]
 
 
-RunEvent = OutputEvent | StatusEvent | ProgressEvent | DebugEvent | ReachabilityEvent
+# A watch session app's generations (`runnerd.watch.runs` is their machine).
+
+
+class RunStartedEvent(TypedDict):
+    type: Literal["run"]
+    app: str
+    generation: int
+    phase: Literal["started"]
+    trigger: RunTrigger
+    telo: NotRequired[str]  # the Telo kernel's version, when a self-watching kernel said it
+
+
+class RunCompletedEvent(TypedDict):
+    type: Literal["run"]
+    app: str
+    generation: int
+    phase: Literal["completed"]
+    code: int
+    durationMs: int
+
+
+class RunFailedEvent(TypedDict):
+    type: Literal["run"]
+    app: str
+    generation: int
+    phase: Literal["failed"]
+    reason: str
+
+
+AppRunEvent = RunStartedEvent | RunCompletedEvent | RunFailedEvent
+
+
+class PortRejection(TypedDict):
+    port: int
+    reason: str
+
+
+class EndpointsEvent(TypedDict):
+    """A port set an app's runtime announced on a restart, as a diff; each
+    list present only when non-empty."""
+
+    type: Literal["endpoints"]
+    app: str
+    added: NotRequired[list[RunnerEndpoint]]
+    removed: NotRequired[list[RunnerEndpoint]]
+    rejected: NotRequired[list[PortRejection]]
+
+
+class RouteEvent(TypedDict):
+    """A Kubernetes routing verdict for one published host."""
+
+    type: Literal["route"]
+    app: NotRequired[str]
+    host: str
+    port: int
+    state: RouteState
+    reason: NotRequired[str]
+
+
+RunEvent = (
+    OutputEvent
+    | StatusEvent
+    | ProgressEvent
+    | DebugEvent
+    | ReachabilityEvent
+    | RunStartedEvent
+    | RunCompletedEvent
+    | RunFailedEvent
+    | EndpointsEvent
+    | RouteEvent
+)
 
 
 def status_event(status: RunStatus) -> StatusEvent:
     return {"type": "status", "status": status}
 
 
-def progress_event(phase: RunPhase, message: str, done: bool | None = None) -> ProgressEvent:
+def progress_event(
+    phase: RunPhase, message: str, done: bool | None = None, *, app: str | None = None
+) -> ProgressEvent:
     event: ProgressEvent = {"type": "progress", "phase": phase, "message": message}
     if done is not None:
         event["done"] = done
+    if app is not None:
+        event["app"] = app
     return event
 
 
-def reachability_event(port: int, state: Reachability) -> ReachabilityEvent:
-    return {"type": "reachability", "port": port, "state": state}
+def reachability_event(
+    port: int, state: Reachability, *, app: str | None = None
+) -> ReachabilityEvent:
+    event: ReachabilityEvent = {"type": "reachability", "port": port, "state": state}
+    if app is not None:
+        event["app"] = app
+    return event
 
 
-def debug_event(frame: dict[str, Any]) -> DebugEvent:
-    return {"type": "debug", "frame": frame}
+def debug_event(frame: dict[str, Any], *, app: str | None = None) -> DebugEvent:
+    event: DebugEvent = {"type": "debug", "frame": frame}
+    if app is not None:
+        event["app"] = app
+    return event
+
+
+def endpoints_event(
+    app: str,
+    added: list[RunnerEndpoint] | None = None,
+    removed: list[RunnerEndpoint] | None = None,
+    rejected: list[PortRejection] | None = None,
+) -> EndpointsEvent:
+    """The diff, each list only when non-empty (the contract's `?`)."""
+    event: EndpointsEvent = {"type": "endpoints", "app": app}
+    if added:
+        event["added"] = added
+    if removed:
+        event["removed"] = removed
+    if rejected:
+        event["rejected"] = rejected
+    return event
+
+
+def route_event(
+    host: str, port: int, state: RouteState, *, app: str | None = None, reason: str | None = None
+) -> RouteEvent:
+    event: RouteEvent = {"type": "route", "host": host, "port": port, "state": state}
+    if app is not None:
+        event["app"] = app
+    if reason is not None:
+        event["reason"] = reason
+    return event
 
 
 def is_event_frame(frame: object) -> bool:

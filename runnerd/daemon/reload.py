@@ -118,6 +118,7 @@ def _apply_reloaded(state: Runtime, old: Config, new: Config, reloaded: Config) 
         exit_ttl_s=new.runner.exit_ttl_s,
         replay_buffer_bytes=new.runner.replay_buffer_bytes,
         apps=reloaded.apps,
+        watch=new.watch,
     )
     # What start-up warns about, for the config now in effect (its listeners
     # and socket mode are the running ones, its CORS origins the new ones).

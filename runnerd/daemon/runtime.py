@@ -69,8 +69,12 @@ def build_runtime(
         metrics=metrics,
         state=files,
         apps=config.apps,
+        watch=config.watch,
     )
     metrics.watch_sessions(lambda: [s.status["kind"] for s in sessions.sessions()])
+    metrics.watch_session_statuses(
+        lambda: [s.status["kind"] for s in sessions.sessions() if s.mode == "watch"]
+    )
     return Runtime(
         config=config,
         backend=backend,

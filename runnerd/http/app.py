@@ -23,6 +23,7 @@ from runnerd.http.listing import register_listing_route
 from runnerd.http.meta import register_meta_routes
 from runnerd.http.sessions import register_session_routes
 from runnerd.http.state import AppState
+from runnerd.http.workspace import register_workspace_routes
 
 
 def create_app(state: AppState, *, sse_heartbeat_s: float = DEFAULT_HEARTBEAT_S) -> QuartTrio:
@@ -52,6 +53,7 @@ def create_app(state: AppState, *, sse_heartbeat_s: float = DEFAULT_HEARTBEAT_S)
     register_meta_routes(app, state)
     register_session_routes(app, state)
     register_listing_route(app, state)
+    register_workspace_routes(app, state)
     register_events_route(app, state, heartbeat_s=sse_heartbeat_s)
     register_io_route(app, state)
     return app

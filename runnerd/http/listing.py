@@ -4,7 +4,11 @@ Owns the list `runnerd ls` (and any client that lost a session id) needs.
 Not part of the upstream `/v1` contract: the OpenAPI document marks it with
 `x-runnerd-extension`. Each entry says what a user recognises a session by
 (status, age, image or app, ports) and where its two replay cursors stand,
-so a client can read "everything so far" without waiting on a timer.
+so a client can read "everything so far" without waiting on a timer. A
+watch session (`mode`, `apps`, `agent` as its `GET` has them) lists every
+app's ports as its `ports`, and each app's own output cursor as
+`apps[].lastOutputSeq` (its `/io?app=` ring; the session's `lastOutputSeq`
+is then 0: it has no session-wide output).
 
 Never listed: env (it may hold a catalog secret) and an app session's image
 (the catalog's, which no client may read; the app name stands for it).
@@ -32,8 +36,8 @@ MAX_BODY_HEADER = "x-runnerd-max-body-bytes"
 
 
 def session_entry(session: Session) -> dict[str, Any]:
-    """One list entry: `{sessionId, status, createdAt, exitedAt?, image | app,
-    ports, lastEventId, lastOutputSeq}`."""
+    """One list entry: `{sessionId, status, mode, agent?, apps, createdAt,
+    exitedAt?, image | app, ports, lastEventId, lastOutputSeq}`."""
     spec = session.spec
     entry = session_summary(session)
     if spec.app is not None:
@@ -41,6 +45,11 @@ def session_entry(session: Session) -> dict[str, Any]:
     elif session.image is not None:
         entry["image"] = session.image
     entry["ports"] = [{"port": p.port, "protocol": p.protocol} for p in spec.ports]
+    if session.mode == "watch":
+        channels = session.app_channels()
+        entry["ports"] = [port for app in entry["apps"] for port in app["ports"]]
+        for app, channel in zip(entry["apps"], channels, strict=True):
+            app["lastOutputSeq"] = channel.ring.published
     # What a reader can be given now (`published`): ids above it may still
     # be held back, their reservation not yet on disk.
     entry["lastEventId"] = session.events.published

@@ -1,7 +1,8 @@
 """Routes about the runner itself: health, capabilities, probe, OpenAPI.
 
 `/v1/health` never touches the backend. `/v1/capabilities` is re-resolved
-from the live config on every request (a reload changes it at once).
+from the live config on every request (a reload changes it at once); its
+`features` name the backend's watch io when watch sessions are on.
 `/v1/probe` applies the same image gate as a session start before asking the
 backend, so it never reports an image a client cannot run. The OpenAPI
 document is built on its first request (`runnerd.http.openapi`), not at start.
@@ -29,7 +30,10 @@ def register_meta_routes(app: QuartTrio, state: AppState) -> None:
         return json_response({"ok": True, "version": state.version})
 
     async def capabilities() -> Response:
-        document = build_capabilities(state.config, state.offered(), state.backend.notices)
+        backend = state.backend
+        document = build_capabilities(
+            state.config, state.offered(), backend.notices, backend.watch_io
+        )
         return json_response(document)
 
     async def probe() -> Response:

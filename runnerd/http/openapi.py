@@ -6,18 +6,34 @@ same models that validate the bodies, so the two cannot drift), with what
 admission checks beyond them added (`_with_admission_rules`); response
 shapes are written out here from the contract's types. The event stream's
 body is text: each frame's data is described by `x-runnerd-sse-data`; the
-`/io` server's text frames (`seq`, `gap` and its reasons) by
-`x-runnerd-ws-text` on its `101`.
+`/io` server's text frames (`seq`, `gap` and its reasons, the `streams`
+app's `resize_unsupported` error) by `x-runnerd-ws-text` on its `101`.
+What watch sessions add beyond their statuses and events (their routes and
+bodies, a session's `mode`/`apps`/`agent`, `features`) is
+`runnerd.http.openapi_watch`'s.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import msgspec
 
 from runnerd.config.envnames import ENV_NAME_PATTERN
-from runnerd.contract import ProbeRequest, StartAppSessionRequest, StartSessionRequest
+from runnerd.contract import (
+    ProbeRequest,
+    ReplaceAppsRequest,
+    StartAppSessionRequest,
+    StartSessionRequest,
+)
+from runnerd.http.openapi_watch import (
+    SESSION_FIELDS,
+    SESSION_REQUIRED,
+    watch_paths,
+    with_watch_schemas,
+)
+from runnerd.watch.changes import ChangeSetBody
 
 _REF = "#/components/schemas/{name}"
 
@@ -38,6 +54,75 @@ def _status_kind(kind: str, required: list[str] | None = None, **props: Any) -> 
     return _obj(["kind", *(required or [])], kind={"const": kind}, **props)
 
 
+_APP = {**_str(), "description": "watch only: the app the event is about"}
+_ENDPOINTS = {"type": "array", "items": {"$ref": _REF.format(name="RunnerEndpoint")}}
+_RUN_EVENTS: list[dict[str, Any]] = [
+    _obj(["type", "chunk"], type={"enum": ["stdout", "stderr"]}, chunk=_str()),
+    _obj(["type", "status"], type={"const": "status"}, status=_ref("RunStatus")),
+    _obj(
+        ["type", "phase", "message"],
+        type={"const": "progress"},
+        phase={"enum": ["build", "provision", "boot"]},
+        message=_str(),
+        done={"type": "boolean"},
+        app={**_str(), "description": "watch only; absent for a session-wide step"},
+    ),
+    _obj(["type", "frame"], type={"const": "debug"}, frame={"type": "object"}, app=_APP),
+    _obj(
+        ["type", "port", "state"],
+        type={"const": "reachability"},
+        port={"type": "integer"},
+        state={"enum": ["checking", "reachable", "unreachable"]},
+        app=_APP,
+    ),
+    _obj(
+        ["type", "app", "generation", "phase", "trigger"],
+        type={"const": "run"},
+        app=_str(),
+        generation={"type": "integer", "minimum": 1},
+        phase={"const": "started"},
+        trigger={"enum": ["initial", "watch", "manual", "resume"]},
+        telo={**_str(), "description": "the Telo kernel's version, when it reported one"},
+    ),
+    _obj(
+        ["type", "app", "generation", "phase", "code", "durationMs"],
+        type={"const": "run"},
+        app=_str(),
+        generation={"type": "integer", "minimum": 1},
+        phase={"const": "completed"},
+        code={"type": "integer"},
+        durationMs={"type": "integer", "minimum": 0},
+    ),
+    _obj(
+        ["type", "app", "generation", "phase", "reason"],
+        type={"const": "run"},
+        app=_str(),
+        generation={"type": "integer", "minimum": 1},
+        phase={"const": "failed"},
+        reason=_str(),
+    ),
+    _obj(
+        ["type", "app"],
+        type={"const": "endpoints"},
+        app=_str(),
+        added=_ENDPOINTS,
+        removed=_ENDPOINTS,
+        rejected={
+            "type": "array",
+            "items": _obj(["port", "reason"], port={"type": "integer"}, reason=_str()),
+        },
+    ),
+    _obj(
+        ["type", "host", "port", "state"],
+        type={"const": "route"},
+        app=_str(),
+        host=_str(),
+        port={"type": "integer"},
+        state={"enum": ["pending", "programmed", "unprogrammed"]},
+        reason=_str(),
+    ),
+]
+
 _RESPONSE_SCHEMAS: dict[str, Any] = {
     "Error": {
         **_obj(["error", "message"], error=_str(), message=_str()),
@@ -49,6 +134,11 @@ _RESPONSE_SCHEMAS: dict[str, Any] = {
         port={"type": "integer"},
         protocol={"enum": ["tcp", "udp"]},
         url=_str(),
+        token={
+            **_str(),
+            "description": "a watch session's co-resident agent only: the "
+            "token runnerd minted for it (`token_env`)",
+        },
     ),
     "RunStatus": {
         "oneOf": [
@@ -57,48 +147,51 @@ _RESPONSE_SCHEMAS: dict[str, Any] = {
                 "running",
                 endpoints={"type": "array", "items": _ref("RunnerEndpoint")},
                 inspectUrl=_str(),
+                agent={
+                    **_ref("RunnerEndpoint"),
+                    "description": "watch only: where the co-resident agent listens",
+                },
             ),
             _status_kind("exited", ["code"], code={"type": "integer"}),
             _status_kind("failed", ["message"], message=_str()),
             _status_kind("stopped"),
+            {
+                **_status_kind("suspended"),
+                "description": "a watch session idle-suspended: "
+                "not terminal (streams stay open; `POST .../resume` wakes it)",
+            },
         ]
     },
-    "RunEvent": {
-        "oneOf": [
-            _obj(["type", "chunk"], type={"enum": ["stdout", "stderr"]}, chunk=_str()),
-            _obj(["type", "status"], type={"const": "status"}, status=_ref("RunStatus")),
-            _obj(
-                ["type", "phase", "message"],
-                type={"const": "progress"},
-                phase={"enum": ["build", "provision", "boot"]},
-                message=_str(),
-                done={"type": "boolean"},
-            ),
-            _obj(["type", "frame"], type={"const": "debug"}, frame={"type": "object"}),
-            _obj(
-                ["type", "port", "state"],
-                type={"const": "reachability"},
-                port={"type": "integer"},
-                state={"enum": ["checking", "reachable", "unreachable"]},
-            ),
-        ]
-    },
+    "RunEvent": {"oneOf": _RUN_EVENTS},
     "ReplayGap": {
         **_obj(["reason"], reason={"const": "buffer_evicted"}),
         "description": "the data of an `event: gap` frame (no id): events were evicted",
     },
     "IoTextFrame": {
         "description": "a server → client text frame on `/io`: `seq` first (the `lastSeq` "
-        "replayed from); `gap` where output is missing (no seq of its own): `buffer_evicted`, "
-        "the replay buffer dropped output after `lastSeq` (sent before what it holds), or "
-        "`output_lost`, the backend could not deliver output written at that place (after "
-        "the chunk before it, before the next)",
+        "replayed from; on a watch session with the app's `app` and `io`); `gap` where output "
+        "is missing (no seq of its own): `buffer_evicted`, the replay buffer dropped output "
+        "after `lastSeq` (sent before what it holds), or `output_lost`, the backend could "
+        "not deliver output written at that place (after the chunk before it, before the "
+        "next); `error` `resize_unsupported`, the answer to a `resize` on a `streams` app",
         "oneOf": [
-            _obj(["type", "seq"], type={"const": "seq"}, seq={"type": "integer", "minimum": 0}),
+            _obj(
+                ["type", "seq"],
+                type={"const": "seq"},
+                seq={"type": "integer", "minimum": 0},
+                app={**_str(), "description": "watch only"},
+                io={"enum": ["tty", "streams"], "description": "watch only"},
+            ),
             _obj(
                 ["type", "reason"],
                 type={"const": "gap"},
                 reason={"enum": ["buffer_evicted", "output_lost"]},
+            ),
+            _obj(
+                ["type", "error", "io"],
+                type={"const": "error"},
+                error={"const": "resize_unsupported"},
+                io={"const": "streams"},
             ),
         ],
     },
@@ -190,9 +283,11 @@ def _with_admission_rules(schemas: dict[str, Any]) -> dict[str, Any]:
     start["description"] = (
         "`bundle` and `config` are required unless `app` names a predefined app "
         '(then they are ignored). `mode: "watch"` (with `apps`, `agent`) asks for a '
-        "watch session: refused with `watch_disabled` while the runner has watch "
-        "sessions off (`features.watch` absent from /v1/capabilities); `agent` without "
-        "it is `agent_requires_watch`."
+        "watch session (no `app`): refused with `watch_disabled` while the runner has "
+        "watch sessions off (`features.watch` absent from /v1/capabilities); `agent` "
+        "without it is `agent_requires_watch`. `apps` omitted is one app `app` on the "
+        "bundle's entry with the top-level `ports` (ignored when `apps` is given); an app "
+        "without `io` is `tty`."
     )
     env = schemas["StartAppSessionRequest"]["properties"]["env"]
     env["anyOf"] = [_env_schema(), {"type": "null"}]
@@ -237,10 +332,15 @@ _TERMINAL_SIZE_HEADER = {
 _START_ERRORS = {
     "400": _error(
         "invalid_request, unknown_app, invalid_bundle, invalid_config, "
-        "watch_disabled or agent_requires_watch"
+        "watch_disabled, agent_requires_watch, unknown_agent, agent_port_undeclared; "
+        "for each app: invalid_app_name, reserved_app_name, duplicate_app_name, "
+        "invalid_bundle, port_conflict, io_unsupported"
     ),
     "403": _error("forbidden_origin or forbidden_host (see the README's Security section)"),
-    "409": _error("too_many_sessions: the registry is full of live sessions"),
+    "409": _error(
+        "too_many_watch_sessions: watch.max_sessions watch sessions are starting or "
+        "running; too_many_sessions: the registry is full of live sessions"
+    ),
     "413": _error("payload_too_large"),
     "415": _error("unsupported_media_type: the body must be application/json"),
     "428": _error("terms_required; the body also carries `terms`"),
@@ -328,10 +428,18 @@ def _session_paths() -> dict[str, Any]:
                        "the listener (both after the upgrade, as the events route's 429 "
                        "and 503), 1000 session terminal (sent once the client has taken "
                        "every byte), 1001 runnerd shutting down, 1009 a frame over 16 MiB, "
-                       "4408 the client stopped reading (the replay is incomplete).",
+                       "4408 the client stopped reading (the replay is incomplete). On a "
+                       "watch session the socket is one app's (`app`): 4404 also when `app` "
+                       "names no app, or is absent with more than one app; each server "
+                       "binary frame is the seq, ONE stream byte (0 tty, 1 stdout, 2 "
+                       "stderr) then the payload; stdin goes to that app's current process; "
+                       "an app's exit does not close the socket.",
             "parameters": [
                 _SESSION_ID,
-                {"name": "lastSeq", "in": "query", "required": False, "schema": cursor}],
+                {"name": "lastSeq", "in": "query", "required": False, "schema": cursor},
+                {"name": "app", "in": "query", "required": False, "schema": _str(),
+                 "description": "the app of a watch session (optional with one app); a "
+                                "run session takes none or `app`"}],
             "responses": {"101": {"description": "switching protocols; the server's "
                                                  "text frames are `x-runnerd-ws-text`",
                                   "x-runnerd-ws-text": _ref("IoTextFrame")},
@@ -346,7 +454,8 @@ def _with_extensions(paths: dict[str, Any]) -> dict[str, Any]:
     session_list = _obj(
         ["sessions"],
         sessions={"type": "array", "items": _obj(
-            ["sessionId", "status", "createdAt", "ports", "lastEventId", "lastOutputSeq"],
+            ["sessionId", "status", "createdAt", "ports", "lastEventId", "lastOutputSeq",
+             *SESSION_REQUIRED],
             sessionId=_str(),
             status=_ref("RunStatus"),
             createdAt={"type": "string", "format": "date-time"},
@@ -358,6 +467,7 @@ def _with_extensions(paths: dict[str, Any]) -> dict[str, Any]:
                 protocol={"enum": ["tcp", "udp"]})},
             lastEventId={"type": "integer", "description": "id of the newest event"},
             lastOutputSeq={"type": "integer", "description": "seq of the newest PTY chunk"},
+            **SESSION_FIELDS,
         )},
     )  # fmt: skip
     listed = _json(session_list, "every registered session, live and retained, oldest first")
@@ -373,15 +483,19 @@ def _with_extensions(paths: dict[str, Any]) -> dict[str, Any]:
 
 def build_openapi(version: str) -> dict[str, Any]:
     """The whole OpenAPI 3.1 document for runnerd `version`."""
+    models = (StartSessionRequest, StartAppSessionRequest, ProbeRequest)
     _, generated = msgspec.json.schema_components(
-        (StartSessionRequest, StartAppSessionRequest, ProbeRequest), ref_template=_REF
+        (*models, ChangeSetBody, ReplaceAppsRequest), ref_template=_REF
     )
     request_schemas = _with_admission_rules(generated)
-    paths = _with_extensions({**_runner_paths(), **_start_paths(), **_session_paths()})
+    paths = _with_extensions(
+        {**_runner_paths(), **_start_paths(), **_session_paths(), **watch_paths()}
+    )
     return {
         "openapi": "3.1.0",
         "info": {"title": "runnerd /v1", "version": version,
                  "description": "The Telo runner /v1 contract served by runnerd."},
         "paths": _with_edge_errors(paths),
-        "components": {"schemas": {**request_schemas, **_RESPONSE_SCHEMAS}},
+        "components": {"schemas": with_watch_schemas(
+            {**request_schemas, **copy.deepcopy(_RESPONSE_SCHEMAS)})},
     }  # fmt: skip

@@ -3,14 +3,21 @@ inspect (`GET /v1/sessions/{id}`) and stop (`DELETE /v1/sessions/{id}`).
 
 Owns the order of the start checks at the HTTP edge: schema (`parse_body`),
 the `x-runnerd-terminal-size` header (the size the workload's terminal
-starts with, given to the session before its workload exists), then terms,
-app, bundle/config, paths, image, watch mode and agent
-(`runnerd.session.admission`), then capacity
-(`SessionManager.start`), and a shutdown in progress. Each check raises
-before anything is registered, so a rejected request changes no state;
+starts with, given to the session before its workload exists; to every
+`tty` app of a watch session), then terms, app, bundle/config, paths,
+image, watch mode, agent, the watch-session count and the apps
+(`runnerd.session.admission`, given the backend's watch io and the manager's
+count of live watch sessions), then capacity (`SessionManager.start` or
+`start_watch`), and a shutdown in progress. Each check raises before
+anything is registered, so a rejected request changes no state;
 `runnerd.http.errors` turns the exception into the answer. The 201 goes out
 as soon as the session is registered, before the backend starts the
-workload."""
+workload. `POST /v1/apps/{name}/sessions` starts run sessions only.
+
+`GET /v1/sessions/{id}` describes either mode: `mode`, `apps` (name, io,
+latest generation, ports; a run session's one app is `app`, `tty`,
+generation 0) and, while a watch session has one, `agent` (its catalog
+name)."""
 
 from __future__ import annotations
 
@@ -32,6 +39,8 @@ from runnerd.errors import RunnerdError
 from runnerd.http.errors import json_response, read_body
 from runnerd.http.io import parse_terminal_size
 from runnerd.session.admission import admit, admit_app, new_session_id
+from runnerd.session.watchspec import WatchSessionSpec
+from runnerd.watch.apps import DEFAULT_APP_NAME
 
 if TYPE_CHECKING:
     from runnerd.http.state import AppState
@@ -41,15 +50,38 @@ log = logging.getLogger(__name__)
 
 
 def session_summary(session: Session) -> dict[str, Any]:
-    """`GET /v1/sessions/{id}`: `{sessionId, status, createdAt, exitedAt?}`."""
+    """`GET /v1/sessions/{id}`: `{sessionId, status, mode, agent?, apps,
+    createdAt, exitedAt?}`."""
     body: dict[str, Any] = {
         "sessionId": session.id,
         "status": session.status,
-        "createdAt": session.created_at,
+        "mode": session.mode,
     }
+    if session.agent_name is not None:
+        body["agent"] = session.agent_name
+    body["apps"] = session_apps(session)
+    body["createdAt"] = session.created_at
     if session.exited_at is not None:
         body["exitedAt"] = session.exited_at
     return body
+
+
+def session_apps(session: Session) -> list[dict[str, Any]]:
+    """A session's apps as `GET` shows them, in declaration order. A run
+    session's workload is one app `app` (`tty`, generation 0: run sessions
+    count no runs) with the session's ports."""
+    if session.mode == "run":
+        ports = [{"port": p.port, "protocol": p.protocol} for p in session.spec.ports]
+        return [{"name": DEFAULT_APP_NAME, "io": "tty", "generation": 0, "ports": ports}]
+    return [
+        {
+            "name": channel.name,
+            "io": channel.io,
+            "generation": channel.generation,
+            "ports": [{"port": p.port, "protocol": p.protocol} for p in channel.ports],
+        }
+        for channel in session.app_channels()
+    ]
 
 
 def fresh_session_id(state: AppState) -> str:
@@ -78,12 +110,21 @@ def requested_size() -> tuple[int, int] | None:
     return size
 
 
-def launch(state: AppState, spec: RunSpec, size: tuple[int, int] | None) -> Response:
-    """Register and start `spec`, its terminal `size` known before its workload
-    exists; the 201 (RegistryFull → 409, shutdown → 503)."""
-    session = state.sessions.start(spec)
-    if size is not None:
-        session.resize(*size)
+def launch(
+    state: AppState, spec: RunSpec | WatchSessionSpec, size: tuple[int, int] | None
+) -> Response:
+    """Register and start `spec`, its terminal `size` known before its
+    workload (a watch session: each `tty` app's) exists; the 201
+    (RegistryFull → 409, shutdown → 503)."""
+    if isinstance(spec, WatchSessionSpec):
+        session = state.sessions.start_watch(spec)
+        for channel in session.app_channels():
+            if size is not None and channel.io == "tty":
+                channel.resize(*size)
+    else:
+        session = state.sessions.start(spec)
+        if size is not None:
+            session.resize(*size)
     body = {
         "sessionId": session.id,
         "streamUrl": f"/v1/sessions/{session.id}/events",
@@ -105,6 +146,8 @@ def register_session_routes(app: QuartTrio, state: AppState) -> None:
             accepted_terms=terms,
             session_id=fresh_session_id(state),
             offered=state.offered(),
+            watch_io=state.backend.watch_io,
+            watch_live=state.sessions.watch_live_count(),
         )
         return launch(state, spec, size)
 

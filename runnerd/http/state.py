@@ -5,7 +5,7 @@ The daemon's runtime object (`runnerd.daemon.runtime.Runtime`) satisfies
 time (SIGHUP), so every route reads `state.config` per request. Setting
 `closing` ends every SSE stream and WebSocket at once, so the server can
 stop promptly. `Sessions` is the part of the session manager the routes
-use: start, find, stop and list; never adoption, shutdown or limits.
+use: start (a watch session too), find, stop, list and resume; never adoption, shutdown or limits.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from runnerd.http.streams import SubscriberCounts
     from runnerd.metrics import Metrics
     from runnerd.session.session import Session
+    from runnerd.session.watchspec import WatchSessionSpec
 
 
 class Sessions(Protocol):
@@ -28,6 +29,15 @@ class Sessions(Protocol):
 
     def start(self, spec: RunSpec) -> Session:
         """Register `spec` and start it (RegistryFull, ManagerClosed)."""
+
+    def start_watch(self, spec: WatchSessionSpec) -> Session:
+        """Register a watch session and start it (RegistryFull, ManagerClosed)."""
+
+    def watch_live_count(self) -> int:
+        """Watch sessions `starting` or `running` (check 9)."""
+
+    async def resume(self, session_id: str) -> None:
+        """`POST /resume` (WatchError 404 not_suspended, 409 too_many_watch_sessions)."""
 
     def get(self, session_id: str) -> Session | None:
         """The registered session, or None."""

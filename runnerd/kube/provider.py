@@ -26,6 +26,7 @@ import runnerd.kube.errors as errors
 import runnerd.kube.giveup as giveup
 from runnerd.backend import BackendContext
 from runnerd.config import Config, ConfigError, parse_listen
+from runnerd.contract import IoMode
 from runnerd.kube.backend import KubeBackend
 from runnerd.kube.bundle import BundleTokens
 from runnerd.kube.bundlehttp import bind_bundle_listener, serve_bundles
@@ -48,6 +49,8 @@ from runnerd.metrics import Metrics
 
 NAME = "kubernetes"
 SETTINGS = KubeSettings
+# No watch sessions on Kubernetes yet (issue 20): `[watch] enabled` is refused.
+WATCH_IO: tuple[IoMode, ...] = ()
 log = logging.getLogger(__name__)
 # Staged bundles past their five minutes are swept this often.
 TOKEN_SWEEP_S = 60.0

@@ -25,6 +25,7 @@ from runnerd.local.backend import LocalBackend
 from runnerd.local.provider import (
     NAME,
     SETTINGS,
+    WATCH_IO,
     check_config,
     config_warnings,
     offered_images,
@@ -37,6 +38,7 @@ __all__ = [
     "KEYS",
     "NAME",
     "SETTINGS",
+    "WATCH_IO",
     "LocalBackend",
     "bound_changes",
     "check_config",

@@ -62,7 +62,8 @@ from runnerd.backend import (
     StartError,
     WorkloadAddress,
 )
-from runnerd.contract import AvailabilityReport, RunnerEndpoint, ready, unavailable
+from runnerd.backend.watch import ProgressReport, WatchHost, WatchSpec
+from runnerd.contract import AvailabilityReport, IoMode, RunnerEndpoint, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
 from runnerd.local.containment import ContainmentPlan, probe_containment
 from runnerd.local.forward import SessionNetwork, open_session_network
@@ -74,9 +75,11 @@ from runnerd.local.network import probe_network
 from runnerd.local.preflight import announce, resolve_image, start_checks
 from runnerd.local.pty import PtyProcess
 from runnerd.local.runtimes import workload_path
+from runnerd.local.sandbox import SandboxPlan
 from runnerd.local.settings import LocalConfig, RuntimeConfig
 from runnerd.local.spawn import Launch, spawn_pty_process
 from runnerd.local.trash import Trash
+from runnerd.local.watching import WatchKit, open_local_watch
 from runnerd.local.workdir import (
     SessionDir,
     WorkdirError,
@@ -100,13 +103,24 @@ class LocalBackend:
     # the daemon or be found by a successor (whose start sweeps what a killed
     # daemon left). The manager refuses a detach rather than leave them.
     detach_supported = False
+    # Watch sessions (`runnerd.local.watching`): an app on a PTY or on pipes.
+    watch_io: tuple[IoMode, ...] = ("tty", "streams")
 
-    def __init__(self, local: LocalConfig, *, hidden: Iterable[Path] = ()) -> None:
+    def __init__(
+        self,
+        local: LocalConfig,
+        *,
+        hidden: Iterable[Path] = (),
+        max_body_bytes: int = 16 * 1024 * 1024,
+    ) -> None:
         """`hidden`: what no session may see (the daemon's config and socket
         directories, `runnerd.backend.BackendContext.hidden_paths`), covered in
         every session, as the workdir is but for the session's own directory.
-        Only with a mount namespace (`/v1/capabilities` says when there is none)."""
+        Only with a mount namespace (`/v1/capabilities` says when there is none).
+        `max_body_bytes` (`server.max_body_bytes`): a watch session's change
+        set and file read caps."""
         self._local = local
+        self._max_body_bytes = max_body_bytes
         self._workdir_lock: int | None = None
         self.trash = Trash(Path(local.workdir))  # run by `open_backend`
         self._hidden = tuple(sorted({os.path.abspath(path) for path in hidden}))
@@ -140,6 +154,25 @@ class LocalBackend:
             cgroups=self._cgroups,
             no_cgroups=no_cgroups,
         )
+
+    def open_watch(
+        self, spec: WatchSpec, progress: ProgressReport
+    ) -> contextlib.AbstractAsyncContextManager[WatchHost]:
+        """A watch session's place: `runnerd.local.watching`."""
+        kit = WatchKit(
+            local=self._local,
+            sandbox=SandboxPlan(
+                Launch(self._plan, None, init_python=self._init_python),
+                self._net,
+                self._cgroups,
+                self._local.stop_grace_s,
+            ),
+            uids=self._uids,
+            trash=self.trash,
+            hidden=self._hidden + (os.path.abspath(self._local.workdir),),
+            max_body_bytes=self._max_body_bytes,
+        )
+        return open_local_watch(kit, spec, progress)
 
     def _view(self, session_dir: SessionDir) -> SessionView:
         workdir = os.path.abspath(self._local.workdir)

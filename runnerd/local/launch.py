@@ -85,9 +85,12 @@ def build_argv(
     *,
     entry: Path | None,
     inspect_port: int | None,
+    watch: bool = False,
 ) -> list[str]:
     """The command line: `{entry}` → `entry`, and with `inspect_port` the
-    runtime's `inspect_args` appended with `{inspect_port}` substituted.
+    runtime's `inspect_args` appended with `{inspect_port}` substituted;
+    with `watch` (a watch session's app on a `watch = "self"` runtime) its
+    `watch_args` appended after them.
 
     Raises:
         ValueError: the command needs `{entry}` but there is no bundle.
@@ -95,6 +98,8 @@ def build_argv(
     argv = [executable, *runtime.command[1:]]
     if inspect_port is not None:
         argv += [arg.replace(INSPECT_PORT, str(inspect_port)) for arg in runtime.inspect_args]
+    if watch:
+        argv += runtime.watch_args
     if any(ENTRY in arg for arg in argv):
         if entry is None:
             raise ValueError(

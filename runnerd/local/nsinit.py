@@ -1,6 +1,6 @@
 """The init of a session's PID namespace. Run as a script, stdlib only:
 
-    python -I -S nsinit.py STATUS_FD [--proc] [--sockets FD] -- /abs/program arg...
+    python -I -S nsinit.py STATUS_FD [--proc | --nest] [--sockets FD] -- /abs/program arg...
 
 The daemon forks this process after `unshare(CLONE_NEWPID)` (see
 `runnerd.local.containment`), so it stands *outside* the new namespace and
@@ -45,6 +45,17 @@ outer, which is in the new network namespace, is the daemon's way into it:
   that cannot be made (EMFILE) is answered `e` with no fd. EOF ends the
   serving, not the outer.
 
+With `--nest` (an app of a watch session, `runnerd.local.sandbox`), the
+daemon's child has joined the namespaces of the session's holder instead of
+making its own (`containment.preexec_joined`: its children are born in the
+session's PID namespace). It forks one more process, which unshares a PID
+namespace nested in the session's (with the CAP_SYS_ADMIN the daemon made
+ambient) and goes on as the outer above: the app's init is PID 1 of its
+own namespace inside the session's, so a stop takes down exactly this app
+(whatever detached in it) and nothing of the others, and the session's
+/proc (not remounted) shows every app's processes. That process dies with
+the daemon's child (a parent-death signal), which dies with the daemon.
+
 Why Python and not a C init: nothing to build on install. The interpreter
 runs isolated (`-I -S`: no site, no PYTHON* variables from the session env).
 
@@ -73,7 +84,8 @@ FORWARDED = (
 BLOCKED = (*FORWARDED, signal.SIGCHLD)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND = 32, 4096
-PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 1, 24, 47, 4
+CLONE_NEWPID = 0x20000000
 # A root workload (only where the kernel refused a session uid) loses
 # CAP_DAC_READ_SEARCH, CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_PTRACE,
 # CAP_SYS_ADMIN, CAP_MKNOD (what could undo its mounts), and CAP_NET_ADMIN,
@@ -139,10 +151,10 @@ def send(pid: int, sig: int) -> None:
         pass  # already gone (or nothing left to signal)
 
 
-def exec_workload(argv: list[str], status_fd: int, own_proc: bool) -> None:
+def exec_workload(argv: list[str], status_fd: int, drop_caps: bool) -> None:
     """In the workload's process: take the terminal, reset signals, exec."""
     try:
-        if own_proc:
+        if drop_caps:
             drop_capabilities()
         # A session of its own whose controlling terminal is the PTY, as
         # without a namespace: the inits' session never took the terminal.
@@ -177,7 +189,9 @@ def reap(workload: int) -> int | None:
             return exit_code(status)
 
 
-def run_init(argv: list[str], status_fd: int, outer_alive: int, own_proc: bool) -> None:
+def run_init(
+    argv: list[str], status_fd: int, outer_alive: int, own_proc: bool, drop_caps: bool
+) -> None:
     """PID 1 of the namespace. Never returns."""
     if own_proc:
         try:
@@ -190,7 +204,7 @@ def run_init(argv: list[str], status_fd: int, outer_alive: int, own_proc: bool) 
     os.set_blocking(wake_w, False)
     workload = os.fork()
     if workload == 0:
-        exec_workload(argv, status_fd, own_proc)
+        exec_workload(argv, status_fd, drop_caps)
     os.close(status_fd)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda s, f: None)
@@ -255,13 +269,40 @@ def wait_serving(init: int, sock: socket.socket | None) -> int:
     return os.waitpid(init, 0)[1]
 
 
+def nest(status_fd: int) -> None:
+    """`--nest`: fork the process that unshares the app's nested PID
+    namespace and returns to go on as its outer; this one forwards the
+    daemon's signals to it and exits with its status. Never returns here."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
+    child = os.fork()
+    if child == 0:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # The outer is outside the session's PID namespace: its pid reads as
+        # 0 here; anything else is the session's init, which took us in.
+        if os.getppid() != 0:
+            os._exit(1)  # the outer died before the signal was armed
+        if libc.unshare(CLONE_NEWPID) != 0:
+            os.write(status_fd, str(ctypes.get_errno() or 0).encode())
+            os._exit(127)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, BLOCKED)
+        return
+    os.close(status_fd)
+    for sig in FORWARDED:
+        signal.signal(sig, lambda s, f: send(child, s))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, BLOCKED)
+    os._exit(exit_code(os.waitpid(child, 0)[1]))
+
+
 def main() -> None:
     if sys.argv[0].startswith("/proc/self/fd/"):
         os.close(int(sys.argv[0].rpartition("/")[2]))  # this script, passed open
     status_fd = int(sys.argv[1])
     split = sys.argv.index("--")
     own_proc = "--proc" in sys.argv[2:split]
+    nested = "--nest" in sys.argv[2:split]
     argv = sys.argv[split + 1 :]
+    if nested:
+        nest(status_fd)
     sock: socket.socket | None = None
     if "--sockets" in sys.argv[2:split]:
         fd = int(sys.argv[sys.argv.index("--sockets") + 1])
@@ -277,7 +318,7 @@ def main() -> None:
         os.close(alive_w)
         if sock is not None:
             sock.close()
-        run_init(argv, status_fd, alive_r, own_proc)
+        run_init(argv, status_fd, alive_r, own_proc, own_proc or nested)
     os.close(alive_r)
     os.close(status_fd)
     for sig in FORWARDED:

@@ -21,6 +21,7 @@ import trio
 
 from runnerd.backend import BackendContext
 from runnerd.config import AppEntry, Config, ConfigError, RunnerConfig
+from runnerd.contract import IoMode
 from runnerd.local.backend import LocalBackend
 from runnerd.local.initpython import SYSTEM_PYTHON
 from runnerd.local.launch import read_interpreter, same_file
@@ -30,6 +31,8 @@ from runnerd.local.workdir import WorkdirError
 
 NAME = "local"
 SETTINGS = LocalConfig
+# Watch sessions' apps run on a PTY or on pipes (`runnerd.local.streams`).
+WATCH_IO: tuple[IoMode, ...] = ("tty", "streams")
 # A stop waits the workload's SIGTERM grace plus this for the SIGKILL, the
 # drain and the cleanup (cgroup, session directory).
 STOP_HEADROOM_S = 3.0
@@ -157,7 +160,9 @@ def open_backend(
 async def _open_backend(
     config: Config[LocalConfig], hidden: Iterable[Path]
 ) -> AsyncIterator[LocalBackend]:
-    backend = LocalBackend(config.settings, hidden=hidden)
+    backend = LocalBackend(
+        config.settings, hidden=hidden, max_body_bytes=config.server.max_body_bytes
+    )
     if backend.init_problem is not None:
         # Every session would fail its start: refuse now, with the file named.
         raise ConfigError(

@@ -33,7 +33,7 @@ KEYS = (
     "workdir", "stop_grace_seconds", "terminal_size_wait_seconds", "runtimes", "containment",
     "network", "session_uid_base", "session_uid_count", "init_python",
 )  # fmt: skip
-RUNTIME_KEYS = ("command", "inspect_args", "path")
+RUNTIME_KEYS = ("command", "inspect_args", "path", "watch", "watch_args")
 ENTRY = "{entry}"
 # SIGTERM must end the daemon within 10 s (the contract): each workload gets
 # this much grace after SIGTERM before SIGKILL, and the shutdown budget must
@@ -55,6 +55,16 @@ class RuntimeConfig:
     # the interpreter a script's `#!/usr/bin/env node` names is found.
     # Default none: a session sees only the minimal PATH.
     path: tuple[str, ...] = ()
+    # How a watch session's app on this runtime follows workspace changes:
+    # "restart" (the default): the core restarts it; "self": the runtime
+    # watches the workspace itself (`telo run --watch`), started once with
+    # `watch_args` appended (as `inspect_args` are) and left running.
+    watch: Literal["restart", "self"] = "restart"
+    watch_args: tuple[str, ...] = ()
+
+    @property
+    def self_watching(self) -> bool:
+        return self.watch == "self"
 
 
 @dataclass(frozen=True)
@@ -107,6 +117,23 @@ def _runtime_path(rt: Table) -> tuple[str, ...]:
     return path
 
 
+def _runtime(name: str, rt: Table, command: tuple[str, ...]) -> RuntimeConfig:
+    """One `[local.runtimes.NAME]`; `watch_args` only with `watch = "self"`
+    (they are what turns its watching on)."""
+    watch = rt.choice("watch", "restart", ("restart", "self"))
+    watch_args = rt.string_list("watch_args")
+    if watch_args is not None and watch != "self":
+        raise ConfigError(rt.key("watch_args"), 'is used only with watch = "self"')
+    return RuntimeConfig(
+        name=name,
+        command=command,
+        inspect_args=rt.string_list("inspect_args") or (),
+        path=_runtime_path(rt),
+        watch=cast(Literal["restart", "self"], watch),
+        watch_args=watch_args or (),
+    )
+
+
 def _terminal_size_wait_s(t: Table) -> float:
     key = "terminal_size_wait_seconds"
     wait_s = t.seconds(key, LocalConfig.terminal_size_wait_s, zero_ok=True)
@@ -133,10 +160,7 @@ def parse_settings(t: Table, base_dir: Path) -> LocalConfig:
         command = rt.string_list("command", empty_ok=False)
         if command is None:
             raise ConfigError(rt.key("command"), "is required")
-        inspect_args = rt.string_list("inspect_args") or ()
-        runtimes[name] = RuntimeConfig(
-            name=name, command=command, inspect_args=inspect_args, path=_runtime_path(rt)
-        )
+        runtimes[name] = _runtime(name, rt, command)
     workdir = Path(os.path.normpath(base_dir / t.string("workdir", str(LocalConfig.workdir))))
     stop_grace_s = t.seconds("stop_grace_seconds", LocalConfig.stop_grace_s, zero_ok=True)
     if stop_grace_s > MAX_STOP_GRACE_S:
@@ -208,6 +232,7 @@ def render(settings: LocalConfig) -> list[Section]:
     for rt in loc.runtimes.values():
         out.append((f"local.runtimes.{toml_key(rt.name)}", {
             "command": rt.command, "inspect_args": rt.inspect_args, "path": rt.path,
+            "watch": rt.watch, "watch_args": rt.watch_args,
         }))  # fmt: skip
     return out
 

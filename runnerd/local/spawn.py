@@ -41,6 +41,7 @@ from runnerd.local.containment import (
     Containment,
     ContainmentPlan,
     preexec_contained,
+    preexec_joined,
 )
 from runnerd.local.identity import SessionIdentity
 from runnerd.local.mounts import NOTHING_HIDDEN, SessionView
@@ -66,6 +67,7 @@ def _prepare_child(
     view: SessionView,
     identity: SessionIdentity | None,
     terminal: bool,
+    join: tuple[int, ...] | None = None,
 ) -> None:
     # Runs in the child after setsid() (start_new_session): make the slave
     # (fd 0 by now) this session's controlling terminal (in a namespace,
@@ -78,20 +80,29 @@ def _prepare_child(
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
     if cgroup is not None:
         _join_cgroup(cgroup)  # before any namespace: as the daemon's own user
-    preexec_contained(plan, parent, view, identity)
+    if join is not None:
+        preexec_joined(plan, parent, join, identity)
+    else:
+        preexec_contained(plan, parent, view, identity)
 
 
 @dataclass(frozen=True)
 class Launch:
     """Who the session's first process is: contained as `plan`, seeing
     the host as `view`, in `cgroup`, as `identity` (a root daemon's session
-    uid; None keeps the daemon's), its init run by `init_python`."""
+    uid; None keeps the daemon's), its init run by `init_python`. `join`:
+    a watch session's app joins the namespaces of its sandbox's holder
+    (`containment.open_namespaces` of it, under `plan`; the fds stay the
+    caller's) instead of making its own (`view` is then the holder's) and
+    gets a PID namespace of its own nested in the holder's (`nsinit
+    --nest`)."""
 
     plan: ContainmentPlan = PROCESS_GROUP_PLAN
     cgroup: Path | None = None
     view: SessionView = NOTHING_HIDDEN
     identity: SessionIdentity | None = None
     init_python: str = sys.executable
+    join: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -155,11 +166,18 @@ def _spawn(
         status_r, status_w = os.pipe()
         # Passed open: the session uid may not reach runnerd's install.
         script = os.open(NSINIT, os.O_RDONLY | os.O_CLOEXEC)
-        proc = ["--proc"] if plan.fresh_proc else []
+        if launch.join is not None:
+            proc = ["--nest"]  # the holder's /proc is the session's
+        else:
+            proc = ["--proc"] if plan.fresh_proc else []
         if sockets_fd is not None:
             proc += ["--sockets", str(sockets_fd)]
             extra_fds = (sockets_fd,)
         init = [launch.init_python, "-I", "-S", f"/proc/self/fd/{script}", str(status_w)]
+        if launch.join is not None:
+            # Its exec comes after it joined the holder's mount namespace,
+            # whose /proc is the session's, where it has no /proc/self.
+            init[3:4] = ["-c", NSINIT.read_text()]
         argv = [*init, *proc, "--", *argv]
     try:
         if launch.identity is not None:
@@ -185,6 +203,7 @@ def _spawn(
                 launch.view,
                 launch.identity,
                 stdio.terminal,
+                launch.join,
             ),
         )
     except BaseException as exc:

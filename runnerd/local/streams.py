@@ -59,6 +59,9 @@ class StreamsProcess(ContainedChild):
     def _stdio_fds(self) -> tuple[int, ...]:
         return (self._stdin, self._stdout, self._stderr)
 
+    def resize(self, cols: int, rows: int) -> None:
+        """No terminal to size: a no-op (`backend.WorkloadHandle`)."""
+
     async def run_reader(self, on_output: OnStreamOutput, done: trio.Event) -> None:
         """Hand every byte the workload writes to `on_output(stream, chunk)`
         (stream `STDOUT` or `STDERR`), in order per stream, until both pipes

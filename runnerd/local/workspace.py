@@ -160,6 +160,11 @@ class Workspace:
         """
         return await self._run(lambda: self._read(path))
 
+    async def is_file(self, path: str) -> bool:
+        """Whether the normal path `path` is a regular file of the workspace,
+        reached through directories only (an app's entry must be)."""
+        return await self._run(lambda: self._is_file(path))
+
     async def apply(self, changes: ChangeSet) -> tuple[int, int]:
         """Apply a normalised change set: the writes in order, then the
         deletes; returns (written, deleted) as `POST /workspace` answers.
@@ -252,6 +257,22 @@ class Workspace:
                 return _read_capped(fd, self._limits.max_read_bytes, path)
             finally:
                 os.close(fd)
+
+    def _is_file(self, path: str) -> bool:
+        segments = _segments(path)
+        with self._opened(self.root) as root, _io(f"look at {path[:80]!r}"):
+            try:
+                parent = open_parent(root, segments)
+            except (NotADirectoryInTree, FileNotFoundError):
+                return False
+            try:
+                opened = open_regular(parent, segments[-1])
+            finally:
+                os.close(parent)
+            if opened is None:
+                return False
+            os.close(opened[0])
+            return True
 
     def _apply(self, changes: ChangeSet) -> tuple[int, int]:
         writes = [(write.data, _segments(write.path)) for write in changes.writes]

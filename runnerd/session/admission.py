@@ -1,4 +1,5 @@
-"""Session admission: from a validated request body to a `RunSpec`. Pure.
+"""Session admission: from a validated request body to a `RunSpec` (a run
+session) or a `WatchSessionSpec` (`mode: "watch"`). Pure.
 
 Owns the checks of `POST /v1/sessions` and `POST /v1/apps/{name}/sessions`
 that come after the schema (msgspec's, in `contract.parse_body`) and before
@@ -11,11 +12,20 @@ capacity (the registry's), in the contract's order, each with its own answer:
   5. a bundle path escapes the bundle → 400 invalid_bundle
   6. `config.image` not allowed → 400 invalid_config (not for app sessions)
   7. `mode: "watch"` while watch sessions are off → 400 watch_disabled
-  8. `agent` without `mode: "watch"` → 400 agent_requires_watch
+  8. `agent` without `mode: "watch"` → 400 agent_requires_watch; not a
+     catalog name → 400 unknown_agent; its entry has no `port` → 400
+     agent_port_undeclared
+  9. watch sessions `starting` or `running` already number
+     `watch.max_sessions` → 409 too_many_watch_sessions (the caller passes
+     the count: `watch_live`)
+ 10. each app's checks (`runnerd.watch.apps.build_apps`) → 400
 
 and what the workload then gets: its image, its final env (catalog values
-win over the client's, TELO_REGISTRY_URL added), and its tier's limits (no
-request field asks for less, so a session runs at its tier's ceilings).
+win over the client's, TELO_REGISTRY_URL added; a watch session's apps
+without a client `TELO_CACHE_DIR`), and its tier's limits (no request field
+asks for less, so a session runs at its tier's ceilings; a watch session at
+the app tier's, with `watch.max_ttl_seconds` as its TTL). A watch
+session's agent gets its catalog env plus a fresh token under `token_env`.
 
 A rejection raises `AdmissionError` and has touched nothing: admission only
 reads the config, so a rejected request changes no state.
@@ -28,17 +38,27 @@ the POST), so no backend ever sees the catalog.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from runnerd.backend import BundleSpec, ImageSpec, Limits, RunSpec, StartError
+from runnerd.backend import (
+    BundleSpec,
+    CreationSpec,
+    ImageSpec,
+    Limits,
+    RunSpec,
+    SessionIdentity,
+    StartError,
+)
+from runnerd.backend.watch import AgentLaunch, WatchSpec
 from runnerd.config import AppEntry, Config, TermsConfig, TierLimits
 from runnerd.config.envnames import is_env_name
 from runnerd.config.images import Offered, check_image
-from runnerd.config.watch import WATCH_BUILT
 from runnerd.contract import (
     ACCEPTED_TERMS_HEADER,
+    IoMode,
     RunBundle,
     SessionConfig,
     StartAppSessionRequest,
@@ -47,10 +67,14 @@ from runnerd.contract import (
 )
 from runnerd.errors import RunnerdError
 from runnerd.session.paths import BundlePathError, normalise_bundle_path
-from runnerd.watch.apps import check_shape
+from runnerd.session.watchspec import WatchSessionSpec
+from runnerd.watch.apps import build_apps, check_agent, check_shape
 from runnerd.watch.errors import WatchError
 
 REGISTRY_ENV = "TELO_REGISTRY_URL"
+# A watch session's apps share one workspace for hours; a client's cache
+# directory would point them outside it (the contract drops it).
+CACHE_ENV = "TELO_CACHE_DIR"
 
 
 class Catalog:
@@ -136,14 +160,20 @@ def _unknown_app(name: str, config: Config, status: int) -> AdmissionError:
     )
 
 
-def _check_watch(body: StartSessionRequest, config: Config) -> None:
+def new_agent_token() -> str:
+    """32 characters of lowercase RFC 4648 base32 (`a-z2-7`) from the CSPRNG:
+    160 random bits, the co-resident agent's per-session token."""
+    return base64.b32encode(secrets.token_bytes(20)).decode("ascii").lower()
+
+
+def _check_watch(body: StartSessionRequest, config: Config, watch_io: tuple[IoMode, ...]) -> None:
     """Check 7, then check 8's shape (and check 4's watch part, which an app
-    session meets: `runnerd.watch.apps.check_shape`). Watch sessions are not
-    built yet: the config refuses `enabled = true`
-    (`runnerd.config.watch.WATCH_BUILT`), and a Config built in code that
-    sets it still meets `watch_disabled` here, so a watch request is never
-    run as a run session."""
-    if body.mode == "watch" and body.app is None and not (config.watch.enabled and WATCH_BUILT):
+    session meets: `runnerd.watch.apps.check_shape`). Watch is on when the
+    config enables it and the backend offers watch io (`watch_io`): the
+    config refuses `enabled = true` on a backend without, and a Config built
+    in code that sets it there still meets `watch_disabled`, so a watch
+    request is never run as a run session."""
+    if body.mode == "watch" and body.app is None and not (config.watch.enabled and watch_io):
         raise AdmissionError(
             400,
             "watch_disabled",
@@ -228,11 +258,15 @@ def admit(
     accepted_terms: str | None,
     session_id: str,
     offered: Offered,
-) -> RunSpec:
+    watch_io: tuple[IoMode, ...] = (),
+    watch_live: int = 0,
+) -> RunSpec | WatchSessionSpec:
     """Admit a `POST /v1/sessions` body (already schema-valid) or refuse it.
 
     `offered`: the backend's images, for the image allowlist
-    (`runnerd.config.images`).
+    (`runnerd.config.images`). `watch_io`: the backend's watch io modes
+    (`features.io`; none: no watch sessions). `watch_live`: the watch
+    sessions `starting` or `running` now (check 9).
 
     Anonymous (bundle) sessions get the session tier's limits; the contract's
     "session pods run with the app tier's ceilings" is about the Kubernetes
@@ -249,7 +283,7 @@ def admit(
         app = config.apps.get(body.app)
         if app is None:
             raise _unknown_app(body.app, config, 400)
-        _check_watch(body, config)
+        _check_watch(body, config, watch_io)
         return _app_spec(app, body.env, body, config, session_id)
     if body.bundle is None or body.config is None:
         raise AdmissionError(
@@ -261,7 +295,9 @@ def admit(
     problem = check_image(config, body.config.image, offered)
     if problem is not None:
         raise AdmissionError(400, "invalid_config", problem)
-    _check_watch(body, config)
+    _check_watch(body, config, watch_io)
+    if body.mode == "watch":
+        return _watch_spec(body, bundle, config, session_id, watch_io, watch_live)
     return RunSpec.create(
         session_id=session_id,
         image=ImageSpec(body.config.image, body.config.pullPolicy),
@@ -271,6 +307,64 @@ def admit(
         ports=tuple(body.ports or ()),
         inspect=bool(body.inspect),
     )
+
+
+def _watch_spec(
+    body: StartSessionRequest,
+    bundle: BundleSpec,
+    config: Config,
+    session_id: str,
+    watch_io: tuple[IoMode, ...],
+    watch_live: int,
+) -> WatchSessionSpec:
+    """Checks 8 (catalog part), 9 and 10 of a watch body, then its spec."""
+    assert body.config is not None  # check 4
+    agent = _watch_agent(body.agent, config)
+    if watch_live >= config.watch.max_sessions:
+        raise AdmissionError(
+            409,
+            "too_many_watch_sessions",
+            f"this runner already has {watch_live} watch sessions starting or running (its "
+            f"limit is watch.max_sessions = {config.watch.max_sessions}); stop one, or let "
+            "one suspend, and retry",
+        )
+    try:
+        apps = build_apps(body, io_offered=watch_io, normalise_entry=normalise_bundle_path)
+    except WatchError as exc:
+        raise AdmissionError(exc.status_hint, exc.code, exc.message) from None
+    env = {k: v for k, v in body.env.items() if k != CACHE_ENV}
+    limits = dataclasses.replace(
+        _tier_limits(config.app_limits), ttl_s=float(config.watch.max_ttl_seconds)
+    )
+    watch = WatchSpec(
+        identity=SessionIdentity(session_id, limits, inspect=True),
+        creation=CreationSpec(
+            ImageSpec(body.config.image, body.config.pullPolicy),
+            _registry_env(env, body.config, config),
+            bundle,
+        ),
+    )
+    launch, token = agent if agent is not None else (None, None)
+    return WatchSessionSpec(watch=watch, apps=apps, agent=launch, agent_token=token)
+
+
+def _watch_agent(name: str | None, config: Config) -> tuple[AgentLaunch, str | None] | None:
+    """Check 8's catalog part; the agent's launch (its catalog env, plus a
+    new token under `token_env` when the entry has one) and that token."""
+    if name is None:
+        return None
+    try:
+        entry = check_agent(name, config.apps)
+    except WatchError as exc:
+        raise AdmissionError(exc.status_hint, exc.code, exc.message) from None
+    assert entry.port is not None  # check_agent refuses an entry without one
+    env = dict(entry.env)
+    token = None
+    if entry.token_env is not None:
+        token = new_agent_token()
+        env[entry.token_env] = token
+    image = ImageSpec(entry.image, entry.pull_policy)
+    return AgentLaunch(name=entry.name, image=image, port=entry.port, env=env), token
 
 
 def admit_app(

@@ -5,8 +5,14 @@ config schema in it. The image list it advertises comes from
 `runnerd.config.images`, the same place the start gate asks, so what is
 advertised and what is enforced never drift.
 
-Secrecy: the catalog appears as name/title/description only. An app's image
-and env never reach this document.
+`features` says what sessions may ask for: with watch sessions off (the
+config's `[watch] enabled`, on a backend that offers watch io) it is the
+contract's `{io: true, ports: true}`; with them on, `io` lists the backend's
+watch io modes, `watch` is true and `agents` names the catalog entries that
+declare a `port` (present only when there is one).
+
+Secrecy: the catalog appears as name/title/description only (an agent by
+its name). An app's image and env never reach this document.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 
 from runnerd.config.images import Offered, allowed_images
 from runnerd.config.model import Config
+from runnerd.contract import IoMode
 
 PULL_POLICIES = ["missing", "always", "never"]
 
@@ -53,16 +60,31 @@ def build_config_schema(config: Config, offered: Offered) -> dict[str, Any]:
     }
 
 
+def build_features(config: Config, watch_io: tuple[IoMode, ...]) -> dict[str, Any]:
+    """`features`: the run-session form unless watch sessions are on."""
+    if not (config.watch.enabled and watch_io):
+        return {"io": True, "ports": True}
+    features: dict[str, Any] = {"io": list(watch_io), "ports": True, "watch": True}
+    agents = [app.name for app in config.apps.values() if app.port is not None]
+    if agents:
+        features["agents"] = agents
+    return features
+
+
 def build_capabilities(
-    config: Config, offered: Offered, notices: tuple[str, ...] = ()
+    config: Config,
+    offered: Offered,
+    notices: tuple[str, ...] = (),
+    watch_io: tuple[IoMode, ...] = (),
 ) -> dict[str, Any]:
     """The `/v1/capabilities` document. `terms` only when configured; `apps`
     only when the catalog is non-empty, each entry with `title`/`description`
-    only when set. `notices` (the backend's) follow the description."""
+    only when set. `notices` (the backend's) follow the description.
+    `watch_io`: the backend's watch io modes (none: no watch sessions)."""
     doc: dict[str, Any] = {
         "displayName": config.runner.display_name,
         "description": " ".join((config.runner.description, *notices)).strip(),
-        "features": {"io": True, "ports": True},
+        "features": build_features(config, watch_io),
         "config": {"schema": build_config_schema(config, offered)},
     }
     if config.terms is not None:

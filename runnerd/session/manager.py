@@ -54,6 +54,7 @@ from dataclasses import replace
 import trio
 
 from runnerd.backend import Backend, EndIntent, Recovered, RunSpec
+from runnerd.config import WatchConfig
 from runnerd.contract import is_terminal
 from runnerd.errors import SessionNotFound
 from runnerd.metrics import NULL_METRICS, Metrics
@@ -66,6 +67,8 @@ from runnerd.session.running import drive
 from runnerd.session.session import Session
 from runnerd.session.statefile import StateDir
 from runnerd.session.stopping import stop_every, stop_session
+from runnerd.session.watchmanage import WatchSide, add_evicting
+from runnerd.session.watchspec import WatchSessionSpec
 
 __all__ = [
     "DetachUnsupported",
@@ -117,6 +120,7 @@ class SessionManager:
         metrics: Metrics = NULL_METRICS,
         state: StateDir | None = None,
         apps: Iterable[str] = (),
+        watch: WatchConfig | None = None,
     ) -> None:
         """`stop_timeout_s` bounds how long `stop()` waits for a session to end
         (the backend's own stop grace plus headroom). `wall_clock` gives epoch
@@ -126,7 +130,8 @@ class SessionManager:
         replay marks (and a detached one's replay) are kept for a successor
         (`runnerd.session.statefile`). `apps`: the catalog's app names; an
         app session whose app is not among them when its task runs fails
-        to start (`runnerd.session.admission.Catalog.recheck`)."""
+        to start (`runnerd.session.admission.Catalog.recheck`). `watch`: the
+        `[watch]` limits (`runnerd.session.watchmanage`)."""
         self._backend = backend
         self._registry: SessionRegistry[Session] = SessionRegistry(max_sessions, exit_ttl_s)
         self._replay_buffer_bytes = replay_buffer_bytes
@@ -138,6 +143,12 @@ class SessionManager:
         self._expiry_wakeup = trio.Event()
         self._recovery = Recovery(state)
         self._catalog = Catalog(apps)
+        self._watch = WatchSide(
+            backend, self._registry, wall_clock, watch or WatchConfig(), self._wake_expiry
+        )
+
+    def _wake_expiry(self) -> None:
+        self._expiry_wakeup.set()
 
     @property
     def live_count(self) -> int:
@@ -186,12 +197,10 @@ class SessionManager:
             raise ValueError(f"session {spec.session_id} is already registered")
         session = self._new_session(spec, now)
         try:
-            evicted = self._registry.add(session, now)
+            add_evicting(self._registry, session, now)
         except RegistryFull:
             self._recovery.forget(session.id)  # refused: nothing of it reaches the disk
             raise
-        for session_id in evicted:
-            log.info("evicted to make room", extra={"session_id": session_id})
         log.info(
             "starting image=%s app=%s",
             spec.image.image,
@@ -200,6 +209,38 @@ class SessionManager:
         )
         nursery.start_soon(self._run_session, session, name=f"session {session.id}")
         return session
+
+    def start_watch(self, spec: WatchSessionSpec) -> Session:
+        """Register a watch session for `spec` and start it; return at once
+        (`starting`, event 1). The watch cap is the caller's (check 9,
+        `watch_live_count`), before this.
+
+        Raises:
+            RegistryFull, ManagerClosed, ValueError: as `start`.
+        """
+        nursery = self._open_nursery()
+        now = self._wall_clock()
+        if spec.session_id in self._registry:
+            raise ValueError(f"session {spec.session_id} is already registered")
+        session = self._watch.new_session(spec, now, self._replay_buffer_bytes, self._metrics)
+        add_evicting(self._registry, session, now)
+        log.info("starting watch session apps=%d", len(spec.apps), extra={"session_id": session.id})
+        self._watch.run_in(nursery, session)
+        return session
+
+    def watch_live_count(self) -> int:
+        """Watch sessions `starting` or `running` (check 9's count)."""
+        return self._watch.live_count()
+
+    async def resume(self, session_id: str) -> None:
+        """`POST /resume`: a suspended watch session goes `starting` and its
+        driver brings it back.
+
+        Raises:
+            WatchError: `404 not_suspended` (unknown, a run session, not
+                suspended), `409 too_many_watch_sessions`.
+        """
+        await self._watch.resume(session_id)
 
     async def read_replays(self, session_ids: list[str]) -> dict[str, Resumed]:
         """The saved replays of sessions about to be adopted, read off the
@@ -336,16 +377,20 @@ class SessionManager:
         exit_ttl_s: float | None = None,
         replay_buffer_bytes: int | None = None,
         apps: Iterable[str] | None = None,
+        watch: WatchConfig | None = None,
     ) -> None:
         """Change limits for what comes next; a smaller capacity never stops a
         live session, and `replay_buffer_bytes` applies to new sessions.
         `apps` replaces the catalog: an app session not yet run whose app
-        left it fails to start; a running one runs on."""
+        left it fails to start; a running one runs on. `watch`: the
+        `[watch]` limits, each applied from its next use."""
         self._registry.reconfigure(max_sessions=max_sessions, exit_ttl_s=exit_ttl_s)
         if replay_buffer_bytes is not None:
             self._replay_buffer_bytes = replay_buffer_bytes
         if apps is not None:
             self._catalog.offer(apps)
+        if watch is not None:
+            self._watch.reconfigure(watch)
         self._expiry_wakeup.set()
 
     # -- one session -------------------------------------------------------

@@ -9,7 +9,8 @@ README.md, "Configuration"):
 - `SessionRecord`: one session's status, timestamps and its two rings, with
   terminal stickiness enforced in one place.
 - `SessionRegistry`: every known session, with capacity, eviction of the
-  oldest-exited terminal session, and exit-TTL expiry.
+  session that stopped being live longest ago (terminal, or a suspended
+  watch session), and exit-TTL expiry.
 
 Time is passed in as `now` (epoch seconds) so everything here is testable
 without a clock. The IO side (tasks, wake-ups) is `runnerd.session.manager`.
@@ -109,6 +110,9 @@ class SessionRecord:
         self.created_at = now
         self.created_at_iso = format_timestamp(now)
         self.exited_at: float | None = None
+        # When a watch session was suspended (None: it is not): a suspended
+        # session may be evicted as a terminal one is, by this time.
+        self.dormant_at: float | None = None
         self.status: RunStatus = starting()
         if resumed is None:
             self.events = EventRing(replay_buffer_bytes)
@@ -174,6 +178,11 @@ class SessionRecord:
     @property
     def is_terminal(self) -> bool:
         return is_terminal(self.status)
+
+    @property
+    def evictable_since(self) -> float | None:
+        """When it stopped being live (its exit, or its suspend); None while live."""
+        return self.exited_at if self.exited_at is not None else self.dormant_at
 
     @property
     def exited_at_iso(self) -> str | None:
@@ -300,8 +309,9 @@ class SessionRegistry(Generic[E]):
         return self._entries.get(session_id)
 
     def add(self, entry: E, now: float) -> list[str]:
-        """Register `entry`, evicting the oldest-exited terminal sessions if
-        the registry is full; return the evicted ids (oldest exit first).
+        """Register `entry`, evicting the sessions that stopped being live
+        longest ago (terminal or suspended alike: `evictable_since`) if the
+        registry is full; return the evicted ids (oldest first).
 
         Raises:
             RegistryFull: too many live sessions; nothing was evicted.
@@ -314,8 +324,8 @@ class SessionRegistry(Generic[E]):
         evicted: list[str] = []
         if need > 0:
             terminal = sorted(
-                (e.record for e in self._entries.values() if e.record.is_terminal),
-                key=lambda r: r.exited_at or 0.0,
+                (e.record for e in self._entries.values() if e.record.evictable_since is not None),
+                key=lambda r: r.evictable_since or 0.0,
             )
             if len(terminal) < need:
                 raise RegistryFull(self.max_sessions)

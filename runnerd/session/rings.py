@@ -264,6 +264,11 @@ class ByteRing(_Ring[bytes]):
             self._push(piece, len(piece))
         return self._last
 
+    def append_chunk(self, chunk: bytes) -> int:
+        """Append `chunk` as ONE chunk, whatever its size (a watch app's
+        stream byte + up to `CHUNK_BYTES` of payload); return its seq."""
+        return self._push(chunk, len(chunk))
+
     def since(self, after_seq: int, after_mark: int = 0) -> Replay[bytes]:
         """Chunks after `after_seq`, and the lost-output marks at or after it
         numbered above `after_mark` (those the reader was not told of)."""

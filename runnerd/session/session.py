@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -35,11 +34,10 @@ from runnerd.contract import (
 )
 from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.session.registry import ByteRing, EventRing, SessionRecord
+from runnerd.session.resize import ResizeCoalescer
+from runnerd.session.surface import WatchSurface
 
 log = logging.getLogger("runnerd.sessions")
-
-# At most one resize per this interval reaches the workload; the latest wins.
-RESIZE_INTERVAL_S = 0.05
 
 
 class SessionPhase(enum.Enum):
@@ -77,13 +75,11 @@ class _Workload:
     """The live workload while it is attached: where stdin and resizes go."""
 
     handle: WorkloadHandle
-    nursery: trio.Nursery  # the run's: a deferred resize goes with it
+    resize: ResizeCoalescer  # its flushes run in the run's nursery
     stop: Callable[[], Awaitable[None]] | None  # `Started.stop`
-    last_resize_at: float = -math.inf
-    flush_due: float | None = None  # a deferred resize is due then (one at a time)
 
 
-class Session:
+class Session(WatchSurface):
     """One session as the HTTP side sees it: state, rings, stdin, resize, wake-ups.
 
     Stdin and resizes go to the live workload's handle; both are safe to call
@@ -101,6 +97,7 @@ class Session:
     ):
         """`metrics` counts the start (POST → running) and PTY bytes, labelled
         with `backend_name`."""
+        super().__init__()
         self.spec = spec
         # The image a client asked for, for listings (None: an app session,
         # or one adopted from a previous daemon, which stored no creation).
@@ -228,39 +225,19 @@ class Session:
 
     def resize(self, cols: int, rows: int) -> None:
         """Resize the workload's terminal, coalesced: at most one resize per
-        `RESIZE_INTERVAL_S` reaches it, and the latest size wins.
+        `RESIZE_INTERVAL_S` reaches it, and the latest size wins
+        (`runnerd.session.resize`).
 
         The values are the caller's to validate (the WebSocket route clamps
         them per the contract in `runnerd.http.io.parse_resize`)."""
         if self.is_terminal:
             return
-        self._pending_size = self._requested_size = (cols, rows)
+        self._requested_size = (cols, rows)
         self._size_requested.set()
-        workload = self._workload
-        if workload is None or workload.flush_due is not None:
-            return  # applied on attach, or by the flush already due
-        due = workload.last_resize_at + RESIZE_INTERVAL_S
-        if trio.current_time() >= due:
-            self._apply_resize(workload)
+        if self._workload is None:
+            self._pending_size = (cols, rows)  # applied on attach
         else:
-            workload.flush_due = due
-            workload.nursery.start_soon(self._flush_resize, workload)
-
-    async def _flush_resize(self, workload: _Workload) -> None:
-        if workload.flush_due is not None:
-            await trio.sleep_until(workload.flush_due)
-        workload.flush_due = None
-        self._apply_resize(workload)
-
-    def _apply_resize(self, workload: _Workload) -> None:
-        size, self._pending_size = self._pending_size, None
-        if size is None or self._workload is not workload:
-            return
-        workload.last_resize_at = trio.current_time()
-        try:
-            workload.handle.resize(*size)
-        except Exception:  # the handle promises not to raise; a bug must not kill a route
-            log.exception("resize failed", extra={"session_id": self.id})
+            self._workload.resize.request(cols, rows)
 
     # -- the manager's side ------------------------------------------------
 
@@ -275,14 +252,18 @@ class Session:
         handle, run deferred resize flushes in `nursery` (the workload's, so
         none outlives it), then publish `running` (in that order:
         load-bearing, see `write_stdin`)."""
-        self._workload = _Workload(started.handle, nursery, started.stop)
+        coalescer = ResizeCoalescer(started.handle.resize, nursery, {"session_id": self.id})
+        self._workload = _Workload(started.handle, coalescer, started.stop)
         self._advance(SessionPhase.RUNNING)
         if self._pending_size is not None:
-            self.resize(*self._pending_size)
+            coalescer.request(*self._pending_size)
+            self._pending_size = None
         self._set_status(running(list(started.endpoints), started.inspect_url))
 
     def drop_handle(self) -> None:
         """The run is over (ENDING): stdin and resizes are dropped from now on."""
+        if self._workload is not None:
+            self._workload.resize.close()
         self._workload = None
         self._advance(SessionPhase.ENDING)
 

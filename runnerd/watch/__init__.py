@@ -14,7 +14,9 @@ side only applies its answers:
 - `debounce`: the 300 ms restart debounce;
 - `runs`: per-app generations and their `run` events, as a state machine;
 - `apps`: the app checks of `POST /v1/sessions` and `PUT /apps` (checks 4,
-  8 and 10) and the defaults.
+  8 and 10) and the defaults;
+- `kernel`: a self-watching app's generations and announced ports,
+  projected from its kernel's `Kernel.*` debug frames.
 
 Time is passed in as `now` (seconds on a monotonic clock). Not wired into
 the session manager, the backends or the routes yet: `mode: "watch"` is

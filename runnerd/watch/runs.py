@@ -1,9 +1,10 @@
 """Per-app generations and their `run` events: a state machine. Pure.
 
 Owns `AppRuns` (one app's counter and its open generation), `SessionRuns`
-(every app of a session, in order, kept across `PUT /apps`) and the `run`
-event shapes. Each app counts its runs 1, 2, … (never reused; kept across
-restarts, suspend/resume and `PUT /apps`). A generation starts with
+(every app of a session, in order, kept across `PUT /apps`); the `run`
+event shapes are the wire's (`runnerd.contract`, re-exported here). Each
+app counts its runs 1, 2, … (never reused; kept across restarts,
+suspend/resume and `PUT /apps`). A generation starts with
 `started {trigger}` and ends with `completed {code, durationMs}` (its
 process exited) or `failed {reason}` (it could not start).
 
@@ -36,37 +37,26 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from typing import Literal, TypedDict
 
-RunTrigger = Literal["initial", "watch", "manual", "resume"]
+# The event shapes are the wire's (`runnerd.contract`); re-exported here,
+# where they were first defined, for the machine's callers.
+from runnerd.contract import AppRunEvent as AppRunEvent
+from runnerd.contract import RunCompletedEvent as RunCompletedEvent
+from runnerd.contract import RunFailedEvent as RunFailedEvent
+from runnerd.contract import RunStartedEvent as RunStartedEvent
+from runnerd.contract import RunTrigger as RunTrigger
 
-
-class RunStartedEvent(TypedDict):
-    type: Literal["run"]
-    app: str
-    generation: int
-    phase: Literal["started"]
-    trigger: RunTrigger
-
-
-class RunCompletedEvent(TypedDict):
-    type: Literal["run"]
-    app: str
-    generation: int
-    phase: Literal["completed"]
-    code: int
-    durationMs: int
-
-
-class RunFailedEvent(TypedDict):
-    type: Literal["run"]
-    app: str
-    generation: int
-    phase: Literal["failed"]
-    reason: str
-
-
-AppRunEvent = RunStartedEvent | RunCompletedEvent | RunFailedEvent
+__all__ = [
+    "AppRunEvent",
+    "AppRuns",
+    "RunCompletedEvent",
+    "RunFailedEvent",
+    "RunPhase",
+    "RunStartedEvent",
+    "RunStateError",
+    "RunTrigger",
+    "SessionRuns",
+]
 
 
 class RunPhase(enum.Enum):

@@ -56,6 +56,7 @@ class ToySettings:
 
 
 SETTINGS = ToySettings
+WATCH_IO: tuple[str, ...] = ()  # no watch sessions: [watch] enabled is refused
 
 
 def parse_settings(table: Table, base_dir: Path) -> ToySettings:
@@ -100,6 +101,7 @@ class ToyBackend:
     name = NAME
     notices: tuple[str, ...] = ()
     detach_supported = False
+    watch_io: tuple[str, ...] = ()
 
     def __init__(self, settings: ToySettings) -> None:
         self._settings = settings

@@ -1,6 +1,7 @@
 """`[watch]` and the catalog's agent keys: every key, default and rule of the
-contract's table; `enabled = true` refused (with its line) by parsing,
-`check-config` and `serve` while watch sessions are not built."""
+contract's table; `enabled = true` accepted on the local backend (its
+provider offers watch io) and refused (with its line) by parsing,
+`check-config` and `serve` on the kubernetes backend, which has none yet."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from runnerd.backends import load_config, parse_config
 from runnerd.config import ConfigError, WatchConfig
 from tests.config.test_config import error_of, minimal, no_files, parse, render_config
-from tests.harness import DaemonExited, build_config, dump_toml, run_runnerd, start_daemon
+from tests.harness import build_config, dump_toml, run_runnerd
 
 INTEGER_KEYS = (
     "max_sessions", "idle_seconds", "checkpoint_seconds", "suspended_ttl_seconds",
@@ -59,19 +60,32 @@ def test_watch_enabled_must_be_a_boolean() -> None:
     )
 
 
-def test_watch_enabled_is_refused_until_watch_sessions_are_built() -> None:
+KUBE = {"runner": {"backend": "kubernetes"}, "kubernetes": {"self_url": "http://10.0.0.1:8063"}}
+
+
+def test_watch_enabled_is_accepted_on_the_local_backend() -> None:
+    assert parse(minimal(watch={"enabled": True})).watch.enabled is True
+
+
+def test_watch_enabled_is_refused_on_the_kubernetes_backend_naming_the_key() -> None:
     with pytest.raises(ConfigError) as info:
-        parse(minimal(watch={"enabled": True}))
+        parse({**KUBE, "watch": {"enabled": True}})
     assert info.value.key == "watch.enabled"
-    assert "not available in this build yet" in info.value.problem
+    assert "not available on the kubernetes backend yet" in info.value.problem
+    assert parse({**KUBE, "watch": {"enabled": False}}).watch.enabled is False
 
 
 def test_watch_refusal_names_its_line_in_the_file(tmp_path: Path) -> None:
     path = tmp_path / "runnerd.toml"
-    path.write_text('[runner]\ndefault_image = "sh"\n\n[watch]\nreload_limit = 5\nenabled = true\n')
+    path.write_text(
+        '[runner]\nbackend = "kubernetes"\n\n[kubernetes]\nself_url = "http://10.0.0.1:8063"\n'
+        "\n[watch]\nreload_limit = 5\nenabled = true\n"
+    )
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert str(info.value).startswith("line 6: watch.enabled: watch sessions are not available")
+    assert str(info.value).startswith(
+        "line 9: watch.enabled: watch sessions are not available on the kubernetes backend"
+    )
 
 
 def test_watch_is_rendered_and_parses_back() -> None:
@@ -132,19 +146,19 @@ async def test_check_config_renders_watch(tmp_path: Path) -> None:
     assert "idle_seconds = 60\n" in result.stdout.decode()
 
 
-async def test_check_config_exits_2_when_watch_is_enabled(tmp_path: Path) -> None:
+async def test_check_config_accepts_watch_enabled_on_local(tmp_path: Path) -> None:
     path = _config_file(tmp_path, {"watch": {"enabled": True}})
+    result = await run_runnerd("check-config", "--config", str(path))
+    assert result.returncode == 0, result.stderr.decode()
+    assert "[watch]\nenabled = true\n" in result.stdout.decode()
+
+
+async def test_check_config_exits_2_when_watch_is_enabled_on_kubernetes(tmp_path: Path) -> None:
+    path = tmp_path / "runnerd.toml"
+    path.write_text(dump_toml({**KUBE, "watch": {"enabled": True}}))
     result = await run_runnerd("check-config", "--config", str(path))
     assert result.returncode == 2
     assert result.stdout == b""
-    assert "watch.enabled: watch sessions are not available in this build yet" in (
+    assert "watch.enabled: watch sessions are not available on the kubernetes backend" in (
         result.stderr.decode()
     )
-
-
-async def test_serve_exits_2_when_watch_is_enabled(tmp_path: Path) -> None:
-    with pytest.raises(DaemonExited) as exited:
-        async with start_daemon(tmp_path, {"watch": {"enabled": True}}):
-            pass
-    assert exited.value.code == 2
-    assert "watch.enabled: watch sessions are not available" in exited.value.stderr

@@ -46,6 +46,7 @@ class ProgressBurstBackend:
 
     name = "progress-bursts"
     notices: tuple[str, ...] = ()
+    watch_io: tuple[str, ...] = ()  # no watch sessions
 
     def __init__(self) -> None:
         self.go = trio.Event()

@@ -1,7 +1,9 @@
-"""Watch sessions are not built yet: a real daemon refuses `mode: "watch"`
+"""Watch sessions off (the default): a real daemon refuses `mode: "watch"`
 with `400 watch_disabled` (it used to run it as a run session), `agent`
-without it with `400 agent_requires_watch`, and either refusal changes no
-state (`/v1/openapi.json` describing them: tests/http/test_openapi.py)."""
+without it with `400 agent_requires_watch`, either refusal changes no
+state, and the watch routes answer with their route errors only (`404
+not_found`, `409 not_a_watch_session`, `404 not_suspended`;
+`/v1/openapi.json` describing them: tests/http/test_openapi.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from typing import Any
 
 import httpx
 
-from tests.e2e.contract_client import bundle_body, wait_terminal
+from tests.e2e.contract_client import bundle_body, start_session, wait_terminal
+from tests.e2e.test_watch_refusals import ROUTES, UNKNOWN
+from tests.e2e.watch_client import error_of, route
 
 APPS = [{"name": "web", "entryRelativePath": "main.sh", "io": "streams"}]
 
@@ -70,3 +74,15 @@ async def test_mode_run_is_a_run_session_and_capabilities_say_no_watch(runnerd) 
         features = (await client.get("/v1/capabilities")).json()["features"]
     assert status == {"kind": "exited", "code": 3}
     assert features == {"io": True, "ports": True}
+
+
+async def test_watch_routes_with_watch_off_answer_their_route_errors_only(runnerd) -> None:
+    async with runnerd.client() as client:
+        session_id = await start_session(client, "exec sleep 600")
+        unknown = [await route(client, m, UNKNOWN, tail, **kw) for m, tail, kw in ROUTES]
+        run = [await route(client, m, session_id, tail, **kw) for m, tail, kw in ROUTES]
+        resumes = [await route(client, "POST", sid, "resume") for sid in (UNKNOWN, session_id)]
+        await client.delete(f"/v1/sessions/{session_id}")
+    assert {error_of(r) for r in unknown} == {(404, "not_found")}
+    assert {error_of(r) for r in run} == {(409, "not_a_watch_session")}
+    assert {error_of(r) for r in resumes} == {(404, "not_suspended")}

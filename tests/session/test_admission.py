@@ -32,13 +32,15 @@ def admit(
     body: StartSessionRequest, config: Config, *, accepted_terms: str | None, session_id: str
 ) -> RunSpec:
     """Admission with the local backend's offered images, as the daemon runs it."""
-    return admission.admit(
+    spec = admission.admit(
         body,
         config,
         accepted_terms=accepted_terms,
         session_id=session_id,
         offered=runnerd.local.offered_images(config),
     )
+    assert isinstance(spec, RunSpec)
+    return spec
 
 
 def make_config(*, terms: bool = False, apps: bool = True, registry: str = "") -> Config:

@@ -245,3 +245,38 @@ def test_capabilities_document_is_json_serialisable_and_fresh() -> None:
         {"name": "hello", "title": "Hello", "description": "Says hello"}
     ]
     json.dumps(one)
+
+
+# --------------------------------------------------------------------------
+# Watch sessions: `features`
+# --------------------------------------------------------------------------
+
+
+def watch_features(config: Config, watch_io: Any = runnerd.local.WATCH_IO) -> Any:
+    return capabilities.build_capabilities(config, offered(config), (), watch_io)["features"]
+
+
+AGENT_APPS = {
+    "helper": {"image": "idle", "port": 7070, "token_env": "HELPER_TOKEN"},
+    "hello": HELLO_APP,
+    "second": {"image": "idle", "port": 7071},
+}
+
+
+def test_capabilities_watch_on_lists_the_backends_io_and_watch() -> None:
+    config = local(watch={"enabled": True})
+    assert watch_features(config) == {"io": ["tty", "streams"], "ports": True, "watch": True}
+
+
+def test_capabilities_watch_on_lists_agents_with_a_port_in_catalog_order() -> None:
+    config = local(watch={"enabled": True}, apps=AGENT_APPS)
+    assert watch_features(config)["agents"] == ["helper", "second"]
+    # An agent is named only: its image, port and token env stay the operator's.
+    document = json.dumps(capabilities.build_capabilities(config, offered(config), (), ("tty",)))
+    assert "HELPER_TOKEN" not in document and "7070" not in document
+
+
+def test_capabilities_watch_off_keeps_the_run_session_features() -> None:
+    assert watch_features(local(apps=AGENT_APPS)) == {"io": True, "ports": True}
+    # A backend without watch io never advertises watch, whatever the config says.
+    assert watch_features(local(watch={"enabled": True}), ()) == {"io": True, "ports": True}

@@ -1,0 +1,125 @@
+"""Where one app of a watch session reports: its output, its progress, its watchers.
+
+`AppOutputSink` is the `runnerd.backend.watch.AppSink` a generation's
+`run_app` is given (output into the app's own ring, tagged with its stream;
+progress as a `progress` event carrying `app`); `AppReport` is where the
+core's watchers of that generation's address report (`reachability` and
+`debug` events carrying `app`). `AgentSink` is the agent's: it is not an
+app, so its output goes nowhere a client reads (no `/io`), and its progress
+is session-wide. All are synchronous, never raise, and are no-ops once the
+session is terminal (the record enforces that for events).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from runnerd.backend.watch import OutputStream
+from runnerd.contract import (
+    Reachability,
+    RunPhase,
+    debug_event,
+    is_event_frame,
+    progress_event,
+    reachability_event,
+)
+from runnerd.session.sink import DRAIN_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from runnerd.session.apps import AppChannel
+    from runnerd.session.watchsession import WatchSession
+
+log = logging.getLogger("runnerd.sessions")
+
+
+async def drain_within_budget(
+    session_id: str, steps: tuple[Callable[[], Awaitable[object]], ...]
+) -> bool:
+    """`AppSink.drain`: the steps within the core's `DRAIN_TIMEOUT_S`."""
+    with trio.move_on_after(DRAIN_TIMEOUT_S):
+        for step in steps:
+            await step()
+        return True
+    log.info(
+        "app output not through %g s after the end",
+        DRAIN_TIMEOUT_S,
+        extra={"session_id": session_id},
+    )
+    return False
+
+
+class AppOutputSink:
+    """One generation's `AppSink` (see the module docstring)."""
+
+    def __init__(self, session: WatchSession, channel: AppChannel) -> None:
+        self._session = session
+        self._channel = channel
+
+    def output(self, data: bytes, stream: OutputStream = OutputStream.TTY) -> None:
+        if not self._session.is_terminal and not self._channel.gone:
+            self._session.metrics.pty_bytes("output", len(data))
+            self._channel.output(data, stream)
+
+    def output_lost(self) -> None:
+        if not self._session.is_terminal and not self._channel.gone:
+            self._channel.output_lost()
+
+    def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
+        event: dict[str, Any] = dict(progress_event(phase, message, done))
+        event["app"] = self._channel.name
+        self._session.emit(event)
+
+    async def drain(self, *steps: Callable[[], Awaitable[object]]) -> bool:
+        return await drain_within_budget(self._session.id, steps)
+
+
+class AppReport:
+    """The core's watchers of one generation (`runnerd.workload.supervision.Report`)."""
+
+    def __init__(self, session: WatchSession, channel: AppChannel) -> None:
+        self._session = session
+        self._channel = channel
+
+    def reachability(self, port: int, state: Reachability) -> None:
+        event: dict[str, Any] = dict(reachability_event(port, state))
+        event["app"] = self._channel.name
+        self._session.emit(event)
+
+    def debug(self, frame: dict[str, Any]) -> None:
+        if is_event_frame(frame):
+            event: dict[str, Any] = dict(debug_event(frame))
+            event["app"] = self._channel.name
+            self._session.emit(event)
+
+
+class AgentSink:
+    """The co-resident agent's `AppSink`: output dropped, progress session-wide."""
+
+    def __init__(self, session: WatchSession) -> None:
+        self._session = session
+
+    def output(self, data: bytes, stream: OutputStream = OutputStream.TTY) -> None:
+        pass  # not an app: no `/io`, no ring
+
+    def output_lost(self) -> None:
+        pass
+
+    def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
+        self._session.emit(dict(progress_event(phase, message, done)))
+
+    async def drain(self, *steps: Callable[[], Awaitable[object]]) -> bool:
+        return await drain_within_budget(self._session.id, steps)
+
+
+class SessionProgress:
+    """`open_watch`'s `ProgressReport`: session-wide steps (no `app`)."""
+
+    def __init__(self, session: WatchSession) -> None:
+        self._session = session
+
+    def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
+        self._session.emit(dict(progress_event(phase, message, done)))

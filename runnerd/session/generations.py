@@ -1,0 +1,168 @@
+"""One app of a watch session, generation after generation.
+
+Owns `AppPeriod`: while a watch session's workspace is live, one task per
+app (`start_app`) runs its generations one at a time over the `WatchHost`:
+
+    generation: nursery.start(host.run_app, launch, sink)
+        started (AppStarted) -> `run started {trigger}`; the handle attached;
+                                the core's watchers of its address started
+        StartError first     -> `run started` + `run failed {reason}`
+        Exited(code)         -> `run completed {code, durationMs}`
+        Failed(message)      -> `run failed {reason: message}`
+    then it waits for a restart (`AppChannel.request_restart`); a restart
+    cancels the generation (the backend stops the process) and, when one
+    was open, ends it `completed` with `RESTART_CODE`, before the next
+    generation's `started`.
+
+So, per app: `run` events in generation order, `started` before its
+`completed`, generation N ended before N+1's event, and at most one
+process (the next `run_app` starts only after the last one returned or was
+cancelled, which the seam says stops its process first). `first_round` is
+set once every app of the period reported its first generation (started or
+failed to start): the session's `running`.
+
+A self-watching app (`AppStarted.self_watching`, `telo run --watch`) is not
+restarted on `watch` changes (the debounce skips it); its generations
+should come from its kernel's debug frames (the projection in `watch/kernel.py`, being
+built in parallel): until that is wired here, such an app's run events are
+the process's own start and exit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from runnerd.backend import Exited, Failed, StartError
+from runnerd.backend.watch import AppStarted, WatchHost
+from runnerd.session.apps import AppChannel
+from runnerd.session.appsink import AppOutputSink, AppReport
+from runnerd.session.running import leaves
+from runnerd.watch.runs import RunTrigger
+from runnerd.workload.supervision import supervise, tcp_ports
+
+if TYPE_CHECKING:
+    from runnerd.session.watchsession import WatchSession
+
+log = logging.getLogger("runnerd.sessions")
+
+# The code a generation a restart stopped is completed with: the SIGTERM
+# the stop sends first (128 + 15), as a run session's exit reads.
+RESTART_CODE = 143
+TRIGGERS: tuple[RunTrigger, ...] = ("initial", "watch", "manual", "resume")
+
+
+class AppPeriod:
+    """The apps' tasks over one live workspace (see the module docstring)."""
+
+    def __init__(self, session: WatchSession, host: WatchHost, nursery: trio.Nursery) -> None:
+        self._session = session
+        self._host = host
+        self._nursery = nursery
+        self._waiting = {channel.name for channel in session.app_channels()}
+        self.first_round = trio.Event()
+        if not self._waiting:
+            self.first_round.set()
+
+    def start_app(self, channel: AppChannel, trigger: str) -> None:
+        """Run `channel`'s generations from one with `trigger`, until the
+        period ends or the app leaves the set."""
+        first: RunTrigger = next((t for t in TRIGGERS if t == trigger), "resume")
+        channel.task_scope = trio.CancelScope()
+        channel.ended = trio.Event()
+        self._nursery.start_soon(self._app_loop, channel, first, name=f"app {channel.name}")
+
+    def _reported(self, name: str) -> None:
+        self._waiting.discard(name)
+        if not self._waiting:
+            self.first_round.set()
+
+    async def _app_loop(self, channel: AppChannel, trigger: RunTrigger) -> None:
+        try:
+            with channel.task_scope:
+                while True:
+                    channel.pending_trigger = None
+                    with trio.CancelScope() as scope:
+                        channel.generation_scope = scope
+                        await self._generation(channel, trigger)
+                        await trio.sleep_forever()  # until a restart
+                    channel.generation_scope = None
+                    trigger = channel.pending_trigger or "manual"
+                    now = trio.current_time()
+                    self._session.emit_run(channel.runs.complete(RESTART_CODE, now))
+        finally:
+            channel.generation_scope = None
+            channel.runs.abandon()
+            channel.detach()
+            self._reported(channel.name)  # an app gone before its first report
+            channel.ended.set()
+
+    async def _generation(self, channel: AppChannel, trigger: RunTrigger) -> None:
+        """One generation, to its end (see the module docstring)."""
+        session = self._session
+        outcome: Exited | Failed | None = None
+
+        async def run(*, task_status: trio.TaskStatus[None]) -> None:
+            nonlocal outcome
+            status = _OnStarted(session, channel, trigger, nursery, task_status, self._reported)
+            sink = AppOutputSink(session, channel)
+            outcome = await self._host.run_app(channel.launch(), sink, task_status=status)
+            nursery.cancel_scope.cancel()  # its watchers go with it
+
+        reason: str | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(run)
+        except* StartError as group:
+            first = leaves(group)[0]
+            assert isinstance(first, StartError)
+            reason = first.message
+        finally:
+            channel.detach()
+        now = trio.current_time()
+        if reason is not None:
+            session.emit_run(*channel.runs.start_failed(trigger, reason, now))
+            self._reported(channel.name)
+        elif isinstance(outcome, Exited):
+            session.emit_run(channel.runs.complete(outcome.code, now))
+        elif isinstance(outcome, Failed):
+            session.emit_run(channel.runs.fail(outcome.message))
+
+
+class _OnStarted:
+    """The `task_status` a generation's `run_app` is given: `started(AppStarted)`
+    attaches the handle and emits `run started` inside the backend's call,
+    before it can report anything else, then starts the core's watchers of
+    its address in the generation's nursery."""
+
+    def __init__(
+        self,
+        session: WatchSession,
+        channel: AppChannel,
+        trigger: RunTrigger,
+        nursery: trio.Nursery,
+        task_status: trio.TaskStatus[None],
+        reported: Callable[[str], None],
+    ) -> None:
+        self._session = session
+        self._channel = channel
+        self._trigger = trigger
+        self._nursery = nursery
+        self._task_status = task_status
+        self._reported = reported
+
+    def started(self, value: AppStarted | None = None) -> None:
+        if not isinstance(value, AppStarted):
+            raise TypeError(f"a watch host reports AppStarted, not {type(value).__name__}")
+        channel = self._channel
+        channel.attach(value.handle, self._nursery)
+        channel.self_watching = value.self_watching
+        self._session.emit_run(channel.runs.start(self._trigger, trio.current_time()))
+        self._reported(channel.name)
+        if value.address is not None:
+            report = AppReport(self._session, channel)
+            self._nursery.start_soon(supervise, value.address, tcp_ports(channel.ports), report)
+        self._task_status.started()

@@ -1,0 +1,220 @@
+"""A watch session's run: from `open_watch` to how it ended, suspends included.
+
+Owns the driver of `runnerd.session.watchsession.WatchSession`, in the
+session's task under its stop scope:
+
+    loop:  under the TTL (`ttl_s` from creation, afresh from each resume)
+             async with backend.open_watch(spec, progress) as host:
+               serve: the agent, every app's generation (trigger initial /
+                 resume), `running` once each app's first one started or
+                 failed to start; the debounce, the checkpoint period and
+                 the idle watch beside them
+               idle → stop the apps and the agent, checkpoint; a failed
+                 checkpoint serves again (trigger resume)
+           `suspended`; wait for `resume()` (→ again) or the suspended TTL
+           (→ evicted: gone)
+
+How it ends is one `Ending` (`runnerd.session.ending`): a stop (DELETE,
+shutdown, eviction) `Stopped`; the TTL `TtlExpired`; a `StartError` of
+`open_watch` `StartFailed`; anything else `Internal` (logged). An app never
+ends the session: a generation that cannot start is the pair `run started`
++ `run failed`, one that exits `run completed`, and the app waits for its
+next restart. The per-app loop and its guarantees are `runnerd.session.
+generations`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+import trio
+
+from runnerd.backend import Backend, StartError
+from runnerd.backend.watch import CheckpointFailed, WatchHost
+from runnerd.session.appsink import AgentSink, SessionProgress
+from runnerd.session.ending import Ending, Internal, Produced, StartFailed, Stopped, TtlExpired
+from runnerd.session.generations import AppPeriod
+from runnerd.session.running import leaves, ttl_deadline
+from runnerd.session.watchsession import WatchSession
+from runnerd.watch.runs import RunTrigger
+
+log = logging.getLogger("runnerd.sessions")
+
+
+async def drive_watch(
+    session: WatchSession, backend: Backend, wall_clock: Callable[[], float]
+) -> Ending:
+    """Run the session until it ends; return how (see the module docstring).
+    Its last checkpoint is discarded before this returns."""
+    produced: Produced | None = None
+    ttl_s = session.spec.limits.ttl_s
+    extra = {"session_id": session.id}
+    expired = False
+    try:
+        with session.stop_scope:
+            deadline = ttl_deadline(session.spec, wall_clock())
+            trigger: RunTrigger = "initial"
+            while True:
+                with trio.move_on_at(deadline) as ttl_scope:
+                    await _live_period(session, backend, trigger)
+                if ttl_scope.cancelled_caught:
+                    expired = True
+                    break
+                if not await _wait_resume(session):
+                    session.evicted = True
+                    break
+                trigger, deadline = "resume", trio.current_time() + ttl_s
+    except* StartError as group:
+        first = leaves(group)[0]
+        assert isinstance(first, StartError)
+        log.info("watch start failed: %s", first, exc_info=first.__cause__, extra=extra)
+        produced = StartFailed(first.stage, first.message)
+    except* Exception as group:
+        log.error("watch session runner failed", exc_info=group, extra=extra)
+        produced = produced or Internal()
+    finally:
+        session.unserve()
+        session.runs.abandon_all()
+        with trio.CancelScope(shield=True):
+            await _discard_checkpoint(session)
+    return _decide(session, produced, expired, ttl_s)
+
+
+def _decide(
+    session: WatchSession, produced: Produced | None, expired: bool, ttl_s: float
+) -> Ending:
+    if session.end_requested is not None or session.evicted:
+        return Stopped()
+    if expired:
+        return TtlExpired(ttl_s)
+    return produced if produced is not None else Stopped()
+
+
+async def _wait_resume(session: WatchSession) -> bool:
+    """Suspended: True once resumed, False when `suspended_ttl_seconds` passed."""
+    with trio.move_on_after(session.limits().suspended_ttl_seconds):
+        await session.resume_requested.wait()
+        return True
+    return False
+
+
+async def _discard_checkpoint(session: WatchSession) -> None:
+    checkpoint, session.checkpoint = session.checkpoint, None
+    if checkpoint is not None:
+        await checkpoint.discard()
+
+
+async def _live_period(session: WatchSession, backend: Backend, trigger: RunTrigger) -> None:
+    """One stretch with a live workspace: open it, serve until idle, and
+    return suspended (status `suspended`, the host left)."""
+    spec = replace(session.watch_spec.watch, checkpoint=session.checkpoint)
+    async with backend.open_watch(spec, SessionProgress(session)) as host:
+        while True:
+            await _serve(session, host, trigger)
+            if await _take_checkpoint(session, host):
+                break
+            trigger = "resume"  # the checkpoint failed: the session stays up
+    session.mark_suspended()
+
+
+async def _serve(session: WatchSession, host: WatchHost, trigger: RunTrigger) -> None:
+    """The apps and the agent over `host` until the session is idle; when
+    this returns they are stopped and the workspace routes answer 409."""
+    session.host = host
+    try:
+        async with trio.open_nursery() as nursery:
+            period = AppPeriod(session, host, nursery)
+            session.period = period
+            _start_agent(session, host, nursery)
+            for channel in session.app_channels():
+                period.start_app(channel, trigger)
+            await period.first_round.wait()
+            session.serve()
+            nursery.start_soon(_debounce, session)
+            nursery.start_soon(_checkpoint_every, session, host)
+            await _until_idle(session)
+            session.unserve()
+            nursery.cancel_scope.cancel()
+    finally:
+        session.unserve()
+        session.host = session.period = None
+        session.debounce.cancel()
+        session.runs.abandon_all()
+
+
+def _start_agent(session: WatchSession, host: WatchHost, nursery: trio.Nursery) -> None:
+    plan = session.agent_plan()
+    agent = session.watch_spec.agent
+    if plan is None or agent is None:
+        return
+    if plan.conflict is not None:
+        session.emit({"type": "progress", "phase": "boot", "message": plan.conflict})
+        return
+
+    async def run_agent() -> None:
+        sink = AgentSink(session)
+        try:
+            async with trio.open_nursery() as inner:
+                await inner.start(host.run_agent, agent, sink)
+                session.agent_running = True
+        except* StartError as group:
+            first = leaves(group)[0]
+            message = f"co-resident agent {agent.name!r} could not start: {first}"
+            session.emit({"type": "progress", "phase": "boot", "message": message})
+        finally:
+            session.agent_running = False
+
+    nursery.start_soon(run_agent)
+
+
+async def _debounce(session: WatchSession) -> None:
+    """The `watch` restarts: one per burst of changes, `DELAY_S` after its last."""
+    debounce = session.debounce
+    while True:
+        await session.debounce_changed.wait()
+        session.debounce_changed = trio.Event()
+        while debounce.due_at is not None:
+            await trio.sleep_until(debounce.due_at)
+            if debounce.take(trio.current_time()):
+                for channel in session.app_channels():
+                    if not channel.self_watching:
+                        channel.request_restart("watch")
+
+
+async def _checkpoint_every(session: WatchSession, host: WatchHost) -> None:
+    while True:
+        await trio.sleep(session.limits().checkpoint_seconds)
+        await _take_checkpoint(session, host)
+
+
+async def _take_checkpoint(session: WatchSession, host: WatchHost) -> bool:
+    """A checkpoint now, kept as the latest (the one it replaces discarded);
+    False (logged) when it failed."""
+    try:
+        checkpoint = await host.checkpoint()
+    except CheckpointFailed as exc:
+        log.warning("checkpoint failed: %s", exc, extra={"session_id": session.id})
+        return False
+    old, session.checkpoint = session.checkpoint, checkpoint
+    if old is not None:
+        await old.discard()
+    return True
+
+
+async def _until_idle(session: WatchSession) -> None:
+    """Return once no subscriber was there for `idle_seconds`, counted from
+    the later of now (`running`) and the last one leaving."""
+    idle_since = trio.current_time()
+    while True:
+        if session.subscriber_count > 0:
+            await session.wait_subscribers_changed()
+            idle_since = trio.current_time()
+            continue
+        with trio.move_on_at(idle_since + session.limits().idle_seconds):
+            await session.wait_subscribers_changed()
+            idle_since = trio.current_time()
+            continue
+        if session.subscriber_count == 0:
+            return

@@ -1,0 +1,135 @@
+"""The session manager's watch side: starting, resuming and ending watch sessions.
+
+Owns what `runnerd.session.manager.SessionManager` does for watch sessions
+beside run sessions, kept here so the manager stays one screen of run
+lifecycle: `WatchSide` builds a `WatchSession` (no state-file reservations:
+a watch session's workspace never outlives its daemon), registers it past
+the eviction rule (`add_evicting`: a full registry evicts the session that
+stopped being live longest ago, and a suspended one so evicted is ended
+with its checkpoint), runs it (`runnerd.session.watching.drive_watch`), and
+answers `resume` and the watch cap (`live_count`: watch sessions
+`starting` or `running`, check 9). `limits` is the `[watch]` table in
+effect; `reconfigure` replaces it (each limit applies from its next use).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+import trio
+
+from runnerd.backend import Backend
+from runnerd.config import WatchConfig
+from runnerd.metrics import Metrics
+from runnerd.session.ending import Ending, Stopped, wire_status
+from runnerd.session.registry import SessionRecord, SessionRegistry
+from runnerd.session.session import Session
+from runnerd.session.watching import drive_watch
+from runnerd.session.watchsession import WatchSession
+from runnerd.session.watchspec import WatchSessionSpec
+from runnerd.watch.errors import WatchError
+
+log = logging.getLogger("runnerd.sessions")
+
+
+def add_evicting(registry: SessionRegistry[Session], session: Session, now: float) -> list[str]:
+    """`registry.add`, and end each suspended watch session it evicted
+    (RegistryFull and ValueError as `add`, nothing changed)."""
+    dormant = {
+        s.id: s for s in registry if isinstance(s, WatchSession) and s.record.dormant_at is not None
+    }
+    evicted = registry.add(session, now)
+    for session_id in evicted:
+        log.info("evicted to make room", extra={"session_id": session_id})
+        victim = dormant.get(session_id)
+        if victim is not None:
+            victim.evict()
+    return evicted
+
+
+class WatchSide:
+    """The manager's watch sessions (see the module docstring)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        registry: SessionRegistry[Session],
+        wall_clock: Callable[[], float],
+        limits: WatchConfig,
+        on_end: Callable[[], None],
+    ) -> None:
+        """`on_end`: called when a session has ended (its exit TTL runs from then)."""
+        self._on_end = on_end
+        self._backend = backend
+        self._registry = registry
+        self._wall_clock = wall_clock
+        self.limits = limits
+
+    def reconfigure(self, limits: WatchConfig) -> None:
+        self.limits = limits
+
+    def live_count(self) -> int:
+        """Watch sessions `starting` or `running` (suspended and terminal ones do not count)."""
+        return sum(
+            1
+            for s in self._registry
+            if isinstance(s, WatchSession) and s.status["kind"] in ("starting", "running")
+        )
+
+    def run_in(self, nursery: trio.Nursery, session: WatchSession) -> None:
+        """Run a registered `session` (made by `new_session`) in `nursery`."""
+        nursery.start_soon(self._run, session, name=f"watch session {session.id}")
+
+    def new_session(
+        self, spec: WatchSessionSpec, now: float, replay_buffer_bytes: int, metrics: Metrics
+    ) -> WatchSession:
+        """The session for `spec`, created at `now` (not registered yet)."""
+        identity = replace(spec.watch.identity, created_at=now)
+        spec = replace(spec, watch=replace(spec.watch, identity=identity))
+        record = SessionRecord(spec.session_id, now, replay_buffer_bytes)
+        return WatchSession(
+            record,
+            spec,
+            self._wall_clock,
+            lambda: self.limits,
+            ring_bytes=replay_buffer_bytes,
+            metrics=metrics,
+            backend_name=self._backend.name,
+        )
+
+    async def resume(self, session_id: str) -> None:
+        """`POST /resume` (see `SessionManager.resume`)."""
+        await trio.lowlevel.checkpoint()
+        session = self._registry.get(session_id)
+        if not isinstance(session, WatchSession) or session.status["kind"] != "suspended":
+            raise WatchError(
+                404, "not_suspended", f"session {session_id} is not a suspended watch session"
+            )
+        if self.live_count() >= self.limits.max_sessions:
+            raise WatchError(
+                409,
+                "too_many_watch_sessions",
+                f"{self.limits.max_sessions} watch sessions are starting or running "
+                "(watch.max_sessions); stop or let one suspend first",
+            )
+        session.resume()
+
+    async def _run(self, session: WatchSession) -> None:
+        ending: Ending = Stopped()
+        try:
+            ending = await drive_watch(session, self._backend, self._wall_clock)
+        finally:
+            status = wire_status(ending)
+            session.release_creation()
+            session.close(status)
+            if session.evicted:
+                self._registry.remove(session.id)
+            self._on_end()
+        log.info(
+            "watch session ended %s%s",
+            status["kind"] if status is not None else "detached",
+            " (evicted)" if session.evicted else "",
+            extra={"session_id": session.id},
+        )

@@ -1,0 +1,281 @@
+"""A watch session as the routes see it: `WatchSession`.
+
+Owns a watch session's client-facing state around the `Session` it is (its
+record, event ring, stop scope): its apps (`AppChannel`s, declaration
+order, kept across `PUT /apps` by name), the live workspace while it runs
+(`host`), the reload budget, the restart debounce, the latest checkpoint,
+and the members the routes call (`runnerd.session.surface`), each refusing
+with the contract's `WatchError`. The driver (`runnerd.session.watching`)
+runs it: it sets `host` and `period` while the apps run, and answers the
+requests made here (restarts, the debounce, a resume) there.
+
+A run session's behaviour is untouched: this is a subclass, and only the
+manager's `start_watch` makes one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Protocol, cast
+
+import trio
+
+from runnerd.backend import CreationSpec, RunSpec
+from runnerd.backend.watch import ChangeSet, Checkpoint, WatchHost, WorkspaceFile
+from runnerd.config import WatchConfig
+from runnerd.contract import RunEvent, RunnerEndpoint, RunStatus, running, starting, suspended
+from runnerd.metrics import NULL_METRICS, Metrics
+from runnerd.session.apps import AppChannel
+from runnerd.session.registry import SessionRecord
+from runnerd.session.session import Session
+from runnerd.session.watchspec import WatchSessionSpec
+from runnerd.watch.apps import AppSpec
+from runnerd.watch.budget import ReloadBudget
+from runnerd.watch.debounce import RestartDebounce
+from runnerd.watch.errors import WatchError
+from runnerd.watch.runs import AppRunEvent, SessionRuns
+
+
+class Period(Protocol):
+    """The driver's running apps, while the workspace is live: where a new
+    app's task starts (`PUT /apps`)."""
+
+    def start_app(self, channel: AppChannel, trigger: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class AgentPlan:
+    """Whether the agent runs in this session's app set: `conflict` is the
+    progress message when an app declares its port (it then does not)."""
+
+    endpoint: RunnerEndpoint
+    conflict: str | None
+
+
+class WatchSession(Session):
+    """One watch session (see the module docstring)."""
+
+    mode = "watch"
+
+    def __init__(
+        self,
+        record: SessionRecord,
+        spec: WatchSessionSpec,
+        wall_clock: Callable[[], float],
+        limits: Callable[[], WatchConfig],
+        *,
+        ring_bytes: int,
+        metrics: Metrics = NULL_METRICS,
+        backend_name: str = "",
+    ) -> None:
+        """`limits`: the `[watch]` table in effect (read when each limit applies)."""
+        super().__init__(
+            record,
+            RunSpec(spec.watch.identity, spec.watch.creation),
+            wall_clock,
+            metrics,
+            backend_name,
+        )
+        self.watch_spec = spec
+        self.limits = limits
+        self.runs = SessionRuns(app.name for app in spec.apps)
+        self._ring_bytes = ring_bytes
+        self._channels = {
+            app.name: self._new_channel(app, slot) for slot, app in enumerate(spec.apps)
+        }
+        self.budget = ReloadBudget(limits().reload_limit)
+        self.debounce = RestartDebounce()
+        self.debounce_changed = trio.Event()
+        # The driver's: the live workspace and the running apps (None: not running).
+        self.host: WatchHost | None = None
+        self.period: Period | None = None
+        self.checkpoint: Checkpoint | None = None
+        self.agent_running = False
+        self.evicted = False  # gone from the registry (suspended too long, or a full one)
+        self.resume_requested = trio.Event()
+        self._serving = False
+
+    def _new_channel(self, app: AppSpec, slot: int) -> AppChannel:
+        return AppChannel(
+            app,
+            self.runs.apps[app.name],
+            slot=slot,
+            ring_bytes=self._ring_bytes,
+            notify=self._notify,
+            session_id=self.id,
+        )
+
+    # -- what GET shows --------------------------------------------------------
+
+    @property
+    def agent_name(self) -> str | None:
+        agent, plan = self.watch_spec.agent, self.agent_plan()
+        return agent.name if agent is not None and plan is not None and not plan.conflict else None
+
+    def app_channels(self) -> list[AppChannel]:
+        return list(self._channels.values())
+
+    def app_channel(self, name: str | None) -> AppChannel | None:
+        if name is None:
+            return next(iter(self._channels.values())) if len(self._channels) == 1 else None
+        return self._channels.get(name)
+
+    def agent_plan(self) -> AgentPlan | None:
+        """The agent's endpoint, and whether an app's port keeps it from running."""
+        agent = self.watch_spec.agent
+        if agent is None:
+            return None
+        endpoint: RunnerEndpoint = {"host": "", "port": agent.port, "protocol": "tcp"}
+        if self.watch_spec.agent_token is not None:
+            endpoint["token"] = self.watch_spec.agent_token
+        for channel in self._channels.values():
+            if any(p.protocol == "tcp" and p.port == agent.port for p in channel.ports):
+                message = (
+                    f"co-resident agent {agent.name!r} was not started: it listens on tcp "
+                    f"port {agent.port}, which app {channel.name!r} declares"
+                )
+                return AgentPlan(endpoint, message)
+        return AgentPlan(endpoint, None)
+
+    # -- the routes' operations ------------------------------------------------
+
+    @property
+    def serving(self) -> bool:
+        """The workspace is live and the session `running`."""
+        return self._serving and self.host is not None and self.status["kind"] == "running"
+
+    def require_running(self) -> None:
+        if not self.serving:
+            kind = self.status["kind"]
+            raise WatchError(409, "not_running", f"the session is {kind}: it has no live workspace")
+
+    def spend_reload_budget(self) -> None:
+        self.budget.limit = self.limits().reload_limit
+        now = trio.current_time()
+        if not self.budget.try_spend(now):
+            wait_s = self.budget.retry_after_s(now)
+            raise WatchError(
+                429,
+                "reload_rate_limited",
+                f"{self.budget.limit} workspace writes and reloads in the last 60 s "
+                f"(watch.reload_limit); try again in {max(1, round(wait_s))} s",
+            )
+
+    def _live_host(self) -> WatchHost:
+        self.require_running()
+        assert self.host is not None
+        return self.host
+
+    async def list_workspace(self) -> list[WorkspaceFile]:
+        return await self._live_host().list_files()
+
+    async def read_workspace_file(self, path: str) -> bytes:
+        return await self._live_host().read_file(path)
+
+    async def apply_changes(self, changes: ChangeSet) -> tuple[int, int]:
+        written, deleted = await self._live_host().apply(changes)
+        self.metrics.workspace_writes(written, deleted)
+        if not changes.touches_nothing:
+            self.debounce.change(trio.current_time())
+            self.debounce_changed.set()
+        return written, deleted
+
+    def reload(self, app: str | None) -> list[str]:
+        if app is not None and app not in self._channels:
+            raise WatchError(404, "unknown_app", f"the session has no app {app!r}")
+        names = [app] if app is not None else list(self._channels)
+        for name in names:
+            self._channels[name].request_restart("manual")
+        return names
+
+    async def replace_apps(self, apps: tuple[AppSpec, ...]) -> list[str]:
+        self.require_running()
+        period = self.period
+        assert period is not None
+        old = self._channels
+        self.runs.replace(app.name for app in apps)
+        used = {old[a.name].slot for a in apps if a.name in old}
+        free = (slot for slot in range(len(old) + len(apps)) if slot not in used)
+        channels: dict[str, AppChannel] = {}
+        for app in apps:
+            kept = old.get(app.name)
+            if kept is not None:
+                kept.spec = app
+                channels[app.name] = kept
+            else:
+                channels[app.name] = self._new_channel(app, next(free))
+        self._channels = channels
+        dropped = [channel for name, channel in old.items() if name not in channels]
+        for channel in dropped:
+            channel.gone = True
+            channel.task_scope.cancel()
+        for name, channel in channels.items():
+            if name in old:
+                channel.request_restart("resume")
+            else:
+                period.start_app(channel, "resume")
+        self._notify()
+        for channel in dropped:
+            await channel.ended.wait()
+        return list(channels)
+
+    # -- the driver's side ------------------------------------------------------
+
+    def emit_run(self, *events: AppRunEvent | None) -> None:
+        """Append `run` events (None: the machine had nothing to say)."""
+        for event in events:
+            if event is not None and self.record.emit(cast(RunEvent, event)) is not None:
+                if event["phase"] == "started":
+                    self.metrics.app_restart(event["trigger"])
+                self._notify()
+
+    def emit(self, event: dict[str, object]) -> None:
+        """Append any non-status event (a `progress`/`debug`/`reachability`
+        carrying `app`)."""
+        if self.record.emit(cast(RunEvent, event)) is not None:
+            self._notify()
+
+    def set_status(self, status: RunStatus) -> None:
+        """Publish `status` unless it is already the one in effect."""
+        if self.status != status:
+            self._set_status(status)
+
+    def serve(self) -> None:
+        """Every app's first generation of this period reported: `running`."""
+        self._serving = True
+        plan = self.agent_plan()
+        agent = plan.endpoint if plan is not None and plan.conflict is None else None
+        self.set_status(running(agent=agent))
+
+    def unserve(self) -> None:
+        """The apps are being stopped: the workspace routes answer 409 from now on."""
+        self._serving = False
+
+    def mark_suspended(self) -> None:
+        self.record.dormant_at = self._wall_clock()
+        self.resume_requested = trio.Event()
+        self.set_status(suspended())
+        self.metrics.watch_suspend()
+
+    def resume(self) -> None:
+        """`POST /resume` on a suspended session: `starting` now, then the
+        driver brings it back (the caller checked the status and the cap)."""
+        self.record.dormant_at = None
+        self.set_status(starting())
+        self.resume_requested.set()
+        self.metrics.watch_resume()
+
+    def evict(self) -> None:
+        """Gone from the registry while suspended: end it (its checkpoint is discarded)."""
+        self.evicted = True
+        self.request_stop()
+
+    def release_creation(self) -> None:
+        """Forget the bundle and the secrets (the env, the agent's token)."""
+        super().release_creation()
+        watch = self.watch_spec.watch
+        creation = CreationSpec(watch.creation.image, {})
+        self.watch_spec = replace(
+            self.watch_spec, watch=replace(watch, creation=creation), agent=None, agent_token=None
+        )

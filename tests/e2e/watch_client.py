@@ -1,0 +1,123 @@
+"""A test's view of watch sessions: bodies, waiting on their events, the
+session routes. Every wait is bounded by `trio.fail_after` and ends on a
+condition read from the daemon (an SSE frame, a status), never on a timer."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import trio
+
+from tests.e2e.contract_client import SH_CONFIG, SSE_TIMEOUT
+from tests.harness import SseFrame, iter_sse
+
+# Apps that stay up until restarted (a restart is then visible as a new
+# generation) and one that exits at once (the session stays up).
+SERVE = "echo up $0; exec sleep 600"
+FILES = {"serve.sh": SERVE, "once.sh": "echo once"}
+
+
+def watch_body(
+    files: dict[str, str] | None = None,
+    apps: list[dict[str, Any]] | None = None,
+    *,
+    entry: str = "serve.sh",
+    **extra: Any,
+) -> dict[str, Any]:
+    """A `POST /v1/sessions` body of a watch session under the `sh` runtime."""
+    body: dict[str, Any] = {
+        "env": {},
+        "mode": "watch",
+        "config": dict(SH_CONFIG),
+        "bundle": {
+            "entryRelativePath": entry,
+            "files": [
+                {"relativePath": path, "contents": text}
+                for path, text in (files if files is not None else FILES).items()
+            ],
+        },
+        **extra,
+    }
+    if apps is not None:
+        body["apps"] = apps
+    return body
+
+
+async def start_watch(client: httpx.AsyncClient, **kwargs: Any) -> str:
+    response = await client.post("/v1/sessions", json=watch_body(**kwargs))
+    assert response.status_code == 201, response.text
+    return str(response.json()["sessionId"])
+
+
+async def wait_frames(
+    client: httpx.AsyncClient,
+    session_id: str,
+    done: Callable[[list[SseFrame]], bool],
+    *,
+    timeout_s: float = 20.0,
+) -> list[SseFrame]:
+    """The session's SSE frames from the start, read until `done(frames)`."""
+    frames: list[SseFrame] = []
+    with trio.fail_after(timeout_s):
+        async with client.stream(
+            "GET", f"/v1/sessions/{session_id}/events", timeout=SSE_TIMEOUT
+        ) as response:
+            assert response.status_code == 200, await response.aread()
+            async with contextlib.aclosing(iter_sse(response)) as stream:
+                async for frame in stream:
+                    frames.append(frame)
+                    if done(frames):
+                        return frames
+    raise AssertionError(f"the stream of {session_id} ended first: {[f.raw for f in frames]}")
+
+
+def runs(frames: list[SseFrame], app: str | None = None) -> list[dict[str, Any]]:
+    """The `run` events (of `app`), in order."""
+    return [f.data for f in frames if f.event == "run" and (app is None or f.data["app"] == app)]
+
+
+def started(frames: list[SseFrame], app: str, generation: int) -> dict[str, Any] | None:
+    for event in runs(frames, app):
+        if event["phase"] == "started" and event["generation"] == generation:
+            return event
+    return None
+
+
+async def wait_started(
+    client: httpx.AsyncClient, session_id: str, app: str, generation: int
+) -> dict[str, Any]:
+    """The `run started` event of `app`'s `generation`, once it was sent."""
+    frames = await wait_frames(
+        client, session_id, lambda fs: started(fs, app, generation) is not None
+    )
+    event = started(frames, app, generation)
+    assert event is not None
+    return event
+
+
+def has_status(kind: str) -> Callable[[list[SseFrame]], bool]:
+    return lambda frames: any(
+        f.event == "status" and f.data["status"]["kind"] == kind for f in frames
+    )
+
+
+async def wait_running(client: httpx.AsyncClient, session_id: str) -> None:
+    await wait_frames(client, session_id, has_status("running"))
+
+
+async def route(
+    client: httpx.AsyncClient, method: str, session_id: str, tail: str, **kwargs: Any
+) -> httpx.Response:
+    """`method /v1/sessions/{session_id}/{tail}`. A POST or PUT without a
+    body says `content-type: application/json` as every client must (the
+    guard's 415 otherwise: `runnerd.http.guard`)."""
+    if method in ("POST", "PUT") and not {"json", "headers"} & set(kwargs):
+        kwargs["headers"] = {"content-type": "application/json"}
+    return await client.request(method, f"/v1/sessions/{session_id}/{tail}", **kwargs)
+
+
+def error_of(response: httpx.Response) -> tuple[int, str]:
+    return response.status_code, response.json()["error"]
