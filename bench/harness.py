@@ -40,9 +40,11 @@ def build_config_text(
     replay_buffer_bytes: int,
     local_extra: str = "",
     size_wait_s: float | None = None,
+    extra: str = "",
 ) -> str:
     """A bench config: local backend, UNIX socket only, generous limits;
     `local_extra` is TOML added to `[local]` (e.g. `network = "host"`);
+    `extra`: TOML tables added at the end (e.g. `[watch]`);
     `size_wait_s`: `local.terminal_size_wait_seconds` (None: its default)."""
     python = shutil.which("python3") or sys.executable
     size_wait = "" if size_wait_s is None else f"terminal_size_wait_seconds = {size_wait_s}"
@@ -80,6 +82,7 @@ command = ["/bin/sh", "{{entry}}"]
 
 [local.runtimes.python]
 command = [{_toml_str(python)}, "-u", "{{entry}}"]
+{extra}
 """
 
 
@@ -126,6 +129,7 @@ async def open_daemon(
     local_extra: str = "",
     size_wait_s: float | None = None,
     repo: Path = REPO,
+    extra: str = "",
 ) -> AsyncIterator[Daemon]:
     """Start `python -m runnerd serve` on a temp config; yield once healthy.
     `prefix` wraps the command (e.g. `prlimit --nofile=1024:1024`); `repo`:
@@ -140,6 +144,7 @@ async def open_daemon(
                 replay_buffer_bytes=replay_buffer_bytes,
                 local_extra=local_extra,
                 size_wait_s=size_wait_s,
+                extra=extra,
             )
         )
         sock = base / "runnerd.sock"
@@ -254,9 +259,20 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 async def drain_pty_raw(
-    socket_path: Path, sid: str, *, send: bytes = b""
+    socket_path: Path,
+    sid: str,
+    *,
+    send: bytes = b"",
+    query: str = "",
+    head_bytes: int = 4,
+    until_bytes: int | None = None,
 ) -> tuple[int, int, float]:
     """Read the session's `/io` channel to its close with a lean raw client.
+
+    `query` (e.g. `?app=NAME`) picks a watch session's app; `head_bytes` is
+    what precedes each frame's output (4: the seq; 5 on a watch app: the
+    seq and the stream byte); `until_bytes`: stop once that much output
+    arrived instead of at the close (a watch app's exit does not close it).
 
     trio-websocket copies each message several times in Python, which makes
     the *client* the bottleneck of a throughput figure. This client only
@@ -268,7 +284,7 @@ async def drain_pty_raw(
     stream = await trio.open_unix_socket(str(socket_path))
     async with stream:
         await stream.send_all(
-            f"GET /v1/sessions/{sid}/io HTTP/1.1\r\nHost: localhost\r\n"
+            f"GET /v1/sessions/{sid}/io{query} HTTP/1.1\r\nHost: localhost\r\n"
             "Upgrade: websocket\r\nConnection: Upgrade\r\n"
             f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
         )
@@ -307,7 +323,9 @@ async def drain_pty_raw(
                 elif opcode in (0x0, 0x2):
                     if t0 is None:
                         t0 = time.perf_counter()
-                    received += length - 4
+                    received += length - head_bytes
+                    if until_bytes is not None and received >= until_bytes:
+                        return received, gaps, time.perf_counter() - t0
                 pos += hdr + length
             if pos:
                 del buf[:pos]

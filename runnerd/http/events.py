@@ -8,7 +8,9 @@ proxies from cutting the stream. The stream ends right after it delivers a
 terminal status (at once when the session was already terminal and nothing
 is left to replay) and at once when the daemon shuts down. Each stream holds
 a subscriber slot (`runnerd.http.streams`): over the session's or the
-listener's bound the request is refused 429 / 503 instead.
+listener's bound the request is refused 429 / 503 instead. An open stream
+holds `session.subscribed()` (a watch session's idle suspend counts it). A
+`suspended` status is not terminal: the stream goes on over it.
 """
 
 from __future__ import annotations
@@ -111,6 +113,8 @@ class _EventsBody(ResponseBody):
     async def __aenter__(self) -> _EventsBody:
         state = self._state
         async with AsyncExitStack() as stack:
+            # Held while the stream is open: a watch session's idle suspend counts it.
+            stack.enter_context(self._session.subscribed())
             reader = await stack.enter_async_context(
                 open_reader(
                     self._session.events,

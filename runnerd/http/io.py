@@ -1,8 +1,9 @@
 """`GET /v1/sessions/{id}/io`: the WebSocket PTY channel.
 
 Owns the channel's protocol: the origin check (close 4403), unknown session
-(4404), nothing to replay on a terminal session (4410), too many subscribers
-on the session (4429) or streams on the listener (4503; both
+or app (4404, `runnerd.http.io_target`), nothing to replay on a terminal
+session (4410), too many subscribers on the session (4429) or streams on
+the listener (4503; both
 `runnerd.http.streams`), the `seq` and `gap` text frames (`gap` says
 `buffer_evicted` for what the replay buffer dropped, `output_lost` where
 the backend lost output), output as binary frames of a 4-byte big-endian
@@ -15,7 +16,21 @@ byte before it, with a closing handshake that completes
 (`_Delivery`: close `4408`, connection dropped). Three tasks run in one
 nursery: the sender (replay, then live, then the close), the receiver
 (stdin, resizes; it keeps reading until the end, so no input is left unread)
-and the stall watch; the sender's end cancels the other two.
+and the stall watch; the sender's end cancels the other two. Each socket
+holds `session.subscribed()` while open (a watch session's idle suspend
+counts it).
+
+On a watch session a socket is one app's (`?app=NAME`; absent: the only
+app of a one-app session): it replays and follows that app's own ring
+(`AppChannel.ring`, whose chunks already start with their stream byte, so a
+frame is the seq then the chunk as stored, the same framing as a run
+session's), its first frame says `app` and `io`, stdin goes to the app's
+current process, and a `resize` on a `streams` app is answered with the
+`resize_unsupported` error frame. An app's process exiting is output
+ending for a while, nothing more: the socket closes on the session's
+terminal status (1000) or shutdown (1001), as a run session's, or when
+the app leaves the set (`PUT /apps`: 4404, once its output is sent). A run
+session's socket (no `app`, or `app`) is byte for byte what it always was.
 """
 
 from __future__ import annotations
@@ -23,7 +38,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import trio
 from quart import websocket
@@ -34,6 +49,7 @@ from runnerd.errors import RunnerdError
 from runnerd.http.connection_probe import ConnectionProbe, probe_of
 from runnerd.http.events import parse_cursor
 from runnerd.http.guard import edge_refusal, request_host, server_address
+from runnerd.http.io_target import IoTarget, io_target
 from runnerd.http.streams import stream_slot
 from runnerd.http.wsframes import binary_frames
 from runnerd.metrics import Metrics
@@ -68,6 +84,9 @@ LOST_MESSAGE = json.dumps({"type": "gap", "reason": "output_lost"}, separators=S
 # Output chunks written in one socket write, at most (≤ 64 KiB each): a
 # client that is behind gets its backlog in ~1 MiB writes.
 BATCH_CHUNKS = 16
+RESIZE_UNSUPPORTED = json.dumps(
+    {"type": "error", "error": "resize_unsupported", "io": "streams"}, separators=SEP
+)
 
 
 def frame_chunk(seq: int, payload: bytes) -> bytes:
@@ -155,6 +174,12 @@ class _Delivery:
     async def close(self, code: int, reason: str) -> None:
         self._closed = True
         await websocket.close(code, reason)
+
+    async def send_aside(self, message: str) -> None:
+        """A control frame from beside the sender (the receiver's answer to
+        a request): not counted as the sender's sends; nothing once closed."""
+        if not self._closed:
+            await websocket.send(message)
 
     async def send(self, message: bytes | str) -> None:
         self._sending = True
@@ -247,26 +272,32 @@ async def _close_when_taken(delivery: _Delivery, code: int, reason: str) -> None
         await trio.sleep_forever()
 
 
-async def _receive_input(session: Session) -> None:
+async def _receive_input(target: IoTarget, delivery: _Delivery) -> None:
     while True:
         message = await websocket.receive()
         if isinstance(message, bytes):
-            session.write_stdin(message)
+            target.write_stdin(message)
         elif isinstance(message, str):
             size = parse_resize(message)
-            if size is not None:
-                session.resize(*size)
+            if size is None:
+                continue
+            if target.resize is None:
+                await delivery.send_aside(RESIZE_UNSUPPORTED)
+            else:
+                target.resize(*size)
         # None is quart's rendering of an empty binary frame: nothing to write.
 
 
 async def _send_output(
-    session: Session, cursor: int, closing: trio.Event, metrics: Metrics, delivery: _Delivery
+    session: Session, target: IoTarget, cursor: int, state: AppState, delivery: _Delivery
 ) -> bool:
-    """Replay then stream PTY chunks (`runnerd.session.reader`), each gap
-    as a `gap` frame in its place (`buffer_evicted` once, `output_lost`
-    per lost-output mark). True when the session is terminal and everything
-    was sent; False when the daemon is shutting down."""
-    async with open_reader(session.pty, session, cursor, closing) as reader:
+    """Replay then stream the target's chunks (`runnerd.session.reader`),
+    each gap as a `gap` frame in its place (`buffer_evicted` once,
+    `output_lost` per lost-output mark). True when the stream ended (the
+    session terminal, or the app gone) and everything was sent; False when
+    the daemon is shutting down."""
+    metrics: Metrics = state.metrics
+    async with open_reader(target.ring, target.changes, cursor, state.closing) as reader:
         async for part in reader:
             if isinstance(part, Items):
                 await delivery.send_chunks(part.entries)
@@ -278,47 +309,68 @@ async def _send_output(
         return reader.finished
 
 
-async def _serve_channel(session: Session, last_seq: int, state: AppState) -> None:
+async def _serve_channel(
+    session: Session, target: IoTarget, last_seq: int, state: AppState
+) -> None:
     """An accepted channel from `seq` to its close: the sender here, the
     receiver and the stall watch beside it."""
     delivery = _Delivery(probe_of(websocket.scope))
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_receive_input, session)
+        nursery.start_soon(_receive_input, target, delivery)
         nursery.start_soon(_watch_stall, delivery)
-        await delivery.send(json.dumps({"type": "seq", "seq": last_seq}, separators=SEP))
-        terminal = await _send_output(session, last_seq, state.closing, state.metrics, delivery)
-        if terminal:
+        await delivery.send(target.seq_frame(last_seq))
+        ended = await _send_output(session, target, last_seq, state, delivery)
+        gone = None if session.is_terminal else target.gone_reason()
+        if ended and gone is not None:
+            await _close_when_taken(delivery, 4404, gone)
+        elif ended:
             await _close_when_taken(delivery, 1000, "session terminal")
         else:
             await _close_when_taken(delivery, 1001, "runnerd is shutting down")
         nursery.cancel_scope.cancel()
 
 
+class _Refusal(NamedTuple):
+    code: int
+    reason: str
+
+
+async def _admit(state: AppState, session_id: str) -> tuple[Session, IoTarget] | _Refusal:
+    """The session and target a socket is for, or its refusal (the close
+    code and reason), checked in this order: origin or host (4403), the session
+    (4404), the app (4404), nothing to replay on a terminal session (4410)."""
+    refusal = edge_refusal(
+        request_host(websocket.scope, websocket.headers.get("host")),
+        websocket.headers.get("origin"),
+        server_address(websocket.scope),
+        state.config,
+    )
+    if refusal is not None:
+        return _Refusal(4403, refusal[0])
+    try:
+        session = await state.sessions.lookup(session_id)
+    except RunnerdError as exc:
+        return _Refusal(4000 + exc.status_hint, exc.message)
+    target = io_target(session, websocket.args.get("app"))
+    if isinstance(target, str):
+        return _Refusal(4404, target)
+    last_seq = parse_cursor(websocket.args.get("lastSeq"))
+    pending = target.ring.since(last_seq)
+    held = target.ring.holding  # output there, its seqs not yet reserved on disk
+    if is_terminal(session.status) and not (pending.items or pending.lost or held):
+        return _Refusal(4410, "session terminal and nothing buffered after lastSeq")
+    return session, target
+
+
 def register_io_route(app: QuartTrio, state: AppState) -> None:
     async def session_io(session_id: str) -> None:
-        refusal = edge_refusal(
-            request_host(websocket.scope, websocket.headers.get("host")),
-            websocket.headers.get("origin"),
-            server_address(websocket.scope),
-            state.config,
-        )
-        if refusal is not None:
+        admitted = await _admit(state, session_id)
+        if isinstance(admitted, _Refusal):
             await websocket.accept()
-            await _close(4403, refusal[0])
+            await _close(*admitted)
             return
-        try:
-            session = await state.sessions.lookup(session_id)
-        except RunnerdError as exc:
-            await websocket.accept()
-            await _close(4000 + exc.status_hint, exc.message)
-            return
+        session, target = admitted
         last_seq = parse_cursor(websocket.args.get("lastSeq"))
-        pending = session.pty.since(last_seq)
-        held = session.pty.holding  # output there, its seqs not yet reserved on disk
-        if is_terminal(session.status) and not (pending.items or pending.lost or held):
-            await websocket.accept()
-            await _close(4410, "session terminal and nothing buffered after lastSeq")
-            return
         slot = stream_slot(websocket.scope)
         try:
             slot.claim(
@@ -330,8 +382,8 @@ def register_io_route(app: QuartTrio, state: AppState) -> None:
             return
         try:
             await websocket.accept()
-            with state.metrics.subscriber("websocket"):
-                await _serve_channel(session, last_seq, state)
+            with state.metrics.subscriber("websocket"), session.subscribed():
+                await _serve_channel(session, target, last_seq, state)
         finally:
             slot.release()
 

@@ -1,7 +1,7 @@
 """A stand-in `telo` kernel for the simulated cluster (stdlib only; run as a program).
 
 Usage, as the session pod runs it:
-    telo run ENTRY [--inspect HOST:PORT] [--no-open] [--no-cache-write]
+    telo run ENTRY [--watch] [--inspect HOST:PORT] [--no-open] [--no-cache-write]
 
 ENTRY is a script of directives, one per line (`#` starts a comment line,
 blank lines are skipped); the whole file is checked before anything runs, and
@@ -24,6 +24,8 @@ Telo manifest can carry its simulated behaviour in YAML comments:
     sleep SECONDS     pause
     wait              block until a signal ends the process
     exit CODE         exit now with CODE (the end of the script exits 0)
+    port PORT [PROTO] declare a port (tcp unless PROTO is udp): announced by
+                      `Kernel.PortsResolved` under --watch; nothing at run time
 
 On SIGWINCH it prints `resize COLSxROWS`. `--inspect HOST:PORT` serves the
 debug stream at `GET /events` (Server-Sent Events, `data: JSON` frames, every
@@ -31,6 +33,23 @@ frame since start replayed to each new client): `{"kind":"event",...}` for
 kernel events and directives' `event`, `{"kind":"log","stream":...,"text":...}`
 for each line printed. A host of `0.0.0.0` binds the pod's own address
 (`$POD_IP`), as each pod has its own network namespace in a real cluster.
+
+`--watch` is `telo run --watch`: the kernel stays up and runs the script
+again whenever a file under the entry's directory changes (mtimes and sizes
+polled every `kernel_watch.POLL_S`, the change let settle for one more poll;
+`node_modules`, `.git` and `.telo` are not watched, and a file the script
+itself writes there restarts it like any other change). Each run is a child
+process (`--frames-fd`, internal: its frames go to the watcher, which owns
+the one debug stream), so a restart ends everything the run started. The
+debug stream then carries the real kernel's lifecycle events, with its
+shapes (`{"kind":"event","event":NAME,"payload":{...}}`): on each load
+`Kernel.PortsResolved {ports:[{port,protocol}]}` (the `port` directives),
+`Kernel.Starting {telo: VERSION}` and `Kernel.Started`; when the run ends
+by itself `Kernel.Stopped {exitCode}`, when a change stops it `Kernel.Stopped
+{exitCode: 0}`; a script that cannot be loaded (unreadable, an unknown
+directive) emits no `Kernel.Starting` but `Kernel.RunFailed {phase: "load",
+code, message}` (and its message on stderr), and waits for the next change.
+The `kernel.started`/`kernel.exited` frames of a plain run are not sent.
 
 The kernel is a host process: an absolute container path written inside a
 script is NOT mapped (the kubelet maps argv, env and workingDir only), so
@@ -51,8 +70,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-USAGE = "usage: telo run ENTRY [--inspect HOST:PORT] [--no-open] [--no-cache-write]"
+USAGE = "usage: telo run ENTRY [--watch] [--inspect HOST:PORT] [--no-open] [--no-cache-write]"
 VERSION = "telo 0.0.0-kubesim"
+
 EMBEDDED = re.compile(r"^\s*#\s*kubesim:\s?(.*)$")  # directives inside a YAML manifest
 TEXT_DIRECTIVES = {"print", "stderr", "echo"}
 DIRECTIVES = {
@@ -69,6 +89,7 @@ DIRECTIVES = {
     "sleep",
     "wait",
     "exit",
+    "port",
 }
 
 
@@ -78,8 +99,14 @@ class DebugStream:
     def __init__(self) -> None:
         self.frames: list[dict[str, Any]] = []
         self.changed = threading.Condition()
+        self.pipe: Any = None  # a watched run's child: its frames go to the watcher
 
     def publish(self, frame: dict[str, Any]) -> None:
+        if self.pipe is not None:
+            with self.changed:
+                self.pipe.write(json.dumps(frame) + "\n")
+                self.pipe.flush()
+            return
         with self.changed:
             self.frames.append(frame)
             self.changed.notify_all()
@@ -204,12 +231,32 @@ class EventsHandler(BaseHTTPRequestHandler):
         pass
 
 
+class LoadError(Exception):
+    """A script that cannot run: `str()` says why; `exit_code` is a plain run's."""
+
+    def __init__(self, message: str, exit_code: int, code: str) -> None:
+        super().__init__(message)
+        self.exit_code, self.code = exit_code, code
+
+
 def parse_script(path: Path) -> list[tuple[int, str, str]]:
     """(line number, directive, rest) for each directive; SystemExit(2) on an unknown one."""
     try:
+        return load_script(path)
+    except LoadError as exc:
+        if exc.exit_code == 1:
+            raise SystemExit(str(exc)) from None
+        print(exc, file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+
+
+def load_script(path: Path) -> list[tuple[int, str, str]]:
+    """`parse_script`'s steps, or LoadError."""
+    try:
         text = path.read_text()
     except OSError as exc:
-        raise SystemExit(f"telo: cannot read {path}: {exc.strerror}") from None
+        message = f"telo: cannot read {path}: {exc.strerror}"
+        raise LoadError(message, 1, "ERR_MANIFEST_NOT_FOUND") from None
     lines = list(enumerate(text.splitlines(), 1))
     embedded = [(n, m.group(1)) for n, raw in lines if (m := EMBEDDED.match(raw))]
     steps = []
@@ -220,8 +267,8 @@ def parse_script(path: Path) -> list[tuple[int, str, str]]:
         verb, _, rest = line.partition(" ")
         verb = verb.strip()
         if verb not in DIRECTIVES:
-            print(f"telo: {path}:{number}: unknown directive {verb!r}", file=sys.stderr)
-            raise SystemExit(2)
+            message = f"telo: {path}:{number}: unknown directive {verb!r}"
+            raise LoadError(message, 2, "ERR_MANIFEST_VALIDATION_FAILED")
         # Text keeps its trailing spaces (`echo > ` prefixes with "> "); the rest is trimmed.
         steps.append((number, verb, rest if verb in TEXT_DIRECTIVES else rest.strip()))
     return steps
@@ -262,9 +309,20 @@ def run_step(verb: str, rest: str) -> None:
             signal.pause()
     elif verb == "exit":
         raise SystemExit(int(rest or "0"))
+    # `port` declares; nothing happens at run time.
 
 
-def parse_args(argv: list[str]) -> tuple[Path, tuple[str, int] | None]:
+class Options:
+    """`telo run`'s arguments: options may come before or after ENTRY."""
+
+    def __init__(self) -> None:
+        self.entry: Path | None = None
+        self.inspect: tuple[str, int] | None = None
+        self.watch = False
+        self.frames_fd: int | None = None
+
+
+def parse_args(argv: list[str]) -> Options:
     if argv[:1] in (["--help"], ["-h"]):
         print(USAGE)
         raise SystemExit(0)
@@ -274,35 +332,78 @@ def parse_args(argv: list[str]) -> tuple[Path, tuple[str, int] | None]:
     if argv[:1] != ["run"] or len(argv) < 2:
         print(USAGE, file=sys.stderr)
         raise SystemExit(2)
-    entry, inspect, rest = Path(argv[1]), None, iter(argv[2:])
+    options, rest = Options(), iter(argv[1:])
     for arg in rest:
         if arg == "--inspect":
             host, _, port = next(rest, "").rpartition(":")
             if not port.isdigit():
                 raise SystemExit("telo: --inspect needs HOST:PORT")
-            inspect = (host, int(port))
+            options.inspect = (host, int(port))
+        elif arg == "--watch":
+            options.watch = True
+        elif arg == "--frames-fd":
+            options.frames_fd = int(next(rest, "-1"))
+        elif options.entry is None and not arg.startswith("--"):
+            options.entry = Path(arg)
         elif arg not in ("--no-open", "--no-cache-write"):
             print(f"telo: unknown option {arg!r}\n{USAGE}", file=sys.stderr)
             raise SystemExit(2)
-    return entry, inspect
+    if options.entry is None:
+        print(USAGE, file=sys.stderr)
+        raise SystemExit(2)
+    return options
 
 
-def main(argv: list[str]) -> int:
-    entry, inspect = parse_args(argv)
-    steps = parse_script(entry)
-    # os.write, not say(): a handler re-entering sys.stdout's buffer raises RuntimeError.
-    signal.signal(signal.SIGWINCH, lambda *_: os.write(1, f"resize {terminal_size()}\n".encode()))
-    if inspect is not None:
-        INSPECTOR.start(*inspect)
-    DEBUG.publish({"kind": "event", "event": "kernel.started", "data": {"entry": str(entry)}})
-    code = 0
+def run_steps(steps: list[tuple[int, str, str]]) -> int:
     try:
         for _number, verb, rest in steps:
             run_step(verb, rest)
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    options = parse_args(argv)
+    assert options.entry is not None
+    if options.watch:
+        return watch(options.entry, options.inspect)
+    steps = parse_script(options.entry)
+    # os.write, not say(): a handler re-entering sys.stdout's buffer raises RuntimeError.
+    signal.signal(signal.SIGWINCH, lambda *_: os.write(1, f"resize {terminal_size()}\n".encode()))
+    if options.frames_fd is not None:  # a watched run: the watcher has the debug stream
+        DEBUG.pipe = os.fdopen(options.frames_fd, "w")
+        return run_steps(steps)
+    if options.inspect is not None:
+        INSPECTOR.start(*options.inspect)
+    DEBUG.publish(
+        {"kind": "event", "event": "kernel.started", "data": {"entry": str(options.entry)}}
+    )
+    code = run_steps(steps)
     DEBUG.publish({"kind": "event", "event": "kernel.exited", "data": {"code": code}})
     return code
+
+
+def declared_ports(path: Path) -> list[dict[str, Any]]:
+    """A watched load: the script's `port` directives, or LoadError."""
+    ports = []
+    for _number, verb, rest in load_script(path):
+        if verb == "port":
+            number, _, protocol = rest.partition(" ")
+            ports.append({"port": int(number), "protocol": protocol.strip() or "tcp"})
+    return ports
+
+
+def watch(entry: Path, inspect: tuple[str, int] | None) -> int:
+    # -I (isolated, as the images run this) leaves this file's directory off sys.path.
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from kernel_watch import Watcher
+
+    if inspect is not None:
+        INSPECTOR.start(*inspect)
+    run = [sys.executable, *(["-I"] if sys.flags.isolated else []), __file__, "run", str(entry)]
+    version = VERSION.split()[-1]
+    return Watcher(entry, run, DEBUG.publish, declared_ports, version).run()
 
 
 if __name__ == "__main__":
