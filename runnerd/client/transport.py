@@ -27,6 +27,8 @@ from runnerd.client.args import DEFAULT_SOCKET, SOCKET_ENV
 
 # Plain requests are small; a stop waits for the workload's grace period.
 REQUEST_TIMEOUT_S = 30.0
+# `body=NO_BODY`: a POST that carries nothing (reload, resume), sent as such.
+NO_BODY: Any = object()
 
 
 class ClientError(Exception):
@@ -146,7 +148,13 @@ class Api:
         """Send a request; the caller reads (or streams) the response and closes both."""
         all_headers = {"accept": "application/json", **(headers or {})}
         data = None
-        if body is not None or method in ("POST", "DELETE"):
+        if body is NO_BODY:
+            # content-length 0 (http.client's for a POST): the request ends
+            # with its head. A body sent after the head (http.client's second
+            # write) to a route that reads none may meet a connection the
+            # daemon closed after answering: EPIPE instead of the answer.
+            all_headers["content-type"] = "application/json"
+        elif body is not None or method in ("POST", "DELETE"):
             all_headers["content-type"] = "application/json"
             data = json.dumps(body if body is not None else {}).encode()
         conn = self._connection(timeout)

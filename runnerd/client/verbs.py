@@ -20,6 +20,7 @@ from urllib.parse import quote
 from runnerd.client.outcome import EXIT_ERROR, EXIT_OK, EXIT_STOPPED, EXIT_USAGE
 from runnerd.client.table import age, apps_text, ports_text, status_text, table
 from runnerd.client.transport import (
+    NO_BODY,
     Api,
     ApiError,
     ClientError,
@@ -141,7 +142,8 @@ def cmd_reload(api: Api, args: argparse.Namespace) -> int:
     query = f"?app={quote(args.app)}" if args.app is not None else ""
     path = f"/v1/sessions/{args.session_id}/reload{query}"
     try:
-        reloaded = api.request("POST", path, None, None, ok=(202,)).body.get("reloaded") or []
+        reply = api.request("POST", path, NO_BODY, ok=(202,))
+        reloaded = reply.body.get("reloaded") or []
     except ApiError as exc:
         if exc.status == 404 and exc.code == "not_found":
             raise no_session(args.session_id) from None

@@ -32,6 +32,7 @@ from runnerd.client.outcome import EXIT_ERROR, EXIT_FAILED, EXIT_OK, EXIT_STOPPE
 from runnerd.client.run import check_size, parse_env, parse_ports, post_start
 from runnerd.client.sync import SyncState
 from runnerd.client.transport import (
+    NO_BODY,
     Api,
     ApiError,
     ClientError,
@@ -147,9 +148,7 @@ def _attach(api: Api, args: argparse.Namespace) -> int:
             f"--attach takes the session as it is: drop {' '.join(given) or '--streams'}"
         )
     session_id = args.attach
-    entry = _get_or_none(api, session_id)
-    if entry is None:
-        raise no_session(session_id)
+    entry = _listed(api, session_id)
     if entry.get("mode") != "watch":
         raise ClientError(f"{session_id} is not a watch session: `runnerd attach {session_id}`")
     apps = _apps_of(entry, [])
@@ -163,7 +162,23 @@ def _attach(api: Api, args: argparse.Namespace) -> int:
             raise UsageError(f"{root}: runnerd watch needs a directory")
         limit = check_size(api, {})
         sync = (root, SyncState(), limit)  # filled from GET /workspace once it runs
-    return _watch(api, args, session_id, apps, stdin_app, sync, args.path, relist=True)
+    status = entry.get("status") or {}
+    if status.get("kind") == "suspended":
+        print(f"runnerd: resuming {session_id}", file=sys.stderr)
+        api.request("POST", f"/v1/sessions/{session_id}/resume", NO_BODY, ok=(202,))
+        status = {"kind": "starting"}  # what the resume makes of it; its events follow
+    history = int(entry.get("lastEventId") or 0)
+    return _watch(api, args, session_id, apps, stdin_app, sync, args.path,
+                  relist=True, status=status, replay_until=history)  # fmt: skip
+
+
+def _listed(api: Api, session_id: str) -> dict[str, Any]:
+    """The session's `GET /v1/sessions` entry (its last event id with it)."""
+    for entry in api.get("/v1/sessions")["sessions"]:
+        if entry.get("sessionId") == session_id:
+            listed: dict[str, Any] = entry
+            return listed
+    raise no_session(session_id)
 
 
 def _get_or_none(api: Api, session_id: str) -> dict[str, Any] | None:
@@ -186,6 +201,8 @@ def _watch(
     root: str | None,
     *,
     relist: bool = False,
+    status: dict[str, Any] | None = None,
+    replay_until: int = 0,
 ) -> int:
     from runnerd.client.interrupt import run_trio
 
@@ -194,7 +211,8 @@ def _watch(
     leave = "Ctrl-C leaves it running" if args.keep else "Ctrl-C stops it"
     screen.note(f"watching {session_id}{synced}: {', '.join(a.name for a in apps)}; {leave}")
     watcher = Watcher(api, session_id, apps, screen, keep=args.keep, stdin_app=stdin_app,
-                      sync=sync, relist=relist)  # fmt: skip
+                      sync=sync, relist=relist, status=status,
+                      replay_until=replay_until)  # fmt: skip
     try:
         end = run_trio(watcher.run)
     except KeyboardInterrupt:  # Ctrl-C before the signal receiver was in place

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import json
 import os
 import signal
@@ -43,7 +44,7 @@ from runnerd.client.pty_channel import EOF_CHAR, FINISHED, LOST_NOTICE
 from runnerd.client.sync import SyncState
 from runnerd.client.syncloop import NotRunning, RateLimited, Syncer, SyncRefused
 from runnerd.client.terminal import terminal_size
-from runnerd.client.transport import Api, ApiError, ClientError
+from runnerd.client.transport import NO_BODY, Api, ApiError, ClientError
 from runnerd.client.watchview import Screen, endpoints_text, run_text
 from runnerd.client.ws import open_channel
 
@@ -87,7 +88,12 @@ class Watcher:
         stdin_app: str | None,
         sync: tuple[Path, SyncState, int | None] | None,
         relist: bool = False,
+        status: dict[str, Any] | None = None,
+        replay_until: int = 0,
     ) -> None:
+        """`status` and `replay_until` (when attaching): the session's status
+        now and its last event id then; the statuses the stream replays up to
+        that id are history and change nothing."""
         self.api = api
         self.session_id = session_id
         self.apps = apps
@@ -95,7 +101,8 @@ class Watcher:
         self.keep = keep
         self.stdin_app = stdin_app
         self.sync = sync
-        self.status: dict[str, Any] = {"kind": "starting"}
+        self.status: dict[str, Any] = status or {"kind": "starting"}
+        self.replay_until = replay_until
         self.stopping = False
         self._changed = trio.Event()
         self._sockets: dict[str, trio_websocket.WebSocketConnection] = {}
@@ -143,7 +150,7 @@ class Watcher:
                     return WatchEnd(How.LOST, message=str(exc))
                 if item is None:
                     break
-                self._on_event(item[1], item[2])
+                self._on_event(item[0], item[1], item[2])
         finally:
             with contextlib.suppress(ValueError):  # still reading in an abandoned thread
                 getattr(events, "close", lambda: None)()
@@ -151,14 +158,15 @@ class Watcher:
             return WatchEnd(How.FINISHED, self.status, self.stopping)
         return WatchEnd(How.LOST, message="lost the event stream")
 
-    def _on_event(self, event: str, data: Any) -> None:
+    def _on_event(self, event_id: int | None, event: str, data: Any) -> None:
         if event == "gap":
             self.screen.note("some events were evicted from the replay buffer")
         if not isinstance(data, dict):
             return
         kind = data.get("type")
         if kind == "status" and isinstance(data.get("status"), dict):
-            self._on_status(data["status"])
+            if self._live(event_id):
+                self._on_status(data["status"])
         elif kind == "run" and isinstance(data.get("app"), str):
             app, generation = data["app"], data.get("generation")
             key = (app, generation if isinstance(generation, int) else -1)
@@ -167,11 +175,15 @@ class Watcher:
             self.screen.app_line(app, run_text(data, self._triggers.get(key)))
         elif kind == "endpoints" and isinstance(data.get("app"), str):
             self.screen.app_line(data["app"], endpoints_text(data))
-        elif kind == "progress" and self.kind == "starting":
+        elif kind == "progress" and self.kind == "starting" and self._live(event_id):
             where = f"{data['app']}: " if isinstance(data.get("app"), str) else ""
             self.screen.note(
                 f"{self.session_id}: {where}{data.get('phase')}: {data.get('message')}"
             )
+
+    def _live(self, event_id: int | None) -> bool:
+        """Not history: after the last event there was when we attached."""
+        return event_id is None or event_id > self.replay_until
 
     def _on_status(self, status: dict[str, Any]) -> None:
         previous, self.status = self.kind, status
@@ -266,7 +278,7 @@ class Watcher:
                 self.screen.note(f"stopping {self.session_id} (Ctrl-C again leaves at once)")
                 try:
                     await trio.to_thread.run_sync(
-                        self.api.request, "DELETE", f"/v1/sessions/{self.session_id}"
+                        self.api.request, "DELETE", f"/v1/sessions/{self.session_id}", NO_BODY
                     )
                 except ClientError as exc:
                     return WatchEnd(How.LOST, message=f"cannot stop {self.session_id}: {exc}")
@@ -288,19 +300,27 @@ class Watcher:
     async def wait_running(self, refused: bool) -> None:
         if refused:  # the daemon knows better than the last status we saw
             await self._changed.wait()
-        waited = False
-        while self.kind != "running":
-            waited = True
-            if self.kind == "suspended":
-                await self._resume("a local file changed")
-            await self._changed.wait()
-        if (waited or self._relist) and self.sync is not None:
-            self._relist = False
+        while True:
+            waited = False
+            while self.kind != "running":
+                waited = True
+                if self.kind == "suspended":
+                    await self._resume("a local file changed")
+                await self._changed.wait()
+            if not (waited or self._relist) or self.sync is None:
+                return
             # Whatever the workspace holds now (a resume restores the checkpoint).
-            listing = await trio.to_thread.run_sync(
-                self.api.get, f"/v1/sessions/{self.session_id}/workspace"
-            )
+            path = f"/v1/sessions/{self.session_id}/workspace"
+            try:
+                listing = await trio.to_thread.run_sync(self.api.get, path)
+            except ApiError as exc:
+                if exc.code != "not_running":
+                    raise SyncRefused(f"cannot list the workspace: {exc}") from None
+                await self._changed.wait()  # suspended meanwhile: its status follows
+                continue
+            self._relist = False
             self.sync[1].files = SyncState.seed_from_listing(listing).files
+            return
 
     def note(self, text: str) -> None:
         self.screen.note(text)
@@ -313,8 +333,8 @@ class Watcher:
         self.screen.note(f"resuming {self.session_id} ({why})")
         try:
             await trio.to_thread.run_sync(
-                self.api.request, "POST", f"/v1/sessions/{self.session_id}/resume", None, None,
-                (202,),
+                functools.partial(self.api.request, ok=(202,)),
+                "POST", f"/v1/sessions/{self.session_id}/resume", NO_BODY,
             )  # fmt: skip
         except ApiError as exc:
             self.screen.note(f"cannot resume {self.session_id}: {exc}")

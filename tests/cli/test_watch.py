@@ -43,6 +43,11 @@ async def get(daemon: Daemon, path: str) -> Any:
     return response.json()
 
 
+async def is_suspended(daemon: Daemon, session_id: str) -> bool:
+    entry = await get(daemon, f"/v1/sessions/{session_id}")
+    return bool(entry["status"]["kind"] == "suspended")
+
+
 async def interrupt(watch: Background) -> int:
     """Ctrl-C to a `runnerd watch` without a terminal; its exit code."""
     watch.proc.send_signal(signal.SIGINT)
@@ -153,6 +158,31 @@ async def test_watch_keep_leaves_it_running_and_attach_comes_back(tmp_path) -> N
             assert await interrupt(again) == 0
         entry = await get(daemon, f"/v1/sessions/{session_id}")
         assert entry["status"] == {"kind": "stopped"}
+
+
+async def test_watch_attach_resumes_a_suspended_session_and_syncs_what_changed(
+    tmp_path,
+) -> None:
+    async with start_daemon(tmp_path, {"watch": {"enabled": True, "idle_seconds": 1}}) as daemon:
+        root = project(tmp_path, {"main.sh": serving("v1")})
+        async with background_cli(daemon, "watch", str(root), "--keep") as watch:
+            await watch.wait_for(b"app | serving v1")
+            session_id = session_id_of(watch.stderr)
+            assert await interrupt(watch) == 0
+        # Nobody watches it now: it suspends. (Polled with plain GETs: an
+        # event stream would be a subscriber and keep it running.)
+        with trio.fail_after(20):
+            while not await is_suspended(daemon, session_id):  # noqa: ASYNC110 (see above)
+                await trio.sleep(0.05)
+        listed = await cli(daemon, "ls")
+        assert f"{session_id}  suspended" in listed.stdout.decode()
+        (root / "main.sh").write_text(serving("v2"))
+        async with background_cli(daemon, "watch", "--attach", session_id, str(root)) as again:
+            await again.wait_for(f"resuming {session_id}".encode())
+            await again.wait_for(b"app #2 (resume) started")
+            await again.wait_for(b"synced: wrote main.sh")
+            await again.wait_for(b"app | serving v2")
+            assert await interrupt(again) == 0
 
 
 async def test_watch_refusals_say_what_was_wrong_and_change_nothing(tmp_path) -> None:
