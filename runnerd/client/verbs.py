@@ -87,6 +87,10 @@ def cmd_logs(api: Api, args: argparse.Namespace) -> int:
     from runnerd.client.pty_channel import Ended, StdinMode, follow_channel
 
     entry = find_session(api, args.session_id)
+    if entry.get("mode") == "watch":
+        from runnerd.client.watch import show_watch_logs
+
+        return show_watch_logs(api, entry, args.follow)
     terminal = entry["status"].get("kind") not in LIVE
     # Without -f: what was there when we asked, then stop (the whole replay
     # of a finished session, which closes by itself).
@@ -134,6 +138,10 @@ def cmd_events(api: Api, args: argparse.Namespace) -> int:
 
 def cmd_attach(api: Api, args: argparse.Namespace) -> int:
     from runnerd.client.attach import run_attach
+
+    if find_session(api, args.session_id).get("mode") == "watch":
+        raise ClientError(f"{args.session_id} is a watch session: `runnerd watch --attach "
+                          f"{args.session_id}` shows its apps")  # fmt: skip
 
     return run_attach(api.endpoint, args.session_id, args.last_seq)
 

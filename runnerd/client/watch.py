@@ -249,3 +249,27 @@ def finish_watch(screen: Screen, session_id: str, end: WatchEnd, root: str | Non
         return EXIT_FAILED  # its message is on the screen already
     code, _ = exit_code(end.status)
     return code
+
+
+def show_watch_logs(api: Api, entry: dict[str, Any], follow: bool) -> int:
+    """`runnerd logs` of a watch session: each app's output so far, in turn,
+    under its name (`-f` is `runnerd watch --attach`'s)."""
+    from runnerd.client.interrupt import run_trio
+    from runnerd.client.watchsession import replay_app_output
+
+    session_id = str(entry["sessionId"])
+    if follow:
+        raise UsageError(f"{session_id} is a watch session: `runnerd watch --attach {session_id}` "
+                         f"follows its apps")  # fmt: skip
+    apps = [a for a in entry.get("apps") or [] if isinstance(a, dict)]
+    screen = _screen(_apps_of(entry, []))
+
+    async def main() -> None:
+        for app in apps:
+            stop_at = int(app.get("lastOutputSeq") or 0)
+            if stop_at > 0:
+                await replay_app_output(api, session_id, str(app["name"]), stop_at, screen)
+        screen.end()
+
+    run_trio(main)
+    return EXIT_OK

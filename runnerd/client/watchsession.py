@@ -340,6 +340,25 @@ class Watcher:
             self.screen.note(f"cannot resume {self.session_id}: {exc}")
 
 
+async def replay_app_output(
+    api: Api, session_id: str, app: str, stop_at_seq: int, screen: Screen
+) -> None:
+    """`app`'s output from the start up to seq `stop_at_seq` (or the
+    channel's end) on `screen` (`runnerd logs` of a watch session).
+    Raises ClientError: the channel could not be opened."""
+    resource = f"/v1/sessions/{session_id}/io?app={quote(app)}&lastSeq=0"
+    async with open_channel(api.endpoint, resource) as ws:
+        with contextlib.suppress(trio_websocket.ConnectionClosed):
+            while True:
+                message = await ws.get_message()
+                if isinstance(message, str) or len(message) < 5:
+                    continue
+                (seq,) = struct.unpack(">I", message[:4])
+                screen.output(app, message[4], bytes(message[5:]))
+                if seq >= stop_at_seq:
+                    return
+
+
 def _retry_after_s(error: ApiError) -> float:
     value = error.headers.get("retry-after", "")
     try:

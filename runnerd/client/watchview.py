@@ -117,6 +117,10 @@ class Screen:
             stream.flush()
             self._open = None
 
+    def end(self) -> None:
+        """End a line left open (the view is over)."""
+        self._end_open_line()
+
     def output(self, app: str, stream: int, data: bytes) -> None:
         """A chunk of `app`'s output (`stream`: 0 tty, 1 stdout, 2 stderr)."""
         if not data:

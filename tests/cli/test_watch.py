@@ -185,6 +185,28 @@ async def test_watch_attach_resumes_a_suspended_session_and_syncs_what_changed(
             assert await interrupt(again) == 0
 
 
+async def test_watch_logs_shows_every_app_and_attach_points_to_watch(tmp_path) -> None:
+    async with start_daemon(tmp_path, WATCH) as daemon:
+        root = project(tmp_path, {"a.sh": "echo one; echo two", "b.sh": "echo three"})
+        args = ("watch", str(root), "--app", "a=a.sh", "--app", "b=b.sh", "--keep")
+        async with background_cli(daemon, *args) as watch:
+            await watch.wait_for(b"a #1 (initial) exited 0")
+            await watch.wait_for(b"b #1 (initial) exited 0")
+            await watch.wait_for(b"b | three")
+            session_id = session_id_of(watch.stderr)
+            assert await interrupt(watch) == 0
+        logs = await cli(daemon, "logs", session_id)
+        assert logs.returncode == 0, logs.stderr
+        assert logs.stdout.replace(b"\r", b"") == b"a | one\na | two\nb | three\n"
+        follow = await cli(daemon, "logs", "-f", session_id)
+        assert follow.returncode == 2
+        assert f"`runnerd watch --attach {session_id}` follows".encode() in follow.stderr
+        attach = await cli(daemon, "attach", session_id)
+        assert attach.returncode == 1
+        assert f"`runnerd watch --attach {session_id}` shows".encode() in attach.stderr
+        await cli(daemon, "stop", session_id)
+
+
 async def test_watch_refusals_say_what_was_wrong_and_change_nothing(tmp_path) -> None:
     async with start_daemon(tmp_path, WATCH) as daemon:
         root = project(tmp_path, {"main.sh": serving("v1")})
