@@ -40,7 +40,10 @@ from runnerd.client.sync import (
 )
 
 DEBOUNCE_MS = 1600
-STEP_MS = 100
+# A burst of saves (an editor writes a temp file, renames it, touches it) within
+# this many ms of each other is one wake-up; 100 cost 100 ms more a save
+# (bench/README.md, "A save under `runnerd watch`"): watchfiles' default.
+STEP_MS = 50
 # watchfiles' thread cannot be abandoned on cancellation: it returns every
 # RUST_TIMEOUT_MS, which bounds how long a cancelled sync takes to stop.
 RUST_TIMEOUT_MS = 250
