@@ -5,7 +5,7 @@ with real workloads under real PTYs. Figures are printed, never asserted;
 the targets come from issue 2 and are shown beside each figure.
 
 Run one with `python -m bench NAME` (names: startup, latency, throughput,
-idle, cli, connections, bodies, netns, workspace); no name runs them
+idle, cli, connections, bodies, netns, workspace, watchlocal); no name runs them
 all.
 """
 
@@ -34,6 +34,7 @@ from bench.harness import (
 from bench.netns import bench_netns
 from bench.startup import bench_startup
 from bench.throughput import bench_throughput
+from bench.watchlocal import bench_watchlocal
 from bench.workspace import bench_workspace
 
 MB = 1_000_000
@@ -158,6 +159,7 @@ BENCHES: dict[str, Callable[[], Awaitable[list[Row]]]] = {
     "bodies": bench_bodies,
     "netns": bench_netns,
     "workspace": bench_workspace,
+    "watchlocal": bench_watchlocal,
 }
 
 

@@ -34,6 +34,7 @@ import enum
 import errno
 import logging
 import os
+import select
 import signal
 import subprocess
 from types import TracebackType
@@ -162,6 +163,14 @@ class ContainedChild:
     @property
     def state(self) -> ChildState:
         return self._state
+
+    def has_exited(self) -> bool:
+        """Whether the child has exited (reaped or not); never blocks."""
+        if self._state is not ChildState.RUNNING:
+            return True
+        poller = select.poll()
+        poller.register(self._pidfd, select.POLLIN)
+        return bool(poller.poll(0))
 
     def _stdio_fds(self) -> tuple[int, ...]:
         """The subclass's fds, closed once with the pidfd."""

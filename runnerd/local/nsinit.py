@@ -1,6 +1,6 @@
 """The init of a session's PID namespace. Run as a script, stdlib only:
 
-    python -I -S nsinit.py STATUS_FD [--proc | --nest] [--sockets FD] -- /abs/program arg...
+    python -I -S nsinit.py STATUS_FD [--nest] [--proc] [--sockets FD] -- /abs/program arg...
 
 The daemon forks this process after `unshare(CLONE_NEWPID)` (see
 `runnerd.local.containment`), so it stands *outside* the new namespace and
@@ -52,9 +52,13 @@ session's PID namespace). It forks one more process, which unshares a PID
 namespace nested in the session's (with the CAP_SYS_ADMIN the daemon made
 ambient) and goes on as the outer above: the app's init is PID 1 of its
 own namespace inside the session's, so a stop takes down exactly this app
-(whatever detached in it) and nothing of the others, and the session's
-/proc (not remounted) shows every app's processes. That process dies with
-the daemon's child (a parent-death signal), which dies with the daemon.
+(whatever detached in it) and nothing of the others, and the end of the
+session's init takes every app down. With `--proc` too, that process also
+unshares a mount namespace (a copy of the session's: the same workspace,
+/tmp and covers) and takes the session's read-only binds off its /proc,
+so that the init can mount the app's own /proc over it: what the app
+reads there agrees with its getpid(). That process dies with the daemon's
+child (a parent-death signal), which dies with the daemon.
 
 Why Python and not a C init: nothing to build on install. The interpreter
 runs isolated (`-I -S`: no site, no PYTHON* variables from the session env).
@@ -85,7 +89,7 @@ BLOCKED = (*FORWARDED, signal.SIGCHLD)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND = 32, 4096
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 1, 24, 47, 4
-CLONE_NEWPID = 0x20000000
+CLONE_NEWNS, CLONE_NEWPID, MNT_DETACH = 0x00020000, 0x20000000, 2
 # A root workload (only where the kernel refused a session uid) loses
 # CAP_DAC_READ_SEARCH, CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_PTRACE,
 # CAP_SYS_ADMIN, CAP_MKNOD (what could undo its mounts), and CAP_NET_ADMIN,
@@ -269,10 +273,11 @@ def wait_serving(init: int, sock: socket.socket | None) -> int:
     return os.waitpid(init, 0)[1]
 
 
-def nest(status_fd: int) -> None:
-    """`--nest`: fork the process that unshares the app's nested PID
-    namespace and returns to go on as its outer; this one forwards the
-    daemon's signals to it and exits with its status. Never returns here."""
+def nest(status_fd: int, own_proc: bool) -> None:
+    """`--nest`: fork the process that unshares the app's nested PID (and,
+    with `own_proc`, mount) namespace and returns to go on as its outer;
+    this one forwards the daemon's signals to it and exits with its status.
+    Never returns here."""
     signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
     child = os.fork()
     if child == 0:
@@ -281,9 +286,13 @@ def nest(status_fd: int) -> None:
         # 0 here; anything else is the session's init, which took us in.
         if os.getppid() != 0:
             os._exit(1)  # the outer died before the signal was armed
-        if libc.unshare(CLONE_NEWPID) != 0:
+        if libc.unshare(CLONE_NEWPID | (CLONE_NEWNS if own_proc else 0)) != 0:
             os.write(status_fd, str(ctypes.get_errno() or 0).encode())
             os._exit(127)
+        if own_proc:
+            # The kernel mounts a new /proc only over one fully visible.
+            for path in READ_ONLY:
+                libc.umount2(path, MNT_DETACH)  # EINVAL: not mounted there
         signal.pthread_sigmask(signal.SIG_UNBLOCK, BLOCKED)
         return
     os.close(status_fd)
@@ -302,7 +311,7 @@ def main() -> None:
     nested = "--nest" in sys.argv[2:split]
     argv = sys.argv[split + 1 :]
     if nested:
-        nest(status_fd)
+        nest(status_fd, own_proc)
     sock: socket.socket | None = None
     if "--sockets" in sys.argv[2:split]:
         fd = int(sys.argv[sys.argv.index("--sockets") + 1])

@@ -81,15 +81,30 @@ class SandboxPlan:
 class Sandbox:
     """One watch session's live sandbox (see the module docstring)."""
 
-    def __init__(self, launch: Launch, net: SessionNetwork | None) -> None:
+    def __init__(
+        self, launch: Launch, net: SessionNetwork | None, holder: StreamsProcess | None = None
+    ) -> None:
         self._launch = launch
         self._net = net
+        self._holder = holder
+
+    def check(self) -> None:
+        """Raise StartError when the sandbox is gone: its holder exited
+        (killed, or OOM), which took every process in it along."""
+        if self._holder is not None and self._holder.has_exited():
+            raise StartError("boot", "the session's sandbox is gone (its holder process exited)")
 
     @property
     def launch(self) -> Launch:
         """How an app's process is started: joined to the holder's
         namespaces (or, without a holder, contained on its own)."""
         return self._launch
+
+    def oom_killed(self) -> bool:
+        """Whether the kernel OOM-killed in the session's cgroup (one small
+        read; False without ceilings)."""
+        cgroup = self._launch.cgroup
+        return cgroup is not None and SessionCgroups.oom_killed(cgroup)
 
     @property
     def dial(self) -> Dial | None:
@@ -129,7 +144,7 @@ async def open_sandbox(
                 namespaces = _namespaces_of(holder, launch)
                 try:
                     joined = dataclasses.replace(launch, join=namespaces)
-                    yield Sandbox(joined, net)
+                    yield Sandbox(joined, net, holder)
                 finally:
                     for fd in namespaces:
                         os.close(fd)

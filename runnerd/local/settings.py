@@ -122,7 +122,7 @@ def _runtime(name: str, rt: Table, command: tuple[str, ...]) -> RuntimeConfig:
     (they are what turns its watching on)."""
     watch = rt.choice("watch", "restart", ("restart", "self"))
     watch_args = rt.string_list("watch_args")
-    if watch_args is not None and watch != "self":
+    if watch_args and watch != "self":
         raise ConfigError(rt.key("watch_args"), 'is used only with watch = "self"')
     return RuntimeConfig(
         name=name,

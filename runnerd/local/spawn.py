@@ -161,24 +161,11 @@ def _spawn(
     namespace) the read end of the workload's exec status."""
     plan = launch.plan
     status_r = status_w = script = None
-    extra_fds: tuple[int, ...] = ()
+    passed: tuple[int, ...] = ()
     if plan.containment is Containment.PID_NAMESPACE:
         status_r, status_w = os.pipe()
-        # Passed open: the session uid may not reach runnerd's install.
-        script = os.open(NSINIT, os.O_RDONLY | os.O_CLOEXEC)
-        if launch.join is not None:
-            proc = ["--nest"]  # the holder's /proc is the session's
-        else:
-            proc = ["--proc"] if plan.fresh_proc else []
-        if sockets_fd is not None:
-            proc += ["--sockets", str(sockets_fd)]
-            extra_fds = (sockets_fd,)
-        init = [launch.init_python, "-I", "-S", f"/proc/self/fd/{script}", str(status_w)]
-        if launch.join is not None:
-            # Its exec comes after it joined the holder's mount namespace,
-            # whose /proc is the session's, where it has no /proc/self.
-            init[3:4] = ["-c", NSINIT.read_text()]
-        argv = [*init, *proc, "--", *argv]
+        argv, script = _under_init(launch, argv, status_w, sockets_fd)
+        passed = tuple(fd for fd in (status_w, script, sockets_fd) if fd is not None)
     try:
         if launch.identity is not None:
             # Its terminal, as login gives one, or its pipes: programs that
@@ -193,7 +180,7 @@ def _spawn(
             cwd=cwd,
             env=dict(env),
             close_fds=True,
-            pass_fds=() if status_w is None or script is None else (status_w, script, *extra_fds),
+            pass_fds=passed,
             start_new_session=True,
             preexec_fn=functools.partial(
                 _prepare_child,
@@ -232,6 +219,27 @@ def _spawn(
     for fd in stdio.ours:
         os.set_blocking(fd, False)
     return popen, pidfd, status_r
+
+
+def _under_init(
+    launch: Launch, argv: Sequence[str], status_w: int, sockets_fd: int | None
+) -> tuple[list[str], int | None]:
+    """`argv` run by `nsinit` (see its usage), and the fd of the script
+    when it is passed open (closed by `nsinit` first thing)."""
+    opts = ["--nest"] if launch.join is not None else []
+    opts += ["--proc"] if launch.plan.fresh_proc else []
+    if sockets_fd is not None:
+        opts += ["--sockets", str(sockets_fd)]
+    if launch.join is not None:
+        # Its exec comes after it joined the holder's mount namespace, whose
+        # /proc is the session's, where it has no /proc/self: the source
+        # goes as an argument (the daemon read it; the session uid may not).
+        init = [launch.init_python, "-I", "-S", "-c", NSINIT.read_text(), str(status_w)]
+        return [*init, *opts, "--", *argv], None
+    # Passed open: the session uid may not reach runnerd's install.
+    script = os.open(NSINIT, os.O_RDONLY | os.O_CLOEXEC)
+    init = [launch.init_python, "-I", "-S", f"/proc/self/fd/{script}", str(status_w)]
+    return [*init, *opts, "--", *argv], script
 
 
 def _abandon(popen: subprocess.Popen[bytes], stdio: _Stdio, status_r: int | None) -> None:

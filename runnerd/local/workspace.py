@@ -70,9 +70,9 @@ from typing import TypeVar
 
 import trio
 
+import runnerd.local.checkpoint as ckpt
 from runnerd.config.quantities import parse_quantity
 from runnerd.errors import RunnerdError
-from runnerd.local import checkpoint as ckpt
 from runnerd.local.dirfd import (
     DIR_FLAGS,
     NotADirectoryInTree,

@@ -94,8 +94,10 @@ class AppPeriod:
                     now = trio.current_time()
                     self._session.emit_run(channel.runs.complete(RESTART_CODE, now))
         finally:
+            # Stopped under it (a suspend, the app leaving the set, the
+            # session ending): its generation ended, as a restart's does.
             channel.generation_scope = None
-            channel.runs.abandon()
+            self._session.emit_run(channel.runs.complete(RESTART_CODE, trio.current_time()))
             channel.detach()
             self._reported(channel.name)  # an app gone before its first report
             channel.ended.set()

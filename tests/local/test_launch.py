@@ -41,6 +41,20 @@ def test_build_argv_without_inspect_leaves_inspect_args_out() -> None:
     assert argv == ["/usr/bin/node", "--file=/e", "/e"]
 
 
+def test_build_argv_of_a_self_watching_app_appends_watch_args_after_inspect_args() -> None:
+    telo = RuntimeConfig(
+        name="telo",
+        command=("telo", "run", "{entry}"),
+        inspect_args=("--inspect", "127.0.0.1:{inspect_port}"),
+        watch="self",
+        watch_args=("--watch",),
+    )
+    argv = build_argv(telo, "/bin/telo", entry=Path("/w/a.yaml"), inspect_port=9300, watch=True)
+    assert argv == ["/bin/telo", "run", "/w/a.yaml", "--inspect", "127.0.0.1:9300", "--watch"]
+    # A run session on the same runtime does not watch.
+    assert "--watch" not in build_argv(telo, "/bin/telo", entry=Path("/e"), inspect_port=None)
+
+
 def test_build_argv_refuses_an_entry_runtime_without_a_bundle() -> None:
     with pytest.raises(ValueError, match="runtime 'node' runs a bundle entry"):
         build_argv(NODE, "/usr/bin/node", entry=None, inspect_port=None)

@@ -10,6 +10,7 @@ import pytest
 
 from runnerd.backends import load_config
 from runnerd.config import ConfigError
+from runnerd.local.settings import render
 from tests.config.test_config import error_of, minimal, parse
 
 
@@ -87,3 +88,43 @@ def test_a_runtime_error_carries_its_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert str(info.value) == "line 5: local.runtimes.sh.command: must be a list of strings, got []"
+
+
+def test_config_runtime_watch_self_with_its_watch_args() -> None:
+    runtimes = {
+        "sh": {"command": ["/bin/sh", "{entry}"]},
+        "telo": {
+            "command": ["telo", "run", "{entry}"],
+            "watch": "self",
+            "watch_args": ["--watch"],
+        },
+    }
+    config = parse({"runner": {"default_image": "sh"}, "local": {"runtimes": runtimes}})
+    telo, sh = config.settings.runtimes["telo"], config.settings.runtimes["sh"]
+    assert (telo.watch, telo.watch_args, telo.self_watching) == ("self", ("--watch",), True)
+    assert (sh.watch, sh.watch_args, sh.self_watching) == ("restart", (), False)
+    sections = dict(render(config.settings))
+    assert sections["local.runtimes.telo"]["watch"] == "self"
+    assert sections["local.runtimes.telo"]["watch_args"] == ("--watch",)
+
+
+def test_config_runtime_watch_errors_name_the_key_and_line(tmp_path: Path) -> None:
+    def error(runtime: str) -> str:
+        path = tmp_path / "runnerd.toml"
+        path.write_text(
+            '[runner]\ndefault_image = "sh"\n\n[local.runtimes.sh]\n'
+            f'command = ["/bin/sh", "{{entry}}"]\n{runtime}\n'
+        )
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+        return str(info.value)
+
+    assert error('watch = "always"') == (
+        "line 6: local.runtimes.sh.watch: must be one of restart, self, got 'always'"
+    )
+    assert error('watch_args = ["--watch"]') == (
+        'line 6: local.runtimes.sh.watch_args: is used only with watch = "self"'
+    )
+    assert error('watch = "self"\nwatch_args = [""]') == (
+        "line 7: local.runtimes.sh.watch_args[0]: must be a non-empty string, got ''"
+    )

@@ -1,147 +1,36 @@
-"""The local backend's watch sessions (`LocalBackend.open_watch`), driven
-directly: real processes on real PTYs and pipes in the session's sandbox,
-under both containments (the shared namespaces, and the process-group
-fallback)."""
+"""The local backend's watch host (`LocalBackend.open_watch`), driven
+directly: real processes on real PTYs and pipes, the workspace as their
+cwd, the agent, checkpoints, under both containments (the shared sandbox,
+and the process-group fallback)."""
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import os
-import socket
-import textwrap
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
 
-from runnerd.backend import BundleSpec, CreationSpec, Exited, ImageSpec, SessionIdentity, StartError
+from runnerd.backend import Exited, ImageSpec, StartError
 from runnerd.backend.watch import (
     AgentLaunch,
     AppLaunch,
     AppStarted,
     OutputStream,
-    WatchHost,
-    WatchSpec,
 )
-from runnerd.contract import PortMapping, RunPhase
+from runnerd.contract import PortMapping
 from runnerd.local import LocalBackend
-from runnerd.local.containment import Containment
 from runnerd.watch.changes import ChangeSet, Write
-from tests.local.specs import LIMITS
-
-_ids = itertools.count(1)
-
-
-class Sink:
-    """An `AppSink` that keeps what one process wrote, per stream."""
-
-    def __init__(self) -> None:
-        self.streams: dict[OutputStream, bytearray] = {s: bytearray() for s in OutputStream}
-        self.chunks: list[tuple[OutputStream, bytes]] = []
-        self._changed = trio.Event()
-
-    def output(self, data: bytes, stream: OutputStream = OutputStream.TTY) -> None:
-        self.chunks.append((stream, data))
-        self.streams[stream] += data
-        self._changed.set()
-        self._changed = trio.Event()
-
-    def output_lost(self) -> None:
-        raise AssertionError("no output may be lost here")
-
-    def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
-        pass
-
-    async def drain(self, *steps: Callable[[], Awaitable[object]]) -> bool:
-        for step in steps:
-            await step()
-        return True
-
-    def text(self, stream: OutputStream = OutputStream.TTY) -> str:
-        return self.streams[stream].decode(errors="replace")
-
-    async def wait_for(self, needle: str, stream: OutputStream = OutputStream.TTY) -> None:
-        while needle not in self.text(stream):
-            await self._changed.wait()
-
-
-class Progress:
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-
-    def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
-        self.messages.append(message)
-
-
-def watch_spec(
-    files: dict[str, str],
-    *,
-    image: str = "python",
-    env: dict[str, str] | None = None,
-    checkpoint: object = None,
-    inspect: bool = False,
-) -> WatchSpec:
-    bundle = BundleSpec(
-        entry=next(iter(files)),
-        files=tuple((path, textwrap.dedent(text)) for path, text in files.items()),
-    )
-    return WatchSpec(
-        identity=SessionIdentity(
-            session_id=f"watch{next(_ids):07d}", limits=LIMITS, inspect=inspect, created_at=0.0
-        ),
-        creation=CreationSpec(
-            image=ImageSpec(image=image, pull_policy="missing"), env=env or {}, bundle=bundle
-        ),
-        checkpoint=checkpoint,  # type: ignore[arg-type]
-    )
-
-
-@asynccontextmanager
-async def running(
-    host: WatchHost, app: AppLaunch, sink: Sink
-) -> AsyncIterator[tuple[AppStarted, trio.CancelScope, list[Exited]]]:
-    """`app` running in a nursery of the test's; cancelled on leaving."""
-    outcome: list[Exited] = []
-
-    async def run(task_status: trio.TaskStatus[AppStarted]) -> None:
-        result = await host.run_app(app, sink, task_status=task_status)
-        assert isinstance(result, Exited)
-        outcome.append(result)
-
-    async with trio.open_nursery() as nursery:
-        started = await nursery.start(run)
-        yield started, nursery.cancel_scope, outcome
-        nursery.cancel_scope.cancel()
-
-
-def session_pids(workdir: Path, session_id: str) -> list[int]:
-    """Every host process whose cwd is in the session's directory."""
-    root = str(workdir / session_id)
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cwd = os.readlink(f"/proc/{entry}/cwd")
-            except OSError:
-                continue
-            if cwd == root or cwd.startswith(root + "/"):
-                found.append(int(entry))
-    return found
-
-
-def leftovers(workdir: Path) -> list[str]:
-    """What is left in the workdir but the (empty) trash."""
-    if not workdir.exists():
-        return []
-    left = [name for name in os.listdir(workdir) if name != ".trash"]
-    trash = workdir / ".trash"
-    if trash.exists():
-        left += [f".trash/{name}" for name in os.listdir(trash)]
-    return left
-
+from tests.local.watchkit import (
+    Progress,
+    Sink,
+    free_port,
+    leftovers,
+    running,
+    session_pids,
+    watch_spec,
+)
 
 APP_PY = """
 import os, sys
@@ -241,17 +130,10 @@ print("got:", c.recv(100).decode().strip(), flush=True)
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 async def test_watch_apps_reach_each_other_on_loopback(
     backend: LocalBackend, workdir: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     spec = watch_spec({"server.py": SERVER_PY, "client.py": CLIENT_PY}, env={"PORT": str(port)})
     server_app = AppLaunch("server", "server.py", ports=(PortMapping(port=port, protocol="tcp"),))
     with trio.fail_after(30):
@@ -310,7 +192,7 @@ async def test_watch_agent_gets_the_workspace_and_its_token_and_its_port_is_publ
     agent_file.write_text(AGENT_PY)
     agent_file.chmod(0o644)
     backend = agent_backend(workdir, containment, agent_file)
-    port = _free_port()
+    port = free_port()
     spec = watch_spec({"app.py": CLIENT_PY}, env={"PORT": str(port)})
     launch = AgentLaunch(
         "coder",
@@ -386,40 +268,63 @@ async def test_watch_self_watching_runtime_gets_its_watch_args(workdir: Path) ->
     assert "argv ['--watch', 'now']" in sink.text()
 
 
-SLEEPER_PY = """
-import os, time
-print("pidns", os.readlink("/proc/self/ns/pid"), flush=True)
-time.sleep(600)
-"""
-
-LOOKER_PY = """
-import os
-cmds = []
-for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-    try:
-        cmds.append(open(f"/proc/{pid}/cmdline", "rb").read())
-    except OSError:
-        pass
-print("pidns", os.readlink("/proc/self/ns/pid"), flush=True)
-print("sees-sleeper", any(b"sleeper.py" in c for c in cmds), flush=True)
-"""
-
-
-async def test_watch_apps_share_the_session_pid_namespace_each_its_own_nested(
-    backend: LocalBackend,
+async def test_watch_entry_must_be_a_regular_file_reached_through_directories(
+    backend: LocalBackend, workdir: Path
 ) -> None:
-    if backend._plan.containment is not Containment.PID_NAMESPACE:
-        pytest.skip("process-group containment: nothing to share but the host's")
-    spec = watch_spec({"sleeper.py": SLEEPER_PY, "looker.py": LOOKER_PY})
+    spec = watch_spec({"app.py": APP_PY, "src/real.py": "print('real')\n"})
     with trio.fail_after(30):
         async with backend.open_watch(spec, Progress()) as host:
-            sleeper = Sink()
-            async with running(host, AppLaunch("sleeper", "sleeper.py"), sleeper):
-                await sleeper.wait_for("\n")
-                looker = Sink()
-                code = await host.run_app(AppLaunch("looker", "looker.py", slot=1), looker)
-                assert code == Exited(0), looker.text()
-    assert "sees-sleeper True" in looker.text()
-    # Each app in a PID namespace of its own (nested in the session's).
-    own = [line for line in (sleeper.text() + looker.text()).splitlines() if "pidns" in line]
-    assert len(own) == 2 and own[0] != own[1]
+            app_dir = workdir / spec.session_id / "app"
+            await trio.to_thread.run_sync(os.symlink, "real.py", app_dir / "src" / "link.py")
+            await trio.to_thread.run_sync(os.symlink, "src", app_dir / "dirlink")
+            for entry in ("src/link.py", "dirlink/real.py", "src", "src/real.py/x"):
+                with pytest.raises(StartError) as info:
+                    await host.run_app(AppLaunch("web", entry), Sink())
+                assert info.value.message == f"entry {entry!r} is not a file in the workspace"
+
+
+async def test_watch_a_runtime_that_cannot_run_fails_to_enter_leaving_nothing(
+    backend: LocalBackend, workdir: Path
+) -> None:
+    for image, message in (
+        ("nope", "no local runtime named 'nope'"),
+        ("missing", "local runtime 'missing': executable 'no-such-program-xyz' not found"),
+    ):
+        with pytest.raises(StartError) as info:
+            async with backend.open_watch(watch_spec({"a.py": ""}, image=image), Progress()):
+                raise AssertionError("entered")
+        assert (info.value.stage, info.value.message) == ("provision", message)
+    assert leftovers(workdir) == []
+
+
+async def test_watch_a_damaged_checkpoint_fails_the_resume_leaving_nothing(
+    backend: LocalBackend, workdir: Path
+) -> None:
+    spec = watch_spec({"app.py": "print(1)\n"})
+    with trio.fail_after(30):
+        async with backend.open_watch(spec, Progress()) as host:
+            checkpoint = await host.checkpoint()
+        path = Path(checkpoint.path)  # type: ignore[attr-defined]
+        data = await trio.to_thread.run_sync(path.read_bytes)
+        await trio.to_thread.run_sync(path.write_bytes, data[:-5])
+        with pytest.raises(StartError) as info:
+            resumed = dataclasses.replace(spec, checkpoint=checkpoint)
+            async with backend.open_watch(resumed, Progress()):
+                raise AssertionError("entered")
+        assert info.value.message.startswith("cannot restore the workspace: ")
+        await checkpoint.discard()
+    assert leftovers(workdir) == []
+
+
+async def test_watch_streams_app_reads_its_stdin_from_the_handle(
+    backend: LocalBackend, workdir: Path
+) -> None:
+    echo = "import sys\nfor line in sys.stdin:\n    print('echo', line.strip(), flush=True)\n"
+    spec = watch_spec({"echo.py": echo})
+    sink = Sink()
+    with trio.fail_after(30):
+        async with backend.open_watch(spec, Progress()) as host:
+            app = AppLaunch("echo", "echo.py", io="streams")
+            async with running(host, app, sink) as (started, _, _):
+                started.handle.write(b"hello\n")
+                await sink.wait_for("echo hello\n", OutputStream.STDOUT)

@@ -1,0 +1,217 @@
+"""An in-process watch backend for the session core's tests: apps are trio tasks.
+
+`FakeWatchBackend.open_watch` makes a `FakeWatchHost` whose workspace is a
+dict (seeded from the bundle, or restored from a `FakeCheckpoint`), and
+whose apps are tasks running their entry file, a tiny script:
+
+    echo TEXT      one line of output (stdout on a streams app, the tty otherwise)
+    warn TEXT      one line of stderr (a streams app; the tty otherwise)
+    exit N         end with code N
+    serve          echo each stdin line back, until stopped
+
+A missing entry is that generation's `StartError("boot", ...)`, raised before
+`started`, as the seam says. The host keeps what a test checks from outside:
+every process started (`starts`), how many of one app run at once
+(`peak`), resizes, checkpoints taken and discarded, whether the host was
+left. `checkpoint_fails` makes every checkpoint fail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import trio
+
+from runnerd.backend import Exited, Failed, StartError
+from runnerd.backend.watch import (
+    AgentLaunch,
+    AppLaunch,
+    AppSink,
+    AppStarted,
+    ChangeSet,
+    CheckpointFailed,
+    OutputStream,
+    ProgressReport,
+    WatchSpec,
+    WorkspaceFile,
+)
+from runnerd.contract import IoMode
+from runnerd.watch.errors import WatchError
+
+
+@dataclass
+class FakeCheckpoint:
+    """A copy of the workspace; `discarded` once the core let go of it."""
+
+    snapshot: dict[str, bytes]
+    discarded: bool = False
+
+    @property
+    def files(self) -> int:
+        return len(self.snapshot)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(len(data) for data in self.snapshot.values())
+
+    async def discard(self) -> None:
+        self.discarded = True
+        await trio.lowlevel.checkpoint()
+
+
+class FakeHandle:
+    def __init__(self) -> None:
+        self.send, self.receive = trio.open_memory_channel[bytes](math.inf)
+        self.sizes: list[tuple[int, int]] = []
+
+    def write(self, data: bytes) -> None:
+        self.send.send_nowait(data)
+
+    def resize(self, cols: int, rows: int) -> None:
+        self.sizes.append((cols, rows))
+
+
+@dataclass
+class FakeWatchHost:
+    files: dict[str, bytes]
+    starts: list[str] = field(default_factory=list)
+    running: dict[str, int] = field(default_factory=dict)
+    peak: dict[str, int] = field(default_factory=dict)
+    handles: dict[str, FakeHandle] = field(default_factory=dict)
+    checkpoints: list[FakeCheckpoint] = field(default_factory=list)
+    agent_env: dict[str, str] | None = None
+    agent_running: bool = False
+    left: bool = False
+    checkpoint_fails: bool = False
+
+    async def list_files(self) -> list[WorkspaceFile]:
+        await trio.lowlevel.checkpoint()
+        return [
+            WorkspaceFile(p, hashlib.sha256(d).hexdigest()) for p, d in sorted(self.files.items())
+        ]
+
+    async def read_file(self, path: str) -> bytes:
+        await trio.lowlevel.checkpoint()
+        if path not in self.files:
+            raise WatchError(404, "file_not_found", f"{path!r} is not a file in the workspace")
+        return self.files[path]
+
+    async def apply(self, changes: ChangeSet) -> tuple[int, int]:
+        await trio.lowlevel.checkpoint()
+        for write in changes.writes:
+            self.files[write.path] = write.data
+        deleted = 0
+        for path in changes.deletes:
+            deleted += self.files.pop(path, None) is not None
+        return len(changes.writes), deleted
+
+    async def checkpoint(self) -> FakeCheckpoint:
+        await trio.lowlevel.checkpoint()
+        if self.checkpoint_fails:
+            raise CheckpointFailed("the workspace is too large to checkpoint")
+        checkpoint = FakeCheckpoint(dict(self.files))
+        self.checkpoints.append(checkpoint)
+        return checkpoint
+
+    async def run_app(
+        self,
+        app: AppLaunch,
+        sink: AppSink,
+        *,
+        task_status: trio.TaskStatus[AppStarted] = trio.TASK_STATUS_IGNORED,
+    ) -> Exited | Failed:
+        script = self.files.get(app.entry)
+        await trio.lowlevel.checkpoint()
+        if script is None:
+            raise StartError("boot", f"entry {app.entry!r} is not a file in the workspace")
+        handle = FakeHandle()
+        self.handles[app.name] = handle
+        self.starts.append(app.name)
+        self.running[app.name] = self.running.get(app.name, 0) + 1
+        self.peak[app.name] = max(self.peak.get(app.name, 0), self.running[app.name])
+        try:
+            task_status.started(AppStarted(handle))
+            return await _run_script(script.decode(), app.io, sink, handle)
+        finally:
+            self.running[app.name] -= 1
+
+    async def run_agent(
+        self,
+        agent: AgentLaunch,
+        sink: AppSink,
+        *,
+        task_status: trio.TaskStatus[AppStarted] = trio.TASK_STATUS_IGNORED,
+    ) -> Exited | Failed:
+        await trio.lowlevel.checkpoint()
+        self.agent_env = dict(agent.env)
+        self.agent_running = True
+        try:
+            task_status.started(AppStarted(FakeHandle()))
+            await trio.sleep_forever()
+        finally:
+            self.agent_running = False
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _run_script(script: str, io: IoMode, sink: AppSink, handle: FakeHandle) -> Exited:
+    out = OutputStream.STDOUT if io == "streams" else OutputStream.TTY
+    err = OutputStream.STDERR if io == "streams" else OutputStream.TTY
+    for line in script.splitlines():
+        word, _, rest = line.strip().partition(" ")
+        if word == "echo":
+            sink.output(rest.encode() + b"\n", out)
+        elif word == "warn":
+            sink.output(rest.encode() + b"\n", err)
+        elif word == "exit":
+            return Exited(int(rest or "0"))
+        elif word == "serve":
+            async for data in handle.receive:
+                sink.output(data, out)
+        await trio.lowlevel.checkpoint()
+    return Exited(0)
+
+
+class FakeWatchBackend:
+    """The `Backend` watch half over `FakeWatchHost`s; `hosts` in open order."""
+
+    name = "fake-watch"
+    notices: tuple[str, ...] = ()
+    detach_supported = False
+    watch_io: tuple[IoMode, ...] = ("tty", "streams")
+
+    def __init__(self) -> None:
+        self.hosts: list[FakeWatchHost] = []
+        self.specs: list[WatchSpec] = []
+        self.checkpoint_fails = False
+        self.open_fails: StartError | None = None
+
+    @asynccontextmanager
+    async def open_watch(
+        self, spec: WatchSpec, progress: ProgressReport
+    ) -> AsyncIterator[FakeWatchHost]:
+        await trio.lowlevel.checkpoint()
+        if self.open_fails is not None:
+            raise self.open_fails
+        self.specs.append(spec)
+        if spec.checkpoint is not None:
+            assert isinstance(spec.checkpoint, FakeCheckpoint)
+            files = dict(spec.checkpoint.snapshot)
+        else:
+            bundle = spec.creation.bundle
+            assert bundle is not None
+            files = {path: text.encode() for path, text in bundle.files}
+        progress.progress("provision", "workspace ready", True)
+        host = FakeWatchHost(files, checkpoint_fails=self.checkpoint_fails)
+        self.hosts.append(host)
+        try:
+            yield host
+        finally:
+            host.left = True
+
+    async def recover(self) -> list[object]:
+        await trio.lowlevel.checkpoint()
+        return []
