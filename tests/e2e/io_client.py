@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import trio
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, unix_connect
@@ -114,3 +115,14 @@ class Io:
 
     async def close_all(self) -> None:
         await trio.to_thread.run_sync(self._stack.close)
+
+
+async def assert_sse_conforms(client: httpx.AsyncClient, frames: list[Any]) -> None:
+    """Every frame's data matches the daemon's own `SseData` schema
+    (`/v1/openapi.json`, JSON Schema 2020-12)."""
+    doc = (await client.get("/v1/openapi.json")).json()
+    validator = jsonschema.Draft202012Validator({**doc, "$ref": "#/components/schemas/SseData"})
+    for frame in frames:
+        if frame.event is not None:
+            errors = [e.message for e in validator.iter_errors(frame.data)]
+            assert errors == [], (frame.raw, errors)

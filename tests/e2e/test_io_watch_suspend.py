@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from tests.e2e.contract_client import SSE_TIMEOUT
-from tests.e2e.io_client import TIMEOUT_S, Io, printed, start_watch
+from tests.e2e.io_client import TIMEOUT_S, Io, assert_sse_conforms, printed, start_watch
 from tests.harness import SseFrame, iter_sse
 from tests.shared_daemon import SharedDaemon, shared_daemon
 
@@ -129,6 +129,7 @@ async def test_io_watch_streams_stay_open_over_suspended_until_delete(
         await until_kind(client, session_id, "suspended")
         async with open_sse(client, session_id) as frames:
             replayed = await next_status(frames, "suspended")  # replayed; not the end
+            await assert_sse_conforms(client, replayed)  # statuses (suspended too), progress, run
             assert [f.data["status"]["kind"] for f in replayed if f.event == "status"][-1] == (
                 "suspended"
             )
