@@ -9,8 +9,8 @@ argv/env, `workdir` the session directory, `workspace` a watch session's
 workspace in it (`dirfd`, `treeops`, `checkpoint` its parts), `network` and
 `forward` each session's network namespace and its published ports;
 `watching` a watch session's place (`LocalBackend.open_watch`: its
-workspace, checkpoints and processes) and `sandbox` the namespaces its apps
-share. What
+workspace, checkpoints and processes: `watchhost`) and `sandbox` the
+namespaces its apps share (`joined`: how an app enters them). What
 the core asks of a backend package (`runnerd.backends.Provider`) is
 re-exported here: its settings from `settings` (`SETTINGS` = `LocalConfig`,
 the `[local]` table parsed by `parse_settings`, printed by `render`, kept and

@@ -44,7 +44,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
@@ -66,7 +65,7 @@ from runnerd.backend.watch import ProgressReport, WatchHost, WatchSpec
 from runnerd.contract import AvailabilityReport, IoMode, RunnerEndpoint, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
 from runnerd.local.containment import ContainmentPlan, probe_containment
-from runnerd.local.forward import SessionNetwork, open_session_network
+from runnerd.local.forward import SessionNetwork, free_loopback_port, open_session_network
 from runnerd.local.identity import SessionIdentity, SessionUids
 from runnerd.local.initpython import choose_init_python, unreachable_workdir
 from runnerd.local.launch import Unresolved, build_argv, build_env
@@ -250,7 +249,7 @@ class LocalBackend:
         cgroup: Path | None = None
         try:
             cgroup = await self._create_cgroup(spec)
-            inspect_port = _free_loopback_port() if spec.inspect and runtime.inspect_args else None
+            inspect_port = free_loopback_port() if spec.inspect and runtime.inspect_args else None
             launch = self._launch(session_dir, cgroup, identity)
             async with self._open_network(spec) as net:
                 # The PTY exists from the spawn on: its first size must be the client's.
@@ -395,13 +394,3 @@ def _uid(launch: Launch) -> int:
 def _endpoints(spec: RunSpec) -> tuple[RunnerEndpoint, ...]:
     # The host is left empty: the client knows how it reached the runner.
     return tuple({"host": "", "port": p.port, "protocol": p.protocol} for p in spec.ports)
-
-
-def _free_loopback_port() -> int:
-    # The port is free now; the workload binds it moments later. A race with
-    # another process is possible but harmless: the debug relay just never
-    # connects.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port

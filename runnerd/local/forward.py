@@ -185,6 +185,17 @@ class SessionNetwork:
         self._sock.close()
 
 
+def free_loopback_port() -> int:
+    """A tcp port free on the host's loopback now. The workload binds it
+    moments later; a race with another process is possible but harmless
+    (the debug relay just never connects). Host-wide, so the apps of one
+    watch sandbox (one loopback) never get the same one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
 def _reset(stream: trio.SocketStream) -> None:
     with contextlib.suppress(OSError):
         stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

@@ -47,7 +47,7 @@ outer, which is in the new network namespace, is the daemon's way into it:
 
 With `--nest` (an app of a watch session, `runnerd.local.sandbox`), the
 daemon's child has joined the namespaces of the session's holder instead of
-making its own (`containment.preexec_joined`: its children are born in the
+making its own (`joined.preexec_joined`: its children are born in the
 session's PID namespace). It forks one more process, which unshares a PID
 namespace nested in the session's (with the CAP_SYS_ADMIN the daemon made
 ambient) and goes on as the outer above: the app's init is PID 1 of its

@@ -11,10 +11,16 @@ How: a holder process is started exactly as a run session's workload is
 the session's cgroup and uid, parent-death signal, the network published
 through `runnerd.local.forward`), its workload a `sleep` that does nothing.
 Each app then joins the holder's namespaces (`Launch.join`:
-`containment.open_namespaces` of it, held open here) instead of making
+`joined.open_namespaces` of it, held open here) instead of making
 its own, and gets a PID namespace of its own nested in the session's
 (`nsinit --nest`): stopping one app (a restart) stops everything that app
-started, however it detached, and nothing of another. Every guarantee a
+started, however it detached, and nothing of another. With a fresh /proc
+(the usual case) it also gets a copy of the session's mount namespace (the
+same workspace, /tmp and covers: the same mounts) with a /proc of its own
+namespace over the session's, so what it reads there agrees with its
+getpid(); apps therefore do not see each other's processes (a pod's
+`shareProcessNamespace` is not offered), while the session's init, whose
+end ends them all, is their ancestor. Every guarantee a
 run session has holds for each app: the parent-death chain (a SIGKILLed
 daemon takes the holder and every app down), the mount view, the
 isolated network (no way to runnerd's API), `no_new_privs`.
@@ -53,8 +59,9 @@ import trio
 
 from runnerd.backend import Dial, Limits, StartError
 from runnerd.local.cgroups import SessionCgroups
-from runnerd.local.containment import Containment, open_namespaces
+from runnerd.local.containment import Containment
 from runnerd.local.forward import SessionNetwork, open_session_network
+from runnerd.local.joined import open_namespaces
 from runnerd.local.network import NetworkPlan
 from runnerd.local.spawn import Launch, spawn_streams_process
 from runnerd.local.streams import StreamsProcess

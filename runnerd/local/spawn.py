@@ -41,9 +41,9 @@ from runnerd.local.containment import (
     Containment,
     ContainmentPlan,
     preexec_contained,
-    preexec_joined,
 )
 from runnerd.local.identity import SessionIdentity
+from runnerd.local.joined import preexec_joined
 from runnerd.local.mounts import NOTHING_HIDDEN, SessionView
 from runnerd.local.pty import DEFAULT_COLS, DEFAULT_ROWS, PtyProcess, set_window_size
 from runnerd.local.spawner import run_in_spawner
@@ -92,7 +92,7 @@ class Launch:
     the host as `view`, in `cgroup`, as `identity` (a root daemon's session
     uid; None keeps the daemon's), its init run by `init_python`. `join`:
     a watch session's app joins the namespaces of its sandbox's holder
-    (`containment.open_namespaces` of it, under `plan`; the fds stay the
+    (`joined.open_namespaces` of it, under `plan`; the fds stay the
     caller's) instead of making its own (`view` is then the holder's) and
     gets a PID namespace of its own nested in the holder's (`nsinit
     --nest`)."""

@@ -42,7 +42,6 @@ import dataclasses
 import logging
 import os
 import secrets
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -62,6 +61,7 @@ from runnerd.backend.watch import (
     WorkspaceFile,
 )
 from runnerd.contract import IoMode
+from runnerd.local.forward import free_loopback_port
 from runnerd.local.identity import SessionUids
 from runnerd.local.launch import Unresolved, build_argv, build_env
 from runnerd.local.preflight import resolve_image
@@ -189,7 +189,7 @@ class LocalWatchHost:
         if not await self._workspace.is_file(app.entry):
             raise StartError("boot", f"entry {app.entry!r} is not a file in the workspace")
         inspect = self._spec.identity.inspect and bool(runtime.inspect_args)
-        inspect_port = _free_loopback_port() if inspect else None
+        inspect_port = free_loopback_port() if inspect else None
         argv = build_argv(
             runtime,
             executable,
@@ -323,13 +323,3 @@ def resolve_runtime(kit: WatchKit, image: str) -> tuple[RuntimeConfig, str]:
 
 def make_private_dir(path: Path) -> None:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
-
-
-def _free_loopback_port() -> int:
-    # As a run session's: free now, bound moments later (a race with another
-    # process only loses the debug relay). Host-wide, so the apps of one
-    # sandbox (one loopback) never get the same one.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port

@@ -94,20 +94,40 @@ async def test_watch_restart_is_stop_then_start_with_the_new_file(
     serve = "import time\nprint('generation', {n}, flush=True)\ntime.sleep(600)\n"
     spec = watch_spec({"app.py": serve.format(n=1)})
     app = AppLaunch("web", "app.py")
+
+    def generations() -> list[int]:
+        # The app's python processes (not the init's outer, whose argv has it too).
+        return [
+            pid
+            for pid in session_pids(workdir, spec.session_id)
+            if _cmdline(pid).split(b"\0")[1:2] == [b"-u"]
+        ]
+
     with trio.fail_after(30):
         async with backend.open_watch(spec, Progress()) as host:
             first = Sink()
             async with running(host, app, first) as (_, scope, _):
                 await first.wait_for("generation 1")
-                assert len(session_pids(workdir, spec.session_id)) >= 1
+                assert len(generations()) == 1
                 scope.cancel()
+            # Stopped (its whole process tree) before the next one starts.
+            assert generations() == []
             await host.apply(ChangeSet(writes=(Write("app.py", serve.format(n=2).encode()),)))
             second = Sink()
             async with running(host, app, second):
                 await second.wait_for("generation 2")
+                assert len(generations()) == 1
             assert "generation 2" not in first.text()
     assert leftovers(workdir) == []
     assert session_pids(workdir, spec.session_id) == []
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read()
+    except OSError:
+        return b""
 
 
 SERVER_PY = """
@@ -133,6 +153,28 @@ print("got:", c.recv(100).decode().strip(), flush=True)
 async def test_watch_apps_reach_each_other_on_loopback(
     backend: LocalBackend, workdir: Path
 ) -> None:
+    await _apps_meet(backend, workdir)
+
+
+@pytest.mark.parametrize("network", ["none", "host"])
+async def test_watch_apps_reach_each_other_on_every_network_mode(
+    workdir: Path, network: str
+) -> None:
+    from runnerd.local.settings import LocalConfig
+    from tests.local.conftest import runtimes
+
+    local = LocalConfig(
+        workdir=workdir,
+        stop_grace_s=0.5,
+        runtimes=runtimes(),
+        network=network,  # type: ignore[arg-type]
+    )
+    await _apps_meet(LocalBackend(local), workdir)
+
+
+async def _apps_meet(backend: LocalBackend, workdir: Path) -> None:
+    """A server app and a client app meet on 127.0.0.1; the server's port is
+    on the host's loopback, and the address's dial reaches it."""
     port = free_port()
     spec = watch_spec({"server.py": SERVER_PY, "client.py": CLIENT_PY}, env={"PORT": str(port)})
     server_app = AppLaunch("server", "server.py", ports=(PortMapping(port=port, protocol="tcp"),))
@@ -149,7 +191,12 @@ async def test_watch_apps_reach_each_other_on_loopback(
                 stream = await trio.open_tcp_stream("127.0.0.1", port)
                 async with stream:
                     assert b"hello from the server" in await stream.receive_some(100)
+                # What the core's reachability probes use.
                 assert started.address is not None
+                if started.address.dial is not None:
+                    probe = await started.address.dial("127.0.0.1", port)
+                    async with probe:
+                        assert b"hello from the server" in await probe.receive_some(100)
     assert leftovers(workdir) == []
 
 
@@ -328,3 +375,24 @@ async def test_watch_streams_app_reads_its_stdin_from_the_handle(
             async with running(host, app, sink) as (started, _, _):
                 started.handle.write(b"hello\n")
                 await sink.wait_for("echo hello\n", OutputStream.STDOUT)
+
+
+async def test_watch_tty_app_is_resized_through_its_handle(
+    backend: LocalBackend, workdir: Path
+) -> None:
+    sizes = (
+        "import os, signal, sys\n"
+        "def show(*_):\n"
+        "    print('size', *os.get_terminal_size(), flush=True)\n"
+        "signal.signal(signal.SIGWINCH, show)\n"
+        "show()\n"
+        "sys.stdin.read()\n"
+    )
+    spec = watch_spec({"size.py": sizes})
+    sink = Sink()
+    with trio.fail_after(30):
+        async with backend.open_watch(spec, Progress()) as host:
+            async with running(host, AppLaunch("size", "size.py"), sink) as (started, _, _):
+                await sink.wait_for("size 80 24")
+                started.handle.resize(132, 40)
+                await sink.wait_for("size 132 40")
