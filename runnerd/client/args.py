@@ -13,7 +13,10 @@ from typing import Any
 
 DEFAULT_SOCKET = Path("/run/runnerd/runnerd.sock")
 SOCKET_ENV = "RUNNERD_SOCKET"
-CLIENT_VERBS = ("run", "ls", "logs", "events", "attach", "stop", "apps", "probe", "completion")
+CLIENT_VERBS = (
+    "run", "watch", "reload", "ls", "logs", "events", "attach", "stop", "apps", "probe",
+    "completion",
+)  # fmt: skip
 
 
 def _endpoint_options(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +70,7 @@ def _add_run(commands: Any) -> None:
     )
 
 
-def _add_session_options(run: argparse.ArgumentParser) -> None:
+def _add_session_options(run: argparse.ArgumentParser, inspect: bool = True) -> None:
     """What the session gets: image, pull policy, env, ports, inspect."""
     run.add_argument(
         "--image",
@@ -102,11 +105,52 @@ def _add_session_options(run: argparse.ArgumentParser) -> None:
         metavar="N[/udp]",
         help="a port the workload listens on (repeatable)",
     )
-    run.add_argument("--inspect", action="store_true", help="start with the debug relay")
+    if inspect:  # a watch session always runs with it
+        run.add_argument("--inspect", action="store_true", help="start with the debug relay")
+
+
+def _add_watch(commands: Any) -> None:
+    watch = _verb(
+        commands,
+        "watch",
+        "start a watch session of a directory: every app's output under its name, one line "
+        "per run, local edits synced into its workspace (Ctrl-C stops it)",
+    )
+    watch.add_argument(
+        "path", nargs="?", type=Path, default=None, metavar="DIR",
+        help="the directory (default: .; with --attach: synced only when given)",
+    )  # fmt: skip
+    watch.add_argument(
+        "--app", action="append", default=[], metavar="NAME=ENTRY[:PORT[/udp][,...]]",
+        help="an app of the session (repeatable; default: one app 'app' on the entry)",
+    )  # fmt: skip
+    watch.add_argument("--entry", metavar="FILE", help="the one app's entry (without --app)")
+    watch.add_argument(
+        "--streams", action="store_true",
+        help="apps get pipes (stdout and stderr apart) instead of a terminal",
+    )  # fmt: skip
+    watch.add_argument("--agent", metavar="NAME", help="a co-resident agent (a catalog name)")
+    watch.add_argument(
+        "--stdin", metavar="APP", help="the app that gets what is typed (default: the first)"
+    )
+    watch.add_argument(
+        "--keep", action="store_true", help="Ctrl-C leaves the session running instead"
+    )
+    watch.add_argument(
+        "--attach", metavar="SESSION_ID", help="watch an existing watch session instead"
+    )
+    _add_session_options(watch, inspect=False)
+    watch.add_argument(
+        "--accept-terms", metavar="VERSION",
+        help="accept the runner's terms of this version without asking",
+    )  # fmt: skip
+    reload = _verb(commands, "reload", "restart a watch session's apps (trigger: manual)")
+    reload.add_argument("session_id", metavar="SESSION_ID")
+    reload.add_argument("--app", metavar="NAME", help="only this app (default: every app)")
 
 
 def _add_listing(commands: Any) -> None:
-    ls = _verb(commands, "ls", "list sessions: id, status, age, image or app, ports")
+    ls = _verb(commands, "ls", "list sessions: id, status, age, mode, image or app, apps, ports")
     ls.add_argument("-a", "--all", action="store_true", help="include finished sessions")
     ls.add_argument("-q", "--quiet", action="store_true", help="ids only")
     ls.add_argument("--json", action="store_true", help='the daemon\'s {"sessions": [...]} JSON')
@@ -148,5 +192,6 @@ def _add_session_verbs(commands: Any) -> None:
 def add_client_verbs(commands: Any) -> None:
     """Add every client verb to `commands` (an argparse subparsers action)."""
     _add_run(commands)
+    _add_watch(commands)
     _add_listing(commands)
     _add_session_verbs(commands)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,15 +121,19 @@ def _read_text(path: Path) -> str | None:
         raise BundleError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def _walk(root: Path) -> tuple[list[tuple[str, str]], list[str]]:
-    files: list[tuple[str, str]] = []
-    skipped: list[str] = []
+def iter_files(root: Path) -> Iterator[tuple[str, Path]]:
+    """Every file of the directory `root` a bundle takes, as (relative path,
+    path), in a stable order: `ALWAYS_SKIPPED` and what `.gitignore` excludes
+    are left out (module docstring). `runnerd watch` syncs the same set."""
     rules: list[_Rule] = []
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         rel_dir = "" if rel_dir == "." else rel_dir
         if ".gitignore" in filenames:
-            text = (Path(dirpath) / ".gitignore").read_text(errors="replace")
+            try:
+                text = (Path(dirpath) / ".gitignore").read_text(errors="replace")
+            except OSError:  # gone since the listing (an editor's rename)
+                text = ""
             rules = rules + parse_gitignore(text, rel_dir)
 
         def rel(name: str, base: str = rel_dir) -> str:
@@ -139,13 +144,19 @@ def _walk(root: Path) -> tuple[list[tuple[str, str]], list[str]]:
         )
         for name in sorted(filenames):
             path = Path(dirpath) / name
-            if not path.is_file() or is_ignored(rules, rel(name), False):
-                continue
-            contents = _read_text(path)
-            if contents is None:
-                skipped.append(rel(name))
-            else:
-                files.append((rel(name), contents))
+            if path.is_file() and not is_ignored(rules, rel(name), False):
+                yield rel(name), path
+
+
+def _walk(root: Path) -> tuple[list[tuple[str, str]], list[str]]:
+    files: list[tuple[str, str]] = []
+    skipped: list[str] = []
+    for rel_path, path in iter_files(root):
+        contents = _read_text(path)
+        if contents is None:
+            skipped.append(rel_path)
+        else:
+            files.append((rel_path, contents))
     return files, skipped
 
 
@@ -180,6 +191,16 @@ def collect_bundle(path: Path, entry: str | None = None) -> Bundle:
             return Bundle(candidate, files, skipped)
     top = ", ".join(n for n in names if "/" not in n)
     raise BundleError(f"{path}: which file runs? give --entry FILE (top-level files: {top})")
+
+
+def collect_tree(path: Path, entry: str) -> Bundle:
+    """Bundle the directory `path` with `entry` as its entry, whether or not
+    it is one of its files (a watch session's apps name their own entries,
+    which may be written later). Raises BundleError: not a directory."""
+    if not path.is_dir():
+        raise BundleError(f"{path}: not a directory")
+    files, skipped = _walk(path)
+    return Bundle(entry, files, skipped)
 
 
 def body_size(body: object) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 _FILE_OPTIONS = ("--socket", "--config", "--env-file", "--entry")
-_SESSION_VERBS = ("logs", "events", "attach", "stop")
+_SESSION_VERBS = ("logs", "events", "attach", "stop", "reload")
 
 
 def _verbs(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
@@ -61,7 +61,7 @@ _runnerd() {{
             local ids
             ids="$(runnerd ls -aq "${{daemon[@]}}" 2>/dev/null)"
             COMPREPLY=( $(compgen -W "$ids" -- "$cur") ) ;;
-        run) COMPREPLY=( $(compgen -f -- "$cur") ) ;;
+        run|watch) COMPREPLY=( $(compgen -f -- "$cur") ) ;;
         completion) COMPREPLY=( $(compgen -W "bash zsh" -- "$cur") ) ;;
     esac
 }}

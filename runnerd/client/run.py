@@ -91,11 +91,13 @@ def build_request(api: Api, args: argparse.Namespace) -> tuple[str, dict[str, An
     image = args.image or default_image(api)
     body["bundle"] = bundle.as_json()
     body["config"] = {"image": image, "pullPolicy": args.pull}
-    _check_size(api, body)
+    check_size(api, body)
     return "/v1/sessions", body
 
 
-def _check_size(api: Api, body: dict[str, Any]) -> None:
+def check_size(api: Api, body: dict[str, Any]) -> int | None:
+    """Refuse `body` when it is over the daemon's announced limit (ClientError);
+    that limit (None when the daemon announces none)."""
     limit = api.request("GET", "/v1/sessions").headers.get(MAX_BODY_HEADER, "")
     size = body_size(body)
     if limit.isdigit() and size > int(limit):
@@ -103,6 +105,7 @@ def _check_size(api: Api, body: dict[str, Any]) -> None:
             f"the bundle is {size} bytes as JSON, over the daemon's limit of {limit} "
             f"(server.max_body_bytes); leave files out with .gitignore or run a smaller PATH"
         )
+    return int(limit) if limit.isdigit() else None
 
 
 def _ask_terms(error: ApiError, accepted: str | None) -> str:
@@ -124,15 +127,21 @@ def _ask_terms(error: ApiError, accepted: str | None) -> str:
 def start(api: Api, args: argparse.Namespace) -> str:
     """POST the start (asking for terms once if needed); the new session id."""
     path, body = build_request(api, args)
+    return post_start(api, path, body, args.accept_terms)
+
+
+def post_start(api: Api, path: str, body: dict[str, Any], accept_terms: str | None) -> str:
+    """POST `body` to `path`, with our terminal's size, asking for the terms
+    once if the runner needs them; the new session id. Raises ClientError."""
     size = terminal_size(0) if os.isatty(0) else None
     sized = {TERMINAL_SIZE_HEADER: "{}x{}".format(*size)} if size is not None else {}
-    headers = {TERMS_HEADER: args.accept_terms} if args.accept_terms else {}
+    headers = {TERMS_HEADER: accept_terms} if accept_terms else {}
     try:
         reply = api.request("POST", path, body, {**sized, **headers})
     except ApiError as exc:
         if exc.status != 428:
             raise
-        headers = {TERMS_HEADER: _ask_terms(exc, args.accept_terms)}
+        headers = {TERMS_HEADER: _ask_terms(exc, accept_terms)}
         reply = api.request("POST", path, body, {**sized, **headers})
     session_id: str = reply.body["sessionId"]
     return session_id

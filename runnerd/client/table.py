@@ -54,3 +54,13 @@ def ports_text(entry: dict[str, Any]) -> str:
     if endpoints:
         return ",".join(f"{e.get('host')}:{e.get('port')}/{e.get('protocol')}" for e in endpoints)
     return ",".join(f"{p.get('port')}/{p.get('protocol')}" for p in entry.get("ports") or [])
+
+
+def apps_text(entry: dict[str, Any]) -> str:
+    """A watch session's apps with their latest generation (`web#3,api#1`), and
+    its agent (`+agent:NAME`); `-` for a run session."""
+    if entry.get("mode") != "watch":
+        return "-"
+    apps = ",".join(f"{a.get('name')}#{a.get('generation', 0)}" for a in entry.get("apps") or [])
+    agent = f" +agent:{entry['agent']}" if entry.get("agent") else ""
+    return (apps or "-") + agent

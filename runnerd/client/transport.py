@@ -27,6 +27,8 @@ from runnerd.client.args import DEFAULT_SOCKET, SOCKET_ENV
 
 # Plain requests are small; a stop waits for the workload's grace period.
 REQUEST_TIMEOUT_S = 30.0
+# `body=NO_BODY`: a POST that carries nothing (reload, resume), sent as such.
+NO_BODY: Any = object()
 
 
 class ClientError(Exception):
@@ -46,12 +48,20 @@ def no_session(session_id: str) -> ClientError:
 class ApiError(ClientError):
     """The daemon answered with an error body `{error, message}`."""
 
-    def __init__(self, status: int, code: str, message: str, body: Any = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(f"{message} ({status} {code})")
         self.status = status
         self.code = code
         self.message = message
         self.body = body
+        self.headers: Mapping[str, str] = headers or {}  # lower-case names
 
 
 @dataclass(frozen=True)
@@ -138,7 +148,13 @@ class Api:
         """Send a request; the caller reads (or streams) the response and closes both."""
         all_headers = {"accept": "application/json", **(headers or {})}
         data = None
-        if body is not None or method in ("POST", "DELETE"):
+        if body is NO_BODY:
+            # content-length 0 (http.client's for a POST): the request ends
+            # with its head. A body sent after the head (http.client's second
+            # write) to a route that reads none may meet a connection the
+            # daemon closed after answering: EPIPE instead of the answer.
+            all_headers["content-type"] = "application/json"
+        elif body is not None or method in ("POST", "DELETE"):
             all_headers["content-type"] = "application/json"
             data = json.dumps(body if body is not None else {}).encode()
         conn = self._connection(timeout)
@@ -177,7 +193,9 @@ class Api:
             parsed = raw.decode(errors="replace")
         reply = Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, parsed)
         if response.status not in ok:
-            raise _api_error(response.status, parsed)
+            error = _api_error(response.status, parsed)
+            error.headers = reply.headers
+            raise error
         return reply
 
     def get(self, path: str) -> Any:

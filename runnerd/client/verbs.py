@@ -1,4 +1,5 @@
-"""The client verbs but `run`: ls, stop, logs, events, attach, apps, probe, completion.
+"""The client verbs: `run` and `watch` (their own modules), reload, ls, stop, logs,
+events, attach, apps, probe, completion.
 
 Owns each verb's requests and what it prints, and `dispatch`, the one place
 that turns a `ClientError` into `runnerd: <message>` on stderr and exit 1
@@ -14,10 +15,12 @@ import json
 import sys
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from runnerd.client.outcome import EXIT_ERROR, EXIT_OK, EXIT_STOPPED, EXIT_USAGE
-from runnerd.client.table import age, ports_text, status_text, table
+from runnerd.client.table import age, apps_text, ports_text, status_text, table
 from runnerd.client.transport import (
+    NO_BODY,
     Api,
     ApiError,
     ClientError,
@@ -28,6 +31,7 @@ from runnerd.client.transport import (
 )
 
 LIVE = ("starting", "running")
+NOT_OVER = (*LIVE, "suspended")  # a suspended watch session comes back on resume
 
 
 def list_sessions(api: Api) -> list[dict[str, Any]]:
@@ -46,7 +50,7 @@ def find_session(api: Api, session_id: str) -> dict[str, Any]:
 def cmd_ls(api: Api, args: argparse.Namespace) -> int:
     sessions = list_sessions(api)
     if not args.all:
-        sessions = [s for s in sessions if s["status"].get("kind") in LIVE]
+        sessions = [s for s in sessions if s["status"].get("kind") in NOT_OVER]
     if args.json:
         # The daemon's object, as `GET /v1/sessions` answers it (README).
         print(json.dumps({"sessions": sessions}, indent=2))
@@ -55,11 +59,11 @@ def cmd_ls(api: Api, args: argparse.Namespace) -> int:
             print(s["sessionId"])
     else:
         rows = [
-            [s["sessionId"], status_text(s["status"]), age(s["createdAt"]),
-             s.get("image") or f"app:{s.get('app')}", ports_text(s)]
+            [s["sessionId"], status_text(s["status"]), age(s["createdAt"]), s.get("mode", "run"),
+             s.get("image") or f"app:{s.get('app')}", apps_text(s), ports_text(s)]
             for s in sessions
         ]  # fmt: skip
-        print(table(["ID", "STATUS", "AGE", "IMAGE/APP", "PORTS"], rows))
+        print(table(["ID", "STATUS", "AGE", "MODE", "IMAGE/APP", "APPS", "PORTS"], rows))
     return EXIT_OK
 
 
@@ -83,6 +87,10 @@ def cmd_logs(api: Api, args: argparse.Namespace) -> int:
     from runnerd.client.pty_channel import Ended, StdinMode, follow_channel
 
     entry = find_session(api, args.session_id)
+    if entry.get("mode") == "watch":
+        from runnerd.client.watch import show_watch_logs
+
+        return show_watch_logs(api, entry, args.follow)
     terminal = entry["status"].get("kind") not in LIVE
     # Without -f: what was there when we asked, then stop (the whole replay
     # of a finished session, which closes by itself).
@@ -131,7 +139,41 @@ def cmd_events(api: Api, args: argparse.Namespace) -> int:
 def cmd_attach(api: Api, args: argparse.Namespace) -> int:
     from runnerd.client.attach import run_attach
 
+    if find_session(api, args.session_id).get("mode") == "watch":
+        raise ClientError(f"{args.session_id} is a watch session: `runnerd watch --attach "
+                          f"{args.session_id}` shows its apps")  # fmt: skip
+
     return run_attach(api.endpoint, args.session_id, args.last_seq)
+
+
+def cmd_reload(api: Api, args: argparse.Namespace) -> int:
+    query = f"?app={quote(args.app)}" if args.app is not None else ""
+    path = f"/v1/sessions/{args.session_id}/reload{query}"
+    try:
+        reply = api.request("POST", path, NO_BODY, ok=(202,))
+        reloaded = reply.body.get("reloaded") or []
+    except ApiError as exc:
+        if exc.status == 404 and exc.code == "not_found":
+            raise no_session(args.session_id) from None
+        if exc.code == "not_running" and _kind(api, args.session_id) == "suspended":
+            raise ClientError(f"{args.session_id} is suspended: `runnerd watch --attach "
+                              f"{args.session_id}` resumes it ({exc})") from None  # fmt: skip
+        raise
+    print(f"reloaded {', '.join(str(name) for name in reloaded)}")
+    return EXIT_OK
+
+
+def _kind(api: Api, session_id: str) -> str | None:
+    try:
+        return str(api.get(f"/v1/sessions/{session_id}")["status"]["kind"])
+    except (ClientError, KeyError, TypeError):
+        return None
+
+
+def cmd_watch(api: Api, args: argparse.Namespace) -> int:
+    from runnerd.client.watch import run_watch
+
+    return run_watch(api, args)
 
 
 def cmd_apps(api: Api, args: argparse.Namespace) -> int:
@@ -178,8 +220,9 @@ def cmd_run(api: Api, args: argparse.Namespace) -> int:
 
 
 VERBS: dict[str, Callable[[Api, argparse.Namespace], int]] = {
-    "run": cmd_run, "ls": cmd_ls, "logs": cmd_logs, "events": cmd_events,
-    "attach": cmd_attach, "stop": cmd_stop, "apps": cmd_apps, "probe": cmd_probe,
+    "run": cmd_run, "watch": cmd_watch, "reload": cmd_reload, "ls": cmd_ls, "logs": cmd_logs,
+    "events": cmd_events, "attach": cmd_attach, "stop": cmd_stop, "apps": cmd_apps,
+    "probe": cmd_probe,
 }  # fmt: skip
 
 

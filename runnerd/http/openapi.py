@@ -28,7 +28,7 @@ from runnerd.contract import (
     StartSessionRequest,
 )
 from runnerd.http.openapi_watch import (
-    SESSION_FIELDS,
+    LISTED_SESSION_FIELDS,
     SESSION_REQUIRED,
     watch_paths,
     with_watch_schemas,
@@ -467,7 +467,7 @@ def _with_extensions(paths: dict[str, Any]) -> dict[str, Any]:
                 protocol={"enum": ["tcp", "udp"]})},
             lastEventId={"type": "integer", "description": "id of the newest event"},
             lastOutputSeq={"type": "integer", "description": "seq of the newest PTY chunk"},
-            **SESSION_FIELDS,
+            **LISTED_SESSION_FIELDS,
         )},
     )  # fmt: skip
     listed = _json(session_list, "every registered session, live and retained, oldest first")

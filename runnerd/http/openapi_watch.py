@@ -51,7 +51,7 @@ _SESSION_APP = _obj(
                 "description": "the app's latest generation (0 before its first)"},
     ports=_PORTS,
 )  # fmt: skip
-# What GET /v1/sessions/{id} (and each listed session) gains.
+# What GET /v1/sessions/{id} (and each listed session: LISTED_SESSION_FIELDS) gains.
 SESSION_FIELDS: dict[str, Any] = {
     "mode": {"enum": ["run", "watch"]},
     "agent": {**_str(), "description": "the co-resident agent's catalog name, while it has one"},
@@ -60,6 +60,21 @@ SESSION_FIELDS: dict[str, Any] = {
                             "`{name: app, io: tty, generation: 0, ports}`"},
 }  # fmt: skip
 SESSION_REQUIRED = ["mode", "apps"]
+# A listed session's apps also say where each one's output ring stands.
+_LISTED_APP = {
+    **_SESSION_APP,
+    "properties": {
+        **_SESSION_APP["properties"],
+        "lastOutputSeq": {
+            "type": "integer",
+            "description": "watch only: seq of the app's newest output chunk (its `/io?app=` ring)",
+        },
+    },
+}
+LISTED_SESSION_FIELDS: dict[str, Any] = {
+    **SESSION_FIELDS,
+    "apps": {**SESSION_FIELDS["apps"], "items": _LISTED_APP},
+}
 
 WATCH_SCHEMAS: dict[str, Any] = {
     "WorkspaceFile": _obj(

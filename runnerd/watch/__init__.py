@@ -18,9 +18,9 @@ side only applies its answers:
 - `kernel`: a self-watching app's generations and announced ports,
   projected from its kernel's `Kernel.*` debug frames.
 
-Time is passed in as `now` (seconds on a monotonic clock). Not wired into
-the session manager, the backends or the routes yet: `mode: "watch"` is
-refused (`watch_disabled`) until it is.
+Time is passed in as `now` (seconds on a monotonic clock). The session
+core (`runnerd.session.watchsession`), the backends and the routes
+(`runnerd.http.workspace`, admission) apply these rules.
 
 May import: `contract`, `errors`, `config`; nothing above (and no trio).
 """

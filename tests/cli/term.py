@@ -6,7 +6,7 @@ the harness draining the daemon's stderr) keeps running meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pexpect
 import trio
@@ -21,12 +21,19 @@ class Terminal:
 
     @classmethod
     def spawn(
-        cls, daemon: Daemon, argv: Sequence[str], *, rows: int = 24, cols: int = 80
+        cls,
+        daemon: Daemon,
+        argv: Sequence[str],
+        *,
+        rows: int = 24,
+        cols: int = 80,
+        env: Mapping[str, str] | None = None,
     ) -> Terminal:
-        """`argv` in a new pty of `rows` x `cols` (argv[0] `runnerd` means our CLI)."""
+        """`argv` in a new pty of `rows` x `cols` (argv[0] `runnerd` means our CLI),
+        with `env` added to the CLI's environment."""
         full = [*RUNNERD, *argv[1:]] if argv[0] == "runnerd" else list(argv)
         child = pexpect.spawn(
-            full[0], full[1:], env=cli_env(daemon), dimensions=(rows, cols), timeout=10
+            full[0], full[1:], env=cli_env(daemon, env), dimensions=(rows, cols), timeout=10
         )
         return cls(child)
 

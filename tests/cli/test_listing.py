@@ -71,8 +71,9 @@ async def _ls_shows_live_sessions_and_a_includes_finished_ones(runnerd: Daemon) 
     result = await cli(runnerd, "ls")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.decode().splitlines()
-    assert lines[0].split() == ["ID", "STATUS", "AGE", "IMAGE/APP", "PORTS"]
+    assert lines[0].split() == ["ID", "STATUS", "AGE", "MODE", "IMAGE/APP", "APPS", "PORTS"]
     assert [line.split()[:2] for line in lines[1:]] == [[live, "running"]]
+    assert lines[1].split()[3:6] == ["run", "sh", "-"]  # a run session: no apps column
     everything = (await cli(runnerd, "ls", "-a")).stdout.decode()
     assert f"{done}  exited 4" in everything and live in everything
     quiet = (await cli(runnerd, "ls", "-aq")).stdout.decode().split()

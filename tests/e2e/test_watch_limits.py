@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import trio
 
+from tests.e2e.contract_client import SSE_TIMEOUT
 from tests.e2e.watch_client import (
     error_of,
     has_status,
@@ -148,3 +149,39 @@ async def test_max_watch_sessions_refuses_starts_and_resumes_but_not_suspended_o
     assert resumed.status_code == 202
     event = started(frames, "app", 2)
     assert event is not None and event["trigger"] == "resume"
+
+
+async def test_error_order_schema_then_budget_then_liveness_then_paths(tmp_path: Path) -> None:
+    """`POST /workspace`: 400 schema → 429 → 409 → 400 invalid_path; `POST
+    /reload`: 409 → 429. A stopped session has no workspace (409) and is
+    not suspended (404)."""
+    overrides = {"watch": {**WATCH, "idle_seconds": 1, "reload_limit": 1}}
+    one = {"write": [{"path": "a.txt", "content": "1"}]}
+    bad_path = {"write": [{"path": "/abs", "content": "1"}]}
+    json_type = {"content-type": "application/json"}
+    async with start_daemon(tmp_path, overrides) as daemon, daemon.client() as client:
+        session_id = await start_watch(client)
+        await wait_running(client, session_id)
+        events = f"/v1/sessions/{session_id}/events"
+        async with client.stream("GET", events, timeout=SSE_TIMEOUT) as subscribed:
+            assert subscribed.status_code == 200  # a subscriber: no idle suspend meanwhile
+            spend = await route(client, "POST", session_id, "workspace", json=one)
+            schema = await route(
+                client, "POST", session_id, "workspace", content=b"[", headers=json_type
+            )
+            budget = await route(client, "POST", session_id, "workspace", json=one)
+            before_path = await route(client, "POST", session_id, "workspace", json=bad_path)
+        await wait_suspended(client, session_id)
+        budget_first = await route(client, "POST", session_id, "workspace", json=one)
+        running_first = await route(client, "POST", session_id, "reload")
+        await client.delete(f"/v1/sessions/{session_id}")
+        stopped = await route(client, "GET", session_id, "workspace")
+        not_suspended = await route(client, "POST", session_id, "resume")
+    assert spend.status_code == 200
+    assert error_of(schema) == (400, "invalid_request")
+    assert error_of(budget) == (429, "reload_rate_limited")
+    assert error_of(before_path) == (429, "reload_rate_limited")
+    assert error_of(budget_first) == (429, "reload_rate_limited")
+    assert error_of(running_first) == (409, "not_running")
+    assert error_of(stopped) == (409, "not_running")
+    assert error_of(not_suspended) == (404, "not_suspended")

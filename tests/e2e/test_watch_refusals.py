@@ -66,7 +66,19 @@ START_REFUSALS: list[tuple[dict[str, Any], int, str, str]] = [
     ({"apps": [_app("a", io="pty")]}, 400, "invalid_request", "body.apps[0].io"),
     ({"apps": [_app("a" * 64)]}, 400, "invalid_request", "body.apps[0].name"),
     ({"mode": "live"}, 400, "invalid_request", "body.mode"),
+    ({"app": "nope"}, 400, "unknown_app", "helper"),
     ({"app": "helper"}, 400, "invalid_request", "body.app"),
+    (
+        {
+            "bundle": {
+                "entryRelativePath": "serve.sh",
+                "files": [{"relativePath": "../x", "contents": ""}],
+            }
+        },
+        400,
+        "invalid_bundle",
+        "../x",
+    ),
     ({"agent": "nope"}, 400, "unknown_agent", "helper"),
     ({"agent": "portless"}, 400, "agent_port_undeclared", "portless"),
     ({"apps": [_app("Web")]}, 400, "invalid_app_name", "body.apps[0].name"),

@@ -26,7 +26,9 @@ from tests.e2e.watch_client import (
     wait_frames,
     wait_running,
     wait_started,
+    watch_body,
 )
+from tests.harness import open_ws
 from tests.shared_daemon import SharedDaemon, shared_daemon
 
 AGENT = (
@@ -159,7 +161,13 @@ async def test_reload_and_replace_the_app_set(runnerd: SharedDaemon) -> None:
         one = await route(client, "POST", session_id, "reload", params={"app": "serve"})
         await wait_started(client, session_id, "serve", 2)
         every = await route(client, "POST", session_id, "reload")
-        await wait_started(client, session_id, "once", 2)
+        # Both restarts begun before the PUT (a restart still pending when
+        # another is asked for is one restart, with the later trigger).
+        await wait_frames(
+            client,
+            session_id,
+            lambda fs: started(fs, "once", 2) is not None and started(fs, "serve", 3) is not None,
+        )
         new_set = [
             {"name": "fresh", "entryRelativePath": "serve.sh", "io": "streams"},
             {"name": "serve", "entryRelativePath": "serve.sh"},
@@ -271,3 +279,36 @@ async def test_route_refusals_on_a_running_session_change_nothing(
     assert [f["path"] for f in after[0]] == [f["path"] for f in before[0]]
     assert after[0] == before[0]
     assert [a["name"] for a in after[1]] == [a["name"] for a in before[1]]
+
+
+SIZED = 'until [ "$(stty size)" = "43 132" ]; do sleep 0.05; done; echo sized; exec sleep 600'
+
+
+async def test_the_terminal_size_header_reaches_every_tty_app(runnerd: SharedDaemon) -> None:
+    apps = [{"name": "a", "entryRelativePath": "sized.sh"},
+            {"name": "b", "entryRelativePath": "sized.sh"}]  # fmt: skip
+    header = {"x-runnerd-terminal-size": "132x43"}
+    async with runnerd.client() as client:
+        created = await client.post(
+            "/v1/sessions", json=watch_body({"sized.sh": SIZED}, apps), headers=header
+        )
+        assert created.status_code == 201, created.text
+        session_id = created.json()["sessionId"]
+        outputs = [await _app_output_until(runnerd, session_id, app, b"sized") for app in "ab"]
+        await client.delete(f"/v1/sessions/{session_id}")
+    assert all(b"sized" in output for output in outputs)
+
+
+async def _app_output_until(
+    runnerd: SharedDaemon, session_id: str, app: str, wanted: bytes
+) -> bytes:
+    """An app's output on `/io?app=` (seq, stream byte, payload) until `wanted`."""
+    output = b""
+    resource = f"/v1/sessions/{session_id}/io?app={app}&lastSeq=0"
+    async with open_ws(runnerd.socket_path, resource) as ws:
+        with trio.fail_after(20):
+            while wanted not in output:
+                message = await ws.get_message()
+                if isinstance(message, bytes):
+                    output += message[5:]
+    return output
