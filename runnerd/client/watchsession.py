@@ -29,6 +29,7 @@ import enum
 import functools
 import json
 import os
+import re
 import signal
 import struct
 from collections.abc import Iterator
@@ -360,11 +361,15 @@ async def replay_app_output(
 
 
 def _retry_after_s(error: ApiError) -> float:
+    """A 429's wait: its `Retry-After`, else the `try again in N s` its message
+    says (runnerd's words today), else `DEFAULT_RETRY_S`."""
     value = error.headers.get("retry-after", "")
     try:
         return max(float(value), 0.0)
     except ValueError:
-        return DEFAULT_RETRY_S
+        pass
+    said = re.search(r"try again in (\d+) s", error.message)
+    return float(said.group(1)) if said else DEFAULT_RETRY_S
 
 
 def _agent_text(status: dict[str, Any]) -> str:
