@@ -3,11 +3,13 @@ sessions on (local backend: the kubernetes one has no watch sessions yet)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from tests.cli.helpers import Background, background_cli, cli, start
@@ -205,6 +207,29 @@ async def test_watch_logs_shows_every_app_and_attach_points_to_watch(tmp_path) -
         assert attach.returncode == 1
         assert f"`runnerd watch --attach {session_id}` shows".encode() in attach.stderr
         await cli(daemon, "stop", session_id)
+
+
+@pytest.mark.slow  # waits out the budget's 60 s window
+async def test_watch_rate_limited_edits_wait_the_window_and_none_is_lost(tmp_path) -> None:
+    config = {"watch": {"enabled": True, "reload_limit": 1}}
+    async with start_daemon(tmp_path, config) as daemon:
+        root = project(tmp_path, {"main.sh": serving("v1"), "a.txt": "a1"})
+        async with background_cli(daemon, "watch", str(root)) as watch:
+            await watch.wait_for(b"app | serving v1")
+            session_id = session_id_of(watch.stderr)
+            (root / "a.txt").write_text("a2")  # spends the budget of 1
+            await watch.wait_for(b"synced: wrote a.txt")
+            (root / "main.sh").write_text(serving("v2"))  # refused 429
+            await watch.wait_for(b"rate limited (watch.reload_limit): syncing again in")
+            (root / "a.txt").write_text("a3")  # meanwhile: joins the pending changes
+            (root / "b.txt").write_text("b")
+            await watch.wait_for(b"synced: wrote a.txt, b.txt, main.sh", timeout_s=90)
+            await watch.wait_for(b"app | serving v2")
+            listing = await get(daemon, f"/v1/sessions/{session_id}/workspace")
+            hashes = {f["path"]: f["hash"] for f in listing["files"]}
+            assert hashes["a.txt"] == hashlib.sha256(b"a3").hexdigest()
+            assert sorted(hashes) == ["a.txt", "b.txt", "main.sh"]
+            assert await interrupt(watch) == 0
 
 
 async def test_watch_refusals_say_what_was_wrong_and_change_nothing(tmp_path) -> None:
