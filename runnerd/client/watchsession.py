@@ -108,6 +108,7 @@ class Watcher:
         self._changed = trio.Event()
         self._sockets: dict[str, trio_websocket.WebSocketConnection] = {}
         self._attached = {app.name: trio.Event() for app in apps}  # its socket is open
+        self._nursery: trio.Nursery | None = None
         self._triggers: dict[tuple[str, int], str] = {}
         self._resumed_for: int = -1  # the suspension (status count) we resumed
         self._statuses = 0
@@ -173,6 +174,9 @@ class Watcher:
             key = (app, generation if isinstance(generation, int) else -1)
             if data.get("phase") == "started":
                 self._triggers[key] = str(data.get("trigger", ""))
+                if app not in self._attached and self._nursery is not None:
+                    self._attached[app] = trio.Event()  # new (PUT /apps): follow it too
+                    self._nursery.start_soon(self._adopt_app, app)
             self.screen.app_line(app, run_text(data, self._triggers.get(key)))
         elif kind == "endpoints" and isinstance(data.get("app"), str):
             self.screen.app_line(data["app"], endpoints_text(data))
@@ -210,6 +214,19 @@ class Watcher:
             await self._changed.wait()
         for app in self.apps:
             nursery.start_soon(self._follow_app, app)
+        self._nursery = nursery  # from now on a new app is followed as it appears
+
+    async def _adopt_app(self, name: str) -> None:
+        """Follow an app the session gained after we attached (`PUT /apps`)."""
+        try:
+            entry = await trio.to_thread.run_sync(self.api.get, f"/v1/sessions/{self.session_id}")
+        except ClientError:
+            return
+        io = next((str(a.get("io")) for a in entry.get("apps") or [] if a.get("name") == name), "")
+        if io:
+            app = AppInfo(name, io)
+            self.apps.append(app)
+            await self._follow_app(app)
 
     async def _follow_app(self, app: AppInfo) -> None:
         resource = f"/v1/sessions/{self.session_id}/io?app={quote(app.name)}&lastSeq=0"
@@ -339,25 +356,6 @@ class Watcher:
             )  # fmt: skip
         except ApiError as exc:
             self.screen.note(f"cannot resume {self.session_id}: {exc}")
-
-
-async def replay_app_output(
-    api: Api, session_id: str, app: str, stop_at_seq: int, screen: Screen
-) -> None:
-    """`app`'s output from the start up to seq `stop_at_seq` (or the
-    channel's end) on `screen` (`runnerd logs` of a watch session).
-    Raises ClientError: the channel could not be opened."""
-    resource = f"/v1/sessions/{session_id}/io?app={quote(app)}&lastSeq=0"
-    async with open_channel(api.endpoint, resource) as ws:
-        with contextlib.suppress(trio_websocket.ConnectionClosed):
-            while True:
-                message = await ws.get_message()
-                if isinstance(message, str) or len(message) < 5:
-                    continue
-                (seq,) = struct.unpack(">I", message[:4])
-                screen.output(app, message[4], bytes(message[5:]))
-                if seq >= stop_at_seq:
-                    return
 
 
 def _retry_after_s(error: ApiError) -> float:

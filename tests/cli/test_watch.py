@@ -142,6 +142,22 @@ async def test_watch_stdin_goes_to_the_chosen_app(tmp_path) -> None:
             assert await interrupt(watch) == 0
 
 
+async def test_watch_follows_an_app_added_by_put_apps(tmp_path) -> None:
+    async with start_daemon(tmp_path, WATCH) as daemon:
+        root = project(tmp_path, {"main.sh": serving("v1"), "extra.sh": 'echo "extra here"'})
+        async with background_cli(daemon, "watch", str(root)) as watch:
+            await watch.wait_for(b"app | serving v1")
+            session_id = session_id_of(watch.stderr)
+            apps = [{"name": "app", "entryRelativePath": "main.sh"},
+                    {"name": "extra", "entryRelativePath": "extra.sh"}]  # fmt: skip
+            async with daemon.client() as client:
+                response = await client.put(f"/v1/sessions/{session_id}/apps", json={"apps": apps})
+            assert response.status_code == 202, response.text
+            await watch.wait_for(b"extra | extra here")  # its own /io, adopted
+            await watch.wait_for(b"#2 (resume) started")  # app: the new set restarts it
+            assert await interrupt(watch) == 0
+
+
 async def test_watch_keep_leaves_it_running_and_attach_comes_back(tmp_path) -> None:
     async with start_daemon(tmp_path, WATCH) as daemon:
         root = project(tmp_path, {"main.sh": serving("v1")})
@@ -248,6 +264,8 @@ async def test_watch_refusals_say_what_was_wrong_and_change_nothing(tmp_path) ->
         assert reload.returncode == 1 and b"409 not_a_watch_session" in reload.stderr
         attach = await cli(daemon, "watch", "--attach", run_session)
         assert attach.returncode == 1 and b"is not a watch session" in attach.stderr
+        no_agent = await cli(daemon, "watch", str(root), "--agent", "nope")
+        assert no_agent.returncode == 1 and b"400 unknown_agent" in no_agent.stderr
         missing = await cli(daemon, "reload", "nosuchsession")
         assert missing.returncode == 1 and b"no session 'nosuchsession'" in missing.stderr
         sessions = (await get(daemon, "/v1/sessions"))["sessions"]
