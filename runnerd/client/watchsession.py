@@ -134,9 +134,21 @@ class Watcher:
             if self.stdin_app is not None:
                 nursery.start_soon(self._forward_stdin)
             if self.sync is not None:
-                root, state, limit = self.sync
-                nursery.start_soon(Syncer(root, state, self, limit).run)
+                nursery.start_soon(settle, self._run_sync)
         return ends[0]
+
+    async def _run_sync(self) -> WatchEnd | None:
+        """The sync, for as long as the watch; the daemon gone ends the watch
+        (LOST), a refusal of the sync itself only the sync (said once)."""
+        assert self.sync is not None
+        root, state, limit = self.sync
+        try:
+            await Syncer(root, state, self, limit).run()
+        except (ApiError, SyncRefused) as exc:
+            self.screen.note(f"syncing stopped: {exc}")
+        except ClientError as exc:  # unreachable: the connection, not an answer
+            return WatchEnd(How.LOST, message=str(exc))
+        return None
 
     # -- the event stream ------------------------------------------------
 
@@ -354,7 +366,7 @@ class Watcher:
                 functools.partial(self.api.request, ok=(202,)),
                 "POST", f"/v1/sessions/{self.session_id}/resume", NO_BODY,
             )  # fmt: skip
-        except ApiError as exc:
+        except ClientError as exc:  # an answer, or none: the event stream tells the rest
             self.screen.note(f"cannot resume {self.session_id}: {exc}")
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.cli.helpers import Background, background_cli, cli, start
+from tests.cli.helpers import Background, background_cli, cli, start, wait_status
 from tests.cli.term import Terminal
 from tests.harness import Daemon, start_daemon
 
@@ -77,6 +77,51 @@ async def test_watch_an_edit_on_disk_restarts_the_app_with_its_new_output(tmp_pa
         assert re.search(r"app #1 \(initial\) exited 143 \(SIGTERM\) in", text), text
         (entry,) = (await get(daemon, "/v1/sessions"))["sessions"]
         assert entry["status"] == {"kind": "stopped"}
+
+
+async def test_watch_names_each_app_in_colour_on_a_terminal(tmp_path) -> None:
+    async with start_daemon(tmp_path, WATCH) as daemon:
+        root = project(tmp_path, {"a.sh": serving("a"), "b.sh": serving("b")})
+        argv = ["runnerd", "watch", str(root), "--app", "a=a.sh", "--app", "b=b.sh"]
+        term = Terminal.spawn(daemon, argv)
+        try:
+            seen = b""
+            for _ in range(2):  # the two apps' first lines, in either order
+                seen += await term.expect(r"serving [ab]") + term.child.after
+            assert b"\x1b[36ma\x1b[0m | serving a" in seen, seen
+            assert b"\x1b[33mb\x1b[0m | serving b" in seen, seen
+            term.send("\x03")
+            assert await term.exit_code() == 0
+        finally:
+            term.close()
+
+
+async def test_watch_a_second_ctrl_c_leaves_while_it_stops(tmp_path) -> None:
+    # An app that ignores SIGTERM: the stop waits out the grace period.
+    async with start_daemon(tmp_path, {**WATCH, "local": {"stop_grace_seconds": 5}}) as daemon:
+        root = project(tmp_path, {"main.sh": 'trap "" TERM; echo stubborn; exec sleep 1000'})
+        async with background_cli(daemon, "watch", str(root)) as watch:
+            await watch.wait_for(b"app | stubborn")
+            session_id = session_id_of(watch.stderr)
+            watch.proc.send_signal(signal.SIGINT)
+            await watch.wait_for(b"Ctrl-C again leaves at once")
+            assert await interrupt(watch) == 130
+        assert f"left {session_id} while it stops".encode() in watch.stderr
+        await wait_status(daemon, session_id, ("stopped",))
+
+
+async def test_watch_exits_1_when_the_daemon_is_lost(tmp_path) -> None:
+    async with start_daemon(tmp_path, WATCH) as daemon:
+        root = project(tmp_path, {"main.sh": serving("v1")})
+        async with background_cli(daemon, "watch", str(root)) as watch:
+            await watch.wait_for(b"app | serving v1")
+            await daemon.stop(signal.SIGKILL)
+            with trio.fail_after(20):
+                assert await watch.proc.wait() == 1
+        # Whichever of its channels noticed first says so; never a traceback.
+        said = watch.stderr.decode()
+        assert "Traceback" not in said, said
+        assert "lost the event stream" in said or "cannot reach runnerd" in said, said
 
 
 async def test_watch_syncs_deletes_and_binary_files_but_not_gitignored_ones(tmp_path) -> None:
