@@ -141,7 +141,12 @@ def run_watch(api: Api, args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
     limit = check_size(api, body)
     session_id = post_start(api, "/v1/sessions", body, args.accept_terms)
-    apps = _apps_of(_get_or_none(api, session_id), requested)
+    try:
+        apps = _apps_of(_get_or_none(api, session_id), requested)
+    except KeyboardInterrupt:  # it exists now: Ctrl-C stops it, as it would later
+        if not args.keep:
+            _stop_quietly(api, session_id)
+        raise
     root = Path(args.path or ".")
     sync = (root, SyncState.seed_from_bundle(bundle), limit)
     return _watch(api, args, session_id, apps, stdin_app, sync, str(root))
@@ -230,7 +235,7 @@ def _watch(
 
 def _stop_quietly(api: Api, session_id: str) -> None:
     try:
-        api.request("DELETE", f"/v1/sessions/{session_id}")
+        api.request("DELETE", f"/v1/sessions/{session_id}", NO_BODY)
     except ClientError as exc:
         print(f"runnerd: cannot stop {session_id}: {exc}", file=sys.stderr)
 
