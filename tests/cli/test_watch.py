@@ -166,6 +166,9 @@ async def test_watch_two_streams_apps_reload_and_ls(tmp_path) -> None:
             assert reloaded.returncode == 0, reloaded.stderr
             assert reloaded.stdout == b"reloaded job\n"
             await watch.wait_for(b"job #2 (manual) started")
+            events = (await cli(daemon, "events", session_id)).stdout.decode()
+            assert re.search(r"^\d+ run job #1 \(initial\) started$", events, re.M), events
+            assert re.search(r"^\d+ run job #1 exited 0 in \d", events, re.M), events
             unknown = await cli(daemon, "reload", session_id, "--app", "nope")
             assert unknown.returncode == 1
             assert b"404 unknown_app" in unknown.stderr
