@@ -41,7 +41,7 @@ from urllib.parse import quote
 import trio
 import trio_websocket
 
-from runnerd.client.pty_channel import EOF_CHAR, FINISHED, LOST_NOTICE
+from runnerd.client.pty_channel import EOF_CHAR, FINISHED, LOST_NOTICE, is_lost_output
 from runnerd.client.sync import SyncState
 from runnerd.client.syncloop import NotRunning, RateLimited, Syncer, SyncRefused
 from runnerd.client.terminal import terminal_size
@@ -258,7 +258,7 @@ class Watcher:
             while True:
                 message = await ws.get_message()
                 if isinstance(message, str):
-                    if _is_lost_output(message):
+                    if is_lost_output(message):
                         self.screen.note(f"{app.name}: {LOST_NOTICE}")
                 elif len(message) >= 5:
                     (_seq,) = struct.unpack(">I", message[:4])
@@ -282,7 +282,10 @@ class Watcher:
     async def _forward_stdin(self) -> None:
         app = next(a for a in self.apps if a.name == self.stdin_app)
         while True:
-            data = await trio.to_thread.run_sync(os.read, 0, 65536, abandon_on_cancel=True)
+            try:
+                data = await trio.to_thread.run_sync(os.read, 0, 65536, abandon_on_cancel=True)
+            except OSError:  # no stdin at all (closed): nothing to send
+                return
             if self.kind == "suspended" and data:
                 await self._resume("a line was typed")
             await self._attached[app.name].wait()  # typed early: held until attached
@@ -387,15 +390,3 @@ def _agent_text(status: dict[str, Any]) -> str:
     if not isinstance(agent, dict):
         return ""
     return f" (agent on port {agent.get('port')})"
-
-
-def _is_lost_output(text: str) -> bool:
-    try:
-        message = json.loads(text)
-    except (ValueError, RecursionError):
-        return False
-    return (
-        isinstance(message, dict)
-        and message.get("type") == "gap"
-        and message.get("reason") == "output_lost"
-    )
