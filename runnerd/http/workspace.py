@@ -72,9 +72,12 @@ def register_workspace_routes(app: QuartTrio, state: AppState) -> None:
         files = await session.list_workspace()
         return json_response({"files": [{"path": f.path, "hash": f.hash} for f in files]})
 
+    # The body is read before the shared checks (so no answer leaves it
+    # unread on a kept-alive connection) and parsed after them.
     async def change_workspace(session_id: str) -> Response:
+        raw = await read_body()
         session = await watch_session(state, session_id)
-        changes = parse_change_set(await read_body())
+        changes = parse_change_set(raw)
         session.spend_reload_budget()
         session.require_running()
         written, deleted = await session.apply_changes(normalise_change_set(changes))
@@ -98,8 +101,9 @@ def register_workspace_routes(app: QuartTrio, state: AppState) -> None:
         return json_response({"reloaded": session.reload(request.args.get("app"))}, 202)
 
     async def replace_apps(session_id: str) -> Response:
+        raw = await read_body()
         session = await watch_session(state, session_id)
-        body = parse_body(ReplaceAppsRequest, await read_body())
+        body = parse_body(ReplaceAppsRequest, raw)
         session.require_running()
         apps = build_app_set(
             body.apps, io_offered=state.backend.watch_io, normalise_entry=normalise_bundle_path
