@@ -18,6 +18,16 @@ ring from a cursor, gaps, heartbeats), admission
 session's task just before the backend runs, so no backend sees the
 catalog) and the capabilities document (`capabilities`, pure).
 
+Watch sessions: `watchsession` (the session object, a `Session` of mode
+"watch"; `surface` the members every session answers, a run session with
+`409 not_a_watch_session`), `apps` (one app's ring, handle, restarts),
+`appsink` (what an app's generation and its watchers report to),
+`generations` (an app's generations, one at a time), `watching` (the
+driver: `open_watch`, serving, debounce, checkpoints, idle suspend,
+resume, the TTL), `watchmanage` (the manager's watch side: start, resume,
+the watch cap, eviction of suspended sessions), `watchspec` (what
+admission builds); `resize` is the resize coalescing both modes share.
+
 May import: `contract`, `errors`, `metrics`, `atomic_file`, `backend`,
 `config`, `workload`, `watch`. Never a backend package, `http`, `daemon` or
 `cli`: a backend reaches the core only through the `runnerd.backend` seam.

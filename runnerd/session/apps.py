@@ -27,6 +27,7 @@ from runnerd.contract import IoMode, PortMapping
 from runnerd.session.resize import ResizeCoalescer
 from runnerd.session.rings import CHUNK_BYTES, ByteRing
 from runnerd.watch.apps import AppSpec
+from runnerd.watch.kernel import KernelProjection
 from runnerd.watch.runs import AppRuns, RunTrigger
 
 
@@ -52,11 +53,14 @@ class AppChannel:
         self._handle: WorkloadHandle | None = None
         self._resize: ResizeCoalescer | None = None
         self._size: tuple[int, int] | None = None  # the latest asked, for the next process
-        # The driver's: its runtime restarts it on changes by itself.
+        # The driver's: its runtime restarts it on changes by itself, and
+        # its generations are projected from its kernel's debug frames.
         self.self_watching = False
+        self.kernel: KernelProjection | None = None
         # The driver's restart bookkeeping (`request_restart`).
         self.pending_trigger: RunTrigger | None = None
         self.generation_scope: trio.CancelScope | None = None
+        self.starting = False  # its generation's process is being started
         # Cancelled when the app leaves the set (`PUT /apps`); `ended` once its task is gone.
         self.task_scope = trio.CancelScope()
         self.ended = trio.Event()
@@ -140,7 +144,8 @@ class AppChannel:
     def request_restart(self, trigger: RunTrigger) -> None:
         """Start a new generation with `trigger`: the running one (or the
         wait after the last one ended) is cancelled, and the backend stops
-        its process before the next starts."""
+        its process before the next starts. One still starting is let
+        start first (its `started` is sent), then restarted."""
         self.pending_trigger = trigger
-        if self.generation_scope is not None:
+        if self.generation_scope is not None and not self.starting:
             self.generation_scope.cancel()

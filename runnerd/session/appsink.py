@@ -4,7 +4,9 @@
 `run_app` is given (output into the app's own ring, tagged with its stream;
 progress as a `progress` event carrying `app`); `AppReport` is where the
 core's watchers of that generation's address report (`reachability` and
-`debug` events carrying `app`). `AgentSink` is the agent's: it is not an
+`debug` events carrying `app`; a self-watching app's frames also feed its
+`KernelProjection`: its `run` events, and a `Kernel.PortsResolved` as its
+new port set and an `endpoints` event). `AgentSink` is the agent's: it is not an
 app, so its output goes nowhere a client reads (no `/io`), and its progress
 is session-wide. All are synchronous, never raise, and are no-ops once the
 session is terminal (the record enforces that for events).
@@ -14,12 +16,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from runnerd.backend.watch import OutputStream
 from runnerd.contract import (
+    PortMapping,
     Reachability,
     RunPhase,
     debug_event,
@@ -28,6 +32,7 @@ from runnerd.contract import (
     reachability_event,
 )
 from runnerd.session.sink import DRAIN_TIMEOUT_S
+from runnerd.watch.kernel import AgentPort, diff_ports
 
 if TYPE_CHECKING:
     from runnerd.session.apps import AppChannel
@@ -90,10 +95,28 @@ class AppReport:
         self._session.emit(event)
 
     def debug(self, frame: dict[str, Any]) -> None:
-        if is_event_frame(frame):
-            event: dict[str, Any] = dict(debug_event(frame))
-            event["app"] = self._channel.name
-            self._session.emit(event)
+        if not is_event_frame(frame):
+            return
+        event: dict[str, Any] = dict(debug_event(frame))
+        event["app"] = self._channel.name
+        self._session.emit(event)
+        kernel = self._channel.kernel
+        if kernel is not None:  # a self-watching app: its generations are the kernel's
+            update = kernel.feed(frame, trio.current_time())
+            self._session.emit_run(*update.runs)
+            if update.declared is not None:
+                self._ports_declared(update.declared)
+
+    def _ports_declared(self, declared: tuple[PortMapping, ...]) -> None:
+        """A `Kernel.PortsResolved`: the app's new port set and its `endpoints` event."""
+        session, channel = self._session, self._channel
+        apps = {c.name: c.ports for c in session.app_channels()}
+        agent = session.watch_spec.agent
+        owner = AgentPort(agent.name, agent.port) if agent and session.agent_name else None
+        diff = diff_ports(channel.name, declared, apps, owner)
+        if diff is not None:
+            channel.spec = replace(channel.spec, ports=diff.ports)
+            session.emit(dict(diff.event()))
 
 
 class AgentSink:

@@ -14,6 +14,11 @@ app (`start_app`) runs its generations one at a time over the `WatchHost`:
     was open, ends it `completed` with `RESTART_CODE`, before the next
     generation's `started`.
 
+A restart asked while a generation is still starting lets it start (its
+`started` is sent, so every restart asked is at least one generation), then
+restarts it; several asked meanwhile are one restart, with the latest
+trigger.
+
 So, per app: `run` events in generation order, `started` before its
 `completed`, generation N ended before N+1's event, and at most one
 process (the next `run_app` starts only after the last one returned or was
@@ -22,10 +27,12 @@ set once every app of the period reported its first generation (started or
 failed to start): the session's `running`.
 
 A self-watching app (`AppStarted.self_watching`, `telo run --watch`) is not
-restarted on `watch` changes (the debounce skips it); its generations
-should come from its kernel's debug frames (the projection in `watch/kernel.py`, being
-built in parallel): until that is wired here, such an app's run events are
-the process's own start and exit.
+restarted on `watch` changes (the debounce skips it); its generations come
+from its kernel's debug frames (`runnerd.watch.kernel.KernelProjection`, fed
+by `AppReport.debug`): the process's start only sets the trigger the next
+`Kernel.Starting` is attributed to (initial, manual, resume; `watch` for
+the kernel's own restarts), and an exit under an open generation closes it
+`completed {code}`. Its first-round report is the process's start.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from runnerd.backend.watch import AppStarted, WatchHost
 from runnerd.session.apps import AppChannel
 from runnerd.session.appsink import AppOutputSink, AppReport
 from runnerd.session.running import leaves
+from runnerd.watch.kernel import KernelProjection
 from runnerd.watch.runs import RunTrigger
 from runnerd.workload.supervision import supervise, tcp_ports
 
@@ -69,7 +77,10 @@ class AppPeriod:
 
     def start_app(self, channel: AppChannel, trigger: str) -> None:
         """Run `channel`'s generations from one with `trigger`, until the
-        period ends or the app leaves the set."""
+        period ends or the app leaves the set (one that left: nothing)."""
+        if channel.gone:
+            self._reported(channel.name)
+            return
         first: RunTrigger = next((t for t in TRIGGERS if t == trigger), "resume")
         channel.task_scope = trio.CancelScope()
         channel.ended = trio.Event()
@@ -86,9 +97,11 @@ class AppPeriod:
                 while True:
                     channel.pending_trigger = None
                     with trio.CancelScope() as scope:
-                        channel.generation_scope = scope
+                        channel.generation_scope, channel.starting = scope, True
                         await self._generation(channel, trigger)
-                        await trio.sleep_forever()  # until a restart
+                        channel.starting = False
+                        if channel.pending_trigger is None:
+                            await trio.sleep_forever()  # until a restart
                     channel.generation_scope = None
                     trigger = channel.pending_trigger or "manual"
                     now = trio.current_time()
@@ -129,7 +142,8 @@ class AppPeriod:
             session.emit_run(*channel.runs.start_failed(trigger, reason, now))
             self._reported(channel.name)
         elif isinstance(outcome, Exited):
-            session.emit_run(channel.runs.complete(outcome.code, now))
+            session.emit_run(channel.runs.complete(outcome.code, now))  # kernel or not
+            channel.kernel = None
         elif isinstance(outcome, Failed):
             session.emit_run(channel.runs.fail(outcome.message))
 
@@ -160,11 +174,19 @@ class _OnStarted:
         if not isinstance(value, AppStarted):
             raise TypeError(f"a watch host reports AppStarted, not {type(value).__name__}")
         channel = self._channel
+        channel.starting = False
         channel.attach(value.handle, self._nursery)
         channel.self_watching = value.self_watching
-        self._session.emit_run(channel.runs.start(self._trigger, trio.current_time()))
+        if value.self_watching:
+            channel.kernel = KernelProjection(channel.runs)
+            channel.kernel.expect(self._trigger)
+        else:
+            channel.kernel = None
+            self._session.emit_run(channel.runs.start(self._trigger, trio.current_time()))
         self._reported(channel.name)
         if value.address is not None:
             report = AppReport(self._session, channel)
             self._nursery.start_soon(supervise, value.address, tcp_ports(channel.ports), report)
         self._task_status.started()
+        if channel.pending_trigger is not None and channel.generation_scope is not None:
+            channel.generation_scope.cancel()  # a restart asked while it started

@@ -28,6 +28,9 @@ that is exactly one terminal status (`ending.wire_status`):
 A failing session never takes down the manager or another session: every
 exception (ExceptionGroups too) is classified inside the session's own task.
 
+Watch sessions (`start_watch`, `resume`) are `runnerd.session.watchmanage`'s;
+they share the registry, the stops and the expiry.
+
 The per-session object (`Session`, its `SessionPhase`, `SessionSink`) is
 runnerd.session.session; one workload's run (stop scope, TTL, workload
 nursery) is runnerd.session.running; state files and adoption after a restart are
@@ -211,35 +214,17 @@ class SessionManager:
         return session
 
     def start_watch(self, spec: WatchSessionSpec) -> Session:
-        """Register a watch session for `spec` and start it; return at once
-        (`starting`, event 1). The watch cap is the caller's (check 9,
-        `watch_live_count`), before this.
-
-        Raises:
-            RegistryFull, ManagerClosed, ValueError: as `start`.
-        """
+        """`start` for a watch session (`runnerd.session.watchmanage`); the
+        watch cap (check 9, `watch_live_count`) is the caller's, before it."""
         nursery = self._open_nursery()
-        now = self._wall_clock()
-        if spec.session_id in self._registry:
-            raise ValueError(f"session {spec.session_id} is already registered")
-        session = self._watch.new_session(spec, now, self._replay_buffer_bytes, self._metrics)
-        add_evicting(self._registry, session, now)
-        log.info("starting watch session apps=%d", len(spec.apps), extra={"session_id": session.id})
-        self._watch.run_in(nursery, session)
-        return session
+        return self._watch.start(spec, nursery, self._replay_buffer_bytes, self._metrics)
 
     def watch_live_count(self) -> int:
         """Watch sessions `starting` or `running` (check 9's count)."""
         return self._watch.live_count()
 
     async def resume(self, session_id: str) -> None:
-        """`POST /resume`: a suspended watch session goes `starting` and its
-        driver brings it back.
-
-        Raises:
-            WatchError: `404 not_suspended` (unknown, a run session, not
-                suspended), `409 too_many_watch_sessions`.
-        """
+        """`POST /resume` (WatchError 404 not_suspended, 409 too_many_watch_sessions)."""
         await self._watch.resume(session_id)
 
     async def read_replays(self, session_ids: list[str]) -> dict[str, Resumed]:

@@ -78,9 +78,28 @@ class WatchSide:
             if isinstance(s, WatchSession) and s.status["kind"] in ("starting", "running")
         )
 
-    def run_in(self, nursery: trio.Nursery, session: WatchSession) -> None:
-        """Run a registered `session` (made by `new_session`) in `nursery`."""
+    def start(
+        self,
+        spec: WatchSessionSpec,
+        nursery: trio.Nursery,
+        replay_buffer_bytes: int,
+        metrics: Metrics,
+    ) -> WatchSession:
+        """Register a watch session for `spec` and run it in `nursery`;
+        return at once (`starting`, event 1).
+
+        Raises:
+            RegistryFull: every slot is held by a live session (nothing changed).
+            ValueError: the id is already registered (nothing changed).
+        """
+        now = self._wall_clock()
+        if spec.session_id in self._registry:
+            raise ValueError(f"session {spec.session_id} is already registered")
+        session = self.new_session(spec, now, replay_buffer_bytes, metrics)
+        add_evicting(self._registry, session, now)
+        log.info("starting watch session apps=%d", len(spec.apps), extra={"session_id": session.id})
         nursery.start_soon(self._run, session, name=f"watch session {session.id}")
+        return session
 
     def new_session(
         self, spec: WatchSessionSpec, now: float, replay_buffer_bytes: int, metrics: Metrics

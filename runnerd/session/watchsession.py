@@ -191,34 +191,31 @@ class WatchSession(Session):
 
     async def replace_apps(self, apps: tuple[AppSpec, ...]) -> list[str]:
         self.require_running()
-        period = self.period
-        assert period is not None
-        old = self._channels
-        self.runs.replace(app.name for app in apps)
-        used = {old[a.name].slot for a in apps if a.name in old}
-        free = (slot for slot in range(len(old) + len(apps)) if slot not in used)
-        channels: dict[str, AppChannel] = {}
-        for app in apps:
-            kept = old.get(app.name)
-            if kept is not None:
-                kept.spec = app
-                channels[app.name] = kept
-            else:
-                channels[app.name] = self._new_channel(app, next(free))
-        self._channels = channels
-        dropped = [channel for name, channel in old.items() if name not in channels]
-        for channel in dropped:
+        names = [app.name for app in apps]
+        dropped = [c for name, c in self._channels.items() if name not in names]
+        for channel in dropped:  # stopped first: each ends its open generation
             channel.gone = True
             channel.task_scope.cancel()
-        for name, channel in channels.items():
-            if name in old:
-                channel.request_restart("resume")
-            else:
-                period.start_app(channel, "resume")
-        self._notify()
         for channel in dropped:
             await channel.ended.wait()
-        return list(channels)
+        old = {name: c for name, c in self._channels.items() if name in names}
+        self.runs.replace(names)
+        used = {c.slot for c in old.values()}
+        free = (slot for slot in range(len(old) + len(apps)) if slot not in used)
+        for app in apps:
+            if app.name in old:
+                old[app.name].spec = app
+        self._channels = {
+            app.name: old.get(app.name) or self._new_channel(app, next(free)) for app in apps
+        }
+        period = self.period  # None: suspended meanwhile; a resume starts them all
+        for name, channel in self._channels.items():
+            if name in old:
+                channel.request_restart("resume")
+            elif period is not None:
+                period.start_app(channel, "resume")
+        self._notify()
+        return names
 
     # -- the driver's side ------------------------------------------------------
 

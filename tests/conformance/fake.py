@@ -203,10 +203,19 @@ class FakeBackend:
     name = "fake"
     notices: tuple[str, ...] = ()
     detach_supported = True
+    # Run sessions only: the watch half is `tests/session/watchfake.py`'s.
+    watch_io: tuple[str, ...] = ()
 
     def __init__(self, host: FakeHost) -> None:
         self._host = host
         self._attached: set[str] = set()
+
+    @asynccontextmanager
+    async def open_watch(self, spec: object, progress: object) -> AsyncIterator[object]:
+        """No watch sessions here, as a backend without `watch_io` answers."""
+        await trio.lowlevel.checkpoint()
+        raise StartError("watch", "watch sessions are not available on the fake backend")
+        yield  # pragma: no cover - an async generator, for the context manager
 
     async def recover(self) -> list[Recovered]:
         """The workloads no run of this backend is attached to; an ended one

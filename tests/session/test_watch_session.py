@@ -199,3 +199,75 @@ async def test_a_workspace_that_cannot_be_made_fails_the_session() -> None:
             "kind": "failed",
             "message": "provision: no room for the workspace",
         }
+
+
+async def test_a_self_watching_apps_generations_are_its_kernels(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    from runnerd.session.appsink import AppReport
+
+    mock_clock.autojump_threshold = 0
+    backend = FakeWatchBackend()
+    spec = watch_spec({"main.sh": "selfwatch\nserve\n"}, (app("k", "main.sh", 8080),))
+    async with running_manager(backend) as manager:
+        session = start(manager, spec)
+        await wait_until(session, lambda: session.status["kind"] == "running")
+        channel = session.app_channel("k")
+        assert channel is not None and channel.self_watching
+        assert runs(session) == []  # the process started; the kernel has not said so yet
+        report = AppReport(session, channel)  # what the debug relay reports to
+
+        def kernel(name: str, **payload: object) -> None:
+            report.debug({"kind": "event", "event": name, "payload": payload})
+
+        kernel("Kernel.Starting", telo="1.2.3")
+        await session.apply_changes(ChangeSet((Write("main.yaml", b"v2"),)))
+        await trio.sleep(5)  # past the debounce: the core does not restart it
+        kernel("Kernel.Stopped", exitCode=0)
+        kernel("Kernel.Starting")
+        kernel("Kernel.PortsResolved", ports=[{"port": 9090}])
+        assert runs(session) == [
+            (1, "started", "initial"),
+            (1, "completed", 0),
+            (2, "started", "watch"),
+        ]
+        assert backend.hosts[0].starts == ["k"]
+        endpoints = [e for e in events(session) if e["type"] == "endpoints"]
+        assert endpoints == [
+            {
+                "type": "endpoints",
+                "app": "k",
+                "added": [{"host": "", "port": 9090, "protocol": "tcp"}],
+                "removed": [{"host": "", "port": 8080, "protocol": "tcp"}],
+            }
+        ]
+        assert [p.port for p in channel.ports] == [9090]
+        session.reload("k")  # a manual restart: the core's, attributed to `manual`
+        await wait_until(session, lambda: backend.hosts[0].starts == ["k", "k"])
+        kernel("Kernel.Starting")
+        assert runs(session)[-2:] == [(2, "completed", 143), (3, "started", "manual")]
+        debug = [e for e in events(session) if e["type"] == "debug"]
+        assert all(e["app"] == "k" for e in debug) and len(debug) == 5
+
+
+async def test_a_reload_while_a_generation_starts_lets_it_start_then_restarts_it(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    mock_clock.autojump_threshold = 0
+    backend = FakeWatchBackend()
+    async with running_manager(backend) as manager:
+        session = start(manager, watch_spec({"main.sh": SERVE}))
+        await wait_until(session, lambda: session.status["kind"] == "running")
+        backend.hosts[0].start_delay_s = 1.0
+        session.reload(None)
+        await trio.sleep(0.5)  # generation 2 is starting
+        session.reload(None)
+        await wait_until(session, lambda: len(runs(session)) == 5)
+        assert runs(session) == [
+            (1, "started", "initial"),
+            (1, "completed", 143),
+            (2, "started", "manual"),
+            (2, "completed", 143),
+            (3, "started", "manual"),
+        ]
+        assert backend.hosts[0].peak == {"app": 1}

@@ -216,3 +216,32 @@ async def test_a_run_session_answers_the_watch_members_as_a_run_session(
         with pytest.raises(WatchError) as not_suspended:
             await manager.resume("run-1")
         assert not_suspended.value.code == "not_suspended"
+
+
+async def test_the_ttl_counts_afresh_from_a_resume(clock: trio.testing.MockClock) -> None:
+    backend = FakeWatchBackend()
+    async with running_manager(backend, idle_seconds=20) as manager:
+        session = start(manager, watch_spec({"main.sh": SERVE}, ttl_s=100))
+        await wait_until(session, lambda: _kind(session) == "suspended")
+        await trio.sleep(200)  # past the TTL counted from creation
+        await manager.resume(session.id)
+        resumed_at = trio.current_time()
+        with session.subscribed():  # held up: only the TTL can end it now
+            with trio.fail_after(600):
+                await session.wait_terminal()
+        assert 100 <= trio.current_time() - resumed_at <= 101
+        assert session.status == {
+            "kind": "failed",
+            "message": "ttl: session exceeded its time limit of 100 s",
+        }
+
+
+async def test_a_stop_while_the_workspace_is_being_made_is_stopped(
+    clock: trio.testing.MockClock,
+) -> None:
+    backend = FakeWatchBackend()
+    async with running_manager(backend) as manager:
+        session = start(manager, watch_spec({"main.sh": SERVE}))
+        await manager.stop(session.id)  # before the first checkpoint of open_watch
+        assert session.status == {"kind": "stopped"}
+        assert statuses(session) == ["starting", "stopped"]

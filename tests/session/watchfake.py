@@ -8,6 +8,7 @@ whose apps are tasks running their entry file, a tiny script:
     warn TEXT      one line of stderr (a streams app; the tty otherwise)
     exit N         end with code N
     serve          echo each stdin line back, until stopped
+    selfwatch      (first line) report the process self-watching, then go on
 
 A missing entry is that generation's `StartError("boot", ...)`, raised before
 `started`, as the seam says. The host keeps what a test checks from outside:
@@ -87,6 +88,7 @@ class FakeWatchHost:
     agent_running: bool = False
     left: bool = False
     checkpoint_fails: bool = False
+    start_delay_s: float = 0.0  # how long a process takes to start
 
     async def list_files(self) -> list[WorkspaceFile]:
         await trio.lowlevel.checkpoint()
@@ -125,7 +127,7 @@ class FakeWatchHost:
         task_status: trio.TaskStatus[AppStarted] = trio.TASK_STATUS_IGNORED,
     ) -> Exited | Failed:
         script = self.files.get(app.entry)
-        await trio.lowlevel.checkpoint()
+        await trio.sleep(self.start_delay_s)
         if script is None:
             raise StartError("boot", f"entry {app.entry!r} is not a file in the workspace")
         handle = FakeHandle()
@@ -134,7 +136,8 @@ class FakeWatchHost:
         self.running[app.name] = self.running.get(app.name, 0) + 1
         self.peak[app.name] = max(self.peak.get(app.name, 0), self.running[app.name])
         try:
-            task_status.started(AppStarted(handle))
+            self_watching = script.startswith(b"selfwatch")
+            task_status.started(AppStarted(handle, self_watching=self_watching))
             return await _run_script(script.decode(), app.io, sink, handle)
         finally:
             self.running[app.name] -= 1

@@ -92,6 +92,8 @@ async def wait_until(
     """Wait (woken by the session's changes) until `condition()` holds."""
     with trio.fail_after(timeout_s):
         while not condition():
+            # A terminal session never changes again (and wakes at once).
+            assert not session.is_terminal, f"ended {session.status} first"
             with trio.move_on_after(0.1):  # some conditions (a host left) wake nobody
                 await session.wait_change()
 

@@ -1,0 +1,88 @@
+"""A self-watching app end to end (local backend): the stand-in kernel
+(tests/kubesim/kernel.py) as a runtime with `watch = "self"`, so runnerd
+starts it once and its generations on SSE are the projection of its
+`Kernel.*` debug frames (`runnerd.watch.kernel`): `started` with the
+kernel's version, the port set it announced as an `endpoints` event, a
+`POST /workspace` restarting it through the kernel's own watch (`watch`
+trigger, `completed` then `started`), and a manifest it cannot load as the
+pair `started` + `failed {reason: its diagnostic code}`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.io_client import assert_sse_conforms
+from tests.e2e.watch_client import route, runs, start_watch, wait_frames
+from tests.harness import SESSION_PYTHON, SseFrame
+from tests.kubesim.images import KERNEL_PROGRAM
+from tests.shared_daemon import SharedDaemon, shared_daemon
+
+# The kernel under an interpreter the sessions' uids can run (the harness's).
+TELO = {
+    "command": [SESSION_PYTHON, "-I", KERNEL_PROGRAM[-1], "run", "{entry}"],
+    "inspect_args": ["--inspect", "127.0.0.1:{inspect_port}"],
+    "watch": "self",
+    "watch_args": ["--watch"],
+}
+TELO_CONFIG = {"image": "telo", "pullPolicy": "missing"}
+APP = "port 3000\nprint v1\nwait\n"
+APPS = [{"name": "kernel", "entryRelativePath": "app.telo"}]
+
+
+@pytest.fixture(scope="module", name="runnerd")
+def kernel_runnerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDaemon]:
+    overrides = {"watch": {"enabled": True}, "local": {"runtimes": {"telo": TELO}}}
+    with shared_daemon(tmp_path_factory.mktemp("runnerd"), overrides) as daemon:
+        yield daemon
+
+
+def phases(frames: list[SseFrame]) -> list[tuple[int, str]]:
+    return [(e["generation"], e["phase"]) for e in runs(frames, "kernel")]
+
+
+def has_run(generation: int, phase: str) -> Any:
+    return lambda frames: (generation, phase) in phases(frames)
+
+
+async def test_kernel_watch_generations_are_the_kernel_s_own(runnerd: SharedDaemon) -> None:
+    async with runnerd.client() as client:
+        session_id = await start_watch(
+            client, files={"app.telo": APP}, apps=APPS, entry="app.telo", config=TELO_CONFIG
+        )
+        frames = await wait_frames(client, session_id, has_run(1, "started"))
+        first = runs(frames, "kernel")[0]
+        assert (first["trigger"], first["telo"]) == ("initial", "0.0.0-kubesim")
+        frames = await wait_frames(
+            client, session_id, lambda fs: any(f.event == "endpoints" for f in fs)
+        )
+        endpoints = next(f.data for f in frames if f.event == "endpoints")
+        assert endpoints == {
+            "type": "endpoints",
+            "app": "kernel",
+            "added": [{"host": "", "port": 3000, "protocol": "tcp"}],
+        }
+        # An edit: runnerd writes it, the kernel restarts itself.
+        write = {"write": [{"path": "app.telo", "content": "port 3000\nprint v2\nwait\n"}]}
+        assert (await route(client, "POST", session_id, "workspace", json=write)).status_code == 200
+        frames = await wait_frames(client, session_id, has_run(2, "started"))
+        assert phases(frames)[:3] == [(1, "started"), (1, "completed"), (2, "started")]
+        assert [e.get("trigger") for e in runs(frames, "kernel")][2] == "watch"
+        # A manifest it cannot load: the pair, with the kernel's diagnostic code.
+        broken = {"write": [{"path": "app.telo", "content": "bogus\n"}]}
+        assert (
+            await route(client, "POST", session_id, "workspace", json=broken)
+        ).status_code == 200
+        frames = await wait_frames(client, session_id, has_run(3, "failed"))
+        failed = [e for e in runs(frames, "kernel") if e["phase"] == "failed"][0]
+        assert failed["reason"] == "ERR_MANIFEST_VALIDATION_FAILED"
+        await assert_sse_conforms(client, frames)  # run (telo too), endpoints, debug with app
+        assert phases(frames)[2:6] == [
+            (2, "started"),
+            (2, "completed"),
+            (3, "started"),
+            (3, "failed"),
+        ]
+        await client.delete(f"/v1/sessions/{session_id}")

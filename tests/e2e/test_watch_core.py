@@ -1,0 +1,75 @@
+"""The session core's per-app guarantees through a real daemon (local
+backend, real `sh` processes): across a burst of writes and reloads, `run`
+events come in generation order, each `started` before its `completed`,
+generation N ended before N+1's event, and at most one process of an app
+ran at a time, as the processes themselves record it (each appends
+`start PID` when it begins and `stop PID` on the SIGTERM a restart sends)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.e2e.watch_client import route, runs, start_watch, started, wait_frames, wait_running
+from tests.harness import start_daemon
+
+# Logs its life into the workspace; the restart's SIGTERM ends it through the trap.
+LOGGED = (
+    "echo start $$ >> life.log\n"
+    "trap 'echo stop $$ >> life.log; exit 0' TERM\n"
+    "while :; do sleep 0.05; done\n"
+)
+
+
+def check_run_guarantees(events: list[dict[str, Any]]) -> None:
+    """The contract's per-app guarantees over one app's `run` events."""
+    open_generation: int | None = None
+    last = 0
+    for event in events:
+        generation = event["generation"]
+        if event["phase"] == "started":
+            assert open_generation is None, f"{generation} started while {open_generation} was open"
+            assert generation == last + 1, f"generation {generation} after {last}"
+            open_generation = last = generation
+        else:
+            assert open_generation == generation, f"{event} without its started"
+            open_generation = None
+
+
+async def life_log(client: httpx.AsyncClient, session_id: str) -> list[str]:
+    answer = await route(client, "GET", session_id, "workspace/file", params={"path": "life.log"})
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["content"]).splitlines()
+
+
+async def test_a_burst_of_writes_and_reloads_keeps_every_per_app_guarantee(tmp_path: Path) -> None:
+    async with start_daemon(tmp_path, {"watch": {"enabled": True}}) as daemon:
+        async with daemon.client() as client:
+            session_id = await start_watch(client, files={"app.sh": LOGGED}, entry="app.sh")
+            await wait_running(client, session_id)
+            for i in range(3):  # one burst: one `watch` generation
+                write = {"write": [{"path": f"f{i}.txt", "content": str(i)}]}
+                answer = await route(client, "POST", session_id, "workspace", json=write)
+                assert answer.status_code == 200, answer.text
+            await wait_frames(client, session_id, lambda fs: started(fs, "app", 2) is not None)
+            for generation in (3, 4):
+                answer = await route(client, "POST", session_id, "reload")
+                assert answer.status_code == 202, answer.text
+                frames = await wait_frames(
+                    client, session_id, lambda fs, g=generation: started(fs, "app", g) is not None
+                )
+            events = runs(frames, "app")
+            check_run_guarantees(events)
+            triggers = [e["trigger"] for e in events if e["phase"] == "started"]
+            assert triggers == ["initial", "watch", "manual", "manual"]
+            assert all(e["code"] == 143 for e in events if e["phase"] == "completed")
+            # The processes' own record: one at a time, each stopped before the next began.
+            log = await life_log(client, session_id)
+            while len(log) < 7:  # generation 4 may not have written its line yet
+                log = await life_log(client, session_id)
+            words = [line.split()[0] for line in log]
+            assert words == ["start", "stop"] * 3 + ["start"]
+            pids = [line.split()[1] for line in log]
+            assert pids[0::2][:3] == pids[1::2]  # each stop is the last start's
