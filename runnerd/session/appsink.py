@@ -74,9 +74,7 @@ class AppOutputSink:
             self._channel.output_lost()
 
     def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
-        event: dict[str, Any] = dict(progress_event(phase, message, done))
-        event["app"] = self._channel.name
-        self._session.emit(event)
+        self._session.emit(progress_event(phase, message, done, app=self._channel.name))
 
     async def drain(self, *steps: Callable[[], Awaitable[object]]) -> bool:
         return await drain_within_budget(self._session.id, steps)
@@ -90,16 +88,12 @@ class AppReport:
         self._channel = channel
 
     def reachability(self, port: int, state: Reachability) -> None:
-        event: dict[str, Any] = dict(reachability_event(port, state))
-        event["app"] = self._channel.name
-        self._session.emit(event)
+        self._session.emit(reachability_event(port, state, app=self._channel.name))
 
     def debug(self, frame: dict[str, Any]) -> None:
         if not is_event_frame(frame):
             return
-        event: dict[str, Any] = dict(debug_event(frame))
-        event["app"] = self._channel.name
-        self._session.emit(event)
+        self._session.emit(debug_event(frame, app=self._channel.name))
         kernel = self._channel.kernel
         if kernel is not None:  # a self-watching app: its generations are the kernel's
             update = kernel.feed(frame, trio.current_time())
@@ -116,7 +110,7 @@ class AppReport:
         diff = diff_ports(channel.name, declared, apps, owner)
         if diff is not None:
             channel.spec = replace(channel.spec, ports=diff.ports)
-            session.emit(dict(diff.event()))
+            session.emit(diff.event())
 
 
 class AgentSink:
@@ -132,7 +126,7 @@ class AgentSink:
         pass
 
     def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
-        self._session.emit(dict(progress_event(phase, message, done)))
+        self._session.emit(progress_event(phase, message, done))
 
     async def drain(self, *steps: Callable[[], Awaitable[object]]) -> bool:
         return await drain_within_budget(self._session.id, steps)
@@ -145,4 +139,4 @@ class SessionProgress:
         self._session = session
 
     def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
-        self._session.emit(dict(progress_event(phase, message, done)))
+        self._session.emit(progress_event(phase, message, done))

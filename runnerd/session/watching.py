@@ -33,6 +33,7 @@ import trio
 
 from runnerd.backend import Backend, StartError
 from runnerd.backend.watch import CheckpointFailed, WatchHost
+from runnerd.contract import progress_event
 from runnerd.session.appsink import AgentSink, SessionProgress
 from runnerd.session.ending import Ending, Internal, Produced, StartFailed, Stopped, TtlExpired
 from runnerd.session.generations import AppPeriod
@@ -150,7 +151,7 @@ def _start_agent(session: WatchSession, host: WatchHost, nursery: trio.Nursery) 
     if plan is None or agent is None:
         return
     if plan.conflict is not None:
-        session.emit({"type": "progress", "phase": "boot", "message": plan.conflict})
+        session.emit(progress_event("boot", plan.conflict))
         return
 
     async def run_agent() -> None:
@@ -162,7 +163,7 @@ def _start_agent(session: WatchSession, host: WatchHost, nursery: trio.Nursery) 
         except* StartError as group:
             first = leaves(group)[0]
             message = f"co-resident agent {agent.name!r} could not start: {first}"
-            session.emit({"type": "progress", "phase": "boot", "message": message})
+            session.emit(progress_event("boot", message))
         finally:
             session.agent_running = False
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Protocol, cast
+from typing import Protocol
 
 import trio
 
@@ -222,15 +222,15 @@ class WatchSession(Session):
     def emit_run(self, *events: AppRunEvent | None) -> None:
         """Append `run` events (None: the machine had nothing to say)."""
         for event in events:
-            if event is not None and self.record.emit(cast(RunEvent, event)) is not None:
+            if event is not None and self.record.emit(event) is not None:
                 if event["phase"] == "started":
                     self.metrics.app_restart(event["trigger"])
                 self._notify()
 
-    def emit(self, event: dict[str, object]) -> None:
+    def emit(self, event: RunEvent) -> None:
         """Append any non-status event (a `progress`/`debug`/`reachability`
         carrying `app`)."""
-        if self.record.emit(cast(RunEvent, event)) is not None:
+        if self.record.emit(event) is not None:
             self._notify()
 
     def set_status(self, status: RunStatus) -> None:
