@@ -96,6 +96,22 @@ async def test_watch_names_each_app_in_colour_on_a_terminal(tmp_path) -> None:
             term.close()
 
 
+async def test_watch_a_line_typed_on_the_terminal_reaches_the_app(tmp_path) -> None:
+    async with start_daemon(tmp_path, WATCH) as daemon:
+        root = project(
+            tmp_path, {"main.sh": 'echo ready; read -r line; echo "got <$line>"; exec sleep 1000'}
+        )
+        term = Terminal.spawn(daemon, ["runnerd", "watch", str(root)], env=NO_COLOR)
+        try:
+            await term.expect(r"app \| ready")
+            term.send("typed here\r")  # the terminal's normal mode: a line at Enter
+            await term.expect(r"app \| got <typed here>")
+            term.send("\x03")
+            assert await term.exit_code() == 0
+        finally:
+            term.close()
+
+
 async def test_watch_a_second_ctrl_c_leaves_while_it_stops(tmp_path) -> None:
     # An app that ignores SIGTERM: the stop waits out the grace period.
     async with start_daemon(tmp_path, {**WATCH, "local": {"stop_grace_seconds": 5}}) as daemon:
