@@ -32,7 +32,13 @@ from urllib.parse import quote
 
 import trio_websocket
 
-from runnerd.client.bundle import Bundle, BundleError, collect_bundle, collect_tree
+from runnerd.client.bundle import (
+    WATCH_SKIPPED,
+    Bundle,
+    BundleError,
+    collect_bundle,
+    collect_tree,
+)
 from runnerd.client.outcome import EXIT_ERROR, EXIT_FAILED, EXIT_OK, EXIT_STOPPED, exit_code
 from runnerd.client.run import check_size, parse_env, parse_ports, post_start
 from runnerd.client.sync import SyncState
@@ -84,7 +90,7 @@ def build_watch_request(api: Api, args: argparse.Namespace) -> tuple[dict[str, A
         bundle = (
             collect_tree(root, apps[0]["entryRelativePath"])
             if apps
-            else collect_bundle(root, args.entry)
+            else collect_bundle(root, args.entry, WATCH_SKIPPED)
         )
     except BundleError as exc:
         raise UsageError(str(exc)) from None
