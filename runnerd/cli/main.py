@@ -9,9 +9,10 @@ Owns argument parsing and the exit codes:
   running for a successor; the unit's `RestartForceExitStatus=` starts it
   again at once (README.md, "Restarts and upgrades").
 
-The client verbs (`run`, `ls`, `logs`, `events`, `attach`, `stop`, `apps`,
-`probe`, `completion`) live in `runnerd.client`; `run` and `attach` exit with
-the session's code (see `runnerd.client.attach`); every verb exits 2 on a
+The client verbs (`run`, `watch`, `reload`, `ls`, `logs`, `events`, `attach`,
+`stop`, `apps`, `probe`, `completion`) live in `runnerd.client`; `run` and
+`attach` exit with the session's code (see `runnerd.client.attach`), `watch`
+as `runnerd.client.watch` says; every verb exits 2 on a
 usage error, argparse's or its own (`runnerd.client.verbs.dispatch`).
 Imports are lazy: a client verb never loads the daemon's stack, and `check-config` never loads trio.
 """

@@ -10,10 +10,15 @@ One module per concern:
 - `interrupt`: entering trio so that Ctrl-C is one `KeyboardInterrupt`;
 - `progress`: the start-up status line on stderr;
 - `verbs`, `run`: the verbs; `args`: their argparse definitions;
+- `watch` (the verb), `watchsession` (its live part: events, per-app `/io`,
+  stdin, signals), `watchview` (what it prints, pure), `sync` (a
+  directory's edits as change sets) and `syncloop` (watchfiles → the
+  workspace): `runnerd watch`;
 - `completion`: bash and zsh completion scripts;
 - `attach`: `attach`/`run`'s end: the session's status as an exit code.
 
 Start-up cost matters (a user types these): nothing here imports quart or
 hypercorn, nothing imports another runnerd package, and only the verbs
-that stream (run, attach, logs) import trio.
+that stream (run, watch, attach, logs) import trio (and only watch imports
+watchfiles).
 """

@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ALWAYS_SKIPPED = (".git", "node_modules")
+# A watch session's workspace lists none of these (the contract): `.telo` is
+# the kernel's own cache there, which a local one must not overwrite.
+WATCH_SKIPPED = (*ALWAYS_SKIPPED, ".telo")
 DEFAULT_ENTRIES = ("telo.yaml", "telo.yml", "main.sh", "main.py", "main.js", "index.js")
 
 
@@ -121,10 +124,11 @@ def _read_text(path: Path) -> str | None:
         raise BundleError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def iter_files(root: Path) -> Iterator[tuple[str, Path]]:
+def iter_files(root: Path, skipped: tuple[str, ...] = ALWAYS_SKIPPED) -> Iterator[tuple[str, Path]]:
     """Every file of the directory `root` a bundle takes, as (relative path,
-    path), in a stable order: `ALWAYS_SKIPPED` and what `.gitignore` excludes
-    are left out (module docstring). `runnerd watch` syncs the same set."""
+    path), in a stable order: directories named in `skipped` and what
+    `.gitignore` excludes are left out (module docstring). `runnerd watch`
+    bundles and syncs the same set, with `WATCH_SKIPPED`."""
     rules: list[_Rule] = []
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root).as_posix()
@@ -140,7 +144,7 @@ def iter_files(root: Path) -> Iterator[tuple[str, Path]]:
             return f"{base}/{name}" if base else name
 
         dirnames[:] = sorted(
-            d for d in dirnames if d not in ALWAYS_SKIPPED and not is_ignored(rules, rel(d), True)
+            d for d in dirnames if d not in skipped and not is_ignored(rules, rel(d), True)
         )
         for name in sorted(filenames):
             path = Path(dirpath) / name
@@ -148,10 +152,12 @@ def iter_files(root: Path) -> Iterator[tuple[str, Path]]:
                 yield rel(name), path
 
 
-def _walk(root: Path) -> tuple[list[tuple[str, str]], list[str]]:
+def _walk(
+    root: Path, skip: tuple[str, ...] = ALWAYS_SKIPPED
+) -> tuple[list[tuple[str, str]], list[str]]:
     files: list[tuple[str, str]] = []
     skipped: list[str] = []
-    for rel_path, path in iter_files(root):
+    for rel_path, path in iter_files(root, skip):
         contents = _read_text(path)
         if contents is None:
             skipped.append(rel_path)
@@ -160,7 +166,9 @@ def _walk(root: Path) -> tuple[list[tuple[str, str]], list[str]]:
     return files, skipped
 
 
-def collect_bundle(path: Path, entry: str | None = None) -> Bundle:
+def collect_bundle(
+    path: Path, entry: str | None = None, skip: tuple[str, ...] = ALWAYS_SKIPPED
+) -> Bundle:
     """Bundle `path` (a directory, or one file that is also the entry).
 
     Raises:
@@ -175,7 +183,7 @@ def collect_bundle(path: Path, entry: str | None = None) -> Bundle:
         return Bundle(entry=path.name, files=[(path.name, text)])
     if not path.is_dir():
         raise BundleError(f"{path}: no such file or directory")
-    files, skipped = _walk(path)
+    files, skipped = _walk(path, skip)
     names = [p for p, _ in files]
     if not files:
         raise BundleError(f"{path}: no files to send (everything is ignored or not text)")
@@ -193,13 +201,13 @@ def collect_bundle(path: Path, entry: str | None = None) -> Bundle:
     raise BundleError(f"{path}: which file runs? give --entry FILE (top-level files: {top})")
 
 
-def collect_tree(path: Path, entry: str) -> Bundle:
+def collect_tree(path: Path, entry: str, skip: tuple[str, ...] = WATCH_SKIPPED) -> Bundle:
     """Bundle the directory `path` with `entry` as its entry, whether or not
     it is one of its files (a watch session's apps name their own entries,
     which may be written later). Raises BundleError: not a directory."""
     if not path.is_dir():
         raise BundleError(f"{path}: not a directory")
-    files, skipped = _walk(path)
+    files, skipped = _walk(path, skip)
     return Bundle(entry, files, skipped)
 
 

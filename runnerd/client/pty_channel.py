@@ -131,7 +131,7 @@ async def _receive_output(ws: WebSocket, stop_at_seq: int | None) -> ChannelEnd:
         while True:
             message = await ws.get_message()
             if isinstance(message, str):
-                if _is_lost_output(message):
+                if is_lost_output(message):
                     await trio.to_thread.run_sync(_write_notice, LOST_NOTICE)
                 continue  # the `seq` frame, the eviction `gap`: nothing to show
             if len(message) < 4:
@@ -147,7 +147,8 @@ async def _receive_output(ws: WebSocket, stop_at_seq: int | None) -> ChannelEnd:
         return ChannelEnd(Ended.CLOSED, reason.code, reason.reason or "")
 
 
-def _is_lost_output(text: str) -> bool:
+def is_lost_output(text: str) -> bool:
+    """Whether a text frame is the `gap` frame saying `output_lost`."""
     try:
         message = json.loads(text)
     except (ValueError, RecursionError):

@@ -6,8 +6,9 @@ Pure but for reading the directory. Owns:
   created with (`seed_from_bundle`) or from `GET /workspace`'s listing
   (`seed_from_listing`, when re-attaching);
 - `Scanner.changes(state)`: the directory now (the bundle's file set,
-  `runnerd.client.bundle.iter_files`: `.git`, `node_modules` and what the
-  `.gitignore` files exclude are left out) against the state: a write for
+  `runnerd.client.bundle.iter_files`: `.git`, `node_modules`, `.telo` (a
+  workspace's own, which it never lists) and what the `.gitignore` files
+  exclude are left out) against the state: a write for
   every file whose bytes differ (never one for an unchanged file), a delete
   for every path the state has and the directory no longer does. A file is
   re-read only when its size or mtime changed since the last scan;
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runnerd.client.bundle import Bundle, iter_files
+from runnerd.client.bundle import WATCH_SKIPPED, Bundle, iter_files
 
 # The daemon's path rule (the contract's "Workspace ... routes"): longer
 # paths are refused with 400 invalid_path, and one bad path refuses a set.
@@ -128,7 +129,7 @@ class Scanner:
         unsendable: list[str] = []
         present: set[str] = set()
         seen: dict[str, _Seen] = {}
-        for rel_path, path in iter_files(self.root):
+        for rel_path, path in iter_files(self.root, WATCH_SKIPPED):
             if not sendable(rel_path):
                 unsendable.append(rel_path)
                 continue

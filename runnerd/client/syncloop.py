@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import trio
 
-from runnerd.client.bundle import ALWAYS_SKIPPED
+from runnerd.client.bundle import WATCH_SKIPPED
 from runnerd.client.sync import (
     Changes,
     ChangeSet,
@@ -76,9 +76,9 @@ class SyncTarget(Protocol):
 
 
 def wakes(change: object, path: str) -> bool:
-    """watchfiles' filter: what under `.git` or `node_modules` changes never
-    wakes the sync (the scan leaves them out anyway)."""
-    return not any(part in ALWAYS_SKIPPED for part in Path(path).parts)
+    """watchfiles' filter: what changes under `.git`, `node_modules` or
+    `.telo` never wakes the sync (the scan leaves them out anyway)."""
+    return not any(part in WATCH_SKIPPED for part in Path(path).parts)
 
 
 class _Refusals:

@@ -29,6 +29,7 @@ from runnerd.client.transport import (
     no_session,
     resolve_endpoint,
 )
+from runnerd.client.watchview import endpoints_text, run_text
 
 LIVE = ("starting", "running")
 NOT_OVER = (*LIVE, "suspended")  # a suspended watch session comes back on resume
@@ -113,11 +114,16 @@ def _event_text(event: str, data: Any) -> str:
         return f"{event} {data}"
     if event == "status":
         return f"status {status_text(data.get('status'), 400)}"
+    app = f"{data['app']} " if isinstance(data.get("app"), str) else ""  # a watch session's
     if event == "progress":
         done = " (done)" if data.get("done") else ""
-        return f"progress {data.get('phase')}: {data.get('message')}{done}"
+        return f"progress {app}{data.get('phase')}: {data.get('message')}{done}"
     if event == "reachability":
-        return f"reachability {data.get('port')} {data.get('state')}"
+        return f"reachability {app}{data.get('port')} {data.get('state')}"
+    if event == "run":  # `run web #3 (watch) started`, `run web #3 exited 0 in 0.4 s`
+        return f"run {app}{run_text(data, data.get('trigger'))}"
+    if event == "endpoints":
+        return f"endpoints {app}{endpoints_text(data)}"
     rest = {k: v for k, v in data.items() if k != "type"}
     return f"{event} {json.dumps(rest)}"
 

@@ -21,13 +21,24 @@ Owns the verb's flow (the live part is `runnerd.client.watchsession`):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import struct
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from runnerd.client.bundle import Bundle, BundleError, collect_bundle, collect_tree
+import trio_websocket
+
+from runnerd.client.bundle import (
+    WATCH_SKIPPED,
+    Bundle,
+    BundleError,
+    collect_bundle,
+    collect_tree,
+)
 from runnerd.client.outcome import EXIT_ERROR, EXIT_FAILED, EXIT_OK, EXIT_STOPPED, exit_code
 from runnerd.client.run import check_size, parse_env, parse_ports, post_start
 from runnerd.client.sync import SyncState
@@ -42,6 +53,7 @@ from runnerd.client.transport import (
 )
 from runnerd.client.watchsession import AppInfo, How, WatchEnd, Watcher
 from runnerd.client.watchview import Screen
+from runnerd.client.ws import open_channel
 
 _PORTS = re.compile(r"\d+(/[a-z]+)?(,\d+(/[a-z]+)?)*")
 _NEW_SESSION_ONLY = ("app", "entry", "agent", "port", "image", "env_file")
@@ -78,7 +90,7 @@ def build_watch_request(api: Api, args: argparse.Namespace) -> tuple[dict[str, A
         bundle = (
             collect_tree(root, apps[0]["entryRelativePath"])
             if apps
-            else collect_bundle(root, args.entry)
+            else collect_bundle(root, args.entry, WATCH_SKIPPED)
         )
     except BundleError as exc:
         raise UsageError(str(exc)) from None
@@ -135,7 +147,12 @@ def run_watch(api: Api, args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
     limit = check_size(api, body)
     session_id = post_start(api, "/v1/sessions", body, args.accept_terms)
-    apps = _apps_of(_get_or_none(api, session_id), requested)
+    try:
+        apps = _apps_of(_get_or_none(api, session_id), requested)
+    except KeyboardInterrupt:  # it exists now: Ctrl-C stops it, as it would later
+        if not args.keep:
+            _stop_quietly(api, session_id)
+        raise
     root = Path(args.path or ".")
     sync = (root, SyncState.seed_from_bundle(bundle), limit)
     return _watch(api, args, session_id, apps, stdin_app, sync, str(root))
@@ -224,7 +241,7 @@ def _watch(
 
 def _stop_quietly(api: Api, session_id: str) -> None:
     try:
-        api.request("DELETE", f"/v1/sessions/{session_id}")
+        api.request("DELETE", f"/v1/sessions/{session_id}", NO_BODY)
     except ClientError as exc:
         print(f"runnerd: cannot stop {session_id}: {exc}", file=sys.stderr)
 
@@ -255,7 +272,6 @@ def show_watch_logs(api: Api, entry: dict[str, Any], follow: bool) -> int:
     """`runnerd logs` of a watch session: each app's output so far, in turn,
     under its name (`-f` is `runnerd watch --attach`'s)."""
     from runnerd.client.interrupt import run_trio
-    from runnerd.client.watchsession import replay_app_output
 
     session_id = str(entry["sessionId"])
     if follow:
@@ -273,3 +289,22 @@ def show_watch_logs(api: Api, entry: dict[str, Any], follow: bool) -> int:
 
     run_trio(main)
     return EXIT_OK
+
+
+async def replay_app_output(
+    api: Api, session_id: str, app: str, stop_at_seq: int, screen: Screen
+) -> None:
+    """`app`'s output from the start up to seq `stop_at_seq` (or the
+    channel's end) on `screen` (`runnerd logs` of a watch session).
+    Raises ClientError: the channel could not be opened."""
+    resource = f"/v1/sessions/{session_id}/io?app={quote(app)}&lastSeq=0"
+    async with open_channel(api.endpoint, resource) as ws:
+        with contextlib.suppress(trio_websocket.ConnectionClosed):
+            while True:
+                message = await ws.get_message()
+                if isinstance(message, str) or len(message) < 5:
+                    continue
+                (seq,) = struct.unpack(">I", message[:4])
+                screen.output(app, message[4], bytes(message[5:]))
+                if seq >= stop_at_seq:
+                    return

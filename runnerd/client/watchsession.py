@@ -29,6 +29,7 @@ import enum
 import functools
 import json
 import os
+import re
 import signal
 import struct
 from collections.abc import Iterator
@@ -40,7 +41,7 @@ from urllib.parse import quote
 import trio
 import trio_websocket
 
-from runnerd.client.pty_channel import EOF_CHAR, FINISHED, LOST_NOTICE
+from runnerd.client.pty_channel import EOF_CHAR, FINISHED, LOST_NOTICE, is_lost_output
 from runnerd.client.sync import SyncState
 from runnerd.client.syncloop import NotRunning, RateLimited, Syncer, SyncRefused
 from runnerd.client.terminal import terminal_size
@@ -107,6 +108,7 @@ class Watcher:
         self._changed = trio.Event()
         self._sockets: dict[str, trio_websocket.WebSocketConnection] = {}
         self._attached = {app.name: trio.Event() for app in apps}  # its socket is open
+        self._nursery: trio.Nursery | None = None
         self._triggers: dict[tuple[str, int], str] = {}
         self._resumed_for: int = -1  # the suspension (status count) we resumed
         self._statuses = 0
@@ -132,9 +134,21 @@ class Watcher:
             if self.stdin_app is not None:
                 nursery.start_soon(self._forward_stdin)
             if self.sync is not None:
-                root, state, limit = self.sync
-                nursery.start_soon(Syncer(root, state, self, limit).run)
+                nursery.start_soon(settle, self._run_sync)
         return ends[0]
+
+    async def _run_sync(self) -> WatchEnd | None:
+        """The sync, for as long as the watch; the daemon gone ends the watch
+        (LOST), a refusal of the sync itself only the sync (said once)."""
+        assert self.sync is not None
+        root, state, limit = self.sync
+        try:
+            await Syncer(root, state, self, limit).run()
+        except (ApiError, SyncRefused) as exc:
+            self.screen.note(f"syncing stopped: {exc}")
+        except ClientError as exc:  # unreachable: the connection, not an answer
+            return WatchEnd(How.LOST, message=str(exc))
+        return None
 
     # -- the event stream ------------------------------------------------
 
@@ -172,6 +186,9 @@ class Watcher:
             key = (app, generation if isinstance(generation, int) else -1)
             if data.get("phase") == "started":
                 self._triggers[key] = str(data.get("trigger", ""))
+                if app not in self._attached and self._nursery is not None:
+                    self._attached[app] = trio.Event()  # new (PUT /apps): follow it too
+                    self._nursery.start_soon(self._adopt_app, app)
             self.screen.app_line(app, run_text(data, self._triggers.get(key)))
         elif kind == "endpoints" and isinstance(data.get("app"), str):
             self.screen.app_line(data["app"], endpoints_text(data))
@@ -209,6 +226,19 @@ class Watcher:
             await self._changed.wait()
         for app in self.apps:
             nursery.start_soon(self._follow_app, app)
+        self._nursery = nursery  # from now on a new app is followed as it appears
+
+    async def _adopt_app(self, name: str) -> None:
+        """Follow an app the session gained after we attached (`PUT /apps`)."""
+        try:
+            entry = await trio.to_thread.run_sync(self.api.get, f"/v1/sessions/{self.session_id}")
+        except ClientError:
+            return
+        io = next((str(a.get("io")) for a in entry.get("apps") or [] if a.get("name") == name), "")
+        if io:
+            app = AppInfo(name, io)
+            self.apps.append(app)
+            await self._follow_app(app)
 
     async def _follow_app(self, app: AppInfo) -> None:
         resource = f"/v1/sessions/{self.session_id}/io?app={quote(app.name)}&lastSeq=0"
@@ -228,7 +258,7 @@ class Watcher:
             while True:
                 message = await ws.get_message()
                 if isinstance(message, str):
-                    if _is_lost_output(message):
+                    if is_lost_output(message):
                         self.screen.note(f"{app.name}: {LOST_NOTICE}")
                 elif len(message) >= 5:
                     (_seq,) = struct.unpack(">I", message[:4])
@@ -252,7 +282,10 @@ class Watcher:
     async def _forward_stdin(self) -> None:
         app = next(a for a in self.apps if a.name == self.stdin_app)
         while True:
-            data = await trio.to_thread.run_sync(os.read, 0, 65536, abandon_on_cancel=True)
+            try:
+                data = await trio.to_thread.run_sync(os.read, 0, 65536, abandon_on_cancel=True)
+            except OSError:  # no stdin at all (closed): nothing to send
+                return
             if self.kind == "suspended" and data:
                 await self._resume("a line was typed")
             await self._attached[app.name].wait()  # typed early: held until attached
@@ -336,35 +369,20 @@ class Watcher:
                 functools.partial(self.api.request, ok=(202,)),
                 "POST", f"/v1/sessions/{self.session_id}/resume", NO_BODY,
             )  # fmt: skip
-        except ApiError as exc:
+        except ClientError as exc:  # an answer, or none: the event stream tells the rest
             self.screen.note(f"cannot resume {self.session_id}: {exc}")
 
 
-async def replay_app_output(
-    api: Api, session_id: str, app: str, stop_at_seq: int, screen: Screen
-) -> None:
-    """`app`'s output from the start up to seq `stop_at_seq` (or the
-    channel's end) on `screen` (`runnerd logs` of a watch session).
-    Raises ClientError: the channel could not be opened."""
-    resource = f"/v1/sessions/{session_id}/io?app={quote(app)}&lastSeq=0"
-    async with open_channel(api.endpoint, resource) as ws:
-        with contextlib.suppress(trio_websocket.ConnectionClosed):
-            while True:
-                message = await ws.get_message()
-                if isinstance(message, str) or len(message) < 5:
-                    continue
-                (seq,) = struct.unpack(">I", message[:4])
-                screen.output(app, message[4], bytes(message[5:]))
-                if seq >= stop_at_seq:
-                    return
-
-
 def _retry_after_s(error: ApiError) -> float:
+    """A 429's wait: its `Retry-After`, else the `try again in N s` its message
+    says (runnerd's words today), else `DEFAULT_RETRY_S`."""
     value = error.headers.get("retry-after", "")
     try:
         return max(float(value), 0.0)
     except ValueError:
-        return DEFAULT_RETRY_S
+        pass
+    said = re.search(r"try again in (\d+) s", error.message)
+    return float(said.group(1)) if said else DEFAULT_RETRY_S
 
 
 def _agent_text(status: dict[str, Any]) -> str:
@@ -372,15 +390,3 @@ def _agent_text(status: dict[str, Any]) -> str:
     if not isinstance(agent, dict):
         return ""
     return f" (agent on port {agent.get('port')})"
-
-
-def _is_lost_output(text: str) -> bool:
-    try:
-        message = json.loads(text)
-    except (ValueError, RecursionError):
-        return False
-    return (
-        isinstance(message, dict)
-        and message.get("type") == "gap"
-        and message.get("reason") == "output_lost"
-    )

@@ -6,7 +6,7 @@ import base64
 import json
 from pathlib import Path
 
-from runnerd.client.bundle import collect_bundle
+from runnerd.client.bundle import collect_bundle, collect_tree
 from runnerd.client.sync import (
     Changes,
     Scanner,
@@ -58,6 +58,19 @@ def test_sync_respects_gitignore_and_skips_git_and_node_modules(tmp_path: Path) 
     (root / ".gitignore").write_text("build/\n")
     changes = Scanner(root).changes(state)
     assert [w.path for w in changes.writes] == [".gitignore", "debug.log"]
+
+
+def test_sync_leaves_a_local_telo_cache_out_of_the_workspace(tmp_path: Path) -> None:
+    # A workspace never lists `.telo` (the kernel's cache there): a local one
+    # is neither bundled for a watch session nor synced over the kernel's.
+    root = tree(tmp_path, {"telo.yaml": "kind: x", ".telo/cache/m.json": "{}"})
+    bundle = collect_tree(root, "telo.yaml")
+    assert [p for p, _ in bundle.files] == ["telo.yaml"]
+    state = SyncState.seed_from_bundle(bundle)
+    tree(root, {".telo/cache/n.json": "{}"})
+    assert not Scanner(root).changes(state)
+    run_bundle = sorted(p for p, _ in collect_bundle(root).files)  # `run` keeps sending it
+    assert run_bundle == [".telo/cache/m.json", ".telo/cache/n.json", "telo.yaml"]
 
 
 def test_sync_sends_binary_files_as_base64(tmp_path: Path) -> None:

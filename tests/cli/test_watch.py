@@ -3,14 +3,16 @@ sessions on (local backend: the kubernetes one has no watch sessions yet)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
-from tests.cli.helpers import Background, background_cli, cli, start
+from tests.cli.helpers import Background, background_cli, cli, start, wait_status
 from tests.cli.term import Terminal
 from tests.harness import Daemon, start_daemon
 
@@ -77,6 +79,67 @@ async def test_watch_an_edit_on_disk_restarts_the_app_with_its_new_output(tmp_pa
         assert entry["status"] == {"kind": "stopped"}
 
 
+async def test_watch_names_each_app_in_colour_on_a_terminal(tmp_path) -> None:
+    async with start_daemon(tmp_path, WATCH) as daemon:
+        root = project(tmp_path, {"a.sh": serving("a"), "b.sh": serving("b")})
+        argv = ["runnerd", "watch", str(root), "--app", "a=a.sh", "--app", "b=b.sh"]
+        term = Terminal.spawn(daemon, argv)
+        try:
+            seen = b""
+            for _ in range(2):  # the two apps' first lines, in either order
+                seen += await term.expect(r"serving [ab]") + term.child.after
+            assert b"\x1b[36ma\x1b[0m | serving a" in seen, seen
+            assert b"\x1b[33mb\x1b[0m | serving b" in seen, seen
+            term.send("\x03")
+            assert await term.exit_code() == 0
+        finally:
+            term.close()
+
+
+async def test_watch_a_line_typed_on_the_terminal_reaches_the_app(tmp_path) -> None:
+    async with start_daemon(tmp_path, WATCH) as daemon:
+        root = project(
+            tmp_path, {"main.sh": 'echo ready; read -r line; echo "got <$line>"; exec sleep 1000'}
+        )
+        term = Terminal.spawn(daemon, ["runnerd", "watch", str(root)], env=NO_COLOR)
+        try:
+            await term.expect(r"app \| ready")
+            term.send("typed here\r")  # the terminal's normal mode: a line at Enter
+            await term.expect(r"app \| got <typed here>")
+            term.send("\x03")
+            assert await term.exit_code() == 0
+        finally:
+            term.close()
+
+
+async def test_watch_a_second_ctrl_c_leaves_while_it_stops(tmp_path) -> None:
+    # An app that ignores SIGTERM: the stop waits out the grace period.
+    async with start_daemon(tmp_path, {**WATCH, "local": {"stop_grace_seconds": 5}}) as daemon:
+        root = project(tmp_path, {"main.sh": 'trap "" TERM; echo stubborn; exec sleep 1000'})
+        async with background_cli(daemon, "watch", str(root)) as watch:
+            await watch.wait_for(b"app | stubborn")
+            session_id = session_id_of(watch.stderr)
+            watch.proc.send_signal(signal.SIGINT)
+            await watch.wait_for(b"Ctrl-C again leaves at once")
+            assert await interrupt(watch) == 130
+        assert f"left {session_id} while it stops".encode() in watch.stderr
+        await wait_status(daemon, session_id, ("stopped",))
+
+
+async def test_watch_exits_1_when_the_daemon_is_lost(tmp_path) -> None:
+    async with start_daemon(tmp_path, WATCH) as daemon:
+        root = project(tmp_path, {"main.sh": serving("v1")})
+        async with background_cli(daemon, "watch", str(root)) as watch:
+            await watch.wait_for(b"app | serving v1")
+            await daemon.stop(signal.SIGKILL)
+            with trio.fail_after(20):
+                assert await watch.proc.wait() == 1
+        # Whichever of its channels noticed first says so; never a traceback.
+        said = watch.stderr.decode()
+        assert "Traceback" not in said, said
+        assert "lost the event stream" in said or "cannot reach runnerd" in said, said
+
+
 async def test_watch_syncs_deletes_and_binary_files_but_not_gitignored_ones(tmp_path) -> None:
     async with start_daemon(tmp_path, WATCH) as daemon:
         root = project(
@@ -119,6 +182,9 @@ async def test_watch_two_streams_apps_reload_and_ls(tmp_path) -> None:
             assert reloaded.returncode == 0, reloaded.stderr
             assert reloaded.stdout == b"reloaded job\n"
             await watch.wait_for(b"job #2 (manual) started")
+            events = (await cli(daemon, "events", session_id)).stdout.decode()
+            assert re.search(r"^\d+ run job #1 \(initial\) started$", events, re.M), events
+            assert re.search(r"^\d+ run job #1 exited 0 in \d", events, re.M), events
             unknown = await cli(daemon, "reload", session_id, "--app", "nope")
             assert unknown.returncode == 1
             assert b"404 unknown_app" in unknown.stderr
@@ -137,6 +203,22 @@ async def test_watch_stdin_goes_to_the_chosen_app(tmp_path) -> None:
             assert watch.proc.stdin is not None
             await watch.proc.stdin.send_all(b"hello\n")
             await watch.wait_for(b"b | b got <hello>")
+            assert await interrupt(watch) == 0
+
+
+async def test_watch_follows_an_app_added_by_put_apps(tmp_path) -> None:
+    async with start_daemon(tmp_path, WATCH) as daemon:
+        root = project(tmp_path, {"main.sh": serving("v1"), "extra.sh": 'echo "extra here"'})
+        async with background_cli(daemon, "watch", str(root)) as watch:
+            await watch.wait_for(b"app | serving v1")
+            session_id = session_id_of(watch.stderr)
+            apps = [{"name": "app", "entryRelativePath": "main.sh"},
+                    {"name": "extra", "entryRelativePath": "extra.sh"}]  # fmt: skip
+            async with daemon.client() as client:
+                response = await client.put(f"/v1/sessions/{session_id}/apps", json={"apps": apps})
+            assert response.status_code == 202, response.text
+            await watch.wait_for(b"extra | extra here")  # its own /io, adopted
+            await watch.wait_for(b"#2 (resume) started")  # app: the new set restarts it
             assert await interrupt(watch) == 0
 
 
@@ -207,6 +289,29 @@ async def test_watch_logs_shows_every_app_and_attach_points_to_watch(tmp_path) -
         await cli(daemon, "stop", session_id)
 
 
+@pytest.mark.slow  # waits out the budget's 60 s window
+async def test_watch_rate_limited_edits_wait_the_window_and_none_is_lost(tmp_path) -> None:
+    config = {"watch": {"enabled": True, "reload_limit": 1}}
+    async with start_daemon(tmp_path, config) as daemon:
+        root = project(tmp_path, {"main.sh": serving("v1"), "a.txt": "a1"})
+        async with background_cli(daemon, "watch", str(root)) as watch:
+            await watch.wait_for(b"app | serving v1")
+            session_id = session_id_of(watch.stderr)
+            (root / "a.txt").write_text("a2")  # spends the budget of 1
+            await watch.wait_for(b"synced: wrote a.txt")
+            (root / "main.sh").write_text(serving("v2"))  # refused 429
+            await watch.wait_for(b"rate limited (watch.reload_limit): syncing again in")
+            (root / "a.txt").write_text("a3")  # meanwhile: joins the pending changes
+            (root / "b.txt").write_text("b")
+            await watch.wait_for(b"synced: wrote a.txt, b.txt, main.sh", timeout_s=90)
+            await watch.wait_for(b"app | serving v2")
+            listing = await get(daemon, f"/v1/sessions/{session_id}/workspace")
+            hashes = {f["path"]: f["hash"] for f in listing["files"]}
+            assert hashes["a.txt"] == hashlib.sha256(b"a3").hexdigest()
+            assert sorted(hashes) == ["a.txt", "b.txt", "main.sh"]
+            assert await interrupt(watch) == 0
+
+
 async def test_watch_refusals_say_what_was_wrong_and_change_nothing(tmp_path) -> None:
     async with start_daemon(tmp_path, WATCH) as daemon:
         root = project(tmp_path, {"main.sh": serving("v1")})
@@ -223,6 +328,8 @@ async def test_watch_refusals_say_what_was_wrong_and_change_nothing(tmp_path) ->
         assert reload.returncode == 1 and b"409 not_a_watch_session" in reload.stderr
         attach = await cli(daemon, "watch", "--attach", run_session)
         assert attach.returncode == 1 and b"is not a watch session" in attach.stderr
+        no_agent = await cli(daemon, "watch", str(root), "--agent", "nope")
+        assert no_agent.returncode == 1 and b"400 unknown_agent" in no_agent.stderr
         missing = await cli(daemon, "reload", "nosuchsession")
         assert missing.returncode == 1 and b"no session 'nosuchsession'" in missing.stderr
         sessions = (await get(daemon, "/v1/sessions"))["sessions"]

@@ -105,3 +105,14 @@ def test_watchview_attach_refuses_options_of_a_new_session() -> None:
                               image=None, env_file=None, streams=False)  # fmt: skip
     with pytest.raises(UsageError, match="drop --app"):
         _attach(None, args)  # type: ignore[arg-type]  # refused before any request
+
+
+def test_watchview_a_429_waits_what_the_daemon_says() -> None:
+    from runnerd.client.transport import ApiError
+    from runnerd.client.watchsession import DEFAULT_RETRY_S, _retry_after_s
+
+    told = "30 workspace writes and reloads in the last 60 s (watch.reload_limit); try again in 7 s"
+    assert _retry_after_s(ApiError(429, "reload_rate_limited", told)) == 7.0
+    header = ApiError(429, "reload_rate_limited", told, headers={"retry-after": "3"})
+    assert _retry_after_s(header) == 3.0
+    assert _retry_after_s(ApiError(429, "reload_rate_limited", "slow down")) == DEFAULT_RETRY_S
