@@ -5,7 +5,9 @@ starts it once and its generations on SSE are the projection of its
 kernel's version, the port set it announced as an `endpoints` event, a
 `POST /workspace` restarting it through the kernel's own watch (`watch`
 trigger, `completed` then `started`), and a manifest it cannot load as the
-pair `started` + `failed {reason: its diagnostic code}`."""
+pair `started` + `failed {reason: its diagnostic code}`; a reload restarts
+the process itself (runnerd's, trigger `manual`), ending the open
+generation with the signal's code."""
 
 from __future__ import annotations
 
@@ -15,18 +17,10 @@ from typing import Any
 import pytest
 
 from tests.e2e.io_client import assert_sse_conforms
-from tests.e2e.watch_client import route, runs, start_watch, wait_frames
-from tests.harness import SESSION_PYTHON, SseFrame
-from tests.kubesim.images import KERNEL_PROGRAM
+from tests.e2e.watch_client import route, runs, start_watch, started, telo_runtime, wait_frames
+from tests.harness import SseFrame
 from tests.shared_daemon import SharedDaemon, shared_daemon
 
-# The kernel under an interpreter the sessions' uids can run (the harness's).
-TELO = {
-    "command": [SESSION_PYTHON, "-I", KERNEL_PROGRAM[-1], "run", "{entry}"],
-    "inspect_args": ["--inspect", "127.0.0.1:{inspect_port}"],
-    "watch": "self",
-    "watch_args": ["--watch"],
-}
 TELO_CONFIG = {"image": "telo", "pullPolicy": "missing"}
 APP = "port 3000\nprint v1\nwait\n"
 APPS = [{"name": "kernel", "entryRelativePath": "app.telo"}]
@@ -34,9 +28,10 @@ APPS = [{"name": "kernel", "entryRelativePath": "app.telo"}]
 
 @pytest.fixture(scope="module", name="runnerd")
 def kernel_runnerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDaemon]:
-    overrides = {"watch": {"enabled": True}, "local": {"runtimes": {"telo": TELO}}}
-    with shared_daemon(tmp_path_factory.mktemp("runnerd"), overrides) as daemon:
-        yield daemon
+    with telo_runtime() as telo:
+        overrides = {"watch": {"enabled": True}, "local": {"runtimes": {"telo": telo}}}
+        with shared_daemon(tmp_path_factory.mktemp("runnerd"), overrides) as daemon:
+            yield daemon
 
 
 def phases(frames: list[SseFrame]) -> list[tuple[int, str]]:
@@ -86,3 +81,32 @@ async def test_kernel_watch_generations_are_the_kernel_s_own(runnerd: SharedDaem
             (3, "failed"),
         ]
         await client.delete(f"/v1/sessions/{session_id}")
+
+
+async def test_kernel_watch_a_reload_restarts_the_process_itself(runnerd: SharedDaemon) -> None:
+    async with runnerd.client() as client:
+        session_id = await start_watch(
+            client,
+            files={"main.telo": "port 8081\nprint v1\nwait\n"},
+            entry="main.telo",
+            config=TELO_CONFIG,
+        )
+        await wait_frames(client, session_id, lambda fs: started(fs, "app", 1) is not None)
+        write = {"write": [{"path": "main.telo", "content": "port 8082\nprint v2\nwait\n"}]}
+        answer = await route(client, "POST", session_id, "workspace", json=write)
+        assert answer.status_code == 200, answer.text
+        await wait_frames(client, session_id, lambda fs: started(fs, "app", 2) is not None)
+        answer = await route(client, "POST", session_id, "reload")
+        assert answer.status_code == 202, answer.text
+        frames = await wait_frames(client, session_id, lambda fs: started(fs, "app", 3) is not None)
+        await client.delete(f"/v1/sessions/{session_id}")
+    events = [(e["generation"], e["phase"], e.get("trigger", e.get("code"))) for e in runs(frames)]
+    assert events[:5] == [
+        (1, "started", "initial"),
+        (1, "completed", 0),  # the kernel stopped its run for the change
+        (2, "started", "watch"),  # the kernel's own restart, not the core's
+        (2, "completed", 143),  # the reload stopped the process
+        (3, "started", "manual"),
+    ]
+    ports = [f.data for f in frames if f.event == "endpoints"]
+    assert {"port": 8082, "protocol": "tcp", "host": ""} in ports[-1].get("added", [])

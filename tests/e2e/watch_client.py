@@ -5,14 +5,19 @@ condition read from the daemon (an SSE frame, a status), never on a timer."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import trio
 
 from tests.e2e.contract_client import SH_CONFIG, SSE_TIMEOUT
-from tests.harness import SseFrame, iter_sse
+from tests.harness import SESSION_PYTHON, SseFrame, iter_sse
+from tests.kubesim.images import HERE as KUBESIM
 
 # Apps that stay up until restarted (a restart is then visible as a new
 # generation) and one that exits at once (the session stays up).
@@ -121,3 +126,26 @@ async def route(
 
 def error_of(response: httpx.Response) -> tuple[int, str]:
     return response.status_code, response.json()["error"]
+
+
+@contextlib.contextmanager
+def telo_runtime() -> Iterator[dict[str, Any]]:
+    """A `watch = "self"` runtime running the stand-in kernel
+    (`tests/kubesim/kernel.py --watch`), from a copy a session can read: a
+    checkout under /tmp is not in a session's view (each has a private
+    /tmp), so the kernel is copied out of it for the test's duration."""
+    parent = "/run" if os.access("/run", os.W_OK) else str(Path.home())
+    copy = Path(tempfile.mkdtemp(prefix="rd-kernel-", dir=parent))
+    try:
+        copy.chmod(0o755)
+        for name in ("kernel.py", "kernel_watch.py"):
+            shutil.copy(KUBESIM / name, copy / name)
+        yield {
+            # -I: isolated, so no PYTHON* variable of the session reaches it.
+            "command": [SESSION_PYTHON, "-I", str(copy / "kernel.py"), "run", "{entry}"],
+            "inspect_args": ["--inspect", "127.0.0.1:{inspect_port}"],
+            "watch": "self",
+            "watch_args": ["--watch"],
+        }
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
