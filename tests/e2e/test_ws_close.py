@@ -58,16 +58,23 @@ class Outcome:
     typed: int  # pings + stdin frames the keyboard thread got out
 
 
-def _keyboard(ws: ClientConnection, keys: queue.SimpleQueue[bool], typed: list[int]) -> None:
+def _keyboard(
+    ws: ClientConnection, keys: queue.SimpleQueue[bool], typed: list[int], first: threading.Event
+) -> None:
     """Send a ping and a line of stdin per key press until the reader says
-    stop or the connection closes (stdin to an ended session is ignored)."""
-    while keys.get():
-        try:
-            ws.ping()
-            ws.send(b"typed\n")
-        except ConnectionClosed:
-            return
-        typed[0] += 1
+    stop or the connection closes (stdin to an ended session is ignored);
+    `first` is set once the first press went out (or could not)."""
+    try:
+        while keys.get():
+            try:
+                ws.ping()
+                ws.send(b"typed\n")
+            except ConnectionClosed:
+                return
+            typed[0] += 1
+            first.set()
+    finally:
+        first.set()
 
 
 def _read_slowly(ws: ClientConnection, busy: bool) -> Outcome:
@@ -77,7 +84,8 @@ def _read_slowly(ws: ClientConnection, busy: bool) -> Outcome:
     last_byte_at = time.monotonic()
     keys: queue.SimpleQueue[bool] = queue.SimpleQueue()
     typed = [0]
-    keyboard = threading.Thread(target=_keyboard, args=(ws, keys, typed))
+    first = threading.Event()
+    keyboard = threading.Thread(target=_keyboard, args=(ws, keys, typed, first))
     keyboard.start()
     try:
         with ws:
@@ -92,6 +100,11 @@ def _read_slowly(ws: ClientConnection, busy: bool) -> Outcome:
                         time.sleep(0.005)  # a slow reader: data piles up in the socket
                     if busy and messages % 3 == 0:
                         keys.put(True)
+                        if messages == 3:
+                            # The first press is out before the replay goes
+                            # on: a replay that outruns the keyboard thread
+                            # would test nothing in flight.
+                            first.wait(10)
             except ConnectionClosed as closed:
                 took = time.monotonic() - last_byte_at
                 rcvd = closed.rcvd
