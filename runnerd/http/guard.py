@@ -17,9 +17,12 @@ browser treat runnerd as that page's own origin. So before any route runs:
    terminal output). A request without `Origin` is not from a browser page
    (browsers send it on every cross-origin and every state-changing
    request), and anything that is not a browser can send any header anyway.
-3. A `POST`, and a `DELETE` that carries a body, must be
+3. A `POST` or a `DELETE` that carries a body must be
    `content-type: application/json` (else `415`): a cross-origin JSON body
    always needs a preflight, which step 2 answers only for allowed origins.
+   One with no body (`POST .../reload`, `.../resume`, as `curl -X POST`
+   sends them) passes: it has no type to judge, and a page cannot send it
+   without an `Origin`, which step 2 judges.
    A method no route takes is `405` (with `allow`) and an unknown path
    `404` instead: no route runs, so no body is read.
 
@@ -52,7 +55,8 @@ from runnerd.contract import error_body
 from runnerd.http.cors import origin_permitted
 from runnerd.http.errors import close_if_body_unread, error_response
 
-_BODY_METHODS = frozenset({"POST"})
+# Methods whose body, when they carry one, must be JSON (step 3).
+_BODY_METHODS = frozenset({"POST", "DELETE"})
 
 
 def host_name(host_header: str) -> str:
@@ -213,7 +217,7 @@ def register_guard(app: QuartTrio, config: Callable[[], Config]) -> None:
             # No route takes this method (405 with `allow`) or path (404):
             # that is the answer, whatever the body's type.
             return None
-        if request.method in _BODY_METHODS or (request.method == "DELETE" and _has_body()):
+        if request.method in _BODY_METHODS and _has_body():
             if request.mimetype != "application/json":
                 got = request.headers.get("content-type") or "none"
                 return close_if_body_unread(

@@ -240,3 +240,24 @@ async def test_what_h11_refuses_still_gets_a_json_error_body(
         assert set(problem) == {"error", "message"}, (name, problem)
         assert problem["message"], name
     assert json.loads(answers["long-url"].partition(b"\r\n\r\n")[2])["error"] == "headers_too_large"
+
+
+async def test_a_bodyless_post_needs_no_content_type_and_a_text_body_still_does(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
+    """`curl -X POST .../resume` sends neither a body nor a type: it reaches
+    the route (whose own answer here is 404 not_suspended); a text/plain
+    body, which a page can send without a preflight, is still refused."""
+    async with tcp_daemon(tmp_path, on_backend.overrides()) as (_daemon, port):
+        host = f"Host: 127.0.0.1:{port}\r\nConnection: close\r\n"
+        bare = await raw_exchange(
+            port, f"POST /v1/sessions/nosuchsession/resume HTTP/1.1\r\n{host}\r\n".encode()
+        )
+        text = await raw_exchange(
+            port,
+            f"POST /v1/sessions/nosuchsession/resume HTTP/1.1\r\n{host}"
+            "content-type: text/plain\r\ncontent-length: 2\r\n\r\nhi".encode(),
+        )
+    assert bare.startswith(b"HTTP/1.1 404 Not Found\r\n"), bare[:200]
+    assert b'"error":"not_suspended"' in bare
+    assert text.startswith(b"HTTP/1.1 415 Unsupported Media Type\r\n"), text[:200]
