@@ -88,6 +88,12 @@ class AppChannel:
         """A process of this app exists now (its handle is attached)."""
         return self._handle is not None
 
+    @property
+    def exited(self) -> bool:
+        """Its last process ended on its own: none runs, none is being
+        started, and no restart is asked."""
+        return self._handle is None and not self.starting and self.pending_trigger is None
+
     def launch(self) -> AppLaunch:
         """What its next generation runs."""
         spec = self.spec

@@ -32,7 +32,11 @@ from its kernel's debug frames (`runnerd.watch.kernel.KernelProjection`, fed
 by `AppReport.debug`): the process's start only sets the trigger the next
 `Kernel.Starting` is attributed to (initial, manual, resume; `watch` for
 the kernel's own restarts), and an exit under an open generation closes it
-`completed {code}`. Its first-round report is the process's start.
+`completed {code}`. A process that exits before its kernel reported any run
+(bad arguments, a crash at load) is that generation's failure to start:
+`started` then `failed`, naming the exit code. A write restarts a
+self-watching app only when its process is gone. Its first-round report is
+the process's start.
 """
 
 from __future__ import annotations
@@ -128,6 +132,7 @@ class AppPeriod:
             nursery.cancel_scope.cancel()  # its watchers go with it
 
         reason: str | None = None
+        opened = channel.runs.generation  # a kernel's runs count on from here
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(run)
@@ -142,7 +147,11 @@ class AppPeriod:
             session.emit_run(*channel.runs.start_failed(trigger, reason, now))
             self._reported(channel.name)
         elif isinstance(outcome, Exited):
-            session.emit_run(channel.runs.complete(outcome.code, now))  # kernel or not
+            completed = channel.runs.complete(outcome.code, now)  # kernel or not
+            if completed is None and channel.self_watching and channel.runs.generation == opened:
+                why = f"the runtime exited with code {outcome.code} before it reported a run"
+                session.emit_run(*channel.runs.start_failed(trigger, why, now))
+            session.emit_run(completed)
             channel.kernel = None
         elif isinstance(outcome, Failed):
             session.emit_run(channel.runs.fail(outcome.message))

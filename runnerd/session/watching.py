@@ -180,7 +180,11 @@ async def _debounce(session: WatchSession) -> None:
             await trio.sleep_until(debounce.due_at)
             if debounce.take(trio.current_time()):
                 for channel in session.app_channels():
-                    if not channel.self_watching:
+                    # A kernel that watches by itself restarts on its own
+                    # while its process is up (or being restarted); one
+                    # that ended (crashed, or exited before it reported a
+                    # run) is started again.
+                    if not channel.self_watching or channel.exited:
                         channel.request_restart("watch")
 
 

@@ -29,7 +29,10 @@ APPS = [{"name": "kernel", "entryRelativePath": "app.telo"}]
 @pytest.fixture(scope="module", name="runnerd")
 def kernel_runnerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDaemon]:
     with telo_runtime() as telo:
-        overrides = {"watch": {"enabled": True}, "local": {"runtimes": {"telo": telo}}}
+        # A self-watching runtime that is no kernel: it reports no run at all.
+        mute = {"command": ["/bin/sh", "{entry}"], "watch": "self", "watch_args": ["--watch"]}
+        runtimes = {"telo": telo, "mute": mute}
+        overrides = {"watch": {"enabled": True}, "local": {"runtimes": runtimes}}
         with shared_daemon(tmp_path_factory.mktemp("runnerd"), overrides) as daemon:
             yield daemon
 
@@ -110,3 +113,32 @@ async def test_kernel_watch_a_reload_restarts_the_process_itself(runnerd: Shared
     ]
     ports = [f.data for f in frames if f.event == "endpoints"]
     assert {"port": 8082, "protocol": "tcp", "host": ""} in ports[-1].get("added", [])
+
+
+async def test_kernel_watch_an_exit_before_any_run_is_a_failed_start(runnerd: SharedDaemon) -> None:
+    """A self-watching process that ends before its kernel reported a run
+    (bad arguments, a crash at load) is reported, not silent: `started` then
+    `failed` naming its exit code; a write starts it again, since no kernel
+    is left to notice the change."""
+    async with runnerd.client() as client:
+        session_id = await start_watch(
+            client,
+            files={"main.sh": "exit 3\n"},
+            entry="main.sh",
+            config={"image": "mute", "pullPolicy": "missing"},
+        )
+        frames = await wait_frames(client, session_id, lambda fs: len(runs(fs)) >= 2)
+        write = {"write": [{"path": "main.sh", "content": "exit 0\n"}]}
+        answer = await route(client, "POST", session_id, "workspace", json=write)
+        assert answer.status_code == 200, answer.text
+        frames = await wait_frames(client, session_id, lambda fs: len(runs(fs)) >= 4)
+        await client.delete(f"/v1/sessions/{session_id}")
+    events = [
+        (e["generation"], e["phase"], e.get("trigger", e.get("reason"))) for e in runs(frames)
+    ]
+    assert events[:4] == [
+        (1, "started", "initial"),
+        (1, "failed", "the runtime exited with code 3 before it reported a run"),
+        (2, "started", "watch"),
+        (2, "failed", "the runtime exited with code 0 before it reported a run"),
+    ]
