@@ -15,6 +15,7 @@ manager's `start_watch` makes one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -154,12 +155,15 @@ class WatchSession(Session):
         self.budget.limit = self.limits().reload_limit
         now = trio.current_time()
         if not self.budget.try_spend(now):
-            wait_s = self.budget.retry_after_s(now)
+            # Whole seconds, rounded up: a client that waits this long is
+            # admitted (RFC 9110 Retry-After; the message says it too).
+            wait_s = max(1, math.ceil(self.budget.retry_after_s(now)))
             raise WatchError(
                 429,
                 "reload_rate_limited",
                 f"{self.budget.limit} workspace writes and reloads in the last 60 s "
-                f"(watch.reload_limit); try again in {max(1, round(wait_s))} s",
+                f"(watch.reload_limit); try again in {wait_s} s",
+                headers={"retry-after": str(wait_s)},
             )
 
     def _live_host(self) -> WatchHost:

@@ -8,6 +8,8 @@ changed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from runnerd.errors import RunnerdError
 
 
@@ -15,8 +17,10 @@ class WatchError(RunnerdError):
     """A watch request refused: `status_hint` and `code` say how (e.g. 400
     `port_conflict`), `message` says what, naming the field."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message, status_hint=status, code=code)
+    def __init__(
+        self, status: int, code: str, message: str, *, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(message, status_hint=status, code=code, headers=headers)
 
 
 class WorkspacePathError(WatchError):

@@ -69,6 +69,11 @@ async def test_writes_and_reloads_share_the_budget_and_refusals_are_not_counted(
     assert [r.status_code for r in admitted] == [200, 202]
     assert {error_of(r) for r in refused} == {(429, "reload_rate_limited")}
     assert "watch.reload_limit" in refused[0].json()["message"]
+    # When to come back, as a header a client can act on (whole seconds,
+    # within the 60 s window) and in the message.
+    retry = [int(r.headers["retry-after"]) for r in refused]
+    assert all(1 <= s <= 60 for s in retry), retry
+    assert f"try again in {retry[0]} s" in refused[0].json()["message"]
     assert after == before and "other.txt" not in str(after)
 
 
