@@ -163,6 +163,7 @@ def register_session_routes(app: QuartTrio, state: AppState) -> None:
         return json_response(session_summary(await state.sessions.lookup(session_id)))
 
     async def delete_session(session_id: str) -> Response:
+        await read_body()  # a body sent anyway: read, so the connection stays reusable
         await state.sessions.stop(session_id)  # StopFailed → 500 stop_failed
         return Response("", status=204)
 

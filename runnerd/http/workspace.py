@@ -94,7 +94,12 @@ def register_workspace_routes(app: QuartTrio, state: AppState) -> None:
             content = data.decode("utf-8", errors="replace")
         return json_response({"content": content, "size": len(data)})
 
+    # The bodyless routes read what a client may send anyway (an editor's
+    # `{}`) before answering, so the connection stays reusable instead of
+    # being closed with unread bytes in it (a reset that can cost the
+    # client the answer).
     async def reload(session_id: str) -> Response:
+        await read_body()
         session = await watch_session(state, session_id)
         session.require_running()
         session.spend_reload_budget()
@@ -111,6 +116,7 @@ def register_workspace_routes(app: QuartTrio, state: AppState) -> None:
         return json_response({"apps": await session.replace_apps(apps)}, 202)
 
     async def resume(session_id: str) -> Response:
+        await read_body()
         await state.sessions.resume(session_id)
         return json_response({"sessionId": session_id}, 202)
 

@@ -8,9 +8,11 @@ refused start never runs.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import httpx
+import trio
 
 from tests.e2e.contract_client import bundle_body, wait_terminal
 from tests.e2e.edge import raw_exchange, tcp_daemon
@@ -261,3 +263,52 @@ async def test_a_bodyless_post_needs_no_content_type_and_a_text_body_still_does(
     assert bare.startswith(b"HTTP/1.1 404 Not Found\r\n"), bare[:200]
     assert b'"error":"not_suspended"' in bare
     assert text.startswith(b"HTTP/1.1 415 Unsupported Media Type\r\n"), text[:200]
+
+
+async def test_a_body_sent_to_a_bodyless_route_is_read_before_the_answer(
+    tmp_path: Path, on_backend: OnBackend
+) -> None:
+    """A client that sends `{}` to `POST .../resume` or DELETE (as an editor
+    may) after `Expect: 100-continue` is asked for it and then answered, on
+    a connection it can go on using. Before, the route answered without
+    reading it: the client's body then met a connection closing under it
+    (EPIPE, or a reset that could cost the answer)."""
+    async with tcp_daemon(tmp_path, on_backend.overrides()) as (_daemon, port):
+        host = f"Host: 127.0.0.1:{port}\r\n"
+        head = "content-type: application/json\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n"
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            heads = []
+            for request in (
+                "POST /v1/sessions/nosuchsession/resume HTTP/1.1",
+                "DELETE /v1/sessions/nosuchsession HTTP/1.1",
+            ):
+                await stream.send_all(f"{request}\r\n{host}{head}".encode())
+                heads.append(await _receive_until(stream, b"\r\n\r\n"))
+                await stream.send_all(b"{}")
+                heads.append(await _receive_until(stream, b"\r\n\r\n"))
+    assert [h.split(b"\r\n", 1)[0] for h in heads] == [
+        b"HTTP/1.1 100 Continue", b"HTTP/1.1 404 Not Found",
+        b"HTTP/1.1 100 Continue", b"HTTP/1.1 204 No Content",
+    ], heads  # fmt: skip
+
+
+async def _receive_until(stream: trio.SocketStream, end: bytes) -> bytes:
+    """One response's head (up to and including `end`); its body, by its
+    content-length, is read and dropped, so the next read starts at the next
+    response."""
+    data = bytearray()
+    with trio.fail_after(10):
+        while end not in data:
+            chunk = await stream.receive_some(1)
+            if not chunk:
+                return bytes(data)
+            data += chunk
+        length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", bytes(data))
+        left = int(length.group(1)) if length else 0
+        while left > 0:
+            chunk = await stream.receive_some(left)
+            if not chunk:
+                break
+            left -= len(chunk)
+    return bytes(data)
