@@ -180,7 +180,7 @@ class WatchSession(Session):
     async def apply_changes(self, changes: ChangeSet) -> tuple[int, int]:
         written, deleted = await self._live_host().apply(changes)
         self.metrics.workspace_writes(written, deleted)
-        if not changes.touches_nothing:
+        if written or deleted:  # a set that changed no path restarts nothing
             self.debounce.change(trio.current_time())
             self.debounce_changed.set()
         return written, deleted

@@ -13,7 +13,8 @@ of a refused set.
 Applying a set (the IO side): the writes in order (parent directories
 created, an existing file replaced), then the deletes (a file, or a
 directory with all it holds; a missing path is not an error). A set that
-writes or deletes nothing (`touches_nothing`) restarts nothing.
+changed no path (`written` and `deleted` both 0: nothing given, or only
+deletes of missing paths) restarts nothing.
 """
 
 from __future__ import annotations

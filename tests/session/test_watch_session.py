@@ -72,12 +72,14 @@ async def test_a_burst_of_changes_is_one_watch_generation(
         assert await session.read_workspace_file("f4.txt") == b"x"
 
 
-async def test_an_empty_change_set_restarts_nothing(mock_clock: trio.testing.MockClock) -> None:
+async def test_a_change_set_that_changes_nothing_restarts_nothing(mock_clock: trio.testing.MockClock) -> None:
     mock_clock.autojump_threshold = 0
     async with running_manager(FakeWatchBackend()) as manager:
         session = start(manager, watch_spec({"main.sh": SERVE}))
         await wait_until(session, lambda: session.status["kind"] == "running")
         assert await session.apply_changes(ChangeSet()) == (0, 0)
+        # Deleting a path that is not there changes nothing either.
+        assert await session.apply_changes(ChangeSet(deletes=("zzz",))) == (0, 0)
         await trio.sleep(10)
         assert runs(session) == [(1, "started", "initial")]
 
