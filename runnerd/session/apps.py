@@ -57,6 +57,9 @@ class AppChannel:
         # its generations are projected from its kernel's debug frames.
         self.self_watching = False
         self.kernel: KernelProjection | None = None
+        # Called once its kernel reported a run (a self-watching app's first
+        # report, what `running` waits for), then cleared.
+        self.on_kernel_run: Callable[[], None] | None = None
         # The driver's restart bookkeeping (`request_restart`).
         self.pending_trigger: RunTrigger | None = None
         self.generation_scope: trio.CancelScope | None = None

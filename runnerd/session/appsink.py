@@ -98,6 +98,10 @@ class AppReport:
         if kernel is not None:  # a self-watching app: its generations are the kernel's
             update = kernel.feed(frame, trio.current_time())
             self._session.emit_run(*update.runs)
+            reported = self._channel.on_kernel_run
+            if update.runs and reported is not None:
+                self._channel.on_kernel_run = None
+                reported()  # its first run: what the session's `running` waits for
             if update.declared is not None:
                 self._ports_declared(update.declared)
 

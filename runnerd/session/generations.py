@@ -32,11 +32,12 @@ from its kernel's debug frames (`runnerd.watch.kernel.KernelProjection`, fed
 by `AppReport.debug`): the process's start only sets the trigger the next
 `Kernel.Starting` is attributed to (initial, manual, resume; `watch` for
 the kernel's own restarts), and an exit under an open generation closes it
-`completed {code}`. A process that exits before its kernel reported any run
+`completed {code}`. Its first report (what `running` waits for) is its
+kernel's first run; a runtime without a debug stream reports at its
+process's start. A process that exits before its kernel reported any run
 (bad arguments, a crash at load) is that generation's failure to start:
 `started` then `failed`, naming the exit code. A write restarts a
-self-watching app only when its process is gone. Its first-round report is
-the process's start.
+self-watching app only when its process is gone.
 """
 
 from __future__ import annotations
@@ -155,6 +156,8 @@ class AppPeriod:
             channel.kernel = None
         elif isinstance(outcome, Failed):
             session.emit_run(channel.runs.fail(outcome.message))
+        channel.on_kernel_run = None
+        self._reported(channel.name)  # a self-watching one that ended before its kernel said
 
 
 class _OnStarted:
@@ -186,13 +189,20 @@ class _OnStarted:
         channel.starting = False
         channel.attach(value.handle, self._nursery)
         channel.self_watching = value.self_watching
+        name = channel.name
         if value.self_watching:
             channel.kernel = KernelProjection(channel.runs)
             channel.kernel.expect(self._trigger)
         else:
             channel.kernel = None
             self._session.emit_run(channel.runs.start(self._trigger, trio.current_time()))
-        self._reported(channel.name)
+        address = value.address
+        if value.self_watching and address is not None and address.inspect_port is not None:
+            # Its generation 1 is its kernel's first run (or its exit before
+            # one): `running` waits for that, not for the process.
+            channel.on_kernel_run = lambda: self._reported(name)
+        else:
+            self._reported(name)
         if value.address is not None:
             report = AppReport(self._session, channel)
             self._nursery.start_soon(supervise, value.address, tcp_ports(channel.ports), report)

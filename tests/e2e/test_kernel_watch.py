@@ -17,7 +17,15 @@ from typing import Any
 import pytest
 
 from tests.e2e.io_client import assert_sse_conforms
-from tests.e2e.watch_client import route, runs, start_watch, started, telo_runtime, wait_frames
+from tests.e2e.watch_client import (
+    has_status,
+    route,
+    runs,
+    start_watch,
+    started,
+    telo_runtime,
+    wait_frames,
+)
 from tests.harness import SseFrame
 from tests.shared_daemon import SharedDaemon, shared_daemon
 
@@ -53,6 +61,13 @@ async def test_kernel_watch_generations_are_the_kernel_s_own(runnerd: SharedDaem
         frames = await wait_frames(client, session_id, has_run(1, "started"))
         first = runs(frames, "kernel")[0]
         assert (first["trigger"], first["telo"]) == ("initial", "0.0.0-kubesim")
+        # `running` once generation 1 has started: the kernel's first run,
+        # not the process's start.
+        frames = await wait_frames(client, session_id, has_status("running"))
+        order = [
+            (f.event, f.data.get("status", {}).get("kind", f.data.get("phase"))) for f in frames
+        ]
+        assert order.index(("run", "started")) < order.index(("status", "running")), order
         frames = await wait_frames(
             client, session_id, lambda fs: any(f.event == "endpoints" for f in fs)
         )
