@@ -9,8 +9,10 @@ session's task under its stop scope:
                  resume), `running` once each app's first one started or
                  failed to start; the debounce, the checkpoint period and
                  the idle watch beside them
-               idle → stop the apps and the agent, checkpoint; a failed
-                 checkpoint serves again (trigger resume)
+               idle → checkpoint while they run (a failure: a `progress`
+                 saying why, still running, try again after the next idle
+                 period), stop the apps and the agent, checkpoint again
+                 (a failure: the first one stands)
            `suspended`; wait for `resume()` (→ again) or the suspended TTL
            (→ evicted: gone)
 
@@ -112,11 +114,10 @@ async def _live_period(session: WatchSession, backend: Backend, trigger: RunTrig
     return suspended (status `suspended`, the host left)."""
     spec = replace(session.watch_spec.watch, checkpoint=session.checkpoint)
     async with backend.open_watch(spec, SessionProgress(session)) as host:
-        while True:
-            await _serve(session, host, trigger)
-            if await _take_checkpoint(session, host):
-                break
-            trigger = "resume"  # the checkpoint failed: the session stays up
+        await _serve(session, host, trigger)
+        # Stopped now: the last checkpoint. If it fails, the one taken at
+        # idle (moments ago, while the apps ran) stands.
+        await _take_checkpoint(session, host)
     session.mark_suspended()
 
 
@@ -135,7 +136,15 @@ async def _serve(session: WatchSession, host: WatchHost, trigger: RunTrigger) ->
             session.serve()
             nursery.start_soon(_debounce, session)
             nursery.start_soon(_checkpoint_every, session, host)
-            await _until_idle(session)
+            while True:
+                await _until_idle(session)
+                # A checkpoint before anything stops: one that fails leaves
+                # the session running untouched (and says why), to try
+                # again after the next idle period.
+                failure = await _take_checkpoint(session, host)
+                if failure is None:
+                    break
+                session.emit(progress_event("boot", f"not suspended while idle: {failure}"))
             session.unserve()
             nursery.cancel_scope.cancel()
     finally:
@@ -194,18 +203,18 @@ async def _checkpoint_every(session: WatchSession, host: WatchHost) -> None:
         await _take_checkpoint(session, host)
 
 
-async def _take_checkpoint(session: WatchSession, host: WatchHost) -> bool:
+async def _take_checkpoint(session: WatchSession, host: WatchHost) -> str | None:
     """A checkpoint now, kept as the latest (the one it replaces discarded);
-    False (logged) when it failed."""
+    None, or why it failed (client-safe; logged)."""
     try:
         checkpoint = await host.checkpoint()
     except CheckpointFailed as exc:
         log.warning("checkpoint failed: %s", exc, extra={"session_id": session.id})
-        return False
+        return f"the workspace checkpoint failed: {exc}"
     old, session.checkpoint = session.checkpoint, checkpoint
     if old is not None:
         await old.discard()
-    return True
+    return None
 
 
 async def _until_idle(session: WatchSession) -> None:

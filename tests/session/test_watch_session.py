@@ -72,7 +72,9 @@ async def test_a_burst_of_changes_is_one_watch_generation(
         assert await session.read_workspace_file("f4.txt") == b"x"
 
 
-async def test_a_change_set_that_changes_nothing_restarts_nothing(mock_clock: trio.testing.MockClock) -> None:
+async def test_a_change_set_that_changes_nothing_restarts_nothing(
+    mock_clock: trio.testing.MockClock,
+) -> None:
     mock_clock.autojump_threshold = 0
     async with running_manager(FakeWatchBackend()) as manager:
         session = start(manager, watch_spec({"main.sh": SERVE}))
