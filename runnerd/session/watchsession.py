@@ -218,6 +218,8 @@ class WatchSession(Session):
                 channel.request_restart("resume")
             elif period is not None:
                 period.start_app(channel, "resume")
+        if self._serving:
+            self._publish_running()  # the new set's ports
         self._notify()
         return names
 
@@ -245,9 +247,25 @@ class WatchSession(Session):
     def serve(self) -> None:
         """Every app's first generation of this period reported: `running`."""
         self._serving = True
+        self._publish_running()
+
+    def _publish_running(self) -> None:
+        """`running` with the agent's endpoint and every app's declared
+        ports as endpoints (the host left empty, as a local run session's:
+        the client knows how it reached the runner), in app order."""
         plan = self.agent_plan()
         agent = plan.endpoint if plan is not None and plan.conflict is None else None
-        self.set_status(running(agent=agent))
+        endpoints: list[RunnerEndpoint] = []
+        for channel in self._channels.values():
+            for port in channel.ports:
+                endpoint: RunnerEndpoint = {
+                    "host": "",
+                    "port": port.port,
+                    "protocol": port.protocol,
+                }
+                if endpoint not in endpoints:
+                    endpoints.append(endpoint)
+        self.set_status(running(endpoints, agent=agent))
 
     def unserve(self) -> None:
         """The apps are being stopped: the workspace routes answer 409 from now on."""

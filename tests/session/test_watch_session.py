@@ -109,6 +109,22 @@ async def test_reload_restarts_at_once_and_names_an_unknown_app() -> None:
         assert backend.hosts[0].peak == {"a": 1, "b": 1}
 
 
+async def test_running_lists_every_apps_declared_ports_and_follows_put_apps() -> None:
+    backend = FakeWatchBackend()
+    spec = watch_spec(
+        {"main.sh": SERVE}, (app("web", "main.sh", 8080), app("api", "main.sh", 9090))
+    )
+    async with running_manager(backend) as manager:
+        session = start(manager, spec)
+        await wait_until(session, lambda: session.status["kind"] == "running")
+        assert [e["port"] for e in session.status.get("endpoints", [])] == [8080, 9090]
+        await session.replace_apps((app("api", "main.sh", 9090),))
+        assert session.status == {
+            "kind": "running",
+            "endpoints": [{"host": "", "port": 9090, "protocol": "tcp"}],
+        }
+
+
 async def test_put_apps_keeps_counters_and_output_and_restarts_every_app_with_resume() -> None:
     backend = FakeWatchBackend()
     spec = watch_spec({"main.sh": SERVE}, (app("a", "main.sh"), app("b", "main.sh")))
@@ -166,7 +182,9 @@ async def test_an_app_on_the_agents_port_keeps_the_agent_out() -> None:
     async with running_manager(backend) as manager:
         session = start(manager, spec)
         await wait_until(session, lambda: session.status["kind"] == "running")
-        assert session.status == {"kind": "running"}
+        # No agent on `running`; the app's declared port is its endpoint.
+        web = {"host": "", "port": 7070, "protocol": "tcp"}
+        assert session.status == {"kind": "running", "endpoints": [web]}
         assert session.agent_name is None
         message = (
             "co-resident agent 'editor' was not started: it listens on tcp port 7070, "
