@@ -7,7 +7,8 @@ A real daemon over its UNIX socket, driven as the Telo editor drives it:
   300 ms debounce window plus at most 50 ms, so the figure is shown as the
   window plus the rest, beside a run session's POST → `running` p50
   measured in the same run (the cost of starting a process through
-  runnerd at all);
+  runnerd at all; `local.terminal_size_wait_seconds = 0`, so it does not
+  wait for a first terminal size, which no watch app does either);
 - the same for a self-watching app (the stand-in Telo kernel,
   `tests/kubesim/kernel.py --watch`, as a `watch = "self"` runtime): runnerd
   only writes the files; the kernel notices them by polling every
@@ -169,7 +170,7 @@ async def _write_to_started(client: httpx.AsyncClient, n: int, *, kernel: bool) 
 
 async def bench_watch_restart(n: int = 40) -> list[Row]:
     extra = _watch_toml(3600) + _telo_toml()
-    async with open_daemon(extra=extra) as d, d.client() as client:
+    async with open_daemon(size_wait_s=0, extra=extra) as d, d.client() as client:
         reference = await _run_session_start(client, 20)
         samples = await _write_to_started(client, n, kernel=False)
         kernel = await _write_to_started(client, n, kernel=True)
@@ -195,7 +196,7 @@ async def bench_watch_restart(n: int = 40) -> list[Row]:
 
 async def bench_watch_suspend(n: int = 10) -> list[Row]:
     suspends, resumes = [], []
-    async with open_daemon(extra=_watch_toml(IDLE_S)) as d, d.client() as client:
+    async with open_daemon(size_wait_s=0, extra=_watch_toml(IDLE_S)) as d, d.client() as client:
         reference = await _run_session_start(client, 20)
         for _ in range(n):
             body = watch_body({"web": "exec sleep 3600\n", "api": "exec sleep 3600\n"})
@@ -226,7 +227,7 @@ async def bench_watch_suspend(n: int = 10) -> list[Row]:
 async def bench_watch_memory(n: int = 10) -> list[Row]:
     marker = f"3600.{secrets.randbelow(10**6):06d}"
     sleep = f"exec sleep {marker}\n"
-    async with open_daemon(extra=_watch_toml(3600)) as d, d.client() as client:
+    async with open_daemon(size_wait_s=0, extra=_watch_toml(3600)) as d, d.client() as client:
         run_ids = [await start_session(client, sh_bundle(sleep)) for _ in range(n)]
         for sid in run_ids:
             await _status(client, sid, "running")
