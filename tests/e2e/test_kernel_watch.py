@@ -39,7 +39,10 @@ def kernel_runnerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedD
     with telo_runtime() as telo:
         # A self-watching runtime that is no kernel: it reports no run at all.
         mute = {"command": ["/bin/sh", "{entry}"], "watch": "self", "watch_args": ["--watch"]}
-        runtimes = {"telo": telo, "mute": mute}
+        # One with a debug server that never answers: its kernel never says
+        # it started a run, so the session stays `starting` while it lives.
+        hung = {**mute, "inspect_args": ["--inspect", "127.0.0.1:{inspect_port}"]}
+        runtimes = {"telo": telo, "mute": mute, "hung": hung}
         overrides = {"watch": {"enabled": True}, "local": {"runtimes": runtimes}}
         with shared_daemon(tmp_path_factory.mktemp("runnerd"), overrides) as daemon:
             yield daemon
@@ -157,3 +160,33 @@ async def test_kernel_watch_an_exit_before_any_run_is_a_failed_start(runnerd: Sh
         (2, "started", "watch"),
         (2, "failed", "the runtime exited with code 0 before it reported a run"),
     ]
+
+
+async def test_kernel_watch_a_session_still_starting_has_no_live_workspace(
+    runnerd: SharedDaemon,
+) -> None:
+    """`409 not_running` while `starting`: its kernel has not reported
+    generation 1 yet, so the workspace routes refuse, and change nothing."""
+    async with runnerd.client() as client:
+        session_id = await start_watch(
+            client,
+            files={"main.sh": "exec sleep 600\n"},
+            entry="main.sh",
+            config={"image": "hung", "pullPolicy": "missing"},
+        )
+        write = {"write": [{"path": "late.txt", "content": "x"}]}
+        apps = {"apps": [{"name": "b", "entryRelativePath": "main.sh"}]}
+        answers = [
+            await route(client, "GET", session_id, "workspace"),
+            await route(client, "POST", session_id, "workspace", json=write),
+            await route(client, "GET", session_id, "workspace/file", params={"path": "main.sh"}),
+            await route(client, "POST", session_id, "reload"),
+            await route(client, "PUT", session_id, "apps", json=apps),
+        ]
+        got = (await client.get(f"/v1/sessions/{session_id}")).json()
+        await client.delete(f"/v1/sessions/{session_id}")
+    assert got["status"] == {"kind": "starting"} and got["apps"][0]["name"] == "app"
+    for answer in answers:
+        assert answer.status_code == 409, answer.text
+        assert answer.json()["error"] == "not_running"
+        assert "starting" in answer.json()["message"]
