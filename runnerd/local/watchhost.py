@@ -29,8 +29,10 @@ A generation ends `Exited(code)` (signal N: 128+N), or `Failed` when the
 kernel OOM-killed the session's cgroup (with ceilings: every process of
 the session goes, as a pod's containers do).
 
-Error handling: a generation that cannot start raises `StartError` before
-`started`, its `message` the client's `run failed` reason; `checkpoint`
+Error handling: a generation that cannot start (its entry not a file, its
+runtime's executable missing or not runnable, the exec failing) raises
+`StartError` before `started`, its `message` the client's `run failed`
+reason; `checkpoint`
 raises `CheckpointFailed` (client-safe); the workspace operations raise
 what `runnerd.local.workspace` does.
 """
