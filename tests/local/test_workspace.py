@@ -71,6 +71,23 @@ async def test_the_listing_is_every_regular_file_by_path_bytes_hashed(tmp_path: 
     assert listed[3] == ListedFile("bin/blob", sha(binary), len(binary))
 
 
+async def test_names_that_are_not_utf8_are_neither_listed_nor_checkpointed(
+    tmp_path: Path,
+) -> None:
+    ws = make(tmp_path)
+    put(ws.root, {"ok.txt": b"ok", "d/ok": b"ok"})
+    root = os.fsencode(ws.root)
+    (Path(os.fsdecode(root + b"/bad\xffname"))).write_bytes(b"made by the workload")
+    os.mkdir(root + b"/d/\xfe")
+    Path(os.fsdecode(root + b"/d/\xfe/inner")).write_bytes(b"under an unnamed directory")
+    listed = [f.path for f in await ws.list()]
+    info = await ws.checkpoint(tmp_path / "ckpt")
+    await ws.restore(tmp_path / "ckpt")
+    assert listed == ["d/ok", "ok.txt"]
+    assert info.files == 2
+    assert os.path.exists(root + b"/bad\xffname")  # a restore leaves it as it is
+
+
 async def test_symlinks_and_fifos_are_neither_listed_nor_followed(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     put(outside, {"secret": b"host data"})
