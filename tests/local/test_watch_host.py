@@ -122,6 +122,30 @@ async def test_watch_restart_is_stop_then_start_with_the_new_file(
     assert session_pids(workdir, spec.session_id) == []
 
 
+STOPPED_PY = """
+import signal, time
+if {ignore}:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize(("ignore", "code"), [(False, 143), (True, 137)])
+async def test_watch_a_stopped_generation_reports_its_real_exit_code(
+    backend: LocalBackend, workdir: Path, ignore: bool, code: int
+) -> None:
+    spec = watch_spec({"app.py": STOPPED_PY.replace("{ignore}", str(ignore))})
+    sink = Sink()
+    with trio.fail_after(30):
+        async with backend.open_watch(spec, Progress()) as host:
+            async with running(host, AppLaunch("web", "app.py"), sink) as (_, scope, _):
+                await sink.wait_for("ready")
+                scope.cancel()  # SIGTERM; SIGKILL after the stop grace if ignored
+    assert sink.stopped_code == code
+    assert leftovers(workdir) == []
+
+
 def _cmdline(pid: int) -> bytes:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as file:
