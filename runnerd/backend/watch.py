@@ -219,10 +219,11 @@ class AppSink(Protocol):
 
     def exited(self, code: int) -> None:
         """The exit code (signal N: 128+N) of a process `run_app` stopped
-        because it was cancelled (a restart, a suspend, the app leaving the
-        set, the session ending), so it returns no `Exited`: the backend's
-        teardown calls it once the process is reaped, before the
-        cancellation propagates; never when `run_app` returns. The core
+        on its way out by an exception, its cancellation mostly (a restart,
+        a suspend, the app leaving the set, the session ending), so it
+        returns no `Exited`: the backend's teardown calls it once the
+        process is reaped, before the exception propagates; never when
+        `run_app` returns. The core
         completes the stopped generation with it: 137 for one that ignored
         the SIGTERM and was SIGKILLed after the stop grace. A backend that
         reports none (or could not reap the process) gets the SIGTERM's

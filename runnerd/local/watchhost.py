@@ -33,9 +33,8 @@ the session goes, as a pod's containers do).
 Error handling: a generation that cannot start (its entry not a file, its
 runtime's executable missing or not runnable, the exec failing) raises
 `StartError` before `started`, its `message` the client's `run failed`
-reason; `checkpoint`
-raises `CheckpointFailed` (client-safe); the workspace operations raise
-what `runnerd.local.workspace` does.
+reason; `checkpoint` raises `CheckpointFailed` (client-safe); the
+workspace operations raise what `runnerd.local.workspace` does.
 """
 
 from __future__ import annotations
