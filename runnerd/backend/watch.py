@@ -19,7 +19,8 @@ backend owns only the places and the processes:
   returns `Exited(code)` when the process exits on its own (after its
   output is through: `AppSink.drain`). Cancellation stops it the way a
   DELETE stops a run session (SIGTERM, then SIGKILL after the backend's
-  stop grace) before `Cancelled` propagates. A generation that cannot start
+  stop grace) and reports its exit code (`AppSink.exited`) before
+  `Cancelled` propagates. A generation that cannot start
   (the entry is not a file in the workspace, the runtime cannot be spawned)
   raises `StartError` before `started`: the core reports it as the pair
   `run started` + `run failed {reason: message}`; the session goes on.
@@ -215,6 +216,18 @@ class AppSink(Protocol):
     async def drain(self, *steps: Callable[[], Awaitable[object]]) -> bool:
         """As `runnerd.backend.Sink.drain`: after the process ended, await
         the rest of its output within the core's drain budget."""
+
+    def exited(self, code: int) -> None:
+        """The exit code (signal N: 128+N) of a process `run_app` stopped
+        on its way out by an exception, its cancellation mostly (a restart,
+        a suspend, the app leaving the set, the session ending), so it
+        returns no `Exited`: the backend's teardown calls it once the
+        process is reaped, before the exception propagates; never when
+        `run_app` returns. The core
+        completes the stopped generation with it: 137 for one that ignored
+        the SIGTERM and was SIGKILLed after the stop grace. A backend that
+        reports none (or could not reap the process) gets the SIGTERM's
+        143."""
 
 
 @dataclass(frozen=True)

@@ -153,15 +153,28 @@ class _Frame:
 
 
 def _scan(frame_fd: int) -> tuple[list[str], list[str]]:
-    """The names of the directory: (regular-looking files, subdirectories)."""
+    """The names of the directory that are UTF-8: (regular-looking files,
+    subdirectories). A name that is not (os.scandir hands it over with
+    surrogate escapes) is left out, a directory with all it holds: no path
+    of it can be written as text, so none can be listed or named back."""
     files, dirs = [], []
     with os.scandir(frame_fd) as entries:
         for entry in entries:
+            if not _is_utf8(entry.name):
+                continue
             if entry.is_dir(follow_symlinks=False):
                 dirs.append(entry.name)
             elif entry.is_file(follow_symlinks=False):
                 files.append(entry.name)
     return files, dirs
+
+
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def walk_regular_files(
@@ -173,7 +186,8 @@ def walk_regular_files(
         listed nor followed; directories named in `prune` are skipped with all
         they hold, and so is any path longer than `max_path_bytes` (UTF-8), so
         the walk holds at most one fd per level of a path that short. Entries
-        that vanish or change kind during the walk are skipped. Use it under
+        that vanish or change kind during the walk are skipped, and so are
+        names that are not UTF-8 (with what they hold). Use it under
     `contextlib.closing`: closing it closes every fd it holds."""
     stack = [_Frame(os.dup(root), "", iter(()))]
     try:

@@ -22,17 +22,19 @@ sandbox) on pipes, its `port` published.
 
 Resource handling: each generation owns its process; cancelling `run_app`
 stops it as a DELETE stops a run session (SIGTERM, SIGKILL after
-`local.stop_grace_seconds`: its nested PID namespace goes with it) before
-the cancellation propagates.
+`local.stop_grace_seconds`: its nested PID namespace goes with it) and
+reports its exit code (`AppSink.exited`: 137 for one SIGKILLed) before the
+cancellation propagates.
 
 A generation ends `Exited(code)` (signal N: 128+N), or `Failed` when the
 kernel OOM-killed the session's cgroup (with ceilings: every process of
 the session goes, as a pod's containers do).
 
-Error handling: a generation that cannot start raises `StartError` before
-`started`, its `message` the client's `run failed` reason; `checkpoint`
-raises `CheckpointFailed` (client-safe); the workspace operations raise
-what `runnerd.local.workspace` does.
+Error handling: a generation that cannot start (its entry not a file, its
+runtime's executable missing or not runnable, the exec failing) raises
+`StartError` before `started`, its `message` the client's `run failed`
+reason; `checkpoint` raises `CheckpointFailed` (client-safe); the
+workspace operations raise what `runnerd.local.workspace` does.
 """
 
 from __future__ import annotations
@@ -247,10 +249,33 @@ class LocalWatchHost:
         task_status: trio.TaskStatus[AppStarted],
     ) -> Exited | Failed:
         """Spawn `process`, report it started, pump its output until it exits
-        and its output is through; stopped when cancelled."""
+        and its output is through; stopped when cancelled, its exit code
+        then reported to `sink.exited` once it is reaped."""
         self._sandbox.check()
         proc = await self._spawn(process, runtime)
         log.info("started pid %s (%s)", proc.pid, process.label, extra=self._ids)
+        try:
+            code = await self._supervise(proc, process, sink, task_status)
+        except BaseException:
+            if proc.exit_code is not None:  # None: not reaped within the stop's bound
+                sink.exited(proc.exit_code)
+            raise
+        log.info("%s exited with code %s", process.label, code, extra=self._ids)
+        if self._sandbox.oom_killed():
+            # The session's cgroup kills as one (`memory.oom.group`), as a pod's.
+            memory = self._spec.identity.limits.memory
+            return Failed(f"memory limit {memory} exceeded: the session was killed (OOM)")
+        return Exited(code)
+
+    async def _supervise(
+        self,
+        proc: PtyProcess | StreamsProcess,
+        process: _Process,
+        sink: AppSink,
+        task_status: trio.TaskStatus[AppStarted],
+    ) -> int:
+        """`proc`'s life, owned: its exit code once its output is through;
+        leaving it (cancelled, too) stops and reaps it."""
         async with proc:
             output_done = trio.Event()
             async with trio.open_nursery() as nursery:
@@ -263,12 +288,7 @@ class LocalWatchHost:
                 code = await proc.wait()
                 await sink.drain(output_done.wait)
                 nursery.cancel_scope.cancel()
-        log.info("%s exited with code %s", process.label, code, extra=self._ids)
-        if self._sandbox.oom_killed():
-            # The session's cgroup kills as one (`memory.oom.group`), as a pod's.
-            memory = self._spec.identity.limits.memory
-            return Failed(f"memory limit {memory} exceeded: the session was killed (OOM)")
-        return Exited(code)
+        return code
 
     @property
     def _ids(self) -> dict[str, object]:

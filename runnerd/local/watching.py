@@ -13,9 +13,12 @@ every process) stops the sandbox and moves the session directory to the
 trash and removes the scratch, shielded; the session uid is released once
 its processes are gone. Checkpoints stay until their `discard()`.
 
-Error handling: entering raises `StartError` (a runtime that cannot run,
-no session uid free, the directory, a checkpoint that does not restore,
-the sandbox), with nothing left behind.
+Error handling: entering raises `StartError` (no runtime of the image's
+name, no session uid free, the directory, a checkpoint that does not
+restore, the sandbox), with nothing left behind. A runtime that is
+configured but cannot run (its executable missing, or not runnable by the
+session's uid) is each generation's `StartError` instead (`run_app`): an
+app that cannot start never fails the session.
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ from runnerd.local.watchhost import (
     LocalWatchHost,
     WatchKit,
     make_private_dir,
-    resolve_runtime,
 )
 from runnerd.local.workdir import (
     SessionDir,
@@ -61,7 +63,9 @@ async def open_local_watch(
     kit: WatchKit, spec: WatchSpec, progress: ProgressReport
 ) -> AsyncIterator[LocalWatchHost]:
     """The session's place (see the module docstring). Raises StartError."""
-    resolve_runtime(kit, spec.creation.image.image)  # a runtime that cannot run fails now
+    image = spec.creation.image.image
+    if image not in kit.local.runtimes:  # admitted, then removed by a config reload
+        raise StartError("provision", f"no local runtime named '{image}'")
     identity = _acquire(kit.uids)
     try:
         async with _open_place(kit, spec, progress, identity) as host:

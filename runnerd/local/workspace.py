@@ -29,9 +29,10 @@ The semantics the contract leaves open, decided here:
 - A replaced regular file keeps its permission bits; a new one is 0600.
 - A file or directory that cannot be opened (a non-root daemon's workload
   made it unreadable), a path past the 1024-byte limit (no route could name
-  it), and whatever is under the excluded trees are not listed, so not
-  checkpointed either. A name that is not UTF-8 is listed with its bytes
-  kept as surrogate escapes (`surrogateescape`), sorted by those bytes.
+  it), a file or directory whose name is not UTF-8 (the workload made it:
+  JSON text cannot carry it, and no route could name it back), and
+  whatever is under the excluded trees are not listed, so not checkpointed
+  either (nor removed by a `restore`).
 - `restore` makes the listed files exactly the checkpoint's: listed files
   it does not hold are removed, and anything in the way of one it holds (a
   file where it needs a directory, a directory where it has a file) is
@@ -236,7 +237,7 @@ class Workspace:
                 for path, fd, _ in walk:
                     digest, size = _hash(fd)
                     files.append(ListedFile(path, digest, size))
-        return sorted(files, key=lambda f: f.path.encode("utf-8", "surrogateescape"))
+        return sorted(files, key=lambda f: f.path.encode())
 
     def _read(self, path: str) -> bytes:
         segments = _segments(path)

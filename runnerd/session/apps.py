@@ -64,6 +64,9 @@ class AppChannel:
         self.pending_trigger: RunTrigger | None = None
         self.generation_scope: trio.CancelScope | None = None
         self.starting = False  # its generation's process is being started
+        # The exit code the backend reported for a process it stopped
+        # (`AppSink.exited`), until the stopped generation's `completed` takes it.
+        self.stopped_code: int | None = None
         # Cancelled when the app leaves the set (`PUT /apps`); `ended` once its task is gone.
         self.task_scope = trio.CancelScope()
         self.ended = trio.Event()
@@ -138,6 +141,7 @@ class AppChannel:
         """A generation's process exists: stdin and resizes reach `handle`
         (deferred resizes run in `nursery`, the generation's)."""
         self._handle = handle
+        self.stopped_code = None  # a new process: nothing of the last one's
         if self.io == "tty":
             self._resize = ResizeCoalescer(handle.resize, nursery, self._extra)
             if self._size is not None:
@@ -149,6 +153,13 @@ class AppChannel:
         if self._resize is not None:
             self._resize.close()
             self._resize = None
+
+    def take_stopped_code(self, default: int) -> int:
+        """The code a generation stopped under it completes with: its
+        process's real exit code as the backend reported it, else `default`;
+        taken once."""
+        code, self.stopped_code = self.stopped_code, None
+        return default if code is None else code
 
     def request_restart(self, trigger: RunTrigger) -> None:
         """Start a new generation with `trigger`: the running one (or the

@@ -79,6 +79,9 @@ class AppOutputSink:
     async def drain(self, *steps: Callable[[], Awaitable[object]]) -> bool:
         return await drain_within_budget(self._session.id, steps)
 
+    def exited(self, code: int) -> None:
+        self._channel.stopped_code = code  # the stopped generation's `completed` code
+
 
 class AppReport:
     """The core's watchers of one generation (`runnerd.workload.supervision.Report`)."""
@@ -134,6 +137,9 @@ class AgentSink:
 
     async def drain(self, *steps: Callable[[], Awaitable[object]]) -> bool:
         return await drain_within_budget(self._session.id, steps)
+
+    def exited(self, code: int) -> None:
+        pass  # not an app: it has no generations
 
 
 class SessionProgress:

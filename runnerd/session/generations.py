@@ -11,8 +11,9 @@ app (`start_app`) runs its generations one at a time over the `WatchHost`:
         Failed(message)      -> `run failed {reason: message}`
     then it waits for a restart (`AppChannel.request_restart`); a restart
     cancels the generation (the backend stops the process) and, when one
-    was open, ends it `completed` with `RESTART_CODE`, before the next
-    generation's `started`.
+    was open, ends it `completed` with the process's exit code as the
+    backend reported it (`AppSink.exited`; `RESTART_CODE` when none came),
+    before the next generation's `started`.
 
 A restart asked while a generation is still starting lets it start (its
 `started` is sent, so every restart asked is at least one generation), then
@@ -62,8 +63,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("runnerd.sessions")
 
-# The code a generation a restart stopped is completed with: the SIGTERM
-# the stop sends first (128 + 15), as a run session's exit reads.
+# The code a generation a restart stopped is completed with when the
+# backend reported no exit code of its process (`AppSink.exited`): the
+# SIGTERM the stop sends first (128 + 15), as a run session's exit reads.
 RESTART_CODE = 143
 TRIGGERS: tuple[RunTrigger, ...] = ("initial", "watch", "manual", "resume")
 
@@ -110,12 +112,14 @@ class AppPeriod:
                     channel.generation_scope = None
                     trigger = channel.pending_trigger or "manual"
                     now = trio.current_time()
-                    self._session.emit_run(channel.runs.complete(RESTART_CODE, now))
+                    code = channel.take_stopped_code(RESTART_CODE)
+                    self._session.emit_run(channel.runs.complete(code, now))
         finally:
             # Stopped under it (a suspend, the app leaving the set, the
             # session ending): its generation ended, as a restart's does.
             channel.generation_scope = None
-            self._session.emit_run(channel.runs.complete(RESTART_CODE, trio.current_time()))
+            code = channel.take_stopped_code(RESTART_CODE)
+            self._session.emit_run(channel.runs.complete(code, trio.current_time()))
             channel.detach()
             self._reported(channel.name)  # an app gone before its first report
             channel.ended.set()

@@ -122,6 +122,30 @@ async def test_watch_restart_is_stop_then_start_with_the_new_file(
     assert session_pids(workdir, spec.session_id) == []
 
 
+STOPPED_PY = """
+import signal, time
+if {ignore}:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize(("ignore", "code"), [(False, 143), (True, 137)])
+async def test_watch_a_stopped_generation_reports_its_real_exit_code(
+    backend: LocalBackend, workdir: Path, ignore: bool, code: int
+) -> None:
+    spec = watch_spec({"app.py": STOPPED_PY.replace("{ignore}", str(ignore))})
+    sink = Sink()
+    with trio.fail_after(30):
+        async with backend.open_watch(spec, Progress()) as host:
+            async with running(host, AppLaunch("web", "app.py"), sink) as (_, scope, _):
+                await sink.wait_for("ready")
+                scope.cancel()  # SIGTERM; SIGKILL after the stop grace if ignored
+    assert sink.stopped_code == code
+    assert leftovers(workdir) == []
+
+
 def _cmdline(pid: int) -> bytes:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as file:
@@ -330,17 +354,27 @@ async def test_watch_entry_must_be_a_regular_file_reached_through_directories(
                 assert info.value.message == f"entry {entry!r} is not a file in the workspace"
 
 
-async def test_watch_a_runtime_that_cannot_run_fails_to_enter_leaving_nothing(
+async def test_watch_a_runtime_not_configured_fails_to_enter_leaving_nothing(
     backend: LocalBackend, workdir: Path
 ) -> None:
-    for image, message in (
-        ("nope", "no local runtime named 'nope'"),
-        ("missing", "local runtime 'missing': executable 'no-such-program-xyz' not found"),
-    ):
-        with pytest.raises(StartError) as info:
-            async with backend.open_watch(watch_spec({"a.py": ""}, image=image), Progress()):
-                raise AssertionError("entered")
-        assert (info.value.stage, info.value.message) == ("provision", message)
+    with pytest.raises(StartError) as info:
+        async with backend.open_watch(watch_spec({"a.py": ""}, image="nope"), Progress()):
+            raise AssertionError("entered")
+    assert (info.value.stage, info.value.message) == ("provision", "no local runtime named 'nope'")
+    assert leftovers(workdir) == []
+
+
+async def test_watch_a_missing_runtime_executable_fails_each_start_not_the_place(
+    backend: LocalBackend, workdir: Path
+) -> None:
+    spec = watch_spec({"a.py": ""}, image="missing")
+    with trio.fail_after(30):
+        async with backend.open_watch(spec, Progress()) as host:
+            with pytest.raises(StartError) as info:
+                await host.run_app(AppLaunch("web", "a.py"), Sink())
+            assert await host.list_files() != []  # the place is up
+    message = "local runtime 'missing': executable 'no-such-program-xyz' not found"
+    assert (info.value.stage, info.value.message) == ("provision", message)
     assert leftovers(workdir) == []
 
 

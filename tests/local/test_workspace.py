@@ -71,6 +71,29 @@ async def test_the_listing_is_every_regular_file_by_path_bytes_hashed(tmp_path: 
     assert listed[3] == ListedFile("bin/blob", sha(binary), len(binary))
 
 
+async def test_names_that_are_not_utf8_are_neither_listed_nor_checkpointed(
+    tmp_path: Path,
+) -> None:
+    ws = make(tmp_path)
+    put(ws.root, {"ok.txt": b"ok", "d/ok": b"ok"})
+    root = os.fsencode(ws.root)
+    put_bytes_named(root, {b"bad\xffname": b"made by the workload", b"d/\xfe/inner": b""})
+    listed = [f.path for f in await ws.list()]
+    info = await ws.checkpoint(tmp_path / "ckpt")
+    await ws.restore(tmp_path / "ckpt")
+    assert listed == ["d/ok", "ok.txt"]
+    assert info.files == 2
+    assert b"bad\xffname" in os.listdir(root)  # a restore leaves it as it is
+
+
+def put_bytes_named(root: bytes, files: dict[bytes, bytes]) -> None:
+    """Files whose names are raw bytes (not UTF-8), as a workload makes them."""
+    for path, data in files.items():
+        os.makedirs(os.path.dirname(root + b"/" + path), exist_ok=True)
+        with open(root + b"/" + path, "wb") as file:
+            file.write(data)
+
+
 async def test_symlinks_and_fifos_are_neither_listed_nor_followed(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     put(outside, {"secret": b"host data"})

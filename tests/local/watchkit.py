@@ -34,6 +34,7 @@ class Sink:
     def __init__(self) -> None:
         self.streams: dict[OutputStream, bytearray] = {s: bytearray() for s in OutputStream}
         self.chunks: list[tuple[OutputStream, bytes]] = []
+        self.stopped_code: int | None = None  # `exited`: a stopped process's code
         self._changed = trio.Event()
 
     def output(self, data: bytes, stream: OutputStream = OutputStream.TTY) -> None:
@@ -52,6 +53,9 @@ class Sink:
         for step in steps:
             await step()
         return True
+
+    def exited(self, code: int) -> None:
+        self.stopped_code = code
 
     def text(self, stream: OutputStream = OutputStream.TTY) -> str:
         return self.streams[stream].decode(errors="replace")
