@@ -10,7 +10,8 @@ body is text: each frame's data is described by `x-runnerd-sse-data`; the
 app's `resize_unsupported` error) by `x-runnerd-ws-text` on its `101`.
 What watch sessions add beyond their statuses and events (their routes and
 bodies, a session's `mode`/`apps`/`agent`, `features`) is
-`runnerd.http.openapi_watch`'s.
+`runnerd.http.openapi_watch`'s; the response schemas are
+`runnerd.http.openapi_schemas`'.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from runnerd.contract import (
     StartAppSessionRequest,
     StartSessionRequest,
 )
+from runnerd.http import openapi_schemas as schemas
 from runnerd.http.openapi_watch import (
     LISTED_SESSION_FIELDS,
     SESSION_REQUIRED,
@@ -35,217 +37,8 @@ from runnerd.http.openapi_watch import (
 )
 from runnerd.watch.changes import ChangeSetBody
 
-_REF = "#/components/schemas/{name}"
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": _REF.format(name=name)}
-
-
-def _str() -> dict[str, str]:
-    return {"type": "string"}
-
-
-def _obj(required: list[str], **properties: Any) -> dict[str, Any]:
-    return {"type": "object", "required": required, "properties": properties}
-
-
-def _status_kind(kind: str, required: list[str] | None = None, **props: Any) -> dict[str, Any]:
-    return _obj(["kind", *(required or [])], kind={"const": kind}, **props)
-
-
-_APP = {**_str(), "description": "watch only: the app the event is about"}
-_ENDPOINTS = {"type": "array", "items": {"$ref": _REF.format(name="RunnerEndpoint")}}
-_RUN_EVENTS: list[dict[str, Any]] = [
-    _obj(["type", "chunk"], type={"enum": ["stdout", "stderr"]}, chunk=_str()),
-    _obj(["type", "status"], type={"const": "status"}, status=_ref("RunStatus")),
-    _obj(
-        ["type", "phase", "message"],
-        type={"const": "progress"},
-        phase={"enum": ["build", "provision", "boot"]},
-        message=_str(),
-        done={"type": "boolean"},
-        app={**_str(), "description": "watch only; absent for a session-wide step"},
-    ),
-    _obj(["type", "frame"], type={"const": "debug"}, frame={"type": "object"}, app=_APP),
-    _obj(
-        ["type", "port", "state"],
-        type={"const": "reachability"},
-        port={"type": "integer"},
-        state={"enum": ["checking", "reachable", "unreachable"]},
-        app=_APP,
-    ),
-    _obj(
-        ["type", "app", "generation", "phase", "trigger"],
-        type={"const": "run"},
-        app=_str(),
-        generation={"type": "integer", "minimum": 1},
-        phase={"const": "started"},
-        trigger={"enum": ["initial", "watch", "manual", "resume"]},
-        telo={**_str(), "description": "the Telo kernel's version, when it reported one"},
-    ),
-    _obj(
-        ["type", "app", "generation", "phase", "code", "durationMs"],
-        type={"const": "run"},
-        app=_str(),
-        generation={"type": "integer", "minimum": 1},
-        phase={"const": "completed"},
-        code={"type": "integer"},
-        durationMs={"type": "integer", "minimum": 0},
-    ),
-    _obj(
-        ["type", "app", "generation", "phase", "reason"],
-        type={"const": "run"},
-        app=_str(),
-        generation={"type": "integer", "minimum": 1},
-        phase={"const": "failed"},
-        reason=_str(),
-    ),
-    _obj(
-        ["type", "app"],
-        type={"const": "endpoints"},
-        app=_str(),
-        added=_ENDPOINTS,
-        removed=_ENDPOINTS,
-        rejected={
-            "type": "array",
-            "items": _obj(["port", "reason"], port={"type": "integer"}, reason=_str()),
-        },
-    ),
-    _obj(
-        ["type", "host", "port", "state"],
-        type={"const": "route"},
-        app=_str(),
-        host=_str(),
-        port={"type": "integer"},
-        state={"enum": ["pending", "programmed", "unprogrammed"]},
-        reason=_str(),
-    ),
-]
-
-_RESPONSE_SCHEMAS: dict[str, Any] = {
-    "Error": {
-        **_obj(["error", "message"], error=_str(), message=_str()),
-        "additionalProperties": True,
-    },
-    "RunnerEndpoint": _obj(
-        ["host", "port", "protocol"],
-        host=_str(),
-        port={"type": "integer"},
-        protocol={"enum": ["tcp", "udp"]},
-        url=_str(),
-        token={
-            **_str(),
-            "description": "a watch session's co-resident agent only: the "
-            "token runnerd minted for it (`token_env`)",
-        },
-    ),
-    "RunStatus": {
-        "oneOf": [
-            _status_kind("starting"),
-            _status_kind(
-                "running",
-                endpoints={"type": "array", "items": _ref("RunnerEndpoint")},
-                inspectUrl=_str(),
-                agent={
-                    **_ref("RunnerEndpoint"),
-                    "description": "watch only: where the co-resident agent listens",
-                },
-            ),
-            _status_kind("exited", ["code"], code={"type": "integer"}),
-            _status_kind("failed", ["message"], message=_str()),
-            _status_kind("stopped"),
-            {
-                **_status_kind("suspended"),
-                "description": "a watch session idle-suspended: "
-                "not terminal (streams stay open; `POST .../resume` wakes it)",
-            },
-        ]
-    },
-    "RunEvent": {"oneOf": _RUN_EVENTS},
-    "ReplayGap": {
-        **_obj(["reason"], reason={"const": "buffer_evicted"}),
-        "description": "the data of an `event: gap` frame (no id): events were evicted",
-    },
-    "IoTextFrame": {
-        "description": "a server → client text frame on `/io`: `seq` first (the `lastSeq` "
-        "replayed from; on a watch session with the app's `app` and `io`); `gap` where output "
-        "is missing (no seq of its own): `buffer_evicted`, the replay buffer dropped output "
-        "after `lastSeq` (sent before what it holds), or `output_lost`, the backend could "
-        "not deliver output written at that place (after the chunk before it, before the "
-        "next); `error` `resize_unsupported`, the answer to a `resize` on a `streams` app",
-        "oneOf": [
-            _obj(
-                ["type", "seq"],
-                type={"const": "seq"},
-                seq={"type": "integer", "minimum": 0},
-                app={**_str(), "description": "watch only"},
-                io={"enum": ["tty", "streams"], "description": "watch only"},
-            ),
-            _obj(
-                ["type", "reason"],
-                type={"const": "gap"},
-                reason={"enum": ["buffer_evicted", "output_lost"]},
-            ),
-            _obj(
-                ["type", "error", "io"],
-                type={"const": "error"},
-                error={"const": "resize_unsupported"},
-                io={"const": "streams"},
-            ),
-        ],
-    },
-    "SseData": {
-        "description": "the `data:` of an SSE frame: a RunEvent (`event:` is its `type`) "
-        "or a ReplayGap (`event: gap`)",
-        "oneOf": [_ref("RunEvent"), _ref("ReplayGap")],
-    },
-    "AvailabilityReport": {
-        "oneOf": [
-            _obj(["status"], status={"const": "ready"}),
-            _obj(
-                ["status", "issues"],
-                status={"const": "needs-setup"},
-                issues={
-                    "type": "array",
-                    "items": _obj(["path", "message"], path=_str(), message=_str()),
-                },
-            ),
-            _obj(
-                ["status", "message"],
-                status={"const": "unavailable"},
-                message=_str(),
-                remediation=_str(),
-            ),
-        ]
-    },
-    "Health": _obj(["ok", "version"], ok={"const": True}, version=_str()),
-    "Capabilities": _obj(
-        ["displayName", "description", "features", "config"],
-        displayName=_str(),
-        description=_str(),
-        features=_obj(["io", "ports"], io={"type": "boolean"}, ports={"type": "boolean"}),
-        config=_obj(["schema"], schema={"type": "object"}),
-        terms=_obj(["version", "title", "body"], version=_str(), title=_str(), body=_str()),
-        apps={
-            "type": "array",
-            "items": _obj(["name"], name=_str(), title=_str(), description=_str()),
-        },
-    ),
-    "SessionCreated": _obj(
-        ["sessionId", "streamUrl", "createdAt"],
-        sessionId=_str(),
-        streamUrl=_str(),
-        createdAt={"type": "string", "format": "date-time"},
-    ),
-    "Session": _obj(
-        ["sessionId", "status", "createdAt"],
-        sessionId=_str(),
-        status=_ref("RunStatus"),
-        createdAt={"type": "string", "format": "date-time"},
-        exitedAt={"type": "string", "format": "date-time"},
-    ),
-}
+REF, RESPONSE_SCHEMAS = schemas.REF, schemas.RESPONSE_SCHEMAS
+_ref, _str, _obj = schemas.ref, schemas.string, schemas.obj
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -485,7 +278,7 @@ def build_openapi(version: str) -> dict[str, Any]:
     """The whole OpenAPI 3.1 document for runnerd `version`."""
     models = (StartSessionRequest, StartAppSessionRequest, ProbeRequest)
     _, generated = msgspec.json.schema_components(
-        (*models, ChangeSetBody, ReplaceAppsRequest), ref_template=_REF
+        (*models, ChangeSetBody, ReplaceAppsRequest), ref_template=REF
     )
     request_schemas = _with_admission_rules(generated)
     paths = _with_extensions(
@@ -497,5 +290,5 @@ def build_openapi(version: str) -> dict[str, Any]:
                  "description": "The Telo runner /v1 contract served by runnerd."},
         "paths": _with_edge_errors(paths),
         "components": {"schemas": with_watch_schemas(
-            {**request_schemas, **copy.deepcopy(_RESPONSE_SCHEMAS)})},
+            {**request_schemas, **copy.deepcopy(RESPONSE_SCHEMAS)})},
     }  # fmt: skip
