@@ -134,8 +134,12 @@ def _daemon_holds(daemon_pid: int, client: socket.socket) -> bool:
         local, remote = fields[1], fields[2]
         if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == port:
             inodes.add(fields[9])
-    fds = Path(f"/proc/{daemon_pid}/fd")
-    links = {os.readlink(fd) for fd in fds.iterdir() if fd.name.isdigit()}
+    links = set()
+    for fd in Path(f"/proc/{daemon_pid}/fd").iterdir():
+        try:
+            links.add(os.readlink(fd))
+        except FileNotFoundError:
+            continue  # closed since the listing: the daemon's other work goes on
     return any(f"socket:[{inode}]" in links for inode in inodes)
 
 
