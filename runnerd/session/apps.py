@@ -43,11 +43,12 @@ class AppChannel:
         ring_bytes: int,
         notify: Callable[[], None],
         session_id: str = "",
+        seq_floor: int = 0,
     ) -> None:
         self.spec = spec
         self.runs = runs
         self.slot = slot
-        self.ring = ByteRing(ring_bytes)
+        self.ring = ByteRing(ring_bytes, seq_floor)
         self._notify = notify
         self._extra = {"session_id": session_id, "app": spec.name}
         self._handle: WorkloadHandle | None = None

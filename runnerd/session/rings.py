@@ -113,6 +113,11 @@ class _Ring(Generic[X]):
         self.limit: int | None = None
 
     @property
+    def last_id(self) -> int:
+        """The id of the newest entry ever appended (the floor when none)."""
+        return self._last
+
+    @property
     def first(self) -> int:
         """The id of the oldest entry retained (`last + 1` when none is)."""
         return self._last - len(self._items) + 1
@@ -182,11 +187,6 @@ class EventRing(_Ring[RunEvent]):
         super().__init__(cap_bytes, floor)
         # Sizes kept alongside: re-serialising on eviction would double the cost.
         self._sizes: deque[int] = deque()
-
-    @property
-    def last_id(self) -> int:
-        """The id of the newest event ever appended (0 when none)."""
-        return self._last
 
     def append(self, event: RunEvent) -> int:
         """Append `event`; return its id."""

@@ -35,7 +35,7 @@ from runnerd.watch.apps import AppSpec
 from runnerd.watch.budget import ReloadBudget
 from runnerd.watch.debounce import RestartDebounce
 from runnerd.watch.errors import WatchError
-from runnerd.watch.runs import AppRunEvent, SessionRuns
+from runnerd.watch.runs import RETIRED_KEPT, AppRunEvent, SessionRuns
 
 
 class Period(Protocol):
@@ -82,6 +82,8 @@ class WatchSession(Session):
         self.limits = limits
         self.runs = SessionRuns(app.name for app in spec.apps)
         self._ring_bytes = ring_bytes
+        # The last seq of each app dropped by `PUT /apps`, by name (bounded).
+        self._retired_seqs: dict[str, int] = {}
         self._channels = {
             app.name: self._new_channel(app, slot) for slot, app in enumerate(spec.apps)
         }
@@ -98,6 +100,10 @@ class WatchSession(Session):
         self._serving = False
 
     def _new_channel(self, app: AppSpec, slot: int) -> AppChannel:
+        """A channel for an app new to the set; a name dropped earlier
+        continues its seqs (never reused per app: a client resuming `/io` by
+        `lastSeq` must not take new output for what it saw), though the
+        output of its earlier life is gone (replayed as a gap)."""
         return AppChannel(
             app,
             self.runs.apps[app.name],
@@ -105,6 +111,7 @@ class WatchSession(Session):
             ring_bytes=self._ring_bytes,
             notify=self._notify,
             session_id=self.id,
+            seq_floor=self._retired_seqs.pop(app.name, 0),
         )
 
     # -- what GET shows --------------------------------------------------------
@@ -202,6 +209,9 @@ class WatchSession(Session):
             channel.task_scope.cancel()
         for channel in dropped:
             await channel.ended.wait()
+            self._retired_seqs[channel.name] = channel.ring.last_id
+        while len(self._retired_seqs) > RETIRED_KEPT:
+            del self._retired_seqs[next(iter(self._retired_seqs))]
         old = {name: c for name, c in self._channels.items() if name in names}
         self.runs.replace(names)
         used = {c.slot for c in old.values()}

@@ -153,22 +153,35 @@ class AppRuns:
         return started_at
 
 
+# How many dropped apps' counters a session remembers (a name given again
+# continues from its last generation); past it, the longest-dropped are
+# forgotten, so a client renaming apps forever cannot grow the session.
+RETIRED_KEPT = 1024
+
+
 class SessionRuns:
-    """Every app's `AppRuns`, in the session's order."""
+    """Every app's `AppRuns`, in the session's order, and the counters of
+    apps dropped from it (`retired`), by name."""
 
     def __init__(self, names: Iterable[str]) -> None:
         self.apps: dict[str, AppRuns] = {name: AppRuns(name) for name in names}
+        self.retired: dict[str, AppRuns] = {}
 
     def replace(self, names: Iterable[str]) -> list[AppRuns]:
         """`PUT /apps`: the set becomes `names`, in that order. Apps kept by
-        name keep their counters; new ones start from 0. Returns the apps
-        dropped (the IO side stops their processes; their open generation,
-        if any, is abandoned here)."""
+        name keep their counters, and so does a name dropped earlier and
+        given again (generations are never reused per name); new names start
+        from 0. Returns the apps dropped (the IO side stops their processes;
+        their open generation, if any, is abandoned here)."""
         old, self.apps = self.apps, {}
         for name in names:
-            self.apps[name] = old.pop(name) if name in old else AppRuns(name)
+            kept = old.pop(name) if name in old else self.retired.pop(name, None)
+            self.apps[name] = kept or AppRuns(name)
         for gone in old.values():
             gone.abandon()
+            self.retired[gone.app] = gone
+        while len(self.retired) > RETIRED_KEPT:
+            del self.retired[next(iter(self.retired))]
         return list(old.values())
 
     def abandon_all(self) -> None:

@@ -163,6 +163,17 @@ async def test_io_watch_an_app_dropped_by_put_apps_closes_its_socket_4404(
         assert await worker.closed() == (4404, "app 'worker' left the session")
         again = await io.connect(session_id, "?app=worker")
         assert await again.closed() == (4404, "no app 'worker' in this session")
+        # Given again, it goes on where it was: a client resuming from the
+        # last seq it saw gets the new process's output, never a seq reused.
+        last = worker.seen.chunks[-1][0]
+        answer = await client.put(f"/v1/sessions/{session_id}/apps", json={"apps": APPS})
+        assert answer.status_code == 202, answer.text
+        back = await io.connect(session_id, f"?app=worker&lastSeq={last}")
+        seen = await back.until(printed(1, rb"worker out"))
+        assert seen.chunks[0][0] == last + 1, seen.chunks
+        got = (await client.get(f"/v1/sessions/{session_id}")).json()
+        generation = next(a["generation"] for a in got["apps"] if a["name"] == "worker")
+        assert generation == 2  # its first life was generation 1
         await client.delete(f"/v1/sessions/{session_id}")
 
 
