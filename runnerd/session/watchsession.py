@@ -229,7 +229,7 @@ class WatchSession(Session):
             elif period is not None:
                 period.start_app(channel, "resume")
         if self._serving:
-            self._publish_running()  # the new set's ports
+            self.publish_running()  # the new set's ports
         self._notify()
         return names
 
@@ -257,12 +257,14 @@ class WatchSession(Session):
     def serve(self) -> None:
         """Every app's first generation of this period reported: `running`."""
         self._serving = True
-        self._publish_running()
+        self.publish_running()
 
-    def _publish_running(self) -> None:
-        """`running` with the agent's endpoint and every app's declared
-        ports as endpoints (the host left empty, as a local run session's:
-        the client knows how it reached the runner), in app order."""
+    def publish_running(self) -> None:
+        """`running` with the agent's endpoint and every app's ports as
+        endpoints (declared, or as its kernel last announced them; the host
+        left empty, as a local run session's: the client knows how it
+        reached the runner), in app order. Published again whenever a port
+        set changes while the session serves."""
         plan = self.agent_plan()
         agent = plan.endpoint if plan is not None and plan.conflict is None else None
         endpoints: list[RunnerEndpoint] = []

@@ -117,6 +117,10 @@ async def test_kernel_watch_a_reload_restarts_the_process_itself(runnerd: Shared
         answer = await route(client, "POST", session_id, "workspace", json=write)
         assert answer.status_code == 200, answer.text
         await wait_frames(client, session_id, lambda fs: started(fs, "app", 2) is not None)
+        # `running.endpoints` follows the port set the kernel announced.
+        got = (await client.get(f"/v1/sessions/{session_id}")).json()
+        assert got["status"]["endpoints"] == [{"host": "", "port": 8082, "protocol": "tcp"}]
+        assert got["apps"][0]["ports"] == [{"port": 8082, "protocol": "tcp"}]
         answer = await route(client, "POST", session_id, "reload")
         assert answer.status_code == 202, answer.text
         frames = await wait_frames(client, session_id, lambda fs: started(fs, "app", 3) is not None)
