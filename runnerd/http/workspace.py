@@ -20,9 +20,10 @@ order:
 - `POST resume`: 404 not_suspended (unknown, a run session, not suspended)
   → 409 too_many_watch_sessions → 202 {sessionId}.
 
-Every refusal raises before the session is touched (the budget counts only
-a request it admits, as the contract says), so a refused request changes no
-state; `runnerd.http.errors` turns the exception into the answer. With
+Every refusal raises before the session is touched, and the budget gives
+back an admission a later check refused (it counts only requests that
+passed every check), so a refused request changes no state;
+`runnerd.http.errors` turns the exception into the answer. With
 watch sessions off there are no watch sessions, so these answer with their
 route errors only (404, 409 not_a_watch_session, 404 not_suspended).
 """
@@ -78,9 +79,9 @@ def register_workspace_routes(app: QuartTrio, state: AppState) -> None:
         raw = await read_body()
         session = await watch_session(state, session_id)
         changes = parse_change_set(raw)
-        session.spend_reload_budget()
-        session.require_running()
-        written, deleted = await session.apply_changes(normalise_change_set(changes))
+        with session.reload_budget():  # given back if a check below refuses
+            session.require_running()
+            written, deleted = await session.apply_changes(normalise_change_set(changes))
         return json_response({"written": written, "deleted": deleted})
 
     async def read_file(session_id: str) -> Response:
@@ -102,8 +103,9 @@ def register_workspace_routes(app: QuartTrio, state: AppState) -> None:
         await read_body()
         session = await watch_session(state, session_id)
         session.require_running()
-        session.spend_reload_budget()
-        return json_response({"reloaded": session.reload(request.args.get("app"))}, 202)
+        with session.reload_budget():  # given back for an unknown app
+            reloaded = session.reload(request.args.get("app"))
+        return json_response({"reloaded": reloaded}, 202)
 
     async def replace_apps(session_id: str) -> Response:
         raw = await read_body()

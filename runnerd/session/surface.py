@@ -88,9 +88,13 @@ class WatchSurface:
         """409 not_running unless the workspace is live (watch only)."""
         raise not_a_watch_session()
 
-    def spend_reload_budget(self) -> None:
-        """429 reload_rate_limited once the budget is spent (counts when it passes)."""
+    @contextmanager
+    def reload_budget(self) -> Iterator[None]:
+        """One admission of the reload budget for the block: 429
+        reload_rate_limited on entry once it is spent; given back when the
+        block refuses the request (a `RunnerdError`), kept otherwise."""
         raise not_a_watch_session()
+        yield  # pragma: no cover - a generator, for the decorator
 
     async def list_workspace(self) -> list[WorkspaceFile]:
         raise not_a_watch_session()

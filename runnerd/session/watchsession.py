@@ -16,7 +16,8 @@ manager's `start_watch` makes one.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -26,6 +27,7 @@ from runnerd.backend import CreationSpec, RunSpec
 from runnerd.backend.watch import ChangeSet, Checkpoint, WatchHost, WorkspaceFile
 from runnerd.config import WatchConfig
 from runnerd.contract import RunEvent, RunnerEndpoint, RunStatus, running, starting, suspended
+from runnerd.errors import RunnerdError
 from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.session.apps import AppChannel
 from runnerd.session.registry import SessionRecord
@@ -158,7 +160,8 @@ class WatchSession(Session):
             kind = self.status["kind"]
             raise WatchError(409, "not_running", f"the session is {kind}: it has no live workspace")
 
-    def spend_reload_budget(self) -> None:
+    @contextmanager
+    def reload_budget(self) -> Iterator[None]:
         self.budget.limit = self.limits().reload_limit
         now = trio.current_time()
         if not self.budget.try_spend(now):
@@ -172,6 +175,11 @@ class WatchSession(Session):
                 f"(watch.reload_limit); try again in {wait_s} s",
                 headers={"retry-after": str(wait_s)},
             )
+        try:
+            yield
+        except RunnerdError:
+            self.budget.refund(now)  # refused after all: it changes nothing
+            raise
 
     def _live_host(self) -> WatchHost:
         self.require_running()

@@ -4,7 +4,10 @@ Owns `ReloadBudget`: one sliding window of `WINDOW_S` (60 s) per session,
 shared by `POST /workspace` and `POST /reload`. A request is admitted while
 fewer than `limit` (`watch.reload_limit`) were admitted in the last 60 s;
 otherwise it is `429 reload_rate_limited`, and a refused request is not
-counted (a client hammering a spent budget does not keep it spent).
+counted (a client hammering a spent budget does not keep it spent). An
+admitted request that a later check refuses (`409 not_running`, `400
+invalid_path`, `404 unknown_app`) is given back (`refund`): a refused
+request changes no state, the budget included.
 
 Invariant: `_admitted` holds the admission times of the window, oldest
 first, never more than `limit` of them. An admission at `t` counts while
@@ -41,6 +44,14 @@ class ReloadBudget:
             return False
         self._admitted.append(now)
         return True
+
+    def refund(self, at: float) -> None:
+        """Forget the admission made at `at` (one, if several share it):
+        the request was refused after all. A no-op once it left the window."""
+        try:
+            self._admitted.remove(at)
+        except ValueError:
+            pass
 
     def retry_after_s(self, now: float) -> float:
         """Seconds until a request would be admitted; 0 when one would now."""

@@ -77,6 +77,40 @@ async def test_writes_and_reloads_share_the_budget_and_refusals_are_not_counted(
     assert after == before and "other.txt" not in str(after)
 
 
+async def test_requests_refused_after_the_budget_check_give_their_admission_back(
+    tmp_path: Path,
+) -> None:
+    """A bad path, an unknown app, a path conflict: refused, and not counted
+    (a refused request changes no state), so a client that got them wrong
+    is not locked out for a minute."""
+    async with start_daemon(tmp_path, {"watch": {**WATCH, "reload_limit": 2}}) as daemon:
+        async with daemon.client() as client:
+            session_id = await start_watch(client)
+            await wait_running(client, session_id)
+            refused = [
+                await route(
+                    client,
+                    "POST",
+                    session_id,
+                    "workspace",
+                    json={"write": [{"path": path, "content": "x"}]},
+                )
+                for path in ("/abs", ".", "a/../b", "serve.sh/x")
+            ] + [await route(client, "POST", session_id, "reload", params={"app": "nope"})]
+            write = {"write": [{"path": "ok.txt", "content": "1"}]}
+            admitted = [
+                await route(client, "POST", session_id, "workspace", json=write),
+                await route(client, "POST", session_id, "reload"),
+            ]
+            spent = await route(client, "POST", session_id, "reload")
+    assert [error_of(r) for r in refused] == [
+        (400, "invalid_path"), (400, "invalid_path"), (400, "invalid_path"),
+        (409, "path_conflict"), (404, "unknown_app"),
+    ]  # fmt: skip
+    assert [r.status_code for r in admitted] == [200, 202]
+    assert error_of(spent) == (429, "reload_rate_limited")
+
+
 NOT_RUNNING: list[tuple[str, str, dict[str, Any]]] = [
     ("GET", "workspace", {}),
     ("POST", "workspace", {"json": {"write": [{"path": "late.txt", "content": "x"}]}}),

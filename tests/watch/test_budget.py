@@ -42,3 +42,13 @@ def test_budget_retry_after_says_when_the_next_is_admitted() -> None:
 def test_budget_limit_must_be_positive() -> None:
     with pytest.raises(ValueError):
         ReloadBudget(0)
+
+
+def test_budget_a_refund_gives_the_admission_back_and_is_a_no_op_once_it_left() -> None:
+    budget = ReloadBudget(1)
+    assert budget.try_spend(10.0)
+    assert not budget.try_spend(11.0)
+    budget.refund(10.0)  # refused after all by a later check
+    assert budget.try_spend(12.0)
+    budget.refund(5.0)  # nothing admitted then: nothing changes
+    assert not budget.try_spend(13.0)
