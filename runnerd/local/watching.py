@@ -136,7 +136,8 @@ async def _seed(workspace: Workspace, spec: WatchSpec, progress: ProgressReport)
         return
     if not isinstance(checkpoint, LocalCheckpoint):
         raise StartError("provision", "the checkpoint was not made by the local backend")
-    progress.progress("provision", f"restoring the workspace ({checkpoint.files} files)")
+    files = f"{checkpoint.files} file" + ("" if checkpoint.files == 1 else "s")
+    progress.progress("provision", f"restoring the workspace ({files})")
     try:
         await workspace.restore(checkpoint.path)
     except (CheckpointError, WorkspaceError) as exc:
