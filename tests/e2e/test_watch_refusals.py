@@ -7,6 +7,7 @@ listing and the session directories are the same after it."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -212,3 +213,34 @@ async def test_terms_then_registry_full_for_a_watch_start(tmp_path: Path) -> Non
     assert error_of(full) == (409, "too_many_sessions")
     assert error_of(bad_app) == (400, "invalid_app_name")
     assert [s["sessionId"] for s in listed] == [live.json()["sessionId"]]
+
+
+async def test_an_io_the_runner_does_not_offer_is_io_unsupported(tmp_path: Path) -> None:
+    """Check 10's last answer, from a real daemon on a backend whose watch
+    apps may only be `tty` (`tests/e2e/ttyonly.py`): `features.io` says so,
+    a `streams` app is refused naming the app, and nothing was created."""
+    command = [sys.executable, str(Path(__file__).with_name("ttyonly.py")), "serve", "--config"]
+    overrides = {"runner": {"backend": "ttyonly"}, "watch": {"enabled": True}}
+    async with start_daemon(tmp_path, overrides, command=command) as daemon:
+        async with daemon.client() as client:
+            features = (await client.get("/v1/capabilities")).json()["features"]
+            body = {
+                "env": {},
+                "mode": "watch",
+                "config": {"image": "sh", "pullPolicy": "missing"},
+                "bundle": {
+                    "entryRelativePath": "main.sh",
+                    "files": [{"relativePath": "main.sh", "contents": "echo hi\n"}],
+                },
+                "apps": [
+                    {"name": "web", "entryRelativePath": "main.sh"},
+                    {"name": "log", "entryRelativePath": "main.sh", "io": "streams"},
+                ],
+            }
+            refused = await client.post("/v1/sessions", json=body)
+            listed = (await client.get("/v1/sessions")).json()["sessions"]
+    assert features["io"] == ["tty"] and features["watch"] is True
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"] == "io_unsupported"
+    assert "body.apps[1].io 'streams'" in refused.json()["message"]
+    assert listed == []
