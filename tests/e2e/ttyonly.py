@@ -2,8 +2,9 @@
 
     python tests/e2e/ttyonly.py serve --config FILE
 
-it adds itself (as the `__main__` module) to `runnerd.backends.BUILT` as `ttyonly` (a third backend is
-its package plus that one line) and runs runnerd's own command line. It
+it adds itself (the `__main__` module) to `runnerd.backends.BUILT` as
+`ttyonly` (a third backend is its package plus that one line) and runs
+runnerd's own command line. It
 exists so `400 io_unsupported` (an app asking for an `io` this runner does
 not offer) can be asked of a real daemon: the built backends offer both.
 Its sessions print one line and exit 0; watch sessions are refused at
