@@ -125,11 +125,16 @@ async def test_slow_sync_client_gets_every_byte_and_a_prompt_clean_close(
             session_id = await start_session(client, f"seq 1 {LINES}")
             await wait_terminal(client, session_id)
         path = f"/v1/sessions/{session_id}/io?lastSeq=0"
+        # A small read-ahead queue (websockets' default is 16 frames): the
+        # library's reader thread must not take the whole replay and the
+        # close frame while the reader is still at its first messages, or
+        # the connection is closing before a key can be pressed (seen under
+        # load, when the PTY's chunks are large: ~15 frames of 64 KiB).
         openers = {
             "unix": lambda: unix_connect(
-                str(daemon.socket_path), uri=f"ws://runnerd{path}", max_size=None
+                str(daemon.socket_path), uri=f"ws://runnerd{path}", max_size=None, max_queue=2
             ),
-            "tcp": lambda: connect(f"ws://127.0.0.1:{port}{path}", max_size=None),
+            "tcp": lambda: connect(f"ws://127.0.0.1:{port}{path}", max_size=None, max_queue=2),
         }
         outcomes = []
         for name, opener in openers.items():
