@@ -9,6 +9,21 @@ stops or signals the daemon, starts its own with `tests.harness.start_daemon`.
 
 from __future__ import annotations
 
-from tests.shared_daemon import shared_runnerd
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.e2e.io_client import Io
+from tests.shared_daemon import SharedDaemon, shared_runnerd
 
 __all__ = ["shared_runnerd"]  # the `runnerd` fixture of every module here
+
+
+@pytest.fixture
+async def io(runnerd: SharedDaemon) -> AsyncIterator[Io]:
+    """`/io` sockets to the module's daemon, each closed after the test."""
+    sockets = Io(runnerd.socket_path)
+    try:
+        yield sockets
+    finally:
+        await sockets.close_all()

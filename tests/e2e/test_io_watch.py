@@ -10,7 +10,7 @@ and both staying open over `suspended`."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,15 +35,6 @@ FILES = {"web.sh": WEB, "worker.sh": WORKER, "once.sh": ONCE}
 def watch_runnerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDaemon]:
     with shared_daemon(tmp_path_factory.mktemp("runnerd"), {"watch": {"enabled": True}}) as d:
         yield d
-
-
-@pytest.fixture
-async def io(runnerd: SharedDaemon) -> AsyncIterator[Io]:
-    sockets = Io(runnerd.socket_path)
-    try:
-        yield sockets
-    finally:
-        await sockets.close_all()
 
 
 async def test_io_watch_app_query_rules_close_4404(runnerd: SharedDaemon, io: Io) -> None:

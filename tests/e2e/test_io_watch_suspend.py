@@ -38,15 +38,6 @@ def idle_runnerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDae
         yield daemon
 
 
-@pytest.fixture
-async def io(runnerd: SharedDaemon) -> AsyncIterator[Io]:
-    sockets = Io(runnerd.socket_path)
-    try:
-        yield sockets
-    finally:
-        await sockets.close_all()
-
-
 async def kind_of(client: httpx.AsyncClient, session_id: str) -> str:
     kind: str = (await client.get(f"/v1/sessions/{session_id}")).json()["status"]["kind"]
     return kind
