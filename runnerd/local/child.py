@@ -44,6 +44,12 @@ import trio
 from runnerd.local.strays import StrayProcesses, pin_children
 
 log = logging.getLogger(__name__)
+# After the SIGKILL, how long the kernel gets to end the process (and a
+# namespace's tree) before the teardown gives up on it as stuck. A SIGKILL
+# lands at once on an idle host; on a loaded one a nested namespace took
+# over 1 s to go (seen once, 2 cores busy), so the bound is well inside
+# the stop's own headroom (`provider.STOP_HEADROOM_S`), not at 1 s.
+KILL_WAIT_S = 2.5
 
 # The most one read or write moves; a Linux PTY hands over ~4 KiB per read
 # and a pipe ~64 KiB, so readers coalesce what is ready up to this much.
@@ -247,9 +253,9 @@ class ContainedChild:
 
     async def aclose(self) -> None:
         """Stop the process group (if still running), reap, close. Shielded;
-        bounded by the grace period plus one second."""
+        bounded by the grace period plus `KILL_WAIT_S`."""
         with trio.CancelScope(shield=True):
-            with trio.move_on_after(self._stop_grace_s + 1.0):
+            with trio.move_on_after(self._stop_grace_s + KILL_WAIT_S):
                 await self._stop()
             self._close_fds()
 
