@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
     import trio
 
-    from runnerd.backend.watch import ProgressReport, WatchHost, WatchSpec
+    from runnerd.backend.watch import Checkpoint, ProgressReport, WatchHost, WatchSpec
 
 from runnerd.backend.spec import (
     BundleSpec,
@@ -81,7 +81,14 @@ from runnerd.backend.spec import (
     SessionIdentity,
 )
 from runnerd.backend.workload import Dial, Exited, Failed, WorkloadAddress, WorkloadHandle
-from runnerd.contract import AvailabilityReport, IoMode, RunnerEndpoint, RunPhase, RunStatus
+from runnerd.contract import (
+    AvailabilityReport,
+    IoMode,
+    RouteState,
+    RunnerEndpoint,
+    RunPhase,
+    RunStatus,
+)
 from runnerd.metrics import NULL_METRICS, Metrics
 
 __all__ = [
@@ -155,6 +162,10 @@ class Sink(Protocol):
 
     def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None: ...
 
+    def route(self, host: str, port: int, state: RouteState, reason: str | None = None) -> None:
+        """A public route's health: a `route` event (`pending`, then
+        `programmed` or `unprogrammed` with `reason`)."""
+
     def output(self, data: bytes) -> None:
         """PTY bytes, in order. Split into ≤64 KiB chunks downstream."""
 
@@ -204,11 +215,25 @@ class Backend(Protocol):
     # (`runnerd.backend.watch.WatchBackend`); () on a backend without watch
     # sessions, whose `open_watch` then always raises `StartError`.
     watch_io: tuple[IoMode, ...]
+    # `runnerd.backend.watch.WatchBackend`: a host runs a fixed app set (a
+    # new one is a reopen); places outlive the daemon (adoption).
+    watch_fixed_apps: bool
+    watch_adopt: bool
 
     def open_watch(
         self, spec: WatchSpec, progress: ProgressReport
     ) -> AbstractAsyncContextManager[WatchHost]:
         """A watch session's place (`runnerd.backend.watch`)."""
+        ...
+
+    def adopt_watch(
+        self, spec: WatchSpec, progress: ProgressReport
+    ) -> AbstractAsyncContextManager[WatchHost]:
+        """A previous daemon's live place for `spec` (`runnerd.backend.watch`)."""
+        ...
+
+    def load_checkpoint(self, saved: dict[str, object]) -> Checkpoint | None:
+        """A checkpoint a previous daemon saved (`runnerd.backend.watch`)."""
         ...
 
     async def recover(self) -> list[Recovered]:

@@ -39,6 +39,31 @@ backend owns only the places and the processes:
   `413 payload_too_large`, `409 path_conflict`), IO failures a
   `RunnerdError` with a client-safe message.
 
+- The app set (`WatchSpec.apps`, `WatchSpec.agent`) is given on every
+  entry. On a backend whose places hold a fixed app set
+  (`WatchBackend.watch_fixed_apps`: a pod's containers) the core changes it
+  (`PUT /apps`) by reopening: it stops every app, checkpoints, leaves the
+  host and enters `open_watch` again with the new set and that checkpoint
+  (the session's status unchanged; its workspace routes wait for the new
+  host). A backend with live app sets (local) runs any app on any host.
+- `WatchHost.publish(ports)` is told the session's whole port set (every
+  app's, in app order, de-duplicated) once before `running` and again on
+  every change while the session serves; it returns each port's endpoint
+  (`host` filled when the backend routes it publicly, "" otherwise) and the
+  ports it could not publish. Route health goes to `ProgressReport.route`.
+- A self-watching app may offer `AppStarted.reload`: a way to start a new
+  run without stopping its process (its kernel reloads; the next
+  `Kernel.Starting` is the new generation). The core uses it, when
+  offered, for a restart of a self-watching app whose process is up
+  (`manual`, `resume` within a live host) instead of cancelling the
+  generation (a pod's container cannot be stopped on its own).
+- Places that outlive the daemon (`WatchBackend.watch_adopt`: pods): a
+  checkpoint that says how to find it again (`Checkpoint.saved()`, JSON for
+  the core's watch record in the state dir) is brought back with
+  `load_checkpoint`, and a live place a previous daemon left is re-entered
+  with `adopt_watch` (no seeding: the workspace is as it was), which raises
+  `PlaceGone` when there is none.
+
 Paths given to a host are already normal (`runnerd.watch.paths`); a change
 set is already normalised (`runnerd.watch.changes.normalise_change_set`,
 which builds the `ChangeSet` defined here).
@@ -56,7 +81,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from runnerd.backend.spec import CreationSpec, ImageSpec, SessionIdentity
-from runnerd.contract import IoMode, PortMapping, RunPhase
+from runnerd.contract import IoMode, PortMapping, RouteState, RunnerEndpoint, RunPhase
 
 if TYPE_CHECKING:
     import trio
@@ -72,7 +97,9 @@ __all__ = [
     "Checkpoint",
     "CheckpointFailed",
     "OutputStream",
+    "PlaceGone",
     "ProgressReport",
+    "Published",
     "WatchBackend",
     "WatchHost",
     "WatchSpec",
@@ -139,11 +166,18 @@ class WatchSpec:
     unused (each app has its own, `AppLaunch.ports`). `creation`: the
     session image, the env every app gets (secrets possible; a client
     `TELO_CACHE_DIR` already dropped), the bundle (always set). `checkpoint`:
-    on a resume, what the workspace is restored from instead of the bundle."""
+    on a resume (or a reopen for a new app set), what the workspace is
+    restored from instead of the bundle. `apps`/`agent`: the app set."""
 
     identity: SessionIdentity
     creation: CreationSpec
     checkpoint: Checkpoint | None = None
+    # The app set this place is opened for (declaration order, each with its
+    # slot) and the co-resident agent (None: none, or an app's port keeps it
+    # from running). Always set by the core; a backend with live app sets
+    # may ignore them (it is handed each app again by `run_app`).
+    apps: tuple[AppLaunch, ...] = ()
+    agent: AgentLaunch | None = None
 
     @property
     def session_id(self) -> str:
@@ -187,6 +221,26 @@ class Checkpoint(Protocol):
     async def discard(self) -> None:
         """Remove what it holds; idempotent, never raises."""
 
+    def saved(self) -> dict[str, object] | None:
+        """What finds it again after a daemon restart (JSON-able, no secret:
+        a path in the daemon's state dir, its counts), for the core's watch
+        record; None when it does not outlive the daemon."""
+
+
+class PlaceGone(Exception):
+    """`adopt_watch`: the previous daemon's place for this session is not
+    there (or not live) any more; `str()` is client-safe."""
+
+
+@dataclass(frozen=True)
+class Published:
+    """What `WatchHost.publish` made of a port set: one endpoint per
+    published port (`host` "" when not publicly routed), and the ports it
+    could not publish with why (client-safe)."""
+
+    endpoints: tuple[RunnerEndpoint, ...] = ()
+    rejected: tuple[tuple[int, str], ...] = ()
+
 
 class CheckpointFailed(Exception):
     """A checkpoint could not be taken (too large, an IO failure); `str()`
@@ -198,6 +252,10 @@ class ProgressReport(Protocol):
     `app`): provisioning the sandbox, seeding the workspace."""
 
     def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None: ...
+
+    def route(self, host: str, port: int, state: RouteState, reason: str | None = None) -> None:
+        """A public route's health (`route` events; the core adds the app
+        that owns `port`). Synchronous, never raises."""
 
 
 class AppSink(Protocol):
@@ -238,11 +296,14 @@ class AppStarted:
     where the core probes its declared tcp ports and relays its debug
     stream (None: nothing to watch). `self_watching`: its runtime restarts
     it on a workspace change by itself, so the core must not (and reads its
-    generations from the debug stream)."""
+    generations from the debug stream). `reload`: see the module docstring."""
 
     handle: WorkloadHandle
     address: WorkloadAddress | None = None
     self_watching: bool = False
+    # A self-watching app's in-place restart (see the module docstring):
+    # awaited by the core, raises RunnerdError (client-safe) when it could not.
+    reload: Callable[[], Awaitable[None]] | None = None
 
 
 class WatchHost(Protocol):
@@ -260,6 +321,10 @@ class WatchHost(Protocol):
 
     async def checkpoint(self) -> Checkpoint:
         """Take a checkpoint of the workspace now (CheckpointFailed)."""
+
+    async def publish(self, ports: tuple[PortMapping, ...]) -> Published:
+        """Publish the session's port set (see the module docstring); never
+        raises for the cluster's refusal (those ports are `rejected`)."""
 
     async def run_app(
         self,
@@ -290,9 +355,27 @@ class WatchBackend(Protocol):
     enabled` on it)."""
 
     watch_io: tuple[IoMode, ...]
+    # A host runs exactly `spec.apps`: a new app set is a reopen (above).
+    watch_fixed_apps: bool
+    # Places outlive the daemon: `adopt_watch` and `load_checkpoint` work.
+    watch_adopt: bool
 
     def open_watch(
         self, spec: WatchSpec, progress: ProgressReport
     ) -> AbstractAsyncContextManager[WatchHost]:
         """The session's place, for as long as it is entered (see above)."""
+        ...
+
+    def adopt_watch(
+        self, spec: WatchSpec, progress: ProgressReport
+    ) -> AbstractAsyncContextManager[WatchHost]:
+        """The live place a previous daemon left for `spec` (its id, apps and
+        agent as that daemon ran them), re-entered without seeding; leaving
+        it is as leaving `open_watch`'s. Entering raises `PlaceGone` when
+        there is none (a backend without `watch_adopt`: always)."""
+        ...
+
+    def load_checkpoint(self, saved: dict[str, object]) -> Checkpoint | None:
+        """A checkpoint a previous daemon's `Checkpoint.saved()` described,
+        or None when it is gone or unreadable (logged)."""
         ...

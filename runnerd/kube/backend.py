@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from runnerd.backend import ImageSpec, Outcome, Recovered, RunSpec, Sink, Started, StartError
-from runnerd.backend.watch import ProgressReport, WatchHost, WatchSpec
+from runnerd.backend.watch import Checkpoint, PlaceGone, ProgressReport, WatchHost, WatchSpec
 from runnerd.contract import AvailabilityReport, IoMode
 from runnerd.kube.bundle import BundleTokens
 from runnerd.kube.client import KubeClient
@@ -47,6 +47,8 @@ class KubeBackend:
     # Watch sessions on Kubernetes are issue 20's: none yet (the config
     # check refuses `[watch] enabled = true` on this backend).
     watch_io: tuple[IoMode, ...] = ()
+    watch_fixed_apps = True  # the apps are the pod's containers
+    watch_adopt = True  # a pod outlives its daemon
 
     def __init__(
         self,
@@ -85,6 +87,18 @@ class KubeBackend:
         await trio.lowlevel.checkpoint()
         raise StartError("watch", "watch sessions are not available on the kubernetes backend yet")
         yield  # pragma: no cover - an async generator, for the context manager
+
+    @asynccontextmanager
+    async def adopt_watch(
+        self, spec: WatchSpec, progress: ProgressReport
+    ) -> AsyncIterator[WatchHost]:
+        """No watch sessions here yet: always `PlaceGone`."""
+        await trio.lowlevel.checkpoint()
+        raise PlaceGone("watch sessions are not available on the kubernetes backend yet")
+        yield  # pragma: no cover - an async generator, for the context manager
+
+    def load_checkpoint(self, saved: dict[str, object]) -> Checkpoint | None:
+        return None
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         """Whether sessions could start now (`probe.probe_cluster`)."""

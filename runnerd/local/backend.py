@@ -61,7 +61,7 @@ from runnerd.backend import (
     StartError,
     WorkloadAddress,
 )
-from runnerd.backend.watch import ProgressReport, WatchHost, WatchSpec
+from runnerd.backend.watch import Checkpoint, PlaceGone, ProgressReport, WatchHost, WatchSpec
 from runnerd.contract import AvailabilityReport, IoMode, RunnerEndpoint, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
 from runnerd.local.containment import ContainmentPlan, probe_containment
@@ -104,6 +104,8 @@ class LocalBackend:
     detach_supported = False
     # Watch sessions (`runnerd.local.watching`): an app on a PTY or on pipes.
     watch_io: tuple[IoMode, ...] = ("tty", "streams")
+    watch_fixed_apps = False  # any app joins the session's sandbox
+    watch_adopt = False  # a sandbox never outlives its daemon
 
     def __init__(
         self,
@@ -172,6 +174,18 @@ class LocalBackend:
             max_body_bytes=self._max_body_bytes,
         )
         return open_local_watch(kit, spec, progress)
+
+    @contextlib.asynccontextmanager
+    async def adopt_watch(
+        self, spec: WatchSpec, progress: ProgressReport
+    ) -> AsyncIterator[WatchHost]:
+        """Never: a session's sandbox dies with the daemon that made it."""
+        await trio.lowlevel.checkpoint()
+        raise PlaceGone("a local watch session does not outlive its daemon")
+        yield  # pragma: no cover - an async generator, for the context manager
+
+    def load_checkpoint(self, saved: dict[str, object]) -> Checkpoint | None:
+        return None  # local checkpoints are never saved (`Checkpoint.saved`)
 
     def _view(self, session_dir: SessionDir) -> SessionView:
         workdir = os.path.abspath(self._local.workdir)

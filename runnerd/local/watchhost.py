@@ -59,10 +59,11 @@ from runnerd.backend.watch import (
     Checkpoint,
     CheckpointFailed,
     OutputStream,
+    Published,
     WatchSpec,
     WorkspaceFile,
 )
-from runnerd.contract import IoMode
+from runnerd.contract import IoMode, PortMapping, RunnerEndpoint
 from runnerd.local.forward import free_loopback_port
 from runnerd.local.identity import SessionUids
 from runnerd.local.launch import Unresolved, build_argv, build_env
@@ -115,6 +116,9 @@ class LocalCheckpoint:
         """Remove the file; idempotent, never raises."""
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(_unlink_quietly, self.path)
+
+    def saved(self) -> dict[str, object] | None:
+        return None  # it lives beside the trash, which a restart empties
 
 
 def _unlink_quietly(path: Path) -> None:
@@ -178,6 +182,15 @@ class LocalWatchHost:
         except OSError as exc:
             raise CheckpointFailed(f"cannot write the checkpoint: {exc.strerror}") from exc
         return LocalCheckpoint(dest, info.files, info.bytes)
+
+    async def publish(self, ports: tuple[PortMapping, ...]) -> Published:
+        """Every port as the session's own, reached where the client reached
+        the runner (`host` ""): nothing is routed publicly here."""
+        await trio.lowlevel.checkpoint()
+        endpoints: tuple[RunnerEndpoint, ...] = tuple(
+            {"host": "", "port": p.port, "protocol": p.protocol} for p in ports
+        )
+        return Published(endpoints)
 
     async def run_app(
         self,

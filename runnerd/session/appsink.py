@@ -25,11 +25,13 @@ from runnerd.backend.watch import OutputStream
 from runnerd.contract import (
     PortMapping,
     Reachability,
+    RouteState,
     RunPhase,
     debug_event,
     is_event_frame,
     progress_event,
     reachability_event,
+    route_event,
 )
 from runnerd.session.sink import DRAIN_TIMEOUT_S
 from runnerd.watch.kernel import AgentPort, diff_ports
@@ -152,3 +154,11 @@ class SessionProgress:
 
     def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
         self._session.emit(progress_event(phase, message, done))
+
+    def route(self, host: str, port: int, state: RouteState, reason: str | None = None) -> None:
+        """With the app that declares `port` (none when no app does)."""
+        app = next(
+            (c.name for c in self._session.app_channels() if any(p.port == port for p in c.ports)),
+            None,
+        )
+        self._session.emit(route_event(host, port, state, app=app, reason=reason))

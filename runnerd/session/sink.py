@@ -21,6 +21,7 @@ import trio
 from runnerd.backend import EndIntent
 from runnerd.contract import (
     Reachability,
+    RouteState,
     RunPhase,
     RunStatus,
     debug_event,
@@ -28,6 +29,7 @@ from runnerd.contract import (
     is_terminal,
     progress_event,
     reachability_event,
+    route_event,
 )
 from runnerd.session.session import Session
 
@@ -61,6 +63,10 @@ class SessionSink:
 
     def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
         if self._record.emit(progress_event(phase, message, done)) is not None:
+            self._session._notify()
+
+    def route(self, host: str, port: int, state: RouteState, reason: str | None = None) -> None:
+        if self._record.emit(route_event(host, port, state, reason=reason)) is not None:
             self._session._notify()
 
     def output(self, data: bytes) -> None:
