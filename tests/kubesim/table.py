@@ -126,14 +126,30 @@ def build_pod_status(pod: Obj) -> str:
             reason = f"Init:{i}/{n_inits}"
         break
     if not initializing:
-        for c in reversed(st.get("containerStatuses") or []):
-            state = c.get("state", {})
-            if (wait := state.get("waiting")) and wait.get("reason"):
-                reason = wait["reason"]
-            elif (term := state.get("terminated")) is not None:
-                reason = term.get("reason") or f"ExitCode:{term.get('exitCode')}"
+        reason = _containers_reason(st, reason)
     if pod["metadata"].get("deletionTimestamp"):
         reason = "Terminating"
+    return str(reason)
+
+
+def _containers_reason(st: Obj, reason: str) -> str:
+    """printPod's loop over the containers (last first); a pod with one Completed and one
+    still running reads Running when Ready, else NotReady."""
+    running = False
+    for c in reversed(st.get("containerStatuses") or []):
+        state = c.get("state", {})
+        if (wait := state.get("waiting")) and wait.get("reason"):
+            reason = wait["reason"]
+        elif (term := state.get("terminated")) is not None:
+            reason = term.get("reason") or f"ExitCode:{term.get('exitCode')}"
+        elif c.get("ready") and "running" in state:
+            running = True
+    if reason == "Completed" and running:
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in st.get("conditions") or []
+        )
+        reason = "Running" if ready else "NotReady"
     return str(reason)
 
 
