@@ -12,6 +12,7 @@ from typing import Any
 
 from tests.kubesim import configmaps as cm
 from tests.kubesim import events as ev
+from tests.kubesim import podvolumes as pv
 from tests.kubesim import validation as v
 
 Obj = dict[str, Any]
@@ -56,7 +57,7 @@ KINDS: dict[tuple[str, str], Kind] = {
         None,
         v.default_namespace,
     ),
-    ("", "pods"): Kind("pods", "Pod", "", True, _RW, ("po",), v.validate_pod, v.default_pod),
+    ("", "pods"): Kind("pods", "Pod", "", True, _RW, ("po",), pv.validate_pod, v.default_pod),
     ("", "services"): Kind(
         "services", "Service", "", True, _RW, ("svc",), v.validate_service, v.default_service
     ),

@@ -149,3 +149,52 @@ async def wait_deleted(kube: httpx.AsyncClient, name: str, rv: str) -> None:
             async for line in resp.aiter_lines():
                 if line and json.loads(line)["type"] == "DELETED":
                     return
+
+
+async def test_volume_mistakes_are_the_real_422(apiserver: KubeSim) -> None:
+    volumes = [
+        {
+            "name": "cfg",
+            "configMap": {
+                "name": "",
+                "defaultMode": 0o1000,
+                "items": [
+                    {"key": "k", "path": "../escape"},
+                    {"key": "", "path": "/abs", "mode": -1},
+                ],
+            },
+        },
+        {"name": "cfg", "emptyDir": {}},
+        {"name": "none"},
+    ]
+    mounts = [{"name": "ghost", "mountPath": "/a"}, {"name": "cfg", "mountPath": "/a"}]
+    async with build_client(apiserver) as kube:
+        r = await kube.post(
+            f"/api/v1/namespaces/{NS}/pods", json=shell_pod("p", "", volumes, mounts)
+        )
+        assert r.status_code == 422
+        causes = [(c["field"], c["message"]) for c in r.json()["details"]["causes"]]
+        assert (await kube.get(f"/api/v1/namespaces/{NS}/pods")).json()["items"] == []
+    mode_msg = "must be a number between 0 and 0777 (octal), both inclusive"
+    assert causes == [
+        ("spec.volumes[0].configMap.name", "Required value"),
+        ("spec.volumes[0].configMap.defaultMode", f"Invalid value: 512: {mode_msg}"),
+        (
+            "spec.volumes[0].configMap.items[0].path",
+            "Invalid value: \"../escape\": must not contain '..'",
+        ),
+        (
+            "spec.volumes[0].configMap.items[0].path",
+            "Invalid value: \"../escape\": must not start with '..'",
+        ),
+        ("spec.volumes[0].configMap.items[1].key", "Required value"),
+        (
+            "spec.volumes[0].configMap.items[1].path",
+            'Invalid value: "/abs": must be a relative path',
+        ),
+        ("spec.volumes[0].configMap.items[1].mode", f"Invalid value: -1: {mode_msg}"),
+        ("spec.volumes[1].name", 'Duplicate value: "cfg"'),
+        ("spec.volumes[2]", "Required value: must specify a volume type"),
+        ("spec.containers[0].volumeMounts[0].name", 'Not found: "ghost"'),
+        ("spec.containers[0].volumeMounts[1].mountPath", 'Invalid value: "/a": must be unique'),
+    ]
