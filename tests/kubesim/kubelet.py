@@ -431,12 +431,22 @@ class Kubelet:
             image,
             pod=pod,
             mounts=mounts,
-            root_dir=worker.dir / "root",
+            root_dir=self._root_dir(worker, spec["name"]),
             bin_dir=install_programs(image, self.workdir / "bin"),
         )
         worker.plans[spec["name"]] = plan
         worker.mounts[spec["name"]] = mounts
         return plan
+
+    def _root_dir(self, worker: PodWorker, container: str) -> Path:
+        """The container's own filesystem (default cwd, HOME): `root` for the first main
+        container, so a one-container pod is laid out as it always was, `roots/<name>`
+        for every other one; only volumes are shared, as on a node."""
+        if container == worker.spec["containers"][0]["name"]:
+            return worker.dir / "root"
+        root = worker.dir / "roots" / container
+        root.mkdir(parents=True, exist_ok=True)
+        return root
 
     def _volume_dir(self, worker: PodWorker, mount: Obj) -> Path:
         # Set up by _mount (kubelet_volumes); a mount naming no volume still gets a directory.

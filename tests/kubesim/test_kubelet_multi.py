@@ -197,3 +197,19 @@ async def test_attach_and_tty_are_per_container(
     assert r.status_code == 400 and r.json()["message"] == (
         "a container name must be specified for pod duo, choose one of: [term pipe]"
     )
+
+
+async def test_each_container_has_its_own_home_and_cwd(kube: httpx.AsyncClient) -> None:
+    # Outside the shared emptyDir every container has its own filesystem, as on a node:
+    # both write the same names, wait for each other (through /shared), then read back.
+    both = "[ -f /shared/left ] && [ -f /shared/right ]"
+    script = (
+        "echo {me} > $$HOME/mine; echo {me} > here; touch /shared/{me}; "
+        f"until {both}; do sleep 0.05; done; cat $$HOME/mine here"
+    )
+    scripts = {name: script.format(me=name) for name in ("left", "right")}
+    await create_pod(kube, multi_pod("homes", scripts))
+    pod = await wait_pod(kube, "homes", phase_is("Succeeded", "Failed"))
+    assert pod["status"]["phase"] == "Succeeded"
+    assert (await log_of(kube, "homes", "left")).text == "left\nleft\n"
+    assert (await log_of(kube, "homes", "right")).text == "right\nright\n"
