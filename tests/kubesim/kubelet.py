@@ -249,6 +249,9 @@ class Kubelet:
         worker.model = st.PodModel(
             init, main, ip, self.host_ip, build_timestamp(), st.build_qos_class(worker.spec)
         )
+        # No sandbox until the volumes are set up (only configMap ones can keep it waiting).
+        volumes = worker.spec.get("volumes") or []
+        worker.model.sandbox_ready = not any("configMap" in v for v in volumes)
         for sub in ("volumes", "root"):
             (worker.dir / sub).mkdir(parents=True, exist_ok=True)
 
@@ -344,9 +347,12 @@ class Kubelet:
             await self.events.pod_event(worker.ref, WARNING, "FailedMount", message)
 
         root = worker.dir / "volumes"
-        return await mount_volumes(
+        mounted = await mount_volumes(
             self._store, worker.ns, worker.spec, root, report, worker.stopping
         )
+        assert worker.model is not None
+        worker.model.sandbox_ready = mounted  # published with the next status write
+        return mounted
 
     async def _run_main_container(
         self, worker: PodWorker, spec: Obj, model: st.ContainerModel

@@ -95,6 +95,10 @@ async def test_a_missing_configmap_keeps_the_pod_waiting_until_it_appears(
     assert events[0]["source"]["component"] == "kubelet"
     pod = (await kube.get(f"/api/v1/namespaces/{NS}/pods/waiter")).json()
     assert pod["status"]["phase"] == "Pending" and waiting_reason(pod) == "ContainerCreating"
+    sandbox = next(
+        c for c in pod["status"]["conditions"] if c["type"] == "PodReadyToStartContainers"
+    )
+    assert sandbox["status"] == "False"  # no sandbox before the volumes are set up
     await kube.post(CMS, json={"metadata": {"name": "late"}, "data": {"k": "here"}})
     pod = await wait_pod(kube, "waiter", phase_is("Succeeded", "Failed"))
     assert pod["status"]["phase"] == "Succeeded"
