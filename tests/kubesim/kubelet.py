@@ -44,7 +44,7 @@ from .kubelet_runtime import (
     install_programs,
     open_host_process,
 )
-from .kubelet_volumes import mount_volumes, subpath_dir
+from .kubelet_volumes import container_root, mount_dir, mount_volumes
 from .store import NotFound, Store, build_timestamp
 
 log = logging.getLogger(__name__)
@@ -424,9 +424,7 @@ class Kubelet:
     def _plan(self, worker: PodWorker, spec: Obj, image: Image) -> ProcessPlan:
         """The host process for `spec`; remembered (with its mounts) for exec."""
         assert worker.model is not None
-        mounts = {
-            m["mountPath"]: self._volume_dir(worker, m) for m in spec.get("volumeMounts") or []
-        }
+        mounts = {m["mountPath"]: mount_dir(worker.dir, m) for m in spec.get("volumeMounts") or []}
         pod = {
             "metadata": {"name": worker.name, "namespace": worker.ns, "uid": worker.uid},
             "spec": {**worker.spec, "nodeName": self.node_name},
@@ -437,28 +435,12 @@ class Kubelet:
             image,
             pod=pod,
             mounts=mounts,
-            root_dir=self._root_dir(worker, spec["name"]),
+            root_dir=container_root(worker.dir, worker.spec, spec["name"]),
             bin_dir=install_programs(image, self.workdir / "bin"),
         )
         worker.plans[spec["name"]] = plan
         worker.mounts[spec["name"]] = mounts
         return plan
-
-    def _root_dir(self, worker: PodWorker, container: str) -> Path:
-        """The container's own filesystem (default cwd, HOME): `root` for the first main
-        container, so a one-container pod is laid out as it always was, `roots/<name>`
-        for every other one; only volumes are shared, as on a node."""
-        if container == worker.spec["containers"][0]["name"]:
-            return worker.dir / "root"
-        root = worker.dir / "roots" / container
-        root.mkdir(parents=True, exist_ok=True)
-        return root
-
-    def _volume_dir(self, worker: PodWorker, mount: Obj) -> Path:
-        # Set up by _mount (kubelet_volumes); a mount naming no volume still gets a directory.
-        volume = worker.dir / "volumes" / str(mount["name"])
-        volume.mkdir(parents=True, exist_ok=True)
-        return subpath_dir(volume, str(mount.get("subPath") or ""))
 
     async def _pull(
         self, worker: PodWorker, spec: Obj, model: st.ContainerModel, path: str

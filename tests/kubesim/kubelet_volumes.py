@@ -1,4 +1,5 @@
-"""A pod's volumes on the host: emptyDirs, and configMap volumes projected as files.
+"""A pod's files on the host: its volumes (emptyDirs, configMap volumes projected as
+files) and each container's own root.
 
 Before any container of a pod starts (init ones included), the kubelet mounts
 its volumes, as `WaitForAttachAndMount` does ahead of `SyncPod`. A configMap
@@ -135,13 +136,28 @@ async def _wait_change(
     return not stopping.is_set()
 
 
-def subpath_dir(volume_dir: Path, sub_path: str) -> Path:
-    """A mount's host path: the volume's directory, or what `subPath` names inside it
-    (an existing file, e.g. one configMap key, resolved as the kubelet's bind mount does)."""
+def mount_dir(pod_dir: Path, mount: Obj) -> Path:
+    """A volumeMount's host path: the volume's directory (set up by mount_volumes; a mount
+    naming no volume still gets one), or what `subPath` names inside it (an existing file,
+    e.g. one configMap key, resolved as the kubelet's bind mount does)."""
+    volume = pod_dir / "volumes" / str(mount["name"])
+    volume.mkdir(parents=True, exist_ok=True)
+    sub_path = str(mount.get("subPath") or "")
     if not sub_path:
-        return volume_dir
-    path = volume_dir / sub_path
+        return volume
+    path = volume / sub_path
     if path.exists():
         return Path(os.path.realpath(path))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def container_root(pod_dir: Path, spec: Obj, container: str) -> Path:
+    """The container's own filesystem (default cwd, HOME): `root` for the first main
+    container, so a one-container pod is laid out as it always was, `roots/<name>` for
+    every other one; only volumes are shared, as on a node."""
+    if container == spec["containers"][0]["name"]:
+        return pod_dir / "root"
+    root = pod_dir / "roots" / container
+    root.mkdir(parents=True, exist_ok=True)
+    return root
