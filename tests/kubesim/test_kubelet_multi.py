@@ -193,6 +193,15 @@ async def test_attach_and_tty_are_per_container(
         frames = Frames(ws)
         await ws.send_message(b"\x00typed\n")
         await frames.until(lambda f: "typed\r\n" in f.text())  # the PTY's echo and ONLCR
+    cwds = []
+    for name in ("term", "pipe"):  # exec runs in the named container's own context
+        async with open_stream(
+            kubesim, "duo", "exec", f"stdout=true&container={name}", "pwd"
+        ) as ws:
+            frames = Frames(ws)
+            await frames.until_closed()
+        cwds.append(frames.text().strip())
+    assert cwds[0].endswith("/root") and cwds[1].endswith("/roots/pipe")
     r = await kube.get(f"{PODS}/duo/attach", params={"stdout": "true"})
     assert r.status_code == 400 and r.json()["message"] == (
         "a container name must be specified for pod duo, choose one of: [term pipe]"
