@@ -32,6 +32,7 @@ from . import kubelet_streams as ks
 from .attach import Conn as Conn
 from .attach import send_failure
 from .images import Image, ImageMap, InvalidReference, parse_image_ref
+from .kubelet_env import names_of, skipped_message, wait_for_env
 from .kubelet_events import NORMAL, WARNING, EventRecorder, PodRef, container_path
 from .kubelet_logs import ContainerLog
 from .kubelet_pull import ImagePuller
@@ -354,6 +355,28 @@ class Kubelet:
         worker.model.sandbox_ready = mounted  # published with the next status write
         return mounted
 
+    async def _env(self, worker: PodWorker, spec: Obj, model: st.ContainerModel, path: str) -> Obj:
+        """`spec` with its ConfigMap env read (kubelet_env); waits in
+        CreateContainerConfigError while it cannot be, raises PodStopped if stopped."""
+        if not names_of(spec):
+            return spec
+
+        async def report(message: str) -> None:
+            model.state = st.waiting("CreateContainerConfigError", message)
+            await self._write(worker)
+            error = f"Error: {message}"
+            await self.events.pod_event(worker.ref, WARNING, "Failed", error, field_path=path)
+
+        got = await wait_for_env(self._store, worker.ns, spec, report, worker.stopping)
+        if got is None:
+            raise PodStopped
+        for name, keys in got[1].items():
+            message = skipped_message(worker.ns, name, keys)
+            await self.events.pod_event(
+                worker.ref, WARNING, "InvalidEnvironmentVariableNames", message
+            )
+        return got[0]
+
     async def _run_main_container(
         self, worker: PodWorker, spec: Obj, model: st.ContainerModel
     ) -> None:
@@ -375,7 +398,7 @@ class Kubelet:
         image = await self._pull(worker, spec, model, path)
         if worker.stopping.is_set():
             raise PodStopped
-        plan = self._plan(worker, spec, image)
+        plan = self._plan(worker, await self._env(worker, spec, model, path), image)
         created = f"Created container: {spec['name']}"
         await self.events.pod_event(worker.ref, NORMAL, "Created", created, field_path=path)
         model.container_id = "containerd://" + secrets.token_hex(32)

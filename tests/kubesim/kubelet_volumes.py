@@ -105,17 +105,18 @@ async def mount_volumes(
                 continue
             write_payload(root / volume["name"], payload)
             pending.remove(volume)
-        if pending and not await _wait_change(store, ns, pending, delay, stopping):
+        names = {v["configMap"].get("name", "") for v in pending}
+        if pending and not await wait_configmaps(store, ns, names, delay, stopping):
             return False
         delay = min(delay * 2, RETRY_MAX_S)
     return True
 
 
-async def _wait_change(
-    store: Store, ns: str, pending: list[Obj], timeout_s: float, stopping: trio.Event
+async def wait_configmaps(
+    store: Store, ns: str, names: set[str], timeout_s: float, stopping: trio.Event
 ) -> bool:
-    """Until a pending ConfigMap changes or the back-off ends (True), or `stopping` (False)."""
-    names = {v["configMap"].get("name", "") for v in pending}
+    """Until one of the named ConfigMaps changes or `timeout_s` ends (True), or `stopping`
+    is set (False). The kubelet's retry: woken by the change, or by its back-off."""
     _, events = store.open_watch(None, resource="configmaps", namespace=ns)
     async with events, trio.open_nursery() as nursery:
 
