@@ -34,6 +34,7 @@ class Kind:
     default: Callable[[Obj], Obj] | None = None
     view: Callable[[Obj], Obj] | None = None  # stored shape → this API's (events.k8s.io)
     field_labels: dict[str, Callable[[Obj], str]] | None = None  # None: selectors.py decides
+    validate_update: Callable[[Obj, Obj], list[v.FieldError]] | None = None  # (old, new)
 
     @property
     def api_version(self) -> str:
@@ -70,6 +71,7 @@ KINDS: dict[tuple[str, str], Kind] = {
         ("cm",),
         cm.validate_configmap,
         cm.default_configmap,
+        validate_update=cm.validate_update,
     ),
     ("", "resourcequotas"): Kind(
         "resourcequotas",
