@@ -340,6 +340,8 @@ class ApiServer:
             current["spec"], updated.get("spec") or {}
         ):
             errors.append(("FieldValueForbidden", "spec", updates.POD_UPDATE_FORBIDDEN))
+        if kind.validate_update is not None:
+            errors = kind.validate_update(current, updated) + errors
         if errors:
             raise status.invalid(kind.kind, name, errors, kind.group)
 

@@ -10,7 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tests.kubesim import configmaps as cm
 from tests.kubesim import events as ev
+from tests.kubesim import podvolumes as pv
 from tests.kubesim import validation as v
 
 Obj = dict[str, Any]
@@ -32,6 +34,7 @@ class Kind:
     default: Callable[[Obj], Obj] | None = None
     view: Callable[[Obj], Obj] | None = None  # stored shape → this API's (events.k8s.io)
     field_labels: dict[str, Callable[[Obj], str]] | None = None  # None: selectors.py decides
+    validate_update: Callable[[Obj, Obj], list[v.FieldError]] | None = None  # (old, new)
 
     @property
     def api_version(self) -> str:
@@ -55,9 +58,20 @@ KINDS: dict[tuple[str, str], Kind] = {
         None,
         v.default_namespace,
     ),
-    ("", "pods"): Kind("pods", "Pod", "", True, _RW, ("po",), v.validate_pod, v.default_pod),
+    ("", "pods"): Kind("pods", "Pod", "", True, _RW, ("po",), pv.validate_pod, v.default_pod),
     ("", "services"): Kind(
         "services", "Service", "", True, _RW, ("svc",), v.validate_service, v.default_service
+    ),
+    ("", "configmaps"): Kind(
+        "configmaps",
+        "ConfigMap",
+        "",
+        True,
+        _RW,
+        ("cm",),
+        cm.validate_configmap,
+        cm.default_configmap,
+        validate_update=cm.validate_update,
     ),
     ("", "resourcequotas"): Kind(
         "resourcequotas",

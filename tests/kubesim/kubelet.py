@@ -2,7 +2,8 @@
 
 Owns the node: it watches the store, schedules every new pod onto itself
 (nodeName, a loopback podIP of its own), runs init containers in order and
-then the containers (kubelet_runtime), writes every state change through
+then the containers (kubelet_runtime) once the pod's volumes are set up
+(kubelet_volumes: configMap volumes as files), writes every state change through
 `store.update` with the real status shapes (kubelet_status), enforces
 `activeDeadlineSeconds`, carries out graceful deletion (SIGTERM, SIGKILL after
 the grace period, then `store.remove`), and serves attach/exec connections
@@ -31,6 +32,7 @@ from . import kubelet_streams as ks
 from .attach import Conn as Conn
 from .attach import send_failure
 from .images import Image, ImageMap, InvalidReference, parse_image_ref
+from .kubelet_env import names_of, skipped_message, wait_for_env
 from .kubelet_events import NORMAL, WARNING, EventRecorder, PodRef, container_path
 from .kubelet_logs import ContainerLog
 from .kubelet_pull import ImagePuller
@@ -43,6 +45,7 @@ from .kubelet_runtime import (
     install_programs,
     open_host_process,
 )
+from .kubelet_volumes import container_root, mount_dir, mount_volumes
 from .store import NotFound, Store, build_timestamp
 
 log = logging.getLogger(__name__)
@@ -247,6 +250,9 @@ class Kubelet:
         worker.model = st.PodModel(
             init, main, ip, self.host_ip, build_timestamp(), st.build_qos_class(worker.spec)
         )
+        # No sandbox until the volumes are set up (only configMap ones can keep it waiting).
+        volumes = worker.spec.get("volumes") or []
+        worker.model.sandbox_ready = not any("configMap" in v for v in volumes)
         for sub in ("volumes", "root"):
             (worker.dir / sub).mkdir(parents=True, exist_ok=True)
 
@@ -320,6 +326,8 @@ class Kubelet:
     async def _run_containers(self, worker: PodWorker) -> None:
         assert worker.model is not None
         try:
+            if not await self._mount(worker):
+                raise PodStopped
             for spec, model in zip(
                 worker.spec.get("initContainers") or [], worker.model.init, strict=True
             ):
@@ -332,6 +340,42 @@ class Kubelet:
         except PodStopped:  # an init container's: raised here directly, never in a group
             pass
         await self._write(worker)
+
+    async def _mount(self, worker: PodWorker) -> bool:
+        """The pod's volumes, before any container (False: the pod stopped while waiting)."""
+
+        async def report(message: str) -> None:
+            await self.events.pod_event(worker.ref, WARNING, "FailedMount", message)
+
+        root = worker.dir / "volumes"
+        mounted = await mount_volumes(
+            self._store, worker.ns, worker.spec, root, report, worker.stopping
+        )
+        assert worker.model is not None
+        worker.model.sandbox_ready = mounted  # published with the next status write
+        return mounted
+
+    async def _env(self, worker: PodWorker, spec: Obj, model: st.ContainerModel, path: str) -> Obj:
+        """`spec` with its ConfigMap env read (kubelet_env); waits in
+        CreateContainerConfigError while it cannot be, raises PodStopped if stopped."""
+        if not names_of(spec):
+            return spec
+
+        async def report(message: str) -> None:
+            model.state = st.waiting("CreateContainerConfigError", message)
+            await self._write(worker)
+            error = f"Error: {message}"
+            await self.events.pod_event(worker.ref, WARNING, "Failed", error, field_path=path)
+
+        got = await wait_for_env(self._store, worker.ns, spec, report, worker.stopping)
+        if got is None:
+            raise PodStopped
+        for name, keys in got[1].items():
+            message = skipped_message(worker.ns, name, keys)
+            await self.events.pod_event(
+                worker.ref, WARNING, "InvalidEnvironmentVariableNames", message
+            )
+        return got[0]
 
     async def _run_main_container(
         self, worker: PodWorker, spec: Obj, model: st.ContainerModel
@@ -354,7 +398,7 @@ class Kubelet:
         image = await self._pull(worker, spec, model, path)
         if worker.stopping.is_set():
             raise PodStopped
-        plan = self._plan(worker, spec, image)
+        plan = self._plan(worker, await self._env(worker, spec, model, path), image)
         created = f"Created container: {spec['name']}"
         await self.events.pod_event(worker.ref, NORMAL, "Created", created, field_path=path)
         model.container_id = "containerd://" + secrets.token_hex(32)
@@ -403,9 +447,7 @@ class Kubelet:
     def _plan(self, worker: PodWorker, spec: Obj, image: Image) -> ProcessPlan:
         """The host process for `spec`; remembered (with its mounts) for exec."""
         assert worker.model is not None
-        mounts = {
-            m["mountPath"]: self._volume_dir(worker, m) for m in spec.get("volumeMounts") or []
-        }
+        mounts = {m["mountPath"]: mount_dir(worker.dir, m) for m in spec.get("volumeMounts") or []}
         pod = {
             "metadata": {"name": worker.name, "namespace": worker.ns, "uid": worker.uid},
             "spec": {**worker.spec, "nodeName": self.node_name},
@@ -416,21 +458,12 @@ class Kubelet:
             image,
             pod=pod,
             mounts=mounts,
-            root_dir=worker.dir / "root",
+            root_dir=container_root(worker.dir, worker.spec, spec["name"]),
             bin_dir=install_programs(image, self.workdir / "bin"),
         )
         worker.plans[spec["name"]] = plan
         worker.mounts[spec["name"]] = mounts
         return plan
-
-    def _volume_dir(self, worker: PodWorker, mount: Obj) -> Path:
-        # Every volume is an empty directory on the host (configMap/secret contents are
-        # not projected: the sim serves no such resources).
-        path: Path = worker.dir / "volumes" / str(mount["name"])
-        if mount.get("subPath"):
-            path = path / str(mount["subPath"])
-        path.mkdir(parents=True, exist_ok=True)
-        return path
 
     async def _pull(
         self, worker: PodWorker, spec: Obj, model: st.ContainerModel, path: str

@@ -50,6 +50,7 @@ class PodModel:
     reason: str | None = None  # pod-level: DeadlineExceeded
     message: str | None = None
     final_phase: str | None = None  # once terminal, the phase never changes
+    sandbox_ready: bool = True  # False while the pod's volumes wait to be set up
     transitions: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
@@ -200,7 +201,10 @@ def _conditions(model: PodModel, phase: str, now: str) -> list[Obj]:
         )
     )
     rows = [
-        ("PodReadyToStartContainers", ("False" if terminal else "True", None, None)),
+        (
+            "PodReadyToStartContainers",
+            ("False" if terminal or not model.sandbox_ready else "True", None, None),
+        ),
         ("Initialized", initialized),
         ("Ready", ready),
         ("ContainersReady", ready),

@@ -1,0 +1,204 @@
+"""configMap volumes as a container sees them: files, items paths, modes, waiting for a
+missing ConfigMap with the real FailedMount event, optional ones mounted empty."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from tests.kubesim.conftest import build_client
+from tests.kubesim.server import KubeSim
+from tests.kubesim.test_kubelet import create_pod, phase_is, wait_pod, waiting_reason
+
+NS = "runnerd"
+CMS = f"/api/v1/namespaces/{NS}/configmaps"
+Obj = dict[str, Any]
+
+
+@pytest.fixture
+async def kube(kubesim: KubeSim) -> AsyncIterator[httpx.AsyncClient]:
+    async with build_client(kubesim) as client:
+        yield client
+
+
+def shell_pod(name: str, script: str, volumes: list[Obj], mounts: list[Obj]) -> Obj:
+    container = {"name": "c", "image": "busybox:1.36", "command": ["sh", "-c", script]}
+    container["volumeMounts"] = mounts
+    spec = {"restartPolicy": "Never", "containers": [container], "volumes": volumes}
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+async def pod_log(kube: httpx.AsyncClient, name: str) -> str:
+    r = await kube.get(f"/api/v1/namespaces/{NS}/pods/{name}/log")
+    assert r.status_code == 200, r.text
+    return r.text
+
+
+async def test_keys_become_files_with_their_modes(kube: httpx.AsyncClient) -> None:
+    data = {"app.yaml": "kind: app\n", "other": "x"}
+    assert (await kube.post(CMS, json={"metadata": {"name": "cfg"}, "data": data})).is_success
+    volumes = [
+        {
+            "name": "picked",
+            "configMap": {
+                "name": "cfg",
+                "items": [{"key": "app.yaml", "path": "sub/app.yaml", "mode": 0o600}],
+            },
+        },
+        {"name": "all", "configMap": {"name": "cfg", "defaultMode": 0o440}},
+    ]
+    mounts = [
+        {"name": "picked", "mountPath": "/etc/picked", "readOnly": True},
+        {"name": "all", "mountPath": "/etc/all"},
+    ]
+    script = (
+        "cat /etc/picked/sub/app.yaml; stat -c %a /etc/picked/sub/app.yaml; ls /etc/picked; "
+        "ls /etc/all; stat -L -c %a /etc/all/other; cat /etc/all/other; echo; "
+        "readlink /etc/all/..data | cut -c1-3"
+    )
+    await create_pod(kube, shell_pod("reader", script, volumes, mounts))
+    pod = await wait_pod(kube, "reader", phase_is("Succeeded", "Failed"))
+    assert pod["status"]["phase"] == "Succeeded"
+    assert (await pod_log(kube, "reader")).splitlines() == [
+        "kind: app",
+        "600",
+        "sub",
+        "app.yaml",
+        "other",
+        "440",
+        "x",
+        "..2",  # ..data points at the timestamped payload directory, as AtomicWriter does
+    ]
+
+
+async def test_a_missing_configmap_keeps_the_pod_waiting_until_it_appears(
+    kube: httpx.AsyncClient,
+) -> None:
+    volumes = [{"name": "cfg", "configMap": {"name": "late"}}]
+    mounts = [{"name": "cfg", "mountPath": "/etc/cfg"}]
+    await create_pod(kube, shell_pod("waiter", "cat /etc/cfg/k", volumes, mounts))
+    message = 'MountVolume.SetUp failed for volume "cfg" : configmap "late" not found'
+    events: list[Obj] = []
+    with trio.fail_after(15):
+        while not events:  # the event is what a user reads in `kubectl describe`
+            params = {"fieldSelector": "reason=FailedMount,involvedObject.name=waiter"}
+            r = await kube.get(f"/api/v1/namespaces/{NS}/events", params=params)
+            events = r.json()["items"]
+            if not events:
+                await trio.sleep(0.05)
+    assert events[0]["type"] == "Warning" and events[0]["message"] == message
+    assert events[0]["source"]["component"] == "kubelet"
+    pod = (await kube.get(f"/api/v1/namespaces/{NS}/pods/waiter")).json()
+    assert pod["status"]["phase"] == "Pending" and waiting_reason(pod) == "ContainerCreating"
+    sandbox = next(
+        c for c in pod["status"]["conditions"] if c["type"] == "PodReadyToStartContainers"
+    )
+    assert sandbox["status"] == "False"  # no sandbox before the volumes are set up
+    await kube.post(CMS, json={"metadata": {"name": "late"}, "data": {"k": "here"}})
+    pod = await wait_pod(kube, "waiter", phase_is("Succeeded", "Failed"))
+    assert pod["status"]["phase"] == "Succeeded"
+    assert await pod_log(kube, "waiter") == "here"
+
+
+async def test_missing_items_key_and_optional_volumes(kube: httpx.AsyncClient) -> None:
+    await kube.post(CMS, json={"metadata": {"name": "cfg"}, "data": {"a": "1"}})
+    volumes = [
+        {"name": "absent", "configMap": {"name": "nope", "optional": True}},
+        {
+            "name": "partial",
+            "configMap": {
+                "name": "cfg",
+                "optional": True,
+                "items": [{"key": "a", "path": "a"}, {"key": "zz", "path": "zz"}],
+            },
+        },
+    ]
+    mounts = [
+        {"name": "absent", "mountPath": "/etc/absent"},
+        {"name": "partial", "mountPath": "/etc/partial"},
+    ]
+    script = "ls /etc/absent | wc -l; ls /etc/partial"
+    await create_pod(kube, shell_pod("optional", script, volumes, mounts))
+    pod = await wait_pod(kube, "optional", phase_is("Succeeded", "Failed"))
+    assert pod["status"]["phase"] == "Succeeded"
+    assert (await pod_log(kube, "optional")).split() == ["0", "a"]
+    volumes = [{"name": "v", "configMap": {"name": "cfg", "items": [{"key": "zz", "path": "z"}]}}]
+    await create_pod(kube, shell_pod("strict", "true", volumes, []))
+    message = (
+        'MountVolume.SetUp failed for volume "v" : configmap references non-existent config key: zz'
+    )
+    with trio.fail_after(15):
+        while True:
+            params = {"fieldSelector": "reason=FailedMount,involvedObject.name=strict"}
+            items = (await kube.get(f"/api/v1/namespaces/{NS}/events", params=params)).json()
+            if items["items"]:
+                break
+            await trio.sleep(0.05)
+    assert items["items"][0]["message"] == message
+    r = await kube.delete(f"/api/v1/namespaces/{NS}/pods/strict")  # deletable while waiting
+    assert r.status_code == 200
+    await wait_deleted(kube, "strict", r.json()["metadata"]["resourceVersion"])
+
+
+async def wait_deleted(kube: httpx.AsyncClient, name: str, rv: str) -> None:
+    """Watch from the delete's RV (so a removal that came first is replayed) until DELETED."""
+    params = {"watch": "1", "fieldSelector": f"metadata.name={name}", "resourceVersion": rv}
+    with trio.fail_after(15):
+        async with kube.stream("GET", f"/api/v1/namespaces/{NS}/pods", params=params) as resp:
+            async for line in resp.aiter_lines():
+                if line and json.loads(line)["type"] == "DELETED":
+                    return
+
+
+async def test_volume_mistakes_are_the_real_422(apiserver: KubeSim) -> None:
+    volumes = [
+        {
+            "name": "cfg",
+            "configMap": {
+                "name": "",
+                "defaultMode": 0o1000,
+                "items": [
+                    {"key": "k", "path": "../escape"},
+                    {"key": "", "path": "/abs", "mode": -1},
+                ],
+            },
+        },
+        {"name": "cfg", "emptyDir": {}},
+        {"name": "none"},
+    ]
+    mounts = [{"name": "ghost", "mountPath": "/a"}, {"name": "cfg", "mountPath": "/a"}]
+    async with build_client(apiserver) as kube:
+        r = await kube.post(
+            f"/api/v1/namespaces/{NS}/pods", json=shell_pod("p", "", volumes, mounts)
+        )
+        assert r.status_code == 422
+        causes = [(c["field"], c["message"]) for c in r.json()["details"]["causes"]]
+        assert (await kube.get(f"/api/v1/namespaces/{NS}/pods")).json()["items"] == []
+    mode_msg = "must be a number between 0 and 0777 (octal), both inclusive"
+    assert causes == [
+        ("spec.volumes[0].configMap.name", "Required value"),
+        ("spec.volumes[0].configMap.defaultMode", f"Invalid value: 512: {mode_msg}"),
+        (
+            "spec.volumes[0].configMap.items[0].path",
+            "Invalid value: \"../escape\": must not contain '..'",
+        ),
+        (
+            "spec.volumes[0].configMap.items[0].path",
+            "Invalid value: \"../escape\": must not start with '..'",
+        ),
+        ("spec.volumes[0].configMap.items[1].key", "Required value"),
+        (
+            "spec.volumes[0].configMap.items[1].path",
+            'Invalid value: "/abs": must be a relative path',
+        ),
+        ("spec.volumes[0].configMap.items[1].mode", f"Invalid value: -1: {mode_msg}"),
+        ("spec.volumes[1].name", 'Duplicate value: "cfg"'),
+        ("spec.volumes[2]", "Required value: must specify a volume type"),
+        ("spec.containers[0].volumeMounts[0].name", 'Not found: "ghost"'),
+        ("spec.containers[0].volumeMounts[1].mountPath", 'Invalid value: "/a": must be unique'),
+    ]
