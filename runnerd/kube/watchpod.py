@@ -7,7 +7,7 @@ Telo runner's `buildWatchPod`), and reading them back for adoption:
   create (a resume or a new app set makes a new pod while the old one may
   still be terminating under the same session id);
 - labels: podspec's managed-by and session-id (the shared watch, the reaper
-  and adoption select on them) plus `runnerd.telo.run/mode: watch`;
+  and adoption select on them) plus the mode label (`MODE_LABEL`: watch);
 - pod-wide as run pods: `restartPolicy: Never`, `activeDeadlineSeconds` from
   the session's TTL (`watch.max_ttl_seconds`), no service-account token, no
   service links, the pull secret and RuntimeClass when configured;
