@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -195,3 +196,18 @@ async def test_delete_configmap_reports_a_gone_one(autojump_clock: trio.testing.
 def test_mounted_configmaps_reads_every_pods_volumes() -> None:
     pods = [pod_mounting("a"), pod_mounting("b"), {"spec": {}}, {}]
     assert mounted_configmaps(pods) == {"a", "b"}
+
+
+def test_the_readmes_rbac_grants_what_the_configmap_calls_need() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("### RBAC the runner needs", 1)[1].split("```yaml", 1)[1]
+    role = next(
+        doc for doc in yaml.safe_load_all(block.split("```", 1)[0]) if doc["kind"] == "Role"
+    )
+    verbs = {
+        verb
+        for rule in role["rules"]
+        if "configmaps" in rule["resources"] and rule["apiGroups"] == [""]
+        for verb in rule["verbs"]
+    }
+    assert {"create", "list", "delete"} <= verbs
