@@ -7,6 +7,7 @@ Also the stand-in kernel's dispatch to it for runnerd's manifest."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import socket
@@ -275,3 +276,68 @@ async def test_the_kernel_serves_runnerds_workspace_manifest(tmp_path: Path) -> 
             assert await api.healthy()
             await api.apply(changes(("telo.yaml", b"print hi\n")))
             assert [f.path for f in await api.list()] == ["telo.yaml"]
+
+
+@asynccontextmanager
+async def open_raw_server(answer: bytes) -> AsyncIterator[int]:
+    """A server on 127.0.0.1 that reads a request, sends `answer` as is and
+    closes: a workspace container whose stream broke or that sent nonsense."""
+
+    async def serve(stream: trio.SocketStream) -> None:
+        async with stream:
+            seen = b""
+            while b"\r\n\r\n" not in seen and (chunk := await stream.receive_some(4096)):
+                seen += chunk
+            await stream.send_all(answer)
+
+    async with trio.open_nursery() as nursery:
+        serving = functools.partial(trio.serve_tcp, serve, 0, host="127.0.0.1")
+        [listener] = await nursery.start(serving)
+        yield listener.socket.getsockname()[1]
+        nursery.cancel_scope.cancel()
+
+
+def chunked(body: bytes, *, finished: bool) -> bytes:
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/x-tar\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    return (
+        head + f"{len(body):x}\r\n".encode() + body + b"\r\n" + (b"0\r\n\r\n" if finished else b"")
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (chunked(b"\x00" * 700, finished=False), "the stream broke"),  # cut before its last chunk
+        (chunked(b"not a tar at all" * 64, finished=True), "unreadable"),
+        (b"HTTP/1.1 500 Oops\r\nContent-Length: 2\r\n\r\n{}", "HTTP 500"),
+    ],
+)
+async def test_a_broken_snapshot_fails_and_keeps_the_last_checkpoint(
+    tmp_path: Path, answer: bytes, why: str
+) -> None:
+    dest = tmp_path / "checkpoint.tar"
+    dest.write_bytes(b"the previous checkpoint")
+    async with (
+        open_raw_server(answer) as port,
+        WorkspaceApi("127.0.0.1", port, TOKEN, limits=QUICK) as api,
+    ):
+        with trio.fail_after(60), pytest.raises(CheckpointFailed, match=why):
+            await api.snapshot_to(dest)
+    assert os.listdir(tmp_path) == ["checkpoint.tar"]
+    assert dest.read_bytes() == b"the previous checkpoint"
+
+
+async def test_seed_from_a_truncated_tar_is_a_checkpoint_failure(
+    served: Served, tmp_path: Path
+) -> None:
+    async with served.api() as api:
+        with trio.fail_after(60):
+            await api.seed([("a", BINARY), ("b", BINARY)])
+            snapshot = tmp_path / "c.tar"
+            await api.snapshot_to(snapshot)
+    snapshot.write_bytes(snapshot.read_bytes()[:1500])  # inside the second file's data
+    async with open_server(tmp_path / "second") as second, second.api() as api:
+        with trio.fail_after(60), pytest.raises(CheckpointFailed, match="cannot be read"):
+            await api.seed_from_tar(snapshot)

@@ -110,6 +110,8 @@ def test_the_manifest_is_a_telo_application_serving_the_workspace_api() -> None:
     assert app["ports"]["http"] == {"env": "WORKSPACE_PORT", "protocol": "tcp", "default": 8099}
     assert app["secrets"]["token"]["env"] == "RUNNERD_WORKSPACE_TOKEN"
     kinds = {doc["kind"] for doc in docs}
+    used = {kind.split(".")[0] for kind in _kinds(docs)}
+    assert used - {"Telo"} <= set(app["imports"])  # every kind's module is imported
     assert {"Http.Server", "Http.Api", "Fs.TreeSnapshot", "Fs.TreeSync", "Fs.File"} <= kinds
     routes = [
         (route["request"]["method"], route["request"]["path"])
@@ -124,6 +126,16 @@ def test_the_manifest_is_a_telo_application_serving_the_workspace_api() -> None:
         ("POST", "/"),
         ("GET", "/snapshot"),
     ]
+
+
+def _kinds(value: Any) -> set[str]:
+    """Every `kind:` value anywhere in a parsed manifest."""
+    if isinstance(value, dict):
+        found = {value["kind"]} if isinstance(value.get("kind"), str) else set()
+        return found.union(*(_kinds(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_kinds(v) for v in value))
+    return set()
 
 
 class _TeloLoader(yaml.SafeLoader):
