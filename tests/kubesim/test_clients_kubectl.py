@@ -55,6 +55,7 @@ async def test_get_pods_json_and_errors(apiserver: KubeSim, tmp_path: Path) -> N
     assert results["missing"].stderr == b'Error from server (NotFound): pods "nope" not found\n'
     assert results["short"].stdout == b"Pending"
     assert results["resources"].stdout.decode().split() == [
+        "configmaps",
         "events",
         "namespaces",
         "pods",
