@@ -9,9 +9,11 @@ container does; a test may also run it directly:
 
 Env: `WORKSPACE_DIR` (the shared workspace directory), `WORKSPACE_PORT`
 (8099; 0 picks a free port), `RUNNERD_WORKSPACE_TOKEN` (required),
-`POD_IP` (also served on, besides 127.0.0.1), `WORKSPACE_MAX_FILE_BYTES`
-and `WORKSPACE_MAX_BODY_BYTES` (the caps, 64 MiB each). Once it listens it
-prints `workspace listening on HOST:PORT` (each address) and flushes.
+`POD_IP` (the address served on; 127.0.0.1 without it: the simulated pods
+share the host's loopback, so 127.0.0.1:8099 would collide between pods),
+`WORKSPACE_MAX_FILE_BYTES` and `WORKSPACE_MAX_BODY_BYTES` (the caps, 64 MiB
+each). Once it listens it prints `workspace listening on HOST:PORT` and
+flushes.
 
 The API (runnerd's `runnerd.kube.workspaceapi` is its client):
 
@@ -398,12 +400,6 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.handle_request("POST")
 
-    def do_PUT(self) -> None:
-        self.handle_request("PUT")
-
-    def do_DELETE(self) -> None:
-        self.handle_request("DELETE")
-
 
 class Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -424,18 +420,13 @@ def main() -> int:
         "max_body_bytes": int(env.get("WORKSPACE_MAX_BODY_BYTES") or DEFAULT_CAP),
     })  # fmt: skip
     port = int(env.get("WORKSPACE_PORT") or 8099)
-    hosts = ["127.0.0.1"]
-    if env.get("POD_IP") and env["POD_IP"] != "127.0.0.1":
-        hosts.append(env["POD_IP"])
-    servers = []
-    for host in hosts:
-        server = Server((host, port), handler)
-        port = server.server_address[1]  # a port of 0 becomes the same one on every host
-        servers.append(server)
-        print(f"workspace listening on {host}:{port}", flush=True)
-    for server in servers[1:]:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-    servers[0].serve_forever()
+    # The pod's own address: in a real pod 127.0.0.1 is the pod's too, but
+    # the simulated pods share the host's loopback, where every watch pod's
+    # 8099 would collide; each has a loopback address of its own (POD_IP).
+    host = env.get("POD_IP") or "127.0.0.1"
+    server = Server((host, port), handler)
+    print(f"workspace listening on {host}:{server.server_address[1]}", flush=True)
+    server.serve_forever()
     return 0
 
 
