@@ -53,6 +53,8 @@ from runnerd.errors import RunnerdError
 from runnerd.watch.errors import WatchError
 
 MIB = 1024 * 1024
+# The snapshot is written to its file in pieces of this size.
+_WRITE_BYTES = MIB
 _SAFE_MESSAGE_CHARS = 200
 
 
@@ -228,15 +230,12 @@ class WorkspaceApi:
         Raises:
             WatchError: `409 path_conflict` (nothing written), `413 payload_too_large`.
         """
-        body = {
-            "write": [
-                {"path": w.path, "content": base64.b64encode(w.data).decode(), "encoding": "base64"}
-                for w in changes.writes
-            ],
-            "delete": list(changes.deletes),
-        }
+        body = await trio.to_thread.run_sync(_change_set_json, changes)
         doing = "change the workspace"
-        answer = await self._json("POST", "/workspace", doing, 64 * 1024, json=body)
+        headers = {"Content-Type": "application/json"}
+        answer = await self._json(
+            "POST", "/workspace", doing, 64 * 1024, content=body, headers=headers
+        )
         try:
             return int(answer["written"]), int(answer["deleted"])
         except (KeyError, TypeError, ValueError) as exc:
@@ -305,16 +304,33 @@ class WorkspaceApi:
             doing = "snapshot the workspace"
             deadline = self.limits.snapshot_timeout_s
             async with self._answer("GET", "/workspace/snapshot", doing, deadline) as answer:
-                size = 0
+                size, pending = 0, bytearray()
                 try:
                     async for chunk in answer.aiter_bytes():
                         size += len(chunk)
                         if size > self.limits.max_snapshot_bytes:
                             cap = self.limits.max_snapshot_bytes
                             raise WorkspaceApiError(f"the workspace is over {cap} bytes")
-                        await trio.to_thread.run_sync(out.write, chunk)
+                        pending += chunk
+                        if len(pending) >= _WRITE_BYTES:  # a thread hop per MiB, not per chunk
+                            await trio.to_thread.run_sync(out.write, bytes(pending))
+                            pending.clear()
+                    await trio.to_thread.run_sync(out.write, bytes(pending))
                 except httpx.HTTPError as exc:
                     raise WorkspaceApiError(f"could not {doing}: the stream broke") from exc
+
+
+def _change_set_json(changes: ChangeSet) -> bytes:
+    """`POST /workspace`'s body: base64 is JSON-safe as is, so only the
+    paths go through the encoder (json.dumps of megabytes of base64 would
+    scan every byte for escapes again)."""
+    writes = b",".join(
+        b'{"path":%s,"content":"%s","encoding":"base64"}'
+        % (json.dumps(w.path).encode(), base64.b64encode(w.data))
+        for w in changes.writes
+    )
+    deletes = json.dumps(list(changes.deletes)).encode()
+    return b'{"write":[%s],"delete":%s}' % (writes, deletes)
 
 
 class _TooLarge(Exception):

@@ -218,6 +218,7 @@ async def test_snapshot_then_seed_round_trips_byte_for_byte(served: Served, tmp_
         "telo.yaml": b"kind: Telo.Application\n",
         "bin/all-bytes.dat": BINARY,
         "empty": b"",
+        "odd names/a b+c%d&e#f?g=h.txt": b"query-ish characters in a path",
         "d\u00e9j\u00e0/\u65e5\u672c.txt": "caf\u00e9\n".encode(),
         "/".join(["x" * 60] * 5) + "/long.bin": os.urandom(3000),
     }

@@ -279,17 +279,26 @@ class Workspace:
 
 
 class ChunkedWriter:
-    """A write-only file object sending HTTP/1.1 chunks."""
+    """A write-only file object sending HTTP/1.1 chunks of up to 256 KiB
+    (tarfile writes 10 KiB records: one chunk each would be slow)."""
 
     def __init__(self, out: Any) -> None:
         self.out = out
+        self.pending = bytearray()
 
     def write(self, data: bytes) -> int:
-        if data:
-            self.out.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.pending += data
+        if len(self.pending) >= 256 * 1024:
+            self.flush()
         return len(data)
 
+    def flush(self) -> None:
+        if self.pending:
+            self.out.write(f"{len(self.pending):x}\r\n".encode() + self.pending + b"\r\n")
+            self.pending.clear()
+
     def close(self) -> None:
+        self.flush()
         self.out.write(b"0\r\n\r\n")
         self.out.flush()
 
