@@ -171,6 +171,10 @@ async def test_refusals_are_the_contracts_codes(tmp_path: Path) -> None:
             with pytest.raises(WatchError) as conflict:
                 await api.apply(changes(("fresh", b"1"), ("a/b", b"2")))
             assert (conflict.value.status_hint, conflict.value.code) == (409, "path_conflict")
+            assert conflict.value.message == "body.write[1].path 'a/b': 'a' is not a directory"
+            with pytest.raises(WatchError) as inner:
+                await api.apply(changes(("x", b"1"), ("x/y", b"2")))
+            assert inner.value.code == "path_conflict" and "body.write[1]" in inner.value.message
             with pytest.raises(WatchError) as payload:
                 await api.apply(changes(("c", b"y" * 3000)))
             assert (payload.value.status_hint, payload.value.code) == (413, "payload_too_large")

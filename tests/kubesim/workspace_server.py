@@ -198,10 +198,10 @@ class Workspace:
                     raise Refused(413, "file_too_large", f"{path[:80]!r} is over {cap} bytes")
             return data
 
-    def _check_write(self, root: int, parts: list[str]) -> None:
+    def _check_write(self, root: int, parts: list[str], index: int) -> None:
         """409 unless every existing segment on the way is a directory (not
         a symlink to one) and the target is not a directory."""
-        shown = "/".join(parts)[:80]
+        shown = f"body.write[{index}].path {'/'.join(parts)[:80]!r}"
         with contextlib.ExitStack() as stack:
             parent = root
             for depth, part in enumerate(parts):
@@ -212,10 +212,10 @@ class Workspace:
                 is_dir = stat.S_ISDIR(st.st_mode)
                 if depth == len(parts) - 1:
                     if is_dir:
-                        raise Refused(409, "path_conflict", f"{shown!r}: a directory is there")
+                        raise Refused(409, "path_conflict", f"{shown}: it is a directory")
                     return
                 if not is_dir:
-                    message = f"{shown!r}: {part!r} is not a directory"
+                    message = f"{shown}: {part!r} is not a directory"
                     raise Refused(409, "path_conflict", message)
                 parent = stack.enter_context(opened_dir(parent, part))
 
@@ -265,13 +265,15 @@ class Workspace:
         split_writes = [(segments_of(p), data) for p, data in writes]
         split_deletes = [segments_of(p) for p in deletes]
         files = {tuple(parts) for parts, _ in split_writes}
-        for parts, _ in split_writes:
+        for i, (parts, _) in enumerate(split_writes):
             if any(tuple(parts[:n]) in files for n in range(1, len(parts))):
-                message = f"{'/'.join(parts)[:80]!r}: the change set also writes a file on its way"
-                raise Refused(409, "path_conflict", message)
+                where = f"body.write[{i}].path {'/'.join(parts)[:80]!r}"
+                raise Refused(
+                    409, "path_conflict", f"{where}: another write makes a file on its way"
+                )
         with self.lock, self.root_fd() as root:
-            for parts, _ in split_writes:
-                self._check_write(root, parts)
+            for i, (parts, _) in enumerate(split_writes):
+                self._check_write(root, parts, i)
             for parts, data in split_writes:
                 self._put(root, parts, data)
             deleted = sum(self._delete(root, parts) for parts in split_deletes)
