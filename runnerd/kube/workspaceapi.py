@@ -351,6 +351,8 @@ async def _read_capped(
                 if truncate:
                     break
                 raise _TooLarge
+    except httpx.TimeoutException as exc:
+        raise WorkspaceApiError(f"could not {doing}: the workspace did not answer in time") from exc
     except httpx.HTTPError as exc:
         raise WorkspaceApiError(f"could not {doing}: the answer broke off") from exc
     return b"".join(pieces)[: cap if truncate else None]

@@ -284,9 +284,10 @@ async def test_the_kernel_serves_runnerds_workspace_manifest(tmp_path: Path) -> 
 
 
 @asynccontextmanager
-async def open_raw_server(answer: bytes) -> AsyncIterator[int]:
+async def open_raw_server(answer: bytes, *, hang: bool = False) -> AsyncIterator[int]:
     """A server on 127.0.0.1 that reads a request, sends `answer` as is and
-    closes: a workspace container whose stream broke or that sent nonsense."""
+    closes (or, with `hang`, goes silent): a workspace container whose
+    stream broke, that sent nonsense, or that stopped mid-answer."""
 
     async def serve(stream: trio.SocketStream) -> None:
         async with stream:
@@ -294,6 +295,8 @@ async def open_raw_server(answer: bytes) -> AsyncIterator[int]:
             while b"\r\n\r\n" not in seen and (chunk := await stream.receive_some(4096)):
                 seen += chunk
             await stream.send_all(answer)
+            if hang:
+                await trio.sleep_forever()
 
     async with trio.open_nursery() as nursery:
         serving = functools.partial(trio.serve_tcp, serve, 0, host="127.0.0.1")
@@ -346,3 +349,15 @@ async def test_seed_from_a_truncated_tar_is_a_checkpoint_failure(
     async with open_server(tmp_path / "second") as second, second.api() as api:
         with trio.fail_after(60), pytest.raises(CheckpointFailed, match="cannot be read"):
             await api.seed_from_tar(snapshot)
+
+
+@pytest.mark.parametrize("limits", [QUICK, ApiLimits(read_timeout_s=1.0)])
+async def test_a_server_that_stops_mid_answer_is_bounded(limits: ApiLimits) -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    async with open_raw_server(head + b'{"files": [', hang=True) as port:
+        async with WorkspaceApi("127.0.0.1", port, TOKEN, limits=limits) as api:
+            with trio.fail_after(60):
+                with pytest.raises(WorkspaceApiError, match="did not answer in time"):
+                    await api.list()
+                with pytest.raises(WorkspaceApiError, match="did not answer in time"):
+                    await api.read("a")
