@@ -83,4 +83,12 @@ How `backend.KubeBackend` and `provider` put them together:
   (`read_left_pod`: identity and status, or unreadable),
   `recovery.recover_pods` deletes the ended and unreadable ones and returns
   the `Recovered` to adopt; `run()` with no creation re-attaches.
+
+Watch sessions' pods (issue 20) have parts of their own. Pure: `watchpod`
+(the pod's name, shape and annotations: `build_watch_pod`,
+`read_watch_annotations`), `workspaceapp` (the workspace application's
+content-addressed ConfigMap, `configmap_for`, and its ensure and sweep,
+which only call a `KubeClient` they are handed). IO: `workspaceapi`
+(`WorkspaceApi`, the client of the pod's `workspace` container; httpx, its
+own `transport=` seam).
 """
