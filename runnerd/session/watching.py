@@ -5,9 +5,13 @@ session's task under its stop scope:
 
     loop:  under the TTL (`ttl_s` from creation, afresh from each resume)
              async with backend.open_watch(spec, progress) as host:
+               (entered with `session.open_spec()`: the app set, the agent,
+                 the latest checkpoint)
                serve: the agent, every app's generation (trigger initial /
-                 resume), `running` once each app's first one started or
-                 failed to start; the debounce, the checkpoint period and
+                 resume); once each app's first one started or failed to
+                 start, the port set published (`runnerd.session.publishing`)
+                 and `running` with what the host published;
+                 the debounce, the republishing, the checkpoint period and
                  the idle watch beside them
                idle → checkpoint while they run (a failure: a `progress`
                  saying why, still running, try again after the next idle
@@ -29,7 +33,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 
 import trio
 
@@ -39,6 +42,7 @@ from runnerd.contract import progress_event
 from runnerd.session.appsink import AgentSink, SessionProgress
 from runnerd.session.ending import Ending, Internal, Produced, StartFailed, Stopped, TtlExpired
 from runnerd.session.generations import AppPeriod
+from runnerd.session.publishing import Publisher
 from runnerd.session.running import leaves, ttl_deadline
 from runnerd.session.watchsession import WatchSession
 from runnerd.watch.runs import RunTrigger
@@ -112,8 +116,7 @@ async def _discard_checkpoint(session: WatchSession) -> None:
 async def _live_period(session: WatchSession, backend: Backend, trigger: RunTrigger) -> None:
     """One stretch with a live workspace: open it, serve until idle, and
     return suspended (status `suspended`, the host left)."""
-    spec = replace(session.watch_spec.watch, checkpoint=session.checkpoint)
-    async with backend.open_watch(spec, SessionProgress(session)) as host:
+    async with backend.open_watch(session.open_spec(), SessionProgress(session)) as host:
         await _serve(session, host, trigger)
         # Stopped now: the last checkpoint. If it fails, the one taken at
         # idle (moments ago, while the apps ran) stands.
@@ -129,11 +132,14 @@ async def _serve(session: WatchSession, host: WatchHost, trigger: RunTrigger) ->
         async with trio.open_nursery() as nursery:
             period = AppPeriod(session, host, nursery)
             session.period = period
+            publisher = session.publisher = Publisher(session, host)
             _start_agent(session, host, nursery)
             for channel in session.app_channels():
                 period.start_app(channel, trigger)
             await period.first_round.wait()
             session.serve()
+            await publisher.publish()  # `running`, with what the host published
+            nursery.start_soon(publisher.run)
             nursery.start_soon(_debounce, session)
             nursery.start_soon(_checkpoint_every, session, host)
             while True:
@@ -149,7 +155,7 @@ async def _serve(session: WatchSession, host: WatchHost, trigger: RunTrigger) ->
             nursery.cancel_scope.cancel()
     finally:
         session.unserve()
-        session.host = session.period = None
+        session.host = session.period = session.publisher = None
         session.debounce.cancel()
         session.runs.abandon_all()
 

@@ -24,12 +24,13 @@ from typing import Protocol
 import trio
 
 from runnerd.backend import CreationSpec, RunSpec
-from runnerd.backend.watch import ChangeSet, Checkpoint, WatchHost, WorkspaceFile
+from runnerd.backend.watch import ChangeSet, Checkpoint, WatchHost, WatchSpec, WorkspaceFile
 from runnerd.config import WatchConfig
-from runnerd.contract import RunEvent, RunnerEndpoint, RunStatus, running, starting, suspended
+from runnerd.contract import RunEvent, RunnerEndpoint, RunStatus, starting, suspended
 from runnerd.errors import RunnerdError
 from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.session.apps import AppChannel
+from runnerd.session.publishing import Publisher
 from runnerd.session.registry import SessionRecord
 from runnerd.session.session import Session
 from runnerd.session.watchspec import WatchSessionSpec
@@ -95,6 +96,7 @@ class WatchSession(Session):
         # The driver's: the live workspace and the running apps (None: not running).
         self.host: WatchHost | None = None
         self.period: Period | None = None
+        self.publisher: Publisher | None = None
         self.checkpoint: Checkpoint | None = None
         self.agent_running = False
         self.evicted = False  # gone from the registry (suspended too long, or a full one)
@@ -147,6 +149,17 @@ class WatchSession(Session):
                 )
                 return AgentPlan(endpoint, message)
         return AgentPlan(endpoint, None)
+
+    def open_spec(self) -> WatchSpec:
+        """What entering the session's place is given now: the latest
+        checkpoint (None: seed from the bundle), the app set (each app's
+        launch, declaration order, with its slot) and the agent (None when
+        there is none or an app's port keeps it from running)."""
+        plan = self.agent_plan()
+        agent = self.watch_spec.agent if plan is not None and plan.conflict is None else None
+        launches = tuple(channel.launch() for channel in self._channels.values())
+        watch = self.watch_spec.watch
+        return replace(watch, checkpoint=self.checkpoint, apps=launches, agent=agent)
 
     # -- the routes' operations ------------------------------------------------
 
@@ -236,8 +249,8 @@ class WatchSession(Session):
                 channel.request_restart("resume")
             elif period is not None:
                 period.start_app(channel, "resume")
-        if self._serving:
-            self.publish_running()  # the new set's ports
+        if self._serving and self.publisher is not None:
+            await self.publisher.publish()  # the new set's ports, before the 202
         self._notify()
         return names
 
@@ -263,29 +276,21 @@ class WatchSession(Session):
             self._set_status(status)
 
     def serve(self) -> None:
-        """Every app's first generation of this period reported: `running`."""
+        """Every app's first generation of this period reported: the driver
+        publishes the port set next, and that is `running`
+        (`runnerd.session.publishing`)."""
         self._serving = True
-        self.publish_running()
 
-    def publish_running(self) -> None:
-        """`running` with the agent's endpoint and every app's ports as
-        endpoints (declared, or as its kernel last announced them; the host
-        left empty, as a local run session's: the client knows how it
-        reached the runner), in app order. Published again whenever a port
-        set changes while the session serves."""
-        plan = self.agent_plan()
-        agent = plan.endpoint if plan is not None and plan.conflict is None else None
-        endpoints: list[RunnerEndpoint] = []
-        for channel in self._channels.values():
-            for port in channel.ports:
-                endpoint: RunnerEndpoint = {
-                    "host": "",
-                    "port": port.port,
-                    "protocol": port.protocol,
-                }
-                if endpoint not in endpoints:
-                    endpoints.append(endpoint)
-        self.set_status(running(endpoints, agent=agent))
+    @property
+    def serving_period(self) -> bool:
+        """Between `serve` and `unserve`: the apps of a live host serve."""
+        return self._serving
+
+    def request_publish(self) -> None:
+        """A port set changed while serving: publish the session's set again
+        (`running.endpoints` follows what the host published)."""
+        if self._serving and self.publisher is not None:
+            self.publisher.request()
 
     def unserve(self) -> None:
         """The apps are being stopped: the workspace routes answer 409 from now on."""

@@ -37,10 +37,12 @@ from runnerd.backend.watch import (
     CheckpointFailed,
     OutputStream,
     ProgressReport,
+    Published,
     WatchSpec,
     WorkspaceFile,
 )
-from runnerd.contract import IoMode
+from runnerd.contract import IoMode, PortMapping, RunnerEndpoint
+from runnerd.errors import RunnerdError
 from runnerd.watch.errors import WatchError
 
 
@@ -89,6 +91,10 @@ class FakeWatchHost:
     left: bool = False
     checkpoint_fails: bool = False
     start_delay_s: float = 0.0  # how long a process takes to start
+    published: list[tuple[PortMapping, ...]] = field(default_factory=list)
+    reject: dict[int, str] = field(default_factory=dict)  # what `publish` refuses
+    route_domain: str = ""  # "": published as the local backend does (host "")
+    publish_fails: RunnerdError | None = None
 
     async def list_files(self) -> list[WorkspaceFile]:
         await trio.lowlevel.checkpoint()
@@ -118,6 +124,25 @@ class FakeWatchHost:
         checkpoint = FakeCheckpoint(dict(self.files))
         self.checkpoints.append(checkpoint)
         return checkpoint
+
+    async def publish(self, ports: tuple[PortMapping, ...]) -> Published:
+        """Every port published (host "", or `<port>.<route_domain>` with
+        one), but those in `reject` (port → why); each call kept in
+        `published`."""
+        await trio.lowlevel.checkpoint()
+        self.published.append(ports)
+        if self.publish_fails is not None:
+            raise self.publish_fails
+        endpoints: tuple[RunnerEndpoint, ...] = tuple(
+            {"host": self._route_host(p.port), "port": p.port, "protocol": p.protocol}
+            for p in ports
+            if p.port not in self.reject
+        )
+        rejected = tuple((p.port, self.reject[p.port]) for p in ports if p.port in self.reject)
+        return Published(endpoints, rejected)
+
+    def _route_host(self, port: int) -> str:
+        return f"{port}.{self.route_domain}" if self.route_domain else ""
 
     async def run_app(
         self,
@@ -191,6 +216,10 @@ class FakeWatchBackend:
         self.specs: list[WatchSpec] = []
         self.checkpoint_fails = False
         self.open_fails: StartError | None = None
+        # What each new host's `publish` does (see FakeWatchHost).
+        self.reject: dict[int, str] = {}
+        self.route_domain = ""
+        self.publish_fails: RunnerdError | None = None
 
     @asynccontextmanager
     async def open_watch(
@@ -208,7 +237,13 @@ class FakeWatchBackend:
             assert bundle is not None
             files = {path: text.encode() for path, text in bundle.files}
         progress.progress("provision", "workspace ready", True)
-        host = FakeWatchHost(files, checkpoint_fails=self.checkpoint_fails)
+        host = FakeWatchHost(
+            files,
+            checkpoint_fails=self.checkpoint_fails,
+            reject=dict(self.reject),
+            route_domain=self.route_domain,
+            publish_fails=self.publish_fails,
+        )
         self.hosts.append(host)
         try:
             yield host
