@@ -23,19 +23,52 @@ live host (so its 202 follows the new endpoints).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from runnerd.backend.watch import Published, WatchHost
-from runnerd.contract import PortMapping, PortRejection, endpoints_event, running
+from runnerd.contract import (
+    PortMapping,
+    PortRejection,
+    RunEvent,
+    RunnerEndpoint,
+    RunStatus,
+    endpoints_event,
+    running,
+)
 from runnerd.errors import RunnerdError
 
 if TYPE_CHECKING:
     from runnerd.session.apps import AppChannel
-    from runnerd.session.watchsession import WatchSession
 
 log = logging.getLogger("runnerd.sessions")
+
+
+class _AgentPlan(Protocol):
+    @property
+    def endpoint(self) -> RunnerEndpoint: ...
+
+    @property
+    def conflict(self) -> str | None: ...
+
+
+class PublishingSession(Protocol):
+    """What a `Publisher` needs of `runnerd.session.watchsession.WatchSession`."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def serving_period(self) -> bool: ...
+
+    def app_channels(self) -> list[AppChannel]: ...
+
+    def agent_plan(self) -> _AgentPlan | None: ...
+
+    def set_status(self, status: RunStatus) -> None: ...
+
+    def emit(self, event: RunEvent) -> None: ...
 
 
 def port_set(channels: list[AppChannel]) -> tuple[PortMapping, ...]:
@@ -55,7 +88,7 @@ def owner_of(channels: list[AppChannel], port: int) -> str | None:
 class Publisher:
     """One live host's publishing (see the module docstring)."""
 
-    def __init__(self, session: WatchSession, host: WatchHost) -> None:
+    def __init__(self, session: PublishingSession, host: WatchHost) -> None:
         self._session = session
         self._host = host
         self._lock = trio.Lock()

@@ -32,6 +32,7 @@ from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.session.apps import AppChannel
 from runnerd.session.publishing import Publisher
 from runnerd.session.registry import SessionRecord
+from runnerd.session.reopen import REOPEN_WAIT_S, Reopen, ask_reopen
 from runnerd.session.session import Session
 from runnerd.session.watchspec import WatchSessionSpec
 from runnerd.watch.apps import AppSpec
@@ -72,8 +73,11 @@ class WatchSession(Session):
         ring_bytes: int,
         metrics: Metrics = NULL_METRICS,
         backend_name: str = "",
+        fixed_apps: bool = False,
     ) -> None:
-        """`limits`: the `[watch]` table in effect (read when each limit applies)."""
+        """`limits`: the `[watch]` table in effect (read when each limit
+        applies). `fixed_apps`: the backend's places hold a fixed app set
+        (`PUT /apps` is a reopen, `runnerd.session.reopen`)."""
         super().__init__(
             record,
             RunSpec(spec.watch.identity, spec.watch.creation),
@@ -102,6 +106,14 @@ class WatchSession(Session):
         self.evicted = False  # gone from the registry (suspended too long, or a full one)
         self.resume_requested = trio.Event()
         self._serving = False
+        self.fixed_apps = fixed_apps
+        self._apps_lock = trio.Lock()  # one `PUT /apps` at a time
+        # A reopen (`runnerd.session.reopen`): the request the driver is to
+        # carry out (`reopen_asked` wakes it), and while one is under way
+        # the event the workspace routes wait on for the new host.
+        self.reopen: Reopen | None = None
+        self.reopen_asked = trio.Event()
+        self._reopening: trio.Event | None = None
 
     def _new_channel(self, app: AppSpec, slot: int) -> AppChannel:
         """A channel for an app new to the set; a name dropped earlier
@@ -169,7 +181,9 @@ class WatchSession(Session):
         return self._serving and self.host is not None and self.status["kind"] == "running"
 
     def require_running(self) -> None:
-        if not self.serving:
+        """409 not_running unless serving (or reopening: still `running`)."""
+        reopening = self._reopening is not None and self.status["kind"] == "running"
+        if not self.serving and not reopening:
             kind = self.status["kind"]
             raise WatchError(409, "not_running", f"the session is {kind}: it has no live workspace")
 
@@ -194,19 +208,26 @@ class WatchSession(Session):
             self.budget.refund(now)  # refused after all: it changes nothing
             raise
 
-    def _live_host(self) -> WatchHost:
-        self.require_running()
+    async def _live_host(self) -> WatchHost:
+        """The live host; during a reopen, the new one once it serves."""
+        reopening = self._reopening
+        if reopening is not None:
+            with trio.move_on_after(REOPEN_WAIT_S):
+                await reopening.wait()
+        if not self.serving:
+            self.require_running()  # what it is now, said
+            raise WatchError(409, "not_running", "the session has no live workspace yet")
         assert self.host is not None
         return self.host
 
     async def list_workspace(self) -> list[WorkspaceFile]:
-        return await self._live_host().list_files()
+        return await (await self._live_host()).list_files()
 
     async def read_workspace_file(self, path: str) -> bytes:
-        return await self._live_host().read_file(path)
+        return await (await self._live_host()).read_file(path)
 
     async def apply_changes(self, changes: ChangeSet) -> tuple[int, int]:
-        written, deleted = await self._live_host().apply(changes)
+        written, deleted = await (await self._live_host()).apply(changes)
         self.metrics.workspace_writes(written, deleted)
         if written or deleted:  # a set that changed no path restarts nothing
             self.debounce.change(trio.current_time())
@@ -222,7 +243,18 @@ class WatchSession(Session):
         return names
 
     async def replace_apps(self, apps: tuple[AppSpec, ...]) -> list[str]:
-        self.require_running()
+        """`PUT /apps`: the set becomes `apps`; returns their names once GET
+        shows it. On a live app set the dropped apps are stopped first and
+        the rest restart (`resume`) on the same host; on a fixed one it is
+        a reopen (`runnerd.session.reopen`)."""
+        async with self._apps_lock:
+            host = await self._live_host()
+            if self.fixed_apps:
+                await ask_reopen(self, host, apps)
+                return [app.name for app in apps]
+            return await self._replace_live(apps)
+
+    async def _replace_live(self, apps: tuple[AppSpec, ...]) -> list[str]:
         names = [app.name for app in apps]
         dropped = [c for name, c in self._channels.items() if name not in names]
         for channel in dropped:  # stopped first: each ends its open generation
@@ -230,7 +262,27 @@ class WatchSession(Session):
             channel.task_scope.cancel()
         for channel in dropped:
             await channel.ended.wait()
-            self._retired_seqs[channel.name] = channel.ring.last_id
+        kept = self._swap_channels(apps)
+        period = self.period  # None: suspended meanwhile; a resume starts them all
+        for name, channel in self._channels.items():
+            if name in kept:
+                channel.request_restart("resume")
+            elif period is not None:
+                period.start_app(channel, "resume")
+        if self._serving and self.publisher is not None:
+            await self.publisher.publish()  # the new set's ports, before the 202
+        self._notify()
+        return names
+
+    def _swap_channels(self, apps: tuple[AppSpec, ...]) -> set[str]:
+        """The channels become `apps`' (kept by name: their counters, output
+        and slot; the spec replaced); the dropped ones are gone (their seqs
+        remembered). Returns the names kept."""
+        names = [app.name for app in apps]
+        for name, channel in self._channels.items():
+            if name not in names:
+                channel.gone = True
+                self._retired_seqs[name] = channel.ring.last_id
         while len(self._retired_seqs) > RETIRED_KEPT:
             del self._retired_seqs[next(iter(self._retired_seqs))]
         old = {name: c for name, c in self._channels.items() if name in names}
@@ -243,16 +295,48 @@ class WatchSession(Session):
         self._channels = {
             app.name: old.get(app.name) or self._new_channel(app, next(free)) for app in apps
         }
-        period = self.period  # None: suspended meanwhile; a resume starts them all
-        for name, channel in self._channels.items():
-            if name in old:
-                channel.request_restart("resume")
-            elif period is not None:
-                period.start_app(channel, "resume")
-        if self._serving and self.publisher is not None:
-            await self.publisher.publish()  # the new set's ports, before the 202
+        return set(old)
+
+    # -- a reopen (`runnerd.session.reopen`) -------------------------------------
+
+    async def keep_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """`checkpoint` is the latest from now on; the one it replaces is discarded."""
+        old, self.checkpoint = self.checkpoint, checkpoint
+        if old is not None and old is not checkpoint:
+            await old.discard()
+
+    def ask_reopen(self, request: Reopen) -> None:
+        """Hand the driver a reopen; from now the workspace routes wait.
+        WatchError 409 not_running when the session no longer serves."""
+        if not self.serving or self.reopen is not None:
+            self.require_running()
+            raise WatchError(409, "not_running", "the session is changing its app set")
+        self.reopen = request
+        self._reopening = trio.Event()
+        self.reopen_asked.set()
+
+    def take_reopen(self) -> Reopen | None:
+        """The driver's: the reopen asked, if any (it is carried out now)."""
+        request, self.reopen = self.reopen, None
+        self.reopen_asked = trio.Event()
+        return request
+
+    def apply_reopen(self, request: Reopen) -> None:
+        """The driver's, with every app stopped: the new set is the session's."""
+        self._swap_channels(request.apps)
+        request.applied.set()
         self._notify()
-        return names
+
+    def end_reopen(self) -> None:
+        """The reopen is over (served again, or the session left its place):
+        a request not taken is refused, and the waiting routes go on."""
+        request = self.take_reopen()
+        if request is not None:
+            request.refused = True
+            request.applied.set()
+        reopening, self._reopening = self._reopening, None
+        if reopening is not None:
+            reopening.set()
 
     # -- the driver's side ------------------------------------------------------
 
@@ -278,8 +362,9 @@ class WatchSession(Session):
     def serve(self) -> None:
         """Every app's first generation of this period reported: the driver
         publishes the port set next, and that is `running`
-        (`runnerd.session.publishing`)."""
+        (`runnerd.session.publishing`). A reopen is over."""
         self._serving = True
+        self.end_reopen()
 
     @property
     def serving_period(self) -> bool:

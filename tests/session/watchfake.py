@@ -95,6 +95,7 @@ class FakeWatchHost:
     reject: dict[int, str] = field(default_factory=dict)  # what `publish` refuses
     route_domain: str = ""  # "": published as the local backend does (host "")
     publish_fails: RunnerdError | None = None
+    fixed: tuple[AppLaunch, ...] | None = None  # a fixed app set: the only ones it runs
 
     async def list_files(self) -> list[WorkspaceFile]:
         await trio.lowlevel.checkpoint()
@@ -153,6 +154,9 @@ class FakeWatchHost:
     ) -> Exited | Failed:
         script = self.files.get(app.entry)
         await trio.sleep(self.start_delay_s)
+        if self.fixed is not None and app not in self.fixed:
+            # A place with a fixed app set runs exactly what it was opened with.
+            raise StartError("boot", f"app {app!r} is not in the place's app set")
         if script is None:
             raise StartError("boot", f"entry {app.entry!r} is not a file in the workspace")
         handle = FakeHandle()
@@ -210,12 +214,15 @@ class FakeWatchBackend:
     notices: tuple[str, ...] = ()
     detach_supported = False
     watch_io: tuple[IoMode, ...] = ("tty", "streams")
+    watch_fixed_apps = False  # True: a host runs exactly `spec.apps` (set per test)
+    watch_adopt = False
 
     def __init__(self) -> None:
         self.hosts: list[FakeWatchHost] = []
         self.specs: list[WatchSpec] = []
         self.checkpoint_fails = False
         self.open_fails: StartError | None = None
+        self.open_delay_s = 0.0  # how long entering a place takes
         # What each new host's `publish` does (see FakeWatchHost).
         self.reject: dict[int, str] = {}
         self.route_domain = ""
@@ -225,7 +232,7 @@ class FakeWatchBackend:
     async def open_watch(
         self, spec: WatchSpec, progress: ProgressReport
     ) -> AsyncIterator[FakeWatchHost]:
-        await trio.lowlevel.checkpoint()
+        await trio.sleep(self.open_delay_s)
         if self.open_fails is not None:
             raise self.open_fails
         self.specs.append(spec)
@@ -243,6 +250,7 @@ class FakeWatchBackend:
             reject=dict(self.reject),
             route_domain=self.route_domain,
             publish_fails=self.publish_fails,
+            fixed=spec.apps if self.watch_fixed_apps else None,
         )
         self.hosts.append(host)
         try:
