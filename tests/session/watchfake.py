@@ -24,6 +24,7 @@ import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import trio
 
@@ -96,6 +97,9 @@ class FakeWatchHost:
     route_domain: str = ""  # "": published as the local backend does (host "")
     publish_fails: RunnerdError | None = None
     fixed: tuple[AppLaunch, ...] | None = None  # a fixed app set: the only ones it runs
+    offer_reload: bool = False  # a selfwatch app's AppStarted.reload (each call in `reloads`)
+    reloads: list[str] = field(default_factory=list)
+    reload_fails: RunnerdError | None = None
 
     async def list_files(self) -> list[WorkspaceFile]:
         await trio.lowlevel.checkpoint()
@@ -142,6 +146,12 @@ class FakeWatchHost:
         rejected = tuple((p.port, self.reject[p.port]) for p in ports if p.port in self.reject)
         return Published(endpoints, rejected)
 
+    async def _reload(self, name: str) -> None:
+        await trio.lowlevel.checkpoint()
+        if self.reload_fails is not None:
+            raise self.reload_fails
+        self.reloads.append(name)
+
     def _route_host(self, port: int) -> str:
         return f"{port}.{self.route_domain}" if self.route_domain else ""
 
@@ -166,7 +176,10 @@ class FakeWatchHost:
         self.peak[app.name] = max(self.peak.get(app.name, 0), self.running[app.name])
         try:
             self_watching = script.startswith(b"selfwatch")
-            task_status.started(AppStarted(handle, self_watching=self_watching))
+            reload = (
+                partial(self._reload, app.name) if self_watching and self.offer_reload else None
+            )
+            task_status.started(AppStarted(handle, self_watching=self_watching, reload=reload))
             return await _run_script(script.decode(), app.io, sink, handle)
         finally:
             self.running[app.name] -= 1
@@ -227,6 +240,7 @@ class FakeWatchBackend:
         self.reject: dict[int, str] = {}
         self.route_domain = ""
         self.publish_fails: RunnerdError | None = None
+        self.offer_reload = False
 
     @asynccontextmanager
     async def open_watch(
@@ -251,6 +265,7 @@ class FakeWatchBackend:
             route_domain=self.route_domain,
             publish_fails=self.publish_fails,
             fixed=spec.apps if self.watch_fixed_apps else None,
+            offer_reload=self.offer_reload,
         )
         self.hosts.append(host)
         try:
