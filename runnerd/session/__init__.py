@@ -27,7 +27,10 @@ driver: `open_watch`, serving, debounce, checkpoints, idle suspend,
 resume, the TTL), `publishing` (the port set through `WatchHost.publish`:
 `running.endpoints`, rejected ports), `reopen` (`PUT /apps` where a place
 holds a fixed app set), `watchmanage` (the manager's watch side: start,
-resume, the watch cap, eviction of suspended sessions), `watchspec` (what
+resume, the watch cap, eviction of suspended sessions, adoption),
+`watchrecord` (the watch records in the state dir that bring a session
+back after a restart, where places outlive the daemon) and `watchadopt`
+(keeping one up to date, a record as a session), `watchspec` (what
 admission builds); `resize` is the resize coalescing both modes share.
 
 May import: `contract`, `errors`, `metrics`, `atomic_file`, `backend`,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from runnerd.backend import EndIntent
 from runnerd.backend.watch import OutputStream
 from runnerd.contract import (
     PortMapping,
@@ -153,6 +154,12 @@ class SessionProgress:
 
     def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
         self._session.emit(progress_event(phase, message, done))
+
+    def end_intent(self) -> EndIntent:
+        """How the session is ending, for a backend leaving its place:
+        DETACH (the daemon restarts: leave the place for a successor to
+        adopt) or STOP (remove it), as `runnerd.backend.Sink.end_intent`."""
+        return self._session.end_requested or EndIntent.STOP
 
     def route(self, host: str, port: int, state: RouteState, reason: str | None = None) -> None:
         """With the app that declares `port` (none when no app does)."""

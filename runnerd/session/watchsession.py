@@ -23,7 +23,7 @@ from typing import Protocol
 
 import trio
 
-from runnerd.backend import CreationSpec, RunSpec
+from runnerd.backend import CreationSpec, EndIntent, RunSpec
 from runnerd.backend.watch import ChangeSet, Checkpoint, WatchHost, WatchSpec, WorkspaceFile
 from runnerd.config import WatchConfig
 from runnerd.contract import RunEvent, RunnerEndpoint, RunStatus, starting, suspended
@@ -33,6 +33,7 @@ from runnerd.session.apps import AppChannel
 from runnerd.session.publishing import Publisher
 from runnerd.session.registry import SessionRecord
 from runnerd.session.reopen import REOPEN_WAIT_S, Reopen, ask_reopen
+from runnerd.session.rings import ByteRing
 from runnerd.session.session import Session
 from runnerd.session.watchspec import WatchSessionSpec
 from runnerd.watch.apps import AppSpec
@@ -40,6 +41,17 @@ from runnerd.watch.budget import ReloadBudget
 from runnerd.watch.debounce import RestartDebounce
 from runnerd.watch.errors import WatchError
 from runnerd.watch.runs import RETIRED_KEPT, AppRunEvent, SessionRuns
+
+
+class Keeper(Protocol):
+    """What keeps the session's watch record (`runnerd.session.watchadopt`),
+    told of every change the record holds. Synchronous, never raises."""
+
+    def changed(self) -> None:
+        """Its status, app set, generations or checkpoint changed."""
+
+    def issued(self) -> None:
+        """Event ids or `/io` seqs were issued (a cheap check of the floors)."""
 
 
 class Period(Protocol):
@@ -114,6 +126,10 @@ class WatchSession(Session):
         self.reopen: Reopen | None = None
         self.reopen_asked = trio.Event()
         self._reopening: trio.Event | None = None
+        # The watch record's keeper (None: no record kept) and the TTL's
+        # base: creation, then each resume (epoch seconds).
+        self.keeper: Keeper | None = None
+        self.live_since = record.created_at
 
     def _new_channel(self, app: AppSpec, slot: int) -> AppChannel:
         """A channel for an app new to the set; a name dropped earlier
@@ -129,6 +145,32 @@ class WatchSession(Session):
             session_id=self.id,
             seq_floor=self._retired_seqs.pop(app.name, 0),
         )
+
+    def adopt_app(
+        self, name: str, *, slot: int, generation: int, open_: bool, seq_floor: int
+    ) -> None:
+        """Continue app `name` where a previous daemon left it (adoption):
+        its slot, its counter (and open generation), its seqs above
+        `seq_floor` (what came before is a replay gap)."""
+        channel = self._channels[name]
+        channel.slot = slot
+        channel.ring = ByteRing(self._ring_bytes, seq_floor)
+        channel.runs.adopt(generation, open_, trio.current_time())
+
+    def _notify(self) -> None:
+        super()._notify()
+        if self.keeper is not None:
+            self.keeper.issued()
+
+    def _set_status(self, status: RunStatus) -> bool:
+        changed = super()._set_status(status)
+        if changed and self.keeper is not None:
+            self.keeper.changed()
+        return changed
+
+    def _record_changed(self) -> None:
+        if self.keeper is not None:
+            self.keeper.changed()
 
     # -- what GET shows --------------------------------------------------------
 
@@ -295,6 +337,7 @@ class WatchSession(Session):
         self._channels = {
             app.name: old.get(app.name) or self._new_channel(app, next(free)) for app in apps
         }
+        self._record_changed()
         return set(old)
 
     # -- a reopen (`runnerd.session.reopen`) -------------------------------------
@@ -302,6 +345,7 @@ class WatchSession(Session):
     async def keep_checkpoint(self, checkpoint: Checkpoint) -> None:
         """`checkpoint` is the latest from now on; the one it replaces is discarded."""
         old, self.checkpoint = self.checkpoint, checkpoint
+        self._record_changed()
         if old is not None and old is not checkpoint:
             await old.discard()
 
@@ -346,6 +390,7 @@ class WatchSession(Session):
             if event is not None and self.record.emit(event) is not None:
                 if event["phase"] == "started":
                     self.metrics.app_restart(event["trigger"])
+                self._record_changed()  # a counter, or whether one is open
                 self._notify()
 
     def emit(self, event: RunEvent) -> None:
@@ -365,6 +410,11 @@ class WatchSession(Session):
         (`runnerd.session.publishing`). A reopen is over."""
         self._serving = True
         self.end_reopen()
+
+    @property
+    def detaching(self) -> bool:
+        """The daemon restarts and leaves the session's place to a successor."""
+        return self.end_requested is EndIntent.DETACH
 
     @property
     def serving_period(self) -> bool:
@@ -391,6 +441,7 @@ class WatchSession(Session):
         """`POST /resume` on a suspended session: `starting` now, then the
         driver brings it back (the caller checked the status and the cap)."""
         self.record.dormant_at = None
+        self.live_since = self._wall_clock()
         self.set_status(starting())
         self.resume_requested.set()
         self.metrics.watch_resume()
