@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from runnerd.backend import EndIntent
 from runnerd.backend.watch import OutputStream
 from runnerd.contract import (
     PortMapping,
@@ -155,11 +154,9 @@ class SessionProgress:
     def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
         self._session.emit(progress_event(phase, message, done))
 
-    def end_intent(self) -> EndIntent:
-        """How the session is ending, for a backend leaving its place:
-        DETACH (the daemon restarts: leave the place for a successor to
-        adopt) or STOP (remove it), as `runnerd.backend.Sink.end_intent`."""
-        return self._session.end_requested or EndIntent.STOP
+    def detaching(self) -> bool:
+        """The daemon restarts and leaves the session's place to a successor."""
+        return self._session.detaching
 
     def route(self, host: str, port: int, state: RouteState, reason: str | None = None) -> None:
         """With the app that declares `port` (none when no app does)."""

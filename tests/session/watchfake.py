@@ -28,7 +28,7 @@ from functools import partial
 
 import trio
 
-from runnerd.backend import EndIntent, Exited, Failed, StartError
+from runnerd.backend import Exited, Failed, StartError
 from runnerd.backend.watch import (
     AgentLaunch,
     AppLaunch,
@@ -293,8 +293,7 @@ class FakeWatchBackend:
         try:
             yield
         finally:
-            detach = getattr(progress, "end_intent", lambda: EndIntent.STOP)()
-            if self.watch_adopt and detach is EndIntent.DETACH:
+            if self.watch_adopt and progress.detaching():
                 self.places[spec.session_id] = host  # left for a successor
             else:
                 host.left = True
