@@ -287,3 +287,32 @@ async def test_a_suspended_session_adopted_is_resumable(tmp_path: Path) -> None:
         await wait_until(adopted, lambda: adopted.serving)
         assert runs(adopted) == [(2, "started", "resume")]
         assert backend.specs[-1].checkpoint is not None
+
+
+async def test_the_daemons_recovery_brings_watch_sessions_back_and_lookups_wait_for_it(
+    tmp_path: Path,
+) -> None:
+    from types import SimpleNamespace
+
+    from runnerd.daemon.adoption import recover_sessions
+
+    state = StateDir.open(tmp_path / "state")
+    backend = _adopting()
+    async with running_manager(backend, state=state) as first:
+        session = start(first, watch_spec({"main.sh": SERVE}))
+        await wait_until(session, lambda: session.serving)
+        await _detach(first)
+    async with running_manager(backend, state=state) as second:
+        second.begin_recovery()
+        found: list[object] = []
+        async with trio.open_nursery() as nursery:
+
+            async def look_up() -> None:
+                found.append(await second.find(session.id))  # waits for recovery
+
+            nursery.start_soon(look_up)
+            await trio.sleep(0.1)
+            assert found == []
+            await recover_sessions(SimpleNamespace(backend=backend, sessions=second))  # type: ignore[arg-type]
+        assert isinstance(found[0], WatchSession) and found[0].id == session.id
+        await wait_until(found[0], lambda: found[0].serving)  # type: ignore[union-attr]
