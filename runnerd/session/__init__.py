@@ -21,6 +21,7 @@ catalog) and the capabilities document (`capabilities`, pure).
 Watch sessions: `watchsession` (the session object, a `Session` of mode
 "watch"; `surface` the members every session answers, a run session with
 `409 not_a_watch_session`), `apps` (one app's ring, handle, restarts),
+`appset` (a session's apps in order, kept across `PUT /apps`),
 `appsink` (what an app's generation and its watchers report to),
 `generations` (an app's generations, one at a time), `watching` (the
 driver: `open_watch`, serving, debounce, checkpoints, idle suspend,
