@@ -316,3 +316,53 @@ async def test_the_daemons_recovery_brings_watch_sessions_back_and_lookups_wait_
             await recover_sessions(SimpleNamespace(backend=backend, sessions=second))  # type: ignore[arg-type]
         assert isinstance(found[0], WatchSession) and found[0].id == session.id
         await wait_until(found[0], lambda: found[0].serving)  # type: ignore[union-attr]
+
+
+async def test_an_adopted_self_watching_apps_open_generation_stays_open(tmp_path: Path) -> None:
+    from runnerd.session.appsink import AppReport
+
+    def kernel(session: WatchSession, event: str, **payload: object) -> None:
+        channel = session.app_channel("k")
+        assert channel is not None
+        AppReport(session, channel).debug({"kind": "event", "event": event, "payload": payload})
+
+    state = StateDir.open(tmp_path / "state")
+    backend = _adopting()
+    spec = watch_spec({"main.sh": "selfwatch\nserve\n"}, (app("k", "main.sh"),))
+    async with running_manager(backend, state=state) as first:
+        session = start(first, spec)
+        await wait_until(session, lambda: session.serving)
+        kernel(session, "Kernel.Starting")
+        await _on_disk(lambda: (_record(state, session.id) or {}).get("apps", [{}])[0].get("open"))
+        await _detach(first)
+    async with running_manager(backend, state=state) as second:
+        await second.adopt_watches()
+        adopted = second.get(session.id)
+        assert isinstance(adopted, WatchSession)
+        await wait_until(adopted, lambda: adopted.serving)
+        kernel(adopted, "Kernel.Starting")  # a frame replayed from before: nothing new
+        assert runs(adopted) == []
+        kernel(adopted, "Kernel.Stopped", exitCode=0)
+        kernel(adopted, "Kernel.Starting")
+        assert runs(adopted) == [(1, "completed", 0), (2, "started", "watch")]
+
+
+async def test_put_apps_on_an_adopted_fixed_place_reopens_it(tmp_path: Path) -> None:
+    state = StateDir.open(tmp_path / "state")
+    backend = _adopting()
+    backend.watch_fixed_apps = True
+    async with running_manager(backend, state=state) as first:
+        session = start(first, watch_spec({"main.sh": SERVE}))
+        await wait_until(session, lambda: session.serving)
+        await _detach(first)
+    async with running_manager(backend, state=state) as second:
+        await second.adopt_watches()
+        adopted = second.get(session.id)
+        assert isinstance(adopted, WatchSession)
+        await wait_until(adopted, lambda: adopted.serving)
+        await adopted.replace_apps((app("app", "main.sh"), app("b", "main.sh")))
+        await wait_until(adopted, lambda: runs(adopted, "b") == [(1, "started", "resume")])
+        assert runs(adopted, "app") == [(1, "completed", 143), (2, "started", "resume")]
+        assert backend.hosts[0].left and [a.name for a in backend.specs[-1].apps] == ["app", "b"]
+        record = await _record_says(state, adopted)
+        await _on_disk(lambda: len((_record(state, adopted.id) or record)["apps"]) == 2)
