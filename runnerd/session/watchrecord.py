@@ -18,9 +18,13 @@ file is 0600 in a 0700 directory, written atomically
 when the session ends. Floors are reservations: ids and seqs up to them
 may have been issued (`BLOCK` ahead of the last issued when written, and
 rewritten half a block before they are reached), so a successor continues
-above them and never reuses one (what was issued before the restart is a
-replay gap). `live_since` is the TTL's base (creation, or the last resume),
-`suspended_at` the suspended TTL's, both epoch seconds.
+above them (what was issued before the restart is a replay gap). Unlike a
+run session's state file (`runnerd.session.statefile`), readers are not
+held back until a reservation lands: only a crash within one write of a
+burst of more than half a block (512 events or `/io` chunks of one app)
+could leave a floor below an id a client saw. `live_since` is the TTL's
+base (creation, or the last resume), `suspended_at` the suspended TTL's,
+both epoch seconds.
 
 `RecordWriter` does every write and removal off the event loop, one at a
 time; jobs are per session and coalesce (the latest wins, the snapshot
