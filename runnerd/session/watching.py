@@ -20,8 +20,17 @@ session's task under its stop scope:
            `suspended`; wait for `resume()` (→ again) or the suspended TTL
            (→ evicted: gone)
 
-How it ends is one `Ending` (`runnerd.session.ending`): a stop (DELETE,
-shutdown, eviction) `Stopped`; the TTL `TtlExpired`; a `StartError` of
+A session a previous daemon left (`runnerd.session.watchadopt`) begins
+`adopt`: its first period re-enters the place with `adopt_watch` (each
+app's first generation there is the one left running, continued; a reopen
+later opens afresh), and `PlaceGone` suspends it when a checkpoint was
+kept, else ends it `failed "the session's pod was gone after a restart"`;
+or `suspended`: it waits for a resume first, the suspended TTL counted
+from its original suspend. A place is left for a successor on a detach
+(`ProgressReport.detaching`).
+
+How it ends is one `Ending` (`runnerd.session.ending`): a detach (SIGUSR2)
+`Detached`; a stop (DELETE, shutdown, eviction) `Stopped`; the TTL `TtlExpired`; a `StartError` of
 `open_watch` `StartFailed`; anything else `Internal` (logged). An app never
 ends the session: a generation that cannot start is the pair `run started`
 + `run failed`, one that exits `run completed`, and the app waits for its
@@ -81,27 +90,12 @@ async def drive_watch(
     expired = False
     try:
         with session.stop_scope:
-            # The TTL counts from creation or the last resume, also across a restart.
-            elapsed_s = max(0.0, wall_clock() - session.live_since)
-            deadline = trio.current_time() + ttl_s - elapsed_s
-            trigger: RunTrigger = "initial"
-            adopt = beginning == "adopt"
-            live = beginning != "suspended"
-            while True:
-                if live:
-                    with trio.move_on_at(deadline) as ttl_scope:
-                        gone = await _first_period(session, backend, trigger, adopt)
-                    if ttl_scope.cancelled_caught:
-                        expired = True
-                        break
-                    if gone:
-                        produced = Failed(PLACE_GONE)
-                        break
-                live, adopt = True, False
-                if not await _wait_resume(session, wall_clock):
-                    session.evicted = True
-                    break
-                trigger, deadline = "resume", trio.current_time() + ttl_s
+            end = await _periods(session, backend, wall_clock, beginning)
+            expired = end == "expired"
+            if end == "evicted":
+                session.evicted = True
+            elif end == "gone":
+                produced = Failed(PLACE_GONE)
     except* StartError as group:
         first = leaves(group)[0]
         assert isinstance(first, StartError)
@@ -113,12 +107,41 @@ async def drive_watch(
     finally:
         session.unserve()
         session.end_reopen()  # a reopen that failed or never ran: its waiters go on
-        if not session.detaching:  # what is open stays open, for a successor's record
+        # Detached, what is open stays open and the checkpoint stays: the
+        # session's record names both for a successor.
+        if not session.detaching:
             session.runs.abandon_all()
-        if session.end_requested is not EndIntent.DETACH:
             with trio.CancelScope(shield=True):
                 await _discard_checkpoint(session)
     return _decide(session, produced, expired, ttl_s)
+
+
+async def _periods(
+    session: WatchSession,
+    backend: Backend,
+    wall_clock: Callable[[], float],
+    beginning: Beginning,
+) -> Literal["expired", "gone", "evicted"]:
+    """Live periods and suspends, until the TTL expires, an adopted place
+    is gone with no checkpoint to suspend with, or the suspended TTL passes."""
+    ttl_s = session.spec.limits.ttl_s
+    # The TTL counts from creation or the last resume, also across a restart.
+    elapsed_s = max(0.0, wall_clock() - session.live_since)
+    deadline = trio.current_time() + ttl_s - elapsed_s
+    trigger: RunTrigger = "initial"
+    adopt, live = beginning == "adopt", beginning != "suspended"
+    while True:
+        if live:
+            with trio.move_on_at(deadline) as ttl_scope:
+                gone = await _first_period(session, backend, trigger, adopt)
+            if ttl_scope.cancelled_caught:
+                return "expired"
+            if gone:
+                return "gone"
+        live, adopt = True, False
+        if not await _wait_resume(session, wall_clock):
+            return "evicted"
+        trigger, deadline = "resume", trio.current_time() + ttl_s
 
 
 def _decide(
