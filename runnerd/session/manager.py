@@ -285,24 +285,13 @@ class SessionManager:
 
     async def adopt_watches(self) -> int:
         """Bring back every watch session a previous daemon left a record
-        of (`runnerd.session.watchmanage.WatchSide.adopt`); how many.
-        Records are read off the event loop.
+        of (`runnerd.session.watchmanage.WatchSide.adopt_all`); how many.
 
         Raises:
             ManagerClosed: `run()` is not running, or shutdown has begun.
         """
-        if self._records is None:
-            return 0
-        found = await trio.to_thread.run_sync(self._records.records.load_all)
-        adopted = 0
-        for record in found:
-            nursery = self._open_nursery()
-            try:
-                self._watch.adopt(record, nursery, self._replay_buffer_bytes, self._metrics)
-                adopted += 1
-            except ValueError as exc:
-                log.warning("not adopted: %s", exc, extra={"session_id": record.session_id})
-        return adopted
+        nursery = self._open_nursery()
+        return await self._watch.adopt_all(nursery, self._replay_buffer_bytes, self._metrics)
 
     def _new_session(
         self, spec: RunSpec, created_at: float, resumed: Resumed | None = None

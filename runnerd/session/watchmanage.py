@@ -114,6 +114,23 @@ class WatchSide:
             session.keeper = RecordKeeper(session, self._records)
             session.keeper.changed()  # written at creation
 
+    async def adopt_all(
+        self, nursery: trio.Nursery, replay_buffer_bytes: int, metrics: Metrics
+    ) -> int:
+        """`adopt` every record in the state dir (read off the event loop;
+        one that cannot be is logged); how many were adopted."""
+        if self._records is None:
+            return 0
+        found = await trio.to_thread.run_sync(self._records.records.load_all)
+        adopted = 0
+        for record in found:
+            try:
+                self.adopt(record, nursery, replay_buffer_bytes, metrics)
+                adopted += 1
+            except ValueError as exc:
+                log.warning("not adopted: %s", exc, extra={"session_id": record.session_id})
+        return adopted
+
     def adopt(
         self, record: WatchRecord, nursery: trio.Nursery, replay_buffer_bytes: int, metrics: Metrics
     ) -> WatchSession:
