@@ -15,6 +15,16 @@ A missing entry is that generation's `StartError("boot", ...)`, raised before
 every process started (`starts`), how many of one app run at once
 (`peak`), resizes, checkpoints taken and discarded, whether the host was
 left. `checkpoint_fails` makes every checkpoint fail.
+
+The seam's newer members, as a Kubernetes backend has them (set per test
+on the backend, given to each new host): `publish` (host "" or
+`<port>.<route_domain>`, `reject` port → why, `publish_fails`);
+`watch_fixed_apps` (a host runs exactly `spec.apps`: any other app is a
+`StartError`); `offer_reload` (a `selfwatch` app's `AppStarted.reload`,
+each call in `reloads`, `reload_fails`); `watch_adopt` (a host left on a
+detach, `progress.detaching()`, stays in `places` for `adopt_watch`,
+which raises `PlaceGone` without one; checkpoints are `saved()` and
+`load_checkpoint` finds them again unless discarded).
 """
 
 from __future__ import annotations
