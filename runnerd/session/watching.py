@@ -5,9 +5,13 @@ session's task under its stop scope:
 
     loop:  under the TTL (`ttl_s` from creation, afresh from each resume)
              async with backend.open_watch(spec, progress) as host:
+               (entered with `session.open_spec()`: the app set, the agent,
+                 the latest checkpoint)
                serve: the agent, every app's generation (trigger initial /
-                 resume), `running` once each app's first one started or
-                 failed to start; the debounce, the checkpoint period and
+                 resume); once each app's first one started or failed to
+                 start, the port set published (`runnerd.session.publishing`)
+                 and `running` with what the host published;
+                 the debounce, the republishing, the checkpoint period and
                  the idle watch beside them
                idle → checkpoint while they run (a failure: a `progress`
                  saying why, still running, try again after the next idle
@@ -16,8 +20,17 @@ session's task under its stop scope:
            `suspended`; wait for `resume()` (→ again) or the suspended TTL
            (→ evicted: gone)
 
-How it ends is one `Ending` (`runnerd.session.ending`): a stop (DELETE,
-shutdown, eviction) `Stopped`; the TTL `TtlExpired`; a `StartError` of
+A session a previous daemon left (`runnerd.session.watchadopt`) begins
+`adopt`: its first period re-enters the place with `adopt_watch` (each
+app's first generation there is the one left running, continued; a reopen
+later opens afresh), and `PlaceGone` suspends it when a checkpoint was
+kept, else ends it `failed "the session's pod was gone after a restart"`;
+or `suspended`: it waits for a resume first, the suspended TTL counted
+from its original suspend. A place is left for a successor on a detach
+(`ProgressReport.detaching`).
+
+How it ends is one `Ending` (`runnerd.session.ending`): a detach (SIGUSR2)
+`Detached`; a stop (DELETE, shutdown, eviction) `Stopped`; the TTL `TtlExpired`; a `StartError` of
 `open_watch` `StartFailed`; anything else `Internal` (logged). An app never
 ends the session: a generation that cannot start is the pair `run started`
 + `run failed`, one that exits `run completed`, and the app waits for its
@@ -29,46 +42,60 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from typing import Literal
 
 import trio
 
-from runnerd.backend import Backend, StartError
-from runnerd.backend.watch import CheckpointFailed, WatchHost
+from runnerd.backend import Backend, EndIntent, Failed, StartError
+from runnerd.backend.watch import CheckpointFailed, PlaceGone, WatchHost
 from runnerd.contract import progress_event
 from runnerd.session.appsink import AgentSink, SessionProgress
-from runnerd.session.ending import Ending, Internal, Produced, StartFailed, Stopped, TtlExpired
+from runnerd.session.ending import (
+    Detached,
+    Ending,
+    Internal,
+    Produced,
+    StartFailed,
+    Stopped,
+    TtlExpired,
+)
 from runnerd.session.generations import AppPeriod
-from runnerd.session.running import leaves, ttl_deadline
+from runnerd.session.publishing import Publisher
+from runnerd.session.reopen import Reopen
+from runnerd.session.running import leaves
 from runnerd.session.watchsession import WatchSession
 from runnerd.watch.runs import RunTrigger
 
 log = logging.getLogger("runnerd.sessions")
 
 
+# How a session's driver begins: a new session (`initial`), one a previous
+# daemon left running (`adopt_watch`), or one it left suspended.
+Beginning = Literal["fresh", "adopt", "suspended"]
+PLACE_GONE = "the session's pod was gone after a restart"
+
+
 async def drive_watch(
-    session: WatchSession, backend: Backend, wall_clock: Callable[[], float]
+    session: WatchSession,
+    backend: Backend,
+    wall_clock: Callable[[], float],
+    beginning: Beginning = "fresh",
 ) -> Ending:
     """Run the session until it ends; return how (see the module docstring).
-    Its last checkpoint is discarded before this returns."""
+    Its last checkpoint is discarded before this returns (kept on a detach:
+    its record names it for a successor)."""
     produced: Produced | None = None
     ttl_s = session.spec.limits.ttl_s
     extra = {"session_id": session.id}
     expired = False
     try:
         with session.stop_scope:
-            deadline = ttl_deadline(session.spec, wall_clock())
-            trigger: RunTrigger = "initial"
-            while True:
-                with trio.move_on_at(deadline) as ttl_scope:
-                    await _live_period(session, backend, trigger)
-                if ttl_scope.cancelled_caught:
-                    expired = True
-                    break
-                if not await _wait_resume(session):
-                    session.evicted = True
-                    break
-                trigger, deadline = "resume", trio.current_time() + ttl_s
+            end = await _periods(session, backend, wall_clock, beginning)
+            expired = end == "expired"
+            if end == "evicted":
+                session.evicted = True
+            elif end == "gone":
+                produced = Failed(PLACE_GONE)
     except* StartError as group:
         first = leaves(group)[0]
         assert isinstance(first, StartError)
@@ -79,15 +106,49 @@ async def drive_watch(
         produced = produced or Internal()
     finally:
         session.unserve()
-        session.runs.abandon_all()
-        with trio.CancelScope(shield=True):
-            await _discard_checkpoint(session)
+        session.end_reopen()  # a reopen that failed or never ran: its waiters go on
+        # Detached, what is open stays open and the checkpoint stays: the
+        # session's record names both for a successor.
+        if not session.detaching:
+            session.runs.abandon_all()
+            with trio.CancelScope(shield=True):
+                await _discard_checkpoint(session)
     return _decide(session, produced, expired, ttl_s)
+
+
+async def _periods(
+    session: WatchSession,
+    backend: Backend,
+    wall_clock: Callable[[], float],
+    beginning: Beginning,
+) -> Literal["expired", "gone", "evicted"]:
+    """Live periods and suspends, until the TTL expires, an adopted place
+    is gone with no checkpoint to suspend with, or the suspended TTL passes."""
+    ttl_s = session.spec.limits.ttl_s
+    # The TTL counts from creation or the last resume, also across a restart.
+    elapsed_s = max(0.0, wall_clock() - session.live_since)
+    deadline = trio.current_time() + ttl_s - elapsed_s
+    trigger: RunTrigger = "initial"
+    adopt, live = beginning == "adopt", beginning != "suspended"
+    while True:
+        if live:
+            with trio.move_on_at(deadline) as ttl_scope:
+                gone = await _first_period(session, backend, trigger, adopt)
+            if ttl_scope.cancelled_caught:
+                return "expired"
+            if gone:
+                return "gone"
+        live, adopt = True, False
+        if not await _wait_resume(session, wall_clock):
+            return "evicted"
+        trigger, deadline = "resume", trio.current_time() + ttl_s
 
 
 def _decide(
     session: WatchSession, produced: Produced | None, expired: bool, ttl_s: float
 ) -> Ending:
+    if session.end_requested is EndIntent.DETACH:
+        return Detached()
     if session.end_requested is not None or session.evicted:
         return Stopped()
     if expired:
@@ -95,9 +156,38 @@ def _decide(
     return produced if produced is not None else Stopped()
 
 
-async def _wait_resume(session: WatchSession) -> bool:
-    """Suspended: True once resumed, False when `suspended_ttl_seconds` passed."""
-    with trio.move_on_after(session.limits().suspended_ttl_seconds):
+async def _first_period(
+    session: WatchSession, backend: Backend, trigger: RunTrigger, adopt: bool
+) -> bool:
+    """A live period (`_live_period`); adopting, True when the place was
+    gone and no checkpoint was kept to suspend with (it is suspended when
+    one was: a resume restores it)."""
+    if not adopt:
+        await _live_period(session, backend, trigger)
+        return False
+    gone: PlaceGone | None = None
+    try:
+        await _live_period(session, backend, trigger, adopt=True)
+    except* PlaceGone as group:
+        first = leaves(group)[0]
+        assert isinstance(first, PlaceGone)
+        gone = first
+    if gone is None:
+        return False
+    session.runs.abandon_all()  # what the previous daemon left open ended with its place
+    kept = session.checkpoint is not None
+    log.info("adopt: %s (checkpoint kept: %s)", gone, kept, extra={"session_id": session.id})
+    if kept:
+        session.mark_suspended()
+    return not kept
+
+
+async def _wait_resume(session: WatchSession, wall_clock: Callable[[], float]) -> bool:
+    """Suspended: True once resumed, False when `suspended_ttl_seconds`
+    passed since it was suspended (before a restart, too)."""
+    dormant_at = session.record.dormant_at
+    waited_s = 0.0 if dormant_at is None else max(0.0, wall_clock() - dormant_at)
+    with trio.move_on_after(session.limits().suspended_ttl_seconds - waited_s):
         await session.resume_requested.wait()
         return True
     return False
@@ -109,49 +199,86 @@ async def _discard_checkpoint(session: WatchSession) -> None:
         await checkpoint.discard()
 
 
-async def _live_period(session: WatchSession, backend: Backend, trigger: RunTrigger) -> None:
-    """One stretch with a live workspace: open it, serve until idle, and
-    return suspended (status `suspended`, the host left)."""
-    spec = replace(session.watch_spec.watch, checkpoint=session.checkpoint)
-    async with backend.open_watch(spec, SessionProgress(session)) as host:
-        await _serve(session, host, trigger)
-        # Stopped now: the last checkpoint. If it fails, the one taken at
-        # idle (moments ago, while the apps ran) stands.
-        await _take_checkpoint(session, host)
+async def _live_period(
+    session: WatchSession, backend: Backend, trigger: RunTrigger, *, adopt: bool = False
+) -> None:
+    """One stretch with a live workspace: open it (`adopt`: re-enter the
+    previous daemon's, `adopt_watch`), serve until idle, and return
+    suspended (status `suspended`, the host left). A reopen for a new app
+    set (`runnerd.session.reopen`) leaves the host and enters `open_watch`
+    again within the stretch, every app starting `resume`."""
+    while True:
+        enter = backend.adopt_watch if adopt else backend.open_watch
+        async with enter(session.open_spec(), SessionProgress(session)) as host:
+            reopen = await _serve(session, host, trigger, adopted=adopt)
+            adopt = False
+            # Stopped now: the last checkpoint. If it fails, the one taken
+            # at idle (or by the reopen's PUT, moments ago) stands.
+            await _take_checkpoint(session, host)
+            if reopen is not None:
+                session.apply_reopen(reopen)  # the new set: its PUT answers
+        if reopen is None:
+            break
+        trigger = "resume"
     session.mark_suspended()
 
 
-async def _serve(session: WatchSession, host: WatchHost, trigger: RunTrigger) -> None:
-    """The apps and the agent over `host` until the session is idle; when
-    this returns they are stopped and the workspace routes answer 409."""
+async def _serve(
+    session: WatchSession, host: WatchHost, trigger: RunTrigger, *, adopted: bool = False
+) -> Reopen | None:
+    """The apps and the agent over `host` until the session is idle (None)
+    or a reopen is asked (returned); when this returns they are stopped and
+    the workspace routes answer 409 (or, reopening, wait). `adopted`: each
+    app's first generation here is the one the previous daemon left."""
     session.host = host
     try:
         async with trio.open_nursery() as nursery:
-            period = AppPeriod(session, host, nursery)
+            period = AppPeriod(session, host, nursery, adopted=adopted)
             session.period = period
+            publisher = session.publisher = Publisher(session, host)
             _start_agent(session, host, nursery)
             for channel in session.app_channels():
                 period.start_app(channel, trigger)
             await period.first_round.wait()
             session.serve()
+            await publisher.publish()  # `running`, with what the host published
+            nursery.start_soon(publisher.run)
             nursery.start_soon(_debounce, session)
             nursery.start_soon(_checkpoint_every, session, host)
-            while True:
-                await _until_idle(session)
-                # A checkpoint before anything stops: one that fails leaves
-                # the session running untouched (and says why), to try
-                # again after the next idle period.
+            while not await _until_idle_or_reopen(session):
+                # Idle: a checkpoint before anything stops. One that fails
+                # leaves the session running untouched (and says why), to
+                # try again after the next idle period.
                 failure = await _take_checkpoint(session, host)
                 if failure is None:
                     break
                 session.emit(progress_event("boot", f"not suspended while idle: {failure}"))
+            # Decided here, with no wait before `unserve`: a reopen asked
+            # meanwhile (the idle checkpoint) is carried out, not lost.
+            reopen = session.take_reopen()
             session.unserve()
             nursery.cancel_scope.cancel()
+        return reopen
     finally:
         session.unserve()
-        session.host = session.period = None
+        session.host = session.period = session.publisher = None
         session.debounce.cancel()
-        session.runs.abandon_all()
+        if not session.detaching:  # what is open stays open, for a successor's record
+            session.runs.abandon_all()
+
+
+async def _until_idle_or_reopen(session: WatchSession) -> bool:
+    """Return once idle (False) or a reopen was asked (True)."""
+    async with trio.open_nursery() as nursery:
+
+        async def idle() -> None:
+            await _until_idle(session)
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(idle)
+        await session.reopen_asked.wait()
+        nursery.cancel_scope.cancel()
+    return session.reopen is not None
 
 
 def _start_agent(session: WatchSession, host: WatchHost, nursery: trio.Nursery) -> None:
@@ -211,9 +338,7 @@ async def _take_checkpoint(session: WatchSession, host: WatchHost) -> str | None
     except CheckpointFailed as exc:
         log.warning("checkpoint failed: %s", exc, extra={"session_id": session.id})
         return f"the workspace checkpoint failed: {exc}"
-    old, session.checkpoint = session.checkpoint, checkpoint
-    if old is not None:
-        await old.discard()
+    await session.keep_checkpoint(checkpoint)
     return None
 
 

@@ -15,6 +15,16 @@ A missing entry is that generation's `StartError("boot", ...)`, raised before
 every process started (`starts`), how many of one app run at once
 (`peak`), resizes, checkpoints taken and discarded, whether the host was
 left. `checkpoint_fails` makes every checkpoint fail.
+
+The seam's newer members, as a Kubernetes backend has them (set per test
+on the backend, given to each new host): `publish` (host "" or
+`<port>.<route_domain>`, `reject` port → why, `publish_fails`);
+`watch_fixed_apps` (a host runs exactly `spec.apps`: any other app is a
+`StartError`); `offer_reload` (a `selfwatch` app's `AppStarted.reload`,
+each call in `reloads`, `reload_fails`); `watch_adopt` (a host left on a
+detach, `progress.detaching()`, stays in `places` for `adopt_watch`,
+which raises `PlaceGone` without one; checkpoints are `saved()` and
+`load_checkpoint` finds them again unless discarded).
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import trio
 
@@ -36,11 +47,14 @@ from runnerd.backend.watch import (
     ChangeSet,
     CheckpointFailed,
     OutputStream,
+    PlaceGone,
     ProgressReport,
+    Published,
     WatchSpec,
     WorkspaceFile,
 )
-from runnerd.contract import IoMode
+from runnerd.contract import IoMode, PortMapping, RunnerEndpoint
+from runnerd.errors import RunnerdError
 from runnerd.watch.errors import WatchError
 
 
@@ -50,6 +64,7 @@ class FakeCheckpoint:
 
     snapshot: dict[str, bytes]
     discarded: bool = False
+    key: str | None = None  # set where checkpoints outlive the daemon (`watch_adopt`)
 
     @property
     def files(self) -> int:
@@ -62,6 +77,9 @@ class FakeCheckpoint:
     async def discard(self) -> None:
         self.discarded = True
         await trio.lowlevel.checkpoint()
+
+    def saved(self) -> dict[str, object] | None:
+        return None if self.key is None else {"fake_checkpoint": self.key}
 
 
 class FakeHandle:
@@ -89,6 +107,15 @@ class FakeWatchHost:
     left: bool = False
     checkpoint_fails: bool = False
     start_delay_s: float = 0.0  # how long a process takes to start
+    published: list[tuple[PortMapping, ...]] = field(default_factory=list)
+    reject: dict[int, str] = field(default_factory=dict)  # what `publish` refuses
+    route_domain: str = ""  # "": published as the local backend does (host "")
+    publish_fails: RunnerdError | None = None
+    fixed: tuple[AppLaunch, ...] | None = None  # a fixed app set: the only ones it runs
+    kept: dict[str, FakeCheckpoint] | None = None  # the backend's, where they outlive it
+    offer_reload: bool = False  # a selfwatch app's AppStarted.reload (each call in `reloads`)
+    reloads: list[str] = field(default_factory=list)
+    reload_fails: RunnerdError | None = None
 
     async def list_files(self) -> list[WorkspaceFile]:
         await trio.lowlevel.checkpoint()
@@ -116,8 +143,36 @@ class FakeWatchHost:
         if self.checkpoint_fails:
             raise CheckpointFailed("the workspace is too large to checkpoint")
         checkpoint = FakeCheckpoint(dict(self.files))
+        if self.kept is not None:  # findable again after a restart
+            checkpoint.key = f"cp-{len(self.kept)}"
+            self.kept[checkpoint.key] = checkpoint
         self.checkpoints.append(checkpoint)
         return checkpoint
+
+    async def publish(self, ports: tuple[PortMapping, ...]) -> Published:
+        """Every port published (host "", or `<port>.<route_domain>` with
+        one), but those in `reject` (port → why); each call kept in
+        `published`."""
+        await trio.lowlevel.checkpoint()
+        self.published.append(ports)
+        if self.publish_fails is not None:
+            raise self.publish_fails
+        endpoints: tuple[RunnerEndpoint, ...] = tuple(
+            {"host": self._route_host(p.port), "port": p.port, "protocol": p.protocol}
+            for p in ports
+            if p.port not in self.reject
+        )
+        rejected = tuple((p.port, self.reject[p.port]) for p in ports if p.port in self.reject)
+        return Published(endpoints, rejected)
+
+    async def _reload(self, name: str) -> None:
+        await trio.lowlevel.checkpoint()
+        if self.reload_fails is not None:
+            raise self.reload_fails
+        self.reloads.append(name)
+
+    def _route_host(self, port: int) -> str:
+        return f"{port}.{self.route_domain}" if self.route_domain else ""
 
     async def run_app(
         self,
@@ -128,6 +183,9 @@ class FakeWatchHost:
     ) -> Exited | Failed:
         script = self.files.get(app.entry)
         await trio.sleep(self.start_delay_s)
+        if self.fixed is not None and app not in self.fixed:
+            # A place with a fixed app set runs exactly what it was opened with.
+            raise StartError("boot", f"app {app!r} is not in the place's app set")
         if script is None:
             raise StartError("boot", f"entry {app.entry!r} is not a file in the workspace")
         handle = FakeHandle()
@@ -137,7 +195,10 @@ class FakeWatchHost:
         self.peak[app.name] = max(self.peak.get(app.name, 0), self.running[app.name])
         try:
             self_watching = script.startswith(b"selfwatch")
-            task_status.started(AppStarted(handle, self_watching=self_watching))
+            reload = (
+                partial(self._reload, app.name) if self_watching and self.offer_reload else None
+            )
+            task_status.started(AppStarted(handle, self_watching=self_watching, reload=reload))
             return await _run_script(script.decode(), app.io, sink, handle)
         finally:
             self.running[app.name] -= 1
@@ -185,18 +246,31 @@ class FakeWatchBackend:
     notices: tuple[str, ...] = ()
     detach_supported = False
     watch_io: tuple[IoMode, ...] = ("tty", "streams")
+    watch_fixed_apps = False  # True: a host runs exactly `spec.apps` (set per test)
+    watch_adopt = False  # True: places left on a detach, adopted by the next manager
 
     def __init__(self) -> None:
         self.hosts: list[FakeWatchHost] = []
         self.specs: list[WatchSpec] = []
         self.checkpoint_fails = False
         self.open_fails: StartError | None = None
+        self.open_delay_s = 0.0  # how long entering a place takes
+        # What each new host's `publish` does (see FakeWatchHost).
+        self.reject: dict[int, str] = {}
+        self.route_domain = ""
+        self.publish_fails: RunnerdError | None = None
+        self.offer_reload = False
+        # Adoption: the places a detach left (by session id), the specs
+        # `adopt_watch` was given, the checkpoints that outlive a manager.
+        self.places: dict[str, FakeWatchHost] = {}
+        self.adopted: list[WatchSpec] = []
+        self.kept: dict[str, FakeCheckpoint] = {}
 
     @asynccontextmanager
     async def open_watch(
         self, spec: WatchSpec, progress: ProgressReport
     ) -> AsyncIterator[FakeWatchHost]:
-        await trio.lowlevel.checkpoint()
+        await trio.sleep(self.open_delay_s)
         if self.open_fails is not None:
             raise self.open_fails
         self.specs.append(spec)
@@ -208,12 +282,47 @@ class FakeWatchBackend:
             assert bundle is not None
             files = {path: text.encode() for path, text in bundle.files}
         progress.progress("provision", "workspace ready", True)
-        host = FakeWatchHost(files, checkpoint_fails=self.checkpoint_fails)
+        host = FakeWatchHost(
+            files,
+            checkpoint_fails=self.checkpoint_fails,
+            reject=dict(self.reject),
+            route_domain=self.route_domain,
+            publish_fails=self.publish_fails,
+            fixed=spec.apps if self.watch_fixed_apps else None,
+            offer_reload=self.offer_reload,
+            kept=self.kept if self.watch_adopt else None,
+        )
         self.hosts.append(host)
-        try:
+        async with self._entered(spec, host, progress):
             yield host
+
+    @asynccontextmanager
+    async def _entered(
+        self, spec: WatchSpec, host: FakeWatchHost, progress: ProgressReport
+    ) -> AsyncIterator[None]:
+        try:
+            yield
         finally:
-            host.left = True
+            if self.watch_adopt and progress.detaching():
+                self.places[spec.session_id] = host  # left for a successor
+            else:
+                host.left = True
+
+    @asynccontextmanager
+    async def adopt_watch(
+        self, spec: WatchSpec, progress: ProgressReport
+    ) -> AsyncIterator[FakeWatchHost]:
+        await trio.lowlevel.checkpoint()
+        host = self.places.pop(spec.session_id, None)
+        if host is None:
+            raise PlaceGone(f"no place for session {spec.session_id}")
+        self.adopted.append(spec)
+        async with self._entered(spec, host, progress):
+            yield host
+
+    def load_checkpoint(self, saved: dict[str, object]) -> FakeCheckpoint | None:
+        found = self.kept.get(str(saved.get("fake_checkpoint")))
+        return None if found is None or found.discarded else found
 
     async def recover(self) -> list[object]:
         await trio.lowlevel.checkpoint()
