@@ -1,0 +1,167 @@
+"""Modules the serving stack imports that serving never uses, loaded on first use.
+
+Owns `defer_unused_modules`, which `runnerd serve` calls before it imports
+quart-trio and hypercorn: from then on the first import of a module of
+`DEFERRED` gets a stand-in module, whose listed names are proxies. A proxy
+called (or any other attribute read) imports the real modules in place of
+the stand-ins and forwards to it, so whoever does use one gets the real thing;
+the daemon's start pays for none of them (~25-40 ms of CPU, bench/README.md
+"Start"):
+
+- `quart.testing`, `quart_trio.testing`: the test client, imported by
+  `quart.app` for class attributes and defaults; they pull `click.testing`
+  and with it `pdb`, `bdb`, `cmd`, `glob`, `shlex`;
+- `werkzeug.serving`: the development server (`run_simple`,
+  `is_running_from_reloader`), imported by `werkzeug/__init__` and
+  `flask.app`; it pulls `http.server` and `socketserver`;
+- `hypercorn.protocol.h2`: HTTP/2, imported by `hypercorn.protocol` for the
+  one constructor it calls when a client speaks h2 (ALPN, or the h2c
+  preface: still served, its modules loaded then); it pulls `h2.connection`,
+  `hpack`, `hyperframe` and `priority`;
+- `hypercorn.asyncio`: hypercorn on asyncio, which `Quart.run` (the
+  development server) serves with; runnerd serves with `hypercorn.trio`.
+
+Only a name listed here is read at import by those modules (the pinned
+versions' `from X import Y` lines); a new version that reads another one at
+import gets the real module at once (the stand-in's `__getattr__`), slower
+but correct. Nothing here is a runnerd dependency: no import of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from collections.abc import Sequence
+from importlib.abc import Loader, MetaPathFinder
+from importlib.machinery import ModuleSpec, PathFinder
+from typing import Any
+
+# The names each module's importers take from it at import time: called
+# later (a proxy), or (`VALUES`) compared by identity, so taken as they are
+# from the submodule that defines them (imported through the stand-in's
+# `__path__`, without the package's `__init__`).
+DEFERRED: dict[str, tuple[str, ...]] = {
+    "quart.testing": ("QuartClient", "QuartCliRunner", "TestApp"),
+    "quart_trio.testing": ("TrioClient", "TrioTestApp"),
+    "werkzeug.serving": ("run_simple", "is_running_from_reloader"),
+    "hypercorn.protocol.h2": ("H2Protocol",),
+    "hypercorn.asyncio": ("serve",),
+}
+VALUES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "quart.testing": (
+        "utils",
+        (
+            "make_test_body_with_headers",
+            "make_test_headers_path_and_query_string",
+            "make_test_scope",
+            "no_op_push",
+            "sentinel",
+        ),
+    ),
+}
+
+
+class _StandIn(types.ModuleType):
+    """`sys.modules[name]` until the real module is needed."""
+
+    def __init__(self, name: str, path: list[str] | None) -> None:
+        super().__init__(name, f"stand-in for {name}, imported on first use")
+        self._real: types.ModuleType | None = None
+        if path is not None:  # a package: its submodules stay importable
+            self.__path__ = path
+        for attr in DEFERRED[name]:
+            setattr(self, attr, _Proxy(attr, name))
+        submodule, values = VALUES.get(name, ("", ()))
+        self._values = dict.fromkeys(values, f"{name}.{submodule}")
+
+    def __getattr__(self, attr: str) -> Any:
+        # Only names not set in __init__ get here (never `_real`, set first).
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        if attr in self._values:
+            return getattr(importlib.import_module(self._values[attr]), attr)
+        return getattr(load(self.__name__), attr)
+
+
+class _Proxy:
+    """A deferred name: calling it loads the real module and calls its
+    `attr`. An object, not a function: set as a class attribute (quart's
+    `test_client_class = QuartClient`) it must not bind as a method."""
+
+    def __init__(self, attr: str, module: str) -> None:
+        self._attr, self._module = attr, module
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return getattr(load(self._module), self._attr)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<deferred {self._module}.{self._attr}>"
+
+
+class _Loader(Loader):
+    def __init__(self, path: list[str] | None) -> None:
+        self._path = path
+
+    def create_module(self, spec: ModuleSpec) -> types.ModuleType:
+        return _StandIn(spec.name, self._path)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """Nothing runs: that is the point."""
+
+
+class _Finder(MetaPathFinder):
+    """Answers each deferred module's first import with a stand-in (so the
+    import system binds it in its parent package as it would the real one);
+    every later import finds the real files."""
+
+    def __init__(self) -> None:
+        self.pending = set(DEFERRED)
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname not in self.pending:
+            return None
+        self.pending.discard(fullname)
+        real = PathFinder.find_spec(fullname, path)
+        if real is None:  # not installed: its importer fails as it would have
+            return None
+        locations = real.submodule_search_locations
+        spec = ModuleSpec(fullname, _Loader(locations), is_package=locations is not None)
+        spec.submodule_search_locations = locations
+        return spec
+
+
+_FINDER = _Finder()
+
+
+def load(name: str) -> types.ModuleType:
+    """The real module `name`; every deferred module is imported then, in
+    `DEFERRED` order (one may import another's names: `quart_trio.testing`
+    subclasses `quart.testing`'s), so no stand-in is left once one is used."""
+    for each in DEFERRED:
+        module = sys.modules.get(each)
+        if isinstance(module, _StandIn):
+            del sys.modules[each]
+            _bind_submodules(importlib.import_module(each))
+    _FINDER.pending.clear()
+    return sys.modules[name] if name in sys.modules else importlib.import_module(name)
+
+
+def _bind_submodules(real: types.ModuleType) -> None:
+    """Submodules imported under the stand-in (`quart.testing.utils`) are
+    attributes of the real package too, as an import would have made them."""
+    prefix = real.__name__ + "."
+    for key, module in list(sys.modules.items()):
+        child = key.removeprefix(prefix)
+        if key.startswith(prefix) and "." not in child and not hasattr(real, child):
+            setattr(real, child, module)
+
+
+def defer_unused_modules() -> None:
+    """From now on, the first import of a module of `DEFERRED` not yet
+    imported gets its stand-in. Idempotent."""
+    if _FINDER not in sys.meta_path:
+        _FINDER.pending -= set(sys.modules)
+        sys.meta_path.insert(0, _FINDER)
