@@ -19,7 +19,11 @@ the daemon's start pays for none of them (~25-40 ms of CPU, bench/README.md
   preface: still served, its modules loaded then); it pulls `h2.connection`,
   `hpack`, `hyperframe` and `priority`;
 - `hypercorn.asyncio`: hypercorn on asyncio, which `Quart.run` (the
-  development server) serves with; runnerd serves with `hypercorn.trio`.
+  development server) serves with; runnerd serves with `hypercorn.trio`;
+- `httpx._main`: httpx's command line (the Kubernetes backend's client is
+  httpx), which imports `pygments` and, when installed, `rich` at import;
+- `httpcore._async.http2`, `httpcore._sync.http2`: httpcore's HTTP/2 (the
+  Kubernetes client speaks HTTP/1.1: `http2=False`), with `h2.connection`.
 
 Only a name listed here is read at import by those modules (the pinned
 versions' `from X import Y` lines); a new version that reads another one at
@@ -47,6 +51,9 @@ DEFERRED: dict[str, tuple[str, ...]] = {
     "werkzeug.serving": ("run_simple", "is_running_from_reloader"),
     "hypercorn.protocol.h2": ("H2Protocol",),
     "hypercorn.asyncio": ("serve",),
+    "httpx._main": ("main",),
+    "httpcore._async.http2": ("AsyncHTTP2Connection",),
+    "httpcore._sync.http2": ("HTTP2Connection",),
 }
 VALUES: dict[str, tuple[str, tuple[str, ...]]] = {
     "quart.testing": (
