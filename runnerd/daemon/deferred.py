@@ -18,6 +18,9 @@ the daemon's start pays for none of them (~25-40 ms of CPU, bench/README.md
   one constructor it calls when a client speaks h2 (ALPN, or the h2c
   preface: still served, its modules loaded then); it pulls `h2.connection`,
   `hpack`, `hyperframe` and `priority`;
+- `http.cookiejar`: named in an annotation of `quart.typing`; it pulls
+  `urllib.request`, `http.client` and most of `email` (the kubernetes
+  backend's httpx imports it for its cookies: loaded then);
 - `hypercorn.asyncio`: hypercorn on asyncio, which `Quart.run` (the
   development server) serves with; runnerd serves with `hypercorn.trio`;
 - `httpx._main`: httpx's command line (the Kubernetes backend's client is
@@ -28,7 +31,9 @@ the daemon's start pays for none of them (~25-40 ms of CPU, bench/README.md
 Only a name listed here is read at import by those modules (the pinned
 versions' `from X import Y` lines); a new version that reads another one at
 import gets the real module at once (the stand-in's `__getattr__`), slower
-but correct. Nothing here is a runnerd dependency: no import of them.
+but correct. A proxy defers to the real name when called, subclassed,
+given to `isinstance` or read from; only `is` tells it apart. Nothing here
+is a runnerd dependency: no import of them.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ DEFERRED: dict[str, tuple[str, ...]] = {
     "httpx._main": ("main",),
     "httpcore._async.http2": ("AsyncHTTP2Connection",),
     "httpcore._sync.http2": ("HTTP2Connection",),
+    "http.cookiejar": ("CookieJar",),
 }
 VALUES: dict[str, tuple[str, tuple[str, ...]]] = {
     "quart.testing": (
@@ -82,25 +88,56 @@ class _StandIn(types.ModuleType):
         submodule, values = VALUES.get(name, ("", ()))
         self._values = dict.fromkeys(values, f"{name}.{submodule}")
 
+    def load(self) -> types.ModuleType:
+        """The real module, imported in this stand-in's place (once); the
+        stand-in's names become the real ones, for whoever still holds it."""
+        if self._real is None:
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
+            self._real = importlib.import_module(self.__name__)
+            _bind_submodules(self._real)
+            for attr in DEFERRED[self.__name__]:
+                setattr(self, attr, getattr(self._real, attr))
+        return self._real
+
     def __getattr__(self, attr: str) -> Any:
         # Only names not set in __init__ get here (never `_real`, set first).
         if attr.startswith("__"):
             raise AttributeError(attr)
         if attr in self._values:
             return getattr(importlib.import_module(self._values[attr]), attr)
-        return getattr(load(self.__name__), attr)
+        return getattr(self.load(), attr)
 
 
 class _Proxy:
-    """A deferred name: calling it loads the real module and calls its
-    `attr`. An object, not a function: set as a class attribute (quart's
-    `test_client_class = QuartClient`) it must not bind as a method."""
+    """A deferred name, standing for the real `module.attr`: called,
+    subclassed (`__mro_entries__`), in `isinstance`/`issubclass` or read
+    from, it loads the real module and defers to the real name. An object,
+    not a function: set as a class attribute (quart's `test_client_class =
+    QuartClient`) it must not bind as a method."""
 
     def __init__(self, attr: str, module: str) -> None:
         self._attr, self._module = attr, module
 
+    def _target(self) -> Any:
+        return getattr(load(self._module), self._attr)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return getattr(load(self._module), self._attr)(*args, **kwargs)
+        return self._target()(*args, **kwargs)
+
+    def __mro_entries__(self, bases: tuple[object, ...]) -> tuple[type, ...]:
+        return (self._target(),)
+
+    def __instancecheck__(self, instance: object) -> bool:
+        return isinstance(instance, self._target())
+
+    def __subclasscheck__(self, subclass: type) -> bool:
+        return issubclass(subclass, self._target())
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._target(), name)
 
     def __repr__(self) -> str:
         return f"<deferred {self._module}.{self._attr}>"
@@ -144,16 +181,11 @@ _FINDER = _Finder()
 
 
 def load(name: str) -> types.ModuleType:
-    """The real module `name`; every deferred module is imported then, in
-    `DEFERRED` order (one may import another's names: `quart_trio.testing`
-    subclasses `quart.testing`'s), so no stand-in is left once one is used."""
-    for each in DEFERRED:
-        module = sys.modules.get(each)
-        if isinstance(module, _StandIn):
-            del sys.modules[each]
-            _bind_submodules(importlib.import_module(each))
-    _FINDER.pending.clear()
-    return sys.modules[name] if name in sys.modules else importlib.import_module(name)
+    """The real module `name`, imported now if it was deferred."""
+    module = sys.modules.get(name)
+    if isinstance(module, _StandIn):
+        return module.load()
+    return module if module is not None else importlib.import_module(name)
 
 
 def _bind_submodules(real: types.ModuleType) -> None:

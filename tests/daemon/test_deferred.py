@@ -57,18 +57,24 @@ def test_quarts_test_client_works_and_brings_the_real_modules() -> None:
 
         trio.run(main)
         import quart.testing, quart.testing.utils
+        # The client's class, checked against a deferred name: the real one.
+        print(issubclass(type(app.test_client()), quart.testing.QuartClient))
         print(type(sys.modules["quart.testing"]).__name__, "pdb" in sys.modules)
         # A default bound at import is the real sentinel (compared by identity).
         json_default = quart.app.Quart.test_request_context.__kwdefaults__["json"]
         print(json_default is quart.testing.sentinel is quart.testing.utils.sentinel)
         """
     )
-    assert out.split("\n")[:3] == ["200 hi", "module True", "True"]
+    assert out.split("\n")[:4] == ["200 hi", "True", "module True", "True"]
 
 
 @pytest.mark.parametrize(
     ("module", "name"),
-    [("werkzeug.serving", "run_simple"), ("hypercorn.protocol.h2", "H2Protocol")],
+    [
+        ("werkzeug.serving", "run_simple"),
+        ("hypercorn.protocol.h2", "H2Protocol"),
+        ("http.cookiejar", "CookieJar"),
+    ],
 )
 def test_an_attribute_read_imports_the_real_module_bound_in_its_parent(
     module: str, name: str
@@ -85,3 +91,17 @@ def test_an_attribute_read_imports_the_real_module_bound_in_its_parent(
         """
     )
     assert out.split("\n")[:2] == ["_StandIn", "True True True"]
+
+
+def test_a_deferred_class_is_subclassed_and_checked_as_the_real_one() -> None:
+    out = run_fresh(
+        """
+        from http.cookiejar import CookieJar  # the stand-in's proxy
+        class Jar(CookieJar):
+            pass
+        import http.cookiejar as real
+        print(Jar.__mro__[1] is real.CookieJar, isinstance(Jar(), CookieJar))
+        print(issubclass(Jar, CookieJar), isinstance(real.CookieJar(), CookieJar))
+        """
+    )
+    assert out.split("\n")[:2] == ["True True", "True True"]
