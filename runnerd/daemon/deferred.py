@@ -3,9 +3,9 @@
 Owns `defer_unused_modules`, which `runnerd serve` calls before it imports
 quart-trio and hypercorn: from then on the first import of a module of
 `DEFERRED` gets a stand-in module, whose listed names are proxies. A proxy
-called (or any other attribute read) imports the real modules in place of
-the stand-ins and forwards to it, so whoever does use one gets the real thing;
-the daemon's start pays for none of them (~25-40 ms of CPU, bench/README.md
+used (or any other name read from the stand-in) imports the real module in
+the stand-in's place and defers to it, so whoever does use one gets the
+real thing; the daemon's start pays for none of them (bench/README.md,
 "Start"):
 
 - `quart.testing`, `quart_trio.testing`: the test client, imported by
