@@ -21,6 +21,9 @@ real thing; the daemon's start pays for none of them (bench/README.md,
 - `http.cookiejar`: named in an annotation of `quart.typing`; it pulls
   `urllib.request`, `http.client` and most of `email` (the kubernetes
   backend's httpx imports it for its cookies: loaded then);
+- `importlib.metadata`: installed packages' metadata, which `quart.cli` and
+  `flask.cli` read for `--version` and their plugins' commands; it pulls
+  `zipfile`, `csv` and `email` parsing;
 - `hypercorn.asyncio`: hypercorn on asyncio, which `Quart.run` (the
   development server) serves with; runnerd serves with `hypercorn.trio`;
 - `httpx._main`: httpx's command line (the Kubernetes backend's client is
@@ -60,6 +63,7 @@ DEFERRED: dict[str, tuple[str, ...]] = {
     "httpcore._async.http2": ("AsyncHTTP2Connection",),
     "httpcore._sync.http2": ("HTTP2Connection",),
     "http.cookiejar": ("CookieJar",),
+    "importlib.metadata": ("entry_points", "version"),
 }
 VALUES: dict[str, tuple[str, tuple[str, ...]]] = {
     "quart.testing": (

@@ -58,9 +58,11 @@ async def test_serve_builds_the_openapi_document_on_its_first_request(tmp_path: 
 # (runnerd/daemon/deferred.py): quart's test client's debugger, werkzeug's
 # development server, hypercorn's HTTP/2 and its asyncio server.
 UNUSED = ("pdb", "http.server", "h2.connection", "hypercorn.asyncio.run")
-# And quart's annotation-only cookie jar with `urllib.request` (the
-# kubernetes backend's httpx imports it for real).
-UNUSED_LOCALLY = (*UNUSED, "urllib.request")
+# And quart's annotation-only cookie jar (`urllib.request`), the CLIs'
+# package metadata (`csv` comes only with `importlib.metadata`): the
+# kubernetes backend's httpx imports the first for its cookies, and
+# trio-websocket reads trio's version at import.
+UNUSED_LOCALLY = (*UNUSED, "urllib.request", "csv")
 
 
 async def test_serve_leaves_what_serving_never_uses_unimported(tmp_path: Path) -> None:
