@@ -16,7 +16,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,15 +130,20 @@ async def open_daemon(
     size_wait_s: float | None = None,
     repo: Path = REPO,
     extra: str = "",
+    config: Callable[[Path], str] | None = None,
 ) -> AsyncIterator[Daemon]:
     """Start `python -m runnerd serve` on a temp config; yield once healthy.
     `prefix` wraps the command (e.g. `prlimit --nofile=1024:1024`); `repo`:
-    the checkout whose `runnerd` runs (another worktree, for a before/after)."""
+    the checkout whose `runnerd` runs (another worktree, for a before/after);
+    `config`: the whole config's text from the temp dir instead (its socket
+    must be `<dir>/runnerd.sock`), e.g. a kubernetes backend's."""
     base = Path(tempfile.mkdtemp(prefix="runnerd-bench-"))
     try:
         cfg = base / "runnerd.toml"
         cfg.write_text(
-            build_config_text(
+            config(base)
+            if config is not None
+            else build_config_text(
                 base,
                 max_sessions=max_sessions,
                 replay_buffer_bytes=replay_buffer_bytes,

@@ -1,4 +1,7 @@
-"""The start-up figures: spawn → first 200 on `/v1/health`, and idle RSS.
+"""The start-up figures: spawn → first 200 on `/v1/health`, and idle RSS,
+for a daemon on each backend (the kubernetes one on the test cluster,
+`tests/kubesim`, run in this process: its informer's list and watch are
+answered while it starts, as a real apiserver's would be).
 
 Each figure is printed beside references measured in the same run, taken in
 turn with the daemon's starts so machine load falls on each alike: the floor
@@ -32,7 +35,9 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -40,6 +45,9 @@ import httpx
 import trio
 
 from bench.harness import REPO, Daemon, open_daemon, rss_bytes
+from tests.harness import build_config, dump_toml
+from tests.kube.daemon import kube_overrides
+from tests.kubesim.server import KubeSim, open_kubesim
 
 MB = 1_000_000
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
@@ -120,15 +128,29 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-async def _daemon_start(repo: Path) -> Start:
-    """Spawn → first 200 of a local daemon from `repo`, its CPU time by
-    then, and its RSS once idle."""
+async def _daemon_start(repo: Path, config: Callable[[Path], str] | None = None) -> Start:
+    """Spawn → first 200 of a daemon from `repo` (local backend, or the one
+    `config` writes), its CPU time by then, and its RSS once idle."""
     d: Daemon
-    async with open_daemon(repo=repo) as d:
+    async with open_daemon(repo=repo, config=config) as d:
         cpu_s = _cpu_s(d.proc.pid)
         await trio.sleep(0.5)  # let start-up garbage settle before reading RSS
         return Start(d.started_s, cpu_s, rss_bytes(d.proc.pid))
 
+
+def _kube_config(sim: KubeSim) -> Callable[[Path], str]:
+    """A kubernetes-backend config on `sim` (the tests' own, `log_level`
+    warning as the local one), written into the daemon's temp dir."""
+
+    def write(base: Path) -> str:
+        overrides = kube_overrides(sim, base)
+        overrides["server"] = {"log_level": "warning"}
+        return dump_toml(build_config(base, base / "runnerd.sock", overrides))
+
+    return write
+
+
+DAEMONS = ("local", "kubernetes", "before, local", "before, kubernetes")
 
 # An interpreter; the event loop; the serving layer the brief fixes (what
 # runnerd imports before its first line runs).
@@ -145,61 +167,97 @@ def _ratios(ours: list[Start], refs: dict[str, list[Start]], field: str) -> str:
 
 
 async def bench_startup() -> list[Row]:
-    """Median of the rounds' cold starts of a local-backend daemon (UNIX
-    socket only, as `bench.harness.open_daemon` starts one), the floors, the
-    upstream runner and the `RUNNERD_BENCH_BEFORE` checkout taken in turn."""
+    """Median of the rounds' cold starts of a daemon on each backend (UNIX
+    socket only, as `bench.harness.open_daemon` starts one; the kubernetes
+    one on the test cluster, run in this process), the floors, the upstream
+    runner and the `RUNNERD_BENCH_BEFORE` checkout taken in turn."""
     before_repo = os.environ.get("RUNNERD_BENCH_BEFORE")
     for repo in (REPO, *([Path(before_repo)] if before_repo else [])):
         compileall.compile_dir(repo / "runnerd", quiet=1)
-    ours: list[Start] = []
-    refs: dict[str, list[Start]] = {name: [] for name in FLOORS}
-    others: dict[str, list[Start]] = {"before": [], "upstream": []}
-    for round_ in range(int(os.environ.get("RUNNERD_BENCH_ROUNDS", "5"))):
-        for name, code in FLOORS.items():
-            # Ended by os._exit, as the daemon ends: an interpreter's
-            # teardown of the modules imported is no part of a start.
-            exit_now = f"{code}\nimport os\nos._exit(0)"
-            refs[name].append(_spawn([sys.executable, "-c", exit_now]))
-        # This checkout and the before one in alternating order: neither
-        # always starts right after the floors (or right after the other).
-        checkouts = [("now", REPO), *([("before", Path(before_repo))] if before_repo else [])]
-        for name, repo in checkouts[:: 1 if round_ % 2 else -1]:
-            (ours if name == "now" else others["before"]).append(await _daemon_start(repo))
-        if (up := await _upstream_start()) is not None:
-            others["upstream"].append(up)
-    return _rows(ours, refs, others)
+    runs: dict[str, list[Start]] = {name: [] for name in (*FLOORS, *DAEMONS, "upstream")}
+    with tempfile.TemporaryDirectory(prefix="runnerd-bench-sim-") as tmp:
+        async with open_kubesim(Path(tmp)) as sim:
+            for round_ in range(int(os.environ.get("RUNNERD_BENCH_ROUNDS", "5"))):
+                await _round(runs, round_, sim, before_repo)
+    return _rows(runs)
 
 
-def _rows(
-    ours: list[Start], refs: dict[str, list[Start]], others: dict[str, list[Start]]
-) -> list[Row]:
+async def _round(
+    runs: dict[str, list[Start]], round_: int, sim: KubeSim, before_repo: str | None
+) -> None:
+    """One start of each: the floors, then the daemons in an order that
+    alternates between rounds (none always starts right after the floors,
+    or right after another), then the upstream runner."""
+    for name, code in FLOORS.items():
+        # Ended by os._exit, as the daemon ends: an interpreter's
+        # teardown of the modules imported is no part of a start.
+        exit_now = f"{code}\nimport os\nos._exit(0)"
+        runs[name].append(_spawn([sys.executable, "-c", exit_now]))
+    kube = _kube_config(sim)
+    daemons: list[tuple[str, Path, Callable[[Path], str] | None]] = [
+        ("local", REPO, None),
+        ("kubernetes", REPO, kube),
+    ]
+    if before_repo:
+        daemons += [("before, local", Path(before_repo), None)]
+        daemons += [("before, kubernetes", Path(before_repo), kube)]
+    for name, repo, config in daemons[:: 1 if round_ % 2 else -1]:
+        runs[name].append(await _daemon_start(repo, config))
+    if (up := await _upstream_start()) is not None:
+        runs["upstream"].append(up)
+
+
+def _rows(runs: dict[str, list[Start]]) -> list[Row]:
+    refs = {k: runs[k] for k in FLOORS}
     floors = "; ".join(
         f"{k} {_median(v, 'wall_s') * 1e3:.0f} ms ({_median(v, 'cpu_s') * 1e3:.0f} ms CPU)"
         for k, v in refs.items()
     )
-    start, cpu, rss = (_median(ours, f) for f in Start._fields)
-    rows: list[Row] = [
-        ("start references", f"{floors}; {_load()}", "—"),
-        (
-            "spawn → first 200 /v1/health (local)",
-            f"{start * 1e3:.0f} ms ({_ratios(ours, refs, 'wall_s')})",
-            "≤ 0.33× upstream",
-        ),
-        ("CPU time of that start", f"{cpu * 1e3:.0f} ms ({_ratios(ours, refs, 'cpu_s')})", "—"),
-        ("idle RSS (local)", f"{rss / MB:.1f} MB", "≤ 0.25× upstream"),
-    ]
-    for name, runs in others.items():
-        if runs:
-            other_start, other_cpu, other_rss = (_median(runs, f) for f in Start._fields)
-            cpu_text = f", CPU {other_cpu * 1e3:.0f} ms" if other_cpu else ""
-            ratio = start / other_start
-            rows += [
-                (f"{name} start", f"{other_start * 1e3:.0f} ms{cpu_text}; now {ratio:.2f}×", "—"),
-                (f"{name} RSS", f"{other_rss / MB:.1f} MB; now {rss / other_rss:.2f}×", "—"),
-            ]
-    if not others["upstream"]:
+    upstream = runs["upstream"]
+    rows: list[Row] = [("start references", f"{floors}; {_load()}", "—")]
+    if upstream:
+        up_start, _, up_rss = (_median(upstream, f) for f in Start._fields)
+        rows.append(
+            (
+                "upstream runner (Node)",
+                f"start {up_start * 1e3:.0f} ms, RSS {up_rss / MB:.1f} MB",
+                "—",
+            )
+        )
+    else:
         rows.append(("upstream runner", "not measured: set RUNNERD_BENCH_UPSTREAM", "—"))
+    for name in DAEMONS:
+        if runs[name]:
+            rows += _daemon_rows(name, runs[name], refs, upstream)
     return rows
+
+
+def _daemon_rows(
+    name: str, ours: list[Start], refs: dict[str, list[Start]], upstream: list[Start]
+) -> list[Row]:
+    """One daemon's start, CPU and RSS, against the floors and the upstream."""
+    start, cpu, rss = (_median(ours, f) for f in Start._fields)
+    vs_start = vs_rss = ""
+    if upstream:
+        vs_start = f"**{start / _median(upstream, 'wall_s'):.2f}× upstream**, "
+        vs_rss = f" (**{rss / _median(upstream, 'rss'):.2f}× upstream**)"
+    return [
+        (
+            f"spawn → first 200 /v1/health ({name})",
+            f"{start * 1e3:.0f} ms ({vs_start}{_ratios(ours, refs, 'wall_s')})",
+            "≤ 0.33× upstream" if not name.startswith("before") else "—",
+        ),
+        (
+            f"CPU time of that start ({name})",
+            f"{cpu * 1e3:.0f} ms ({_ratios(ours, refs, 'cpu_s')})",
+            "—",
+        ),
+        (
+            f"idle RSS ({name})",
+            f"{rss / MB:.1f} MB{vs_rss}",
+            "≤ 0.25× upstream" if not name.startswith("before") else "—",
+        ),
+    ]
 
 
 if __name__ == "__main__":

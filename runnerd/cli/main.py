@@ -119,6 +119,12 @@ def serve(path: Path) -> int:
     thresholds = gc.get_threshold()
     gc.set_threshold(5000, *thresholds[1:])
     try:
+        # First: what quart and hypercorn import but never serve with
+        # (their test client, the development servers, HTTP/2) waits for
+        # first use (runnerd/daemon/deferred.py).
+        from runnerd.daemon.deferred import defer_unused_modules
+
+        defer_unused_modules()
         import trio
 
         from runnerd.config import ConfigError

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.daemon.test_startup_imports import IMPORTTIME, UNUSED, imported
 from tests.harness import DaemonExited, start_daemon
 from tests.kube.daemon import kube_daemon, kube_overrides
 from tests.kubesim.server import KubeSim
@@ -42,3 +43,18 @@ async def test_a_socket_another_runnerd_holds_exits_2(kubesim: KubeSim, tmp_path
     assert exited.value.code == 2, exited.value.stderr
     assert "another runnerd is already serving on" in exited.value.stderr
     assert "crashed" not in exited.value.stderr
+
+
+async def test_serve_on_the_kubernetes_backend_leaves_httpx_command_line_unimported(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    """httpx's CLI (pygments, rich) is deferred like the rest of what
+    serving never uses (runnerd/daemon/deferred.py); its client is not."""
+    async with start_daemon(
+        tmp_path, kube_overrides(kubesim, tmp_path), command=IMPORTTIME
+    ) as daemon:
+        async with daemon.client() as client:
+            assert (await client.get("/v1/health")).status_code == 200
+        modules = imported(daemon)
+    assert "httpx._client" in modules
+    assert [m for m in ("pygments", "rich", *UNUSED) if m in modules] == []
