@@ -83,6 +83,7 @@ PURE = (
     "runnerd.kube.podphase",
     "runnerd.kube.policy",
     "runnerd.kube.splice",
+    "runnerd.kube.routehealth",
 )
 IO_LIBRARIES = ("trio", "httpx", "quart", "quart_trio", "hypercorn")
 
