@@ -310,8 +310,9 @@ async def ensure_object(
     client: KubeClient, collection: str, obj: dict[str, Any], operation: str
 ) -> None:
     """Create `obj`; on 409, keep the existing object if it is ours and current,
-    replace it if ours and stale (re-read on a `409 Conflict`, a Service's
-    clusterIP kept), else raise the create's 409.
+    replace it if ours and stale (an HTTPRoute by a merge patch of the
+    whole object; re-read on a `409 Conflict`, a Service's clusterIP kept),
+    else raise the create's 409.
 
     Raises:
         errors.KubeError: classified, `operation` naming the object.
@@ -337,9 +338,13 @@ async def ensure_object(
             raise conflict  # a same-named object that is not this session's: left alone
         if _is_current(existing, obj):
             return
+        # An HTTPRoute is patched (RBAC `patch`, as the Gateway API's own
+        # tools do; the resourceVersion in it keeps it a compare-and-swap);
+        # built-in kinds are replaced.
+        method = "PATCH" if obj["kind"] == "HTTPRoute" else "PUT"
         try:
             await client.request(
-                "PUT",
+                method,
                 path,
                 operation=operation,
                 retry=Retry.WRITE,

@@ -24,6 +24,7 @@ DOMAIN = "w.example.test"
 SETTINGS = KubeSettings(self_url="http://10.0.0.5:8063", routing_base_domain=DOMAIN)
 GATEWAY = GatewayRef("public", "infra", None, "v1")
 IDENTITY = SessionIdentity(SID, Limits("500m", "512Mi", "1Gi", 3600.0))
+ROUTE_PATTERN = "/apis/gateway.networking.k8s.io/v1/namespaces/{namespace}/httproutes/{name}"
 LABELS = {"app.kubernetes.io/managed-by": "runnerd", "runnerd.telo.run/session-id": SID}
 
 
@@ -111,3 +112,29 @@ async def test_a_refused_publish_rejects_the_ports_it_was_given(
     assert [e["host"] for e in published.endpoints] == ["", ""]
     assert report.notices == [f"the session's ports are not published: {reason}"]
     assert report.routes == []  # nothing routed: no health to follow
+
+
+async def test_a_stale_httproute_is_patched_to_the_current_gateway(
+    apiserver: KubeSim, tmp_path: Path
+) -> None:
+    # A restarted runnerd configured with another listener adopts the pod.
+    pod = await seed_pod(apiserver, f"runnerd-{SID}", labels=LABELS)
+    moved = GatewayRef("public", "infra", "https", "v1")
+    async with open_client(apiserver, tmp_path) as client:
+        for gateway in (GATEWAY, moved):
+            target = RouteTarget(client, SETTINGS, Layer.GATEWAY, gateway)
+            async with open_session_routes(target, IDENTITY, pod, Report()) as routes:
+                assert not (await routes.publish(tcp(8080))).rejected
+    route = apiserver.store.get("httproutes", NS, f"runnerd-{SID}-8080")
+    assert route is not None
+    assert route["spec"]["parentRefs"] == [
+        {
+            "group": "gateway.networking.k8s.io",
+            "kind": "Gateway",
+            "name": "public",
+            "namespace": "infra",
+            "sectionName": "https",
+        }
+    ]
+    patches = {key: n for key, n in apiserver.stats.requests.items() if key[0] == "patch"}
+    assert patches == {("patch", ROUTE_PATTERN): 1}, apiserver.stats.requests
