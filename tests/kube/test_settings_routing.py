@@ -5,11 +5,13 @@ refused with its name."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runnerd.backends import check_config, parse_config, provider_for
+from tests.harness import build_config, dump_toml, run_runnerd
 from tests.kube.test_settings import BASE, error_of, kube, no_files, settings
 
 DOMAIN = {"routing_base_domain": "sessions.example.com"}
@@ -110,3 +112,48 @@ def test_the_old_name_is_an_alias_that_check_config_warns_about() -> None:
 )
 def test_bad_routing_keys_name_their_key(keys: dict[str, Any], message: str) -> None:
     assert error_of(**keys) == message
+
+
+def kube_file(tmp_path: Path, **keys: Any) -> Path:
+    overrides = {
+        "runner": {"backend": "kubernetes"},
+        "local": None,
+        "kubernetes": {"self_url": "http://10.0.0.5:8063", **keys},
+    }
+    config = tmp_path / "runnerd.toml"
+    config.write_text(dump_toml(build_config(tmp_path, tmp_path / "runnerd.sock", overrides)))
+    return config
+
+
+async def test_check_config_prints_the_keys_and_warns_of_the_old_name(tmp_path: Path) -> None:
+    config = kube_file(tmp_path, ingress_base_domain="old.example.com", routing="ingress")
+    result = await run_runnerd("check-config", "--config", str(config))
+    stdout, stderr = result.stdout.decode(), result.stderr.decode()
+    assert result.returncode == 0, stderr
+    assert 'routing = "ingress"' in stdout
+    assert 'routing_base_domain = "old.example.com"' in stdout
+    assert "route_ready_timeout_seconds = 60" in stdout
+    assert (
+        "runnerd: warning: kubernetes.ingress_base_domain is deprecated: rename it"
+        " routing_base_domain (it applies to Gateway routing too)"
+    ) in stderr
+
+
+async def test_check_config_names_the_key_and_its_line(tmp_path: Path) -> None:
+    config = kube_file(
+        tmp_path,
+        routing="gateway",
+        routing_base_domain="s.example.com",
+        gateway_name="public",
+        ingress_tls_secret="wildcard",
+    )
+    result = await run_runnerd("check-config", "--config", str(config))
+    stderr = result.stderr.decode()
+    assert result.returncode == 2, stderr
+    line = next(
+        n
+        for n, text in enumerate(config.read_text().splitlines(), 1)
+        if text.startswith("ingress_tls_secret")
+    )
+    assert f"line {line}" in stderr, stderr
+    assert "kubernetes.ingress_tls_secret: is for Ingress routing only" in stderr
