@@ -157,7 +157,7 @@ class PodRun:
             return announced(self._ctx.settings, identity, published=False)
         report = _SinkRoutes(self._sink)
         routes = await stack.enter_async_context(
-            self._ctx.routing.session_routes(identity, pod, report)
+            self._ctx.routing.session_routes(identity, pod, report, fresh=not self.adopted)
         )
         return (await routes.publish(identity.ports)).endpoints
 

@@ -12,7 +12,8 @@ Publishing, per port set (`publish`):
 - Ingress routing: the one Ingress has a rule per tcp port; with no tcp port
   left it is deleted;
 - Gateway routing: one HTTPRoute per tcp port; the session's HTTPRoutes of
-  ports no longer in the set (listed by the session's labels) are deleted.
+  ports no longer in the set are deleted (those this object published, or,
+  when it cannot know, those listed by the session's labels).
 Every object is owned by the pod (collected with it). A same-named object
 that is ours (by label) and current is kept; ours and stale is replaced (a
 `409` on the replace, a change in between, re-reads it and tries again; a
@@ -114,8 +115,13 @@ class SessionRoutes:
         pod: Mapping[str, Any],
         report: RouteReport,
         nursery: trio.Nursery,
+        *,
+        fresh: bool = False,
     ) -> None:
         self._t = target
+        # The ports whose HTTPRoutes exist, as far as this object knows; None:
+        # unknown (an adopted pod, a failed publish): listed before deleting.
+        self._known: frozenset[int] | None = frozenset() if fresh else None
         self._identity = identity
         self._pod = pod
         self._report = report
@@ -184,23 +190,35 @@ class SessionRoutes:
         self, identity: SessionIdentity, gateway: GatewayRef, tcp: tuple[int, ...]
     ) -> None:
         client, settings = self._t.client, self._t.settings
+        known, self._known = self._known, None  # unknown until every write landed
         for port in tcp:
             route = shapes.build_httproute(settings, gateway, identity, port, self._pod)
             await ensure_object(client, self._httproutes, route, HTTPROUTE_OPERATION)
-        labels = shapes.session_labels(settings, identity.session_id)
-        selector = ",".join(f"{k}={v}" for k, v in labels.items())
-        listing = await client.request(
+        stale = await self._routed_ports(identity.session_id) if known is None else known
+        for port in sorted(stale - set(tcp)):  # ports that left the set
+            await self._delete(
+                f"{self._httproutes}/{shapes.httproute_name(identity.session_id, port)}"
+            )
+        self._known = frozenset(tcp)
+
+    async def _routed_ports(self, session_id: str) -> frozenset[int]:
+        """The ports the session's HTTPRoutes in the cluster route (listed by
+        its labels): what an adopted pod, or a failed publish, left."""
+        labels = shapes.session_labels(self._t.settings, session_id)
+        listing = await self._t.client.request(
             "GET",
             self._httproutes,
             operation="could not list the session's HTTPRoutes",
             retry=Retry.READ,
-            params={"labelSelector": selector},
+            params={"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())},
         )
-        wanted = {shapes.httproute_name(identity.session_id, port) for port in tcp}
+        prefix = shapes.httproute_name(session_id, 0)[:-1]
+        ports: set[int] = set()
         for item in listing.get("items") or []:
             name = (item.get("metadata") or {}).get("name")
-            if isinstance(name, str) and name not in wanted:  # a port that left the set
-                await self._delete(f"{self._httproutes}/{quote(name, safe='')}")
+            if isinstance(name, str) and name.startswith(prefix) and name[len(prefix) :].isdigit():
+                ports.add(int(name[len(prefix) :]))
+        return frozenset(ports)
 
     async def _delete(self, path: str) -> None:
         try:
@@ -288,17 +306,20 @@ async def open_session_routes(
     identity: SessionIdentity,
     pod: Mapping[str, Any],
     report: RouteReport,
+    *,
+    fresh: bool = False,
 ) -> AsyncIterator[SessionRoutes]:
     """A session's routes for the block's duration: health followed in the
     block's own nursery, cancelled when it ends (the objects stay, owned by
-    the pod).
+    the pod). `fresh`: `pod` was just created, so no route of it exists yet
+    (the first publish lists none to delete).
 
     Error handling: the health task never raises, so what the block raises
     comes out as it was raised, not in an ExceptionGroup (the nursery's
     wrapping undone: no group crosses this line)."""
     try:
         async with trio.open_nursery() as nursery:
-            yield SessionRoutes(target, identity, pod, report, nursery)
+            yield SessionRoutes(target, identity, pod, report, nursery, fresh=fresh)
             nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):

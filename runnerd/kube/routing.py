@@ -81,11 +81,17 @@ class Routing:
         return f"Ingresses ({t.settings.ingress_class or 'default class'})"
 
     def session_routes(
-        self, identity: SessionIdentity, pod: Mapping[str, Any], report: RouteReport
+        self,
+        identity: SessionIdentity,
+        pod: Mapping[str, Any],
+        report: RouteReport,
+        *,
+        fresh: bool = False,
     ) -> contextlib.AbstractAsyncContextManager[SessionRoutes]:
         """The session's routes while the block runs (`routes.open_session_routes`),
-        owned by `pod` (as the apiserver returned it: its name and uid)."""
-        return open_session_routes(self.target, identity, pod, report)
+        owned by `pod` (as the apiserver returned it: its name and uid);
+        `fresh`: the pod was just created (no stale route to look for)."""
+        return open_session_routes(self.target, identity, pod, report, fresh=fresh)
 
 
 def needs_cluster(settings: KubeSettings) -> tuple[bool, bool]:

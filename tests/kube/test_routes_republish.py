@@ -138,3 +138,20 @@ async def test_a_stale_httproute_is_patched_to_the_current_gateway(
     ]
     patches = {key: n for key, n in apiserver.stats.requests.items() if key[0] == "patch"}
     assert patches == {("patch", ROUTE_PATTERN): 1}, apiserver.stats.requests
+
+
+async def test_an_adopted_pods_stale_routes_are_found_by_their_labels(
+    apiserver: KubeSim, tmp_path: Path
+) -> None:
+    # The previous process published 8080 and 9000; the adopting one knows
+    # only the port set it is given, so it lists what the cluster holds.
+    pod = await seed_pod(apiserver, f"runnerd-{SID}", labels=LABELS)
+    async with open_client(apiserver, tmp_path) as client:
+        target = RouteTarget(client, SETTINGS, Layer.GATEWAY, GATEWAY)
+        async with open_session_routes(target, IDENTITY, pod, Report(), fresh=True) as routes:
+            await routes.publish(tcp(8080, 9000))
+        async with open_session_routes(target, IDENTITY, pod, Report()) as routes:
+            await routes.publish(tcp(8080))
+    assert route_names(apiserver) == [f"runnerd-{SID}-8080"]
+    lists = {k: n for k, n in apiserver.stats.requests.items() if k[0] == "list"}
+    assert sum(lists.values()) == 1  # the fresh pod's first publish lists nothing
