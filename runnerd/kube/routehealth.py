@@ -5,7 +5,8 @@ Owns the routing layer's identity (`Layer`, `GatewayRef`: what
 `runnerd.kube.routing.resolve_routing` settled on at start), the verdict of
 one HTTPRoute (`httproute_verdict`) or Ingress (`ingress_verdict`), and the
 hint a route still pending at `route_ready_timeout_seconds` is reported with
-(`timeout_hint`). The states are the contract's `route` event's.
+(`timeout_hint`: with Gateway routing, whether the Gateway exists, read
+then: RBAC `get` on gateways). The states are the contract's `route` event's.
 
 Verdicts (issue 21, as the Telo runner reads them):
 - HTTPRoute: `programmed` when some parent in `status.parents` has
@@ -101,13 +102,23 @@ def ingress_verdict(ingress: Mapping[str, Any] | None) -> tuple[Verdict, str | N
 
 
 def timeout_hint(
-    layer: Layer, timeout_s: float, *, gateway: GatewayRef | None, ingress_class: str | None
+    layer: Layer,
+    timeout_s: float,
+    *,
+    gateway: GatewayRef | None,
+    ingress_class: str | None,
+    gateway_missing: bool = False,
 ) -> str:
     """Why a route may still be pending after `timeout_s`, and where to look:
-    what the `unprogrammed` event carries. Client-safe: names only what the
-    operator configured."""
+    what the `unprogrammed` event carries (`gateway_missing`: the Gateway
+    read back 404). Client-safe: names only what the operator configured."""
     waited = f"not programmed after {timeout_s:g} s"
     if layer is Layer.GATEWAY and gateway is not None:
+        if gateway_missing:
+            return (
+                f"{waited}: Gateway {gateway.namespace}/{gateway.name} does not exist"
+                " (kubernetes.gateway_name, gateway_namespace)"
+            )
         return (
             f"{waited}: no parent accepted the HTTPRoute; check that {gateway.describe()}"
             " exists, its controller is running, and it allows routes from the session"

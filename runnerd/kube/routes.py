@@ -54,6 +54,7 @@ from runnerd.kube import endpoints as shapes
 from runnerd.kube.client import KubeClient, Retry
 from runnerd.kube.podspec import pod_name
 from runnerd.kube.routehealth import (
+    GATEWAY_GROUP,
     GatewayRef,
     Layer,
     Verdict,
@@ -270,6 +271,7 @@ class SessionRoutes:
                 t.settings.route_ready_timeout_s,
                 gateway=t.gateway,
                 ingress_class=t.settings.ingress_class,
+                gateway_missing=waiting != {} and await self._gateway_missing(),
             )
             for port, host in waiting.items():
                 self._report.route(host, port, "unprogrammed", hint)
@@ -289,6 +291,23 @@ class SessionRoutes:
             )
             out[port] = httproute_verdict(route)
         return out
+
+    async def _gateway_missing(self) -> bool:
+        """Whether the Gateway reads back 404 (any other answer: not known missing)."""
+        gateway = self._t.gateway
+        if gateway is None:
+            return False
+        ns, name = quote(gateway.namespace, safe=""), quote(gateway.name, safe="")
+        path = f"/apis/{GATEWAY_GROUP}/{gateway.version}/namespaces/{ns}/gateways/{name}"
+        try:
+            await self._t.client.request(
+                "GET", path, operation="could not read the Gateway", retry=Retry.READ
+            )
+        except errors.NotFound:
+            return True
+        except errors.KubeError:
+            return False
+        return False
 
     async def _read(self, path: str) -> dict[str, Any] | None:
         try:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -19,6 +20,7 @@ from tests.e2e.contract_client import wait_status
 from tests.harness import SseFrame
 from tests.kube.daemon import kube_daemon, resume_sse, start_telo, wait_no_pods
 from tests.kube.test_daemon_endpoints import names, wait_store
+from tests.kubesim import gateway
 from tests.kubesim.server import KubeSim
 from tests.kubesim.test_clients_kubectl import kubectl
 
@@ -194,9 +196,30 @@ async def test_an_ingress_is_programmed_by_its_load_balancer_status(
     await wait_no_pods(kubesim)
 
 
+GATEWAY = {
+    "apiVersion": f"{GROUP}/v1",
+    "kind": "Gateway",
+    "metadata": {"name": "public", "namespace": "infra"},
+    "spec": {"gatewayClassName": "example", "listeners": [{"name": "https", "port": 443}]},
+}
+
+
+@pytest.mark.parametrize(
+    ("exists", "hint"),
+    [
+        (
+            True,
+            "no parent accepted the HTTPRoute; check that Gateway infra/public listener https"
+            " exists, its controller is running, and it allows routes from the session namespace",
+        ),
+        (False, "Gateway infra/public does not exist (kubernetes.gateway_name, gateway_namespace)"),
+    ],
+)
 async def test_a_route_never_programmed_is_reported_with_the_layers_hint(
-    kubesim: KubeSim, tmp_path: Path
+    kubesim: KubeSim, tmp_path: Path, exists: bool, hint: str
 ) -> None:
+    if exists:
+        await kubesim.store.create("gateways", "infra", gateway.default_gateway(dict(GATEWAY)))
     keys = {**GATEWAY_KEYS, "route_ready_timeout_seconds": 1}
     async with kube_daemon(kubesim, tmp_path, **keys) as daemon, daemon.client() as client:
         sid = await start_telo(client, "print up\nwait\n", ports=PORTS[:1])
@@ -206,9 +229,7 @@ async def test_a_route_never_programmed_is_reported_with_the_layers_hint(
             "host": f"8080-{sid}.{DOMAIN}",
             "port": 8080,
             "state": "unprogrammed",
-            "reason": "not programmed after 1 s: no parent accepted the HTTPRoute; check that"
-            " Gateway infra/public listener https exists, its controller is running, and it"
-            " allows routes from the session namespace",
+            "reason": f"not programmed after 1 s: {hint}",
         }
         got = (await client.get(f"/v1/sessions/{sid}")).json()
         assert got["status"]["kind"] == "running"
