@@ -19,7 +19,7 @@ splice itself is `splice`'s), `podstop`
 (a pod's delete, the stop's and the teardown's), `podrun` (one session's pod
 from create or adoption to teardown: `PodRun`), `routing` (the layer
 resolved at start) and `routes` (a session's routes published and their
-health followed). No httpx name escapes this
+health followed), `ensure` (an object created or brought up to date). No httpx name escapes this
 package: every apiserver answer that is not 2xx becomes an
 `errors.KubeError` whose `str()` is client-safe.
 

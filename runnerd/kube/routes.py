@@ -2,9 +2,8 @@
 published (and republished) for a port set, and their health followed.
 
 Owns `SessionRoutes` (what `Routing.session_routes` yields; `publish` once
-the pod exists and again on every port change), `RouteReport` (where route
-health goes), and `ensure_object`, the create-or-bring-up-to-date every
-object of a session goes through.
+the pod exists and again on every port change) and `RouteReport` (where
+route health goes); each object goes through `ensure.ensure_object`.
 
 Publishing, per port set (`publish`):
 - the Service carries every published port (`endpoints.build_service`); with
@@ -14,11 +13,9 @@ Publishing, per port set (`publish`):
 - Gateway routing: one HTTPRoute per tcp port; the session's HTTPRoutes of
   ports no longer in the set are deleted (those this object published, or,
   when it cannot know, those listed by the session's labels).
-Every object is owned by the pod (collected with it). A same-named object
-that is ours (by label) and current is kept; ours and stale is replaced (a
-`409` on the replace, a change in between, re-reads it and tries again; a
-Service keeps its clusterIP, which is immutable); not ours, the create's
-`409` stands.
+Every object is owned by the pod (collected with it), and created or
+brought up to date by `ensure.ensure_object` (a Service re-read and
+replaced on a 409, keeping its clusterIP).
 
 Route health (`_follow_health`, a task of the context's own nursery): every
 routed host is reported `pending` at once, then its object is read every
@@ -52,6 +49,7 @@ from runnerd.backend.watch import Published
 from runnerd.contract import PortMapping, RouteState
 from runnerd.kube import endpoints as shapes
 from runnerd.kube.client import KubeClient, Retry
+from runnerd.kube.ensure import ensure_object
 from runnerd.kube.podspec import pod_name
 from runnerd.kube.routehealth import (
     GATEWAY_GROUP,
@@ -73,7 +71,6 @@ ROUTE_POLL_S = 2.0
 SERVICE_OPERATION = "could not create the session's Service"
 INGRESS_OPERATION = "could not create the session's Ingress"
 HTTPROUTE_OPERATION = "could not create the session's HTTPRoute"
-_REPLACE_ATTEMPTS = 3
 
 
 class RouteReport(Protocol):
@@ -344,74 +341,3 @@ async def open_session_routes(
         if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
             raise group.exceptions[0] from None
         raise
-
-
-async def ensure_object(
-    client: KubeClient, collection: str, obj: dict[str, Any], operation: str
-) -> None:
-    """Create `obj`; on 409, keep the existing object if it is ours and current,
-    replace it if ours and stale (an HTTPRoute by a merge patch of the
-    whole object; re-read on a `409 Conflict`, a Service's clusterIP kept),
-    else raise the create's 409.
-
-    Raises:
-        errors.KubeError: classified, `operation` naming the object.
-    """
-    path = f"{collection}/{quote(obj['metadata']['name'], safe='')}"
-    last: errors.KubeError | None = None
-    for _ in range(_REPLACE_ATTEMPTS):
-        try:
-            await client.request(
-                "POST", collection, operation=operation, retry=Retry.WRITE, body=obj
-            )
-            return
-        except errors.AlreadyExists as exc:
-            conflict = exc
-        try:
-            existing = await client.request("GET", path, operation=operation, retry=Retry.READ)
-        except errors.NotFound as exc:  # deleted in between: create again
-            last = exc
-            continue
-        meta = existing.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        if any(labels.get(key) != value for key, value in obj["metadata"]["labels"].items()):
-            raise conflict  # a same-named object that is not this session's: left alone
-        if _is_current(existing, obj):
-            return
-        # An HTTPRoute is patched (RBAC `patch`, as the Gateway API's own
-        # tools do; the resourceVersion in it keeps it a compare-and-swap);
-        # built-in kinds are replaced.
-        method = "PATCH" if obj["kind"] == "HTTPRoute" else "PUT"
-        try:
-            await client.request(
-                method,
-                path,
-                operation=operation,
-                retry=Retry.WRITE,
-                body=_replacement(obj, existing),
-            )
-            return
-        except errors.Conflict as exc:  # changed since the read: read it again
-            last = exc
-    assert last is not None
-    raise last
-
-
-def _replacement(obj: dict[str, Any], existing: Mapping[str, Any]) -> dict[str, Any]:
-    """`obj` as a PUT over `existing`: its resourceVersion, and a Service's
-    allocated cluster IPs (immutable: a replace must carry them)."""
-    meta = existing.get("metadata") or {}
-    out = {**obj, "metadata": {**obj["metadata"], "resourceVersion": meta.get("resourceVersion")}}
-    if obj["kind"] == "Service":
-        have = existing.get("spec") or {}
-        kept = {k: have[k] for k in ("clusterIP", "clusterIPs") if k in have}
-        out["spec"] = {**obj["spec"], **kept}
-    return out
-
-
-def _is_current(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
-    have, want = existing.get("spec") or {}, wanted["spec"]
-    owners = (existing.get("metadata") or {}).get("ownerReferences")
-    return owners == wanted["metadata"]["ownerReferences"] and all(
-        have.get(key) == want.get(key) for key in shapes.SPEC_KEYS[wanted["kind"]]
-    )
