@@ -120,6 +120,9 @@ class SessionRoutes:
         # The ports whose HTTPRoutes exist, as far as this object knows; None:
         # unknown (an adopted pod, a failed publish): listed before deleting.
         self._known: frozenset[int] | None = frozenset() if fresh else None
+        # Whether any object of the session may exist: not for a fresh pod
+        # before its first publish (a port-less run session costs no request).
+        self._may_exist = not fresh
         self._identity = identity
         self._pod = pod
         self._report = report
@@ -162,6 +165,9 @@ class SessionRoutes:
         everything = tuple(p.port for p in shapes.published_ports(identity))
         tcp = shapes.routed_ports(identity)
         service = shapes.build_service(t.settings, identity, pod)
+        if service is None and not self._may_exist:
+            return  # nothing to publish, nothing to remove
+        self._may_exist = True  # until this publish has landed
         try:
             if service is None:
                 await self._delete(f"{self._services}/{pod_name(identity.session_id)}")
@@ -176,6 +182,7 @@ class SessionRoutes:
                 await self._apply_httproutes(identity, t.gateway, tcp)
         except errors.KubeError as exc:
             raise _Failed(exc, tcp) from exc
+        self._may_exist = service is not None
 
     async def _apply_ingress(self, identity: SessionIdentity) -> None:
         ingress = shapes.build_ingress(self._t.settings, identity, self._pod)

@@ -115,3 +115,18 @@ async def test_a_republish_starts_the_follow_over(autojump_clock: trio.testing.M
         (9, 8080, "unprogrammed"),
         (9, 9000, "unprogrammed"),
     ]
+
+
+async def test_a_fresh_pod_without_ports_costs_no_request(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server, report = apiserver([]), Report()
+    async with open_mock_client(server) as client:
+        target = RouteTarget(client, SETTINGS, Layer.INGRESS, None)
+        async with open_session_routes(target, IDENTITY, POD, report, fresh=True) as routes:
+            published = await routes.publish(())
+            assert server.calls() == [] and published.endpoints == ()
+            # Once something was published, an empty set removes it.
+            await routes.publish((PortMapping(8080, "tcp"),))
+            await routes.publish(())
+    assert [c.split()[0] for c in server.calls()] == ["POST", "POST", "DELETE", "DELETE"]
