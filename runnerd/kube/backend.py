@@ -12,6 +12,10 @@ previous process left; `run()` with no creation re-attaches to one (no log
 splice: its client saw that output already; one notice line says output
 from while runnerd was away may be missing) and supervises it as usual.
 
+Public routes (`runnerd.kube.routing`): `backend.routing`, resolved at
+start, gives each session its Service and Ingress or HTTPRoutes and follows
+their health (`routing.session_routes`).
+
 `probe` answers whether sessions could start now (ready, unreachable,
 forbidden, namespace missing), each with what the operator should do.
 """
@@ -34,6 +38,7 @@ from runnerd.kube.podrun import PodRun, PodRunContext
 from runnerd.kube.podspec import pod_name
 from runnerd.kube.probe import probe_cluster
 from runnerd.kube.recovery import left_pods, recover_pods
+from runnerd.kube.routing import Routing
 from runnerd.kube.settings import KubeSettings
 
 
@@ -56,6 +61,7 @@ class KubeBackend:
         client: KubeClient,
         informer: PodInformer,
         tokens: BundleTokens,
+        routing: Routing,
         *,
         ledger: PodLedger | None = None,
     ) -> None:
@@ -63,7 +69,10 @@ class KubeBackend:
         self.client = self._client = client
         self._informer = informer
         self.ledger = ledger or PodLedger()
-        self._runs = PodRunContext(settings, client, informer, tokens, self.ledger)
+        # Resolved once at start (`runnerd.kube.routing`): every session's
+        # routes, run pods' and watch pods' alike, are made with it.
+        self.routing = routing
+        self._runs = PodRunContext(settings, client, informer, tokens, self.ledger, routing)
 
     async def recover(self) -> list[Recovered]:
         """With `on_restart = "adopt"`, once the informer has listed them:
