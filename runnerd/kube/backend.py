@@ -11,6 +11,9 @@ Restarts (`runnerd.kube.recovery`): `recover()` reads back the pods a
 previous process left; `run()` with no creation re-attaches to one (no log
 splice: its client saw that output already; one notice line says output
 from while runnerd was away may be missing) and supervises it as usual.
+The watch pods it finds are left to `adopt_watch`; those no session
+adopted `WATCH_ADOPT_GRACE_S` after `recover()` are given up on
+(`sweep_unadopted_watch`): the provider's sweep deletes them.
 
 `probe` answers whether sessions could start now (ready, unreachable,
 forbidden, namespace missing), each with what the operator should do.
@@ -33,8 +36,13 @@ from runnerd.kube.ledger import PodLedger
 from runnerd.kube.podrun import PodRun, PodRunContext
 from runnerd.kube.podspec import pod_name
 from runnerd.kube.probe import probe_cluster
-from runnerd.kube.recovery import left_pods, recover_pods
+from runnerd.kube.recovery import left_pods, left_watch_pods, recover_pods
 from runnerd.kube.settings import KubeSettings
+
+# How long after `recover()` the core has to adopt the watch pods a previous
+# process left (its recovery adopts them right after `recover()` returns;
+# this is headroom for a slow apiserver, not a wait anyone sees).
+WATCH_ADOPT_GRACE_S = 60.0
 
 
 class KubeBackend:
@@ -64,6 +72,8 @@ class KubeBackend:
         self._informer = informer
         self.ledger = ledger or PodLedger()
         self._runs = PodRunContext(settings, client, informer, tokens, self.ledger)
+        self._watch_left: list[str] = []
+        self._recovered = trio.Event()
 
     async def recover(self) -> list[Recovered]:
         """With `on_restart = "adopt"`, once the informer has listed them:
@@ -74,10 +84,18 @@ class KubeBackend:
             await trio.lowlevel.checkpoint()
             return []
         await self._informer.wait_synced()
-        ledger = self.ledger
-        return await recover_pods(
-            self._client, left_pods(self._informer.pods(), ledger.live, ledger.stopped_before)
-        )
+        ledger, pods = self.ledger, self._informer.pods()
+        self._watch_left = left_watch_pods(pods, ledger.live)
+        self._recovered.set()
+        return await recover_pods(self._client, left_pods(pods, ledger.live, ledger.stopped_before))
+
+    async def sweep_unadopted_watch(self, grace_s: float = WATCH_ADOPT_GRACE_S) -> list[str]:
+        """Once `recover()` ran and `grace_s` passed: the watch pods it found
+        that no session adopted meanwhile, given up on in the ledger (the
+        sweep deletes them). Never returns without a `recover()`."""
+        await self._recovered.wait()
+        await trio.sleep(grace_s)
+        return self.ledger.abandon(self._watch_left, trio.current_time())
 
     @asynccontextmanager
     async def open_watch(

@@ -147,6 +147,7 @@ async def _open_backend(
             if settings.on_restart == "reap":  # else `recover()` adopts them
                 nursery.start_soon(_reap, backend, informer)
             nursery.start_soon(_sweep_abandoned, backend, informer)
+            nursery.start_soon(_give_up_unadopted_watch, backend)
             log.info(
                 "kubernetes backend: namespace %s via %s; bundles on %s",
                 client.namespace,
@@ -189,6 +190,14 @@ async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
         await delete_stale(backend.client, name, "a pod left by a previous run")
     if left:
         log.warning("deleted %d session pods left by a previous run", len(left))
+
+
+async def _give_up_unadopted_watch(backend: KubeBackend) -> None:
+    """After recovery (with "adopt"): the watch pods no session adopted go
+    to the sweep (`KubeBackend.sweep_unadopted_watch`)."""
+    names = await backend.sweep_unadopted_watch()
+    if names:
+        log.warning("deleting %d watch pods no session adopted after a restart", len(names))
 
 
 async def _sweep_abandoned(backend: KubeBackend, informer: PodInformer) -> None:

@@ -14,6 +14,11 @@ nobody is deleting) is one of:
 - unreadable (no session label, annotations missing or garbled, no limits)
   → deleted, logged: nothing could be rebuilt from it.
 
+Watch pods (`runnerd.telo.run/mode: watch`; no session container, a name
+fresh on every recreate) are none of these: `left_pods` passes over them
+and `left_watch_pods` names them, for the watch adoption (`adopt_watch`)
+to claim and the sweep to delete when nobody did (`KubeBackend.recover`).
+
 The identity comes from the pod alone (podspec's labels and annotations,
 the session container's limits, `activeDeadlineSeconds` as the TTL): never
 env, which stays out of the pod's metadata. `created_at` is the original
@@ -48,6 +53,9 @@ NEVER_STARTED = (
     "provision: runnerd restarted before the session pod was running (its"
     " bundle download went with the old process); start the session again"
 )
+# A watch pod says so in its labels (as `runnerd.kube.watchpod` builds it).
+MODE_LABEL = "runnerd.telo.run/mode"
+WATCH_MODE = "watch"
 # Each delete of a left pod is bounded: recovery must end even on a slow apiserver.
 DELETE_WAIT_S = 5.0
 
@@ -144,16 +152,35 @@ def _session_container(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 STOPPED = "its session was stopped by the previous run, which could not delete it"
 
 
+def is_watch_pod(pod: Mapping[str, Any]) -> bool:
+    """Whether `pod` is a watch session's (its mode label), not a run session's."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(MODE_LABEL) == WATCH_MODE)
+
+
+def left_watch_pods(pods: Iterable[Mapping[str, Any]], ours: Collection[str]) -> list[str]:
+    """The watch pods not in `ours` and not being deleted: a previous
+    process's, for the watch adoption (or the sweep)."""
+    return [
+        name
+        for pod in pods
+        if is_watch_pod(pod)
+        and (name := str((pod.get("metadata") or {}).get("name", ""))) not in ours
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    ]
+
+
 def left_pods(
     pods: Iterable[Mapping[str, Any]], ours: Collection[str], stopped: Collection[str] = ()
 ) -> list[LeftPod]:
-    """Every pod not in `ours` (this process's own) and not being deleted;
-    those in `stopped` (the previous run stopped their sessions) to delete."""
+    """Every run pod not in `ours` (this process's own) and not being
+    deleted; those in `stopped` (the previous run stopped their sessions) to
+    delete. Watch pods are not run sessions: never among them."""
     left: list[LeftPod] = []
     for pod in pods:
         meta = pod.get("metadata") or {}
         name = str(meta.get("name", ""))
-        if name in ours or meta.get("deletionTimestamp"):
+        if name in ours or meta.get("deletionTimestamp") or is_watch_pod(pod):
             continue
         left.append(
             LeftPod(name, None, delete=True, reason=STOPPED)
