@@ -190,6 +190,47 @@ class KubeClient:
         items = [i for i in answer.get("items") or [] if isinstance(i, dict)]
         return items, str((answer.get("metadata") or {}).get("resourceVersion", ""))
 
+    # -- configmaps (the watch pods' workspace application) -------------------
+
+    def configmaps_path(self, name: str | None = None) -> str:
+        base = f"/api/v1/namespaces/{quote(self.namespace, safe='')}/configmaps"
+        return base if name is None else f"{base}/{quote(name, safe='')}"
+
+    async def create_configmap(
+        self, configmap: Mapping[str, Any], *, operation: str
+    ) -> dict[str, Any]:
+        """Create `configmap`; the stored object.
+
+        Raises:
+            errors.AlreadyExists: one of that name exists (content-addressed
+                callers take it as success).
+            errors.KubeError: any other refusal, classified.
+        """
+        return await self.request(
+            "POST", self.configmaps_path(), operation=operation, retry=Retry.WRITE, body=configmap
+        )
+
+    async def list_configmaps(self, *, label_selector: str, operation: str) -> list[dict[str, Any]]:
+        """Every ConfigMap in the namespace matching `label_selector`."""
+        answer = await self.request(
+            "GET",
+            self.configmaps_path(),
+            operation=operation,
+            retry=Retry.READ,
+            params={"labelSelector": label_selector},
+        )
+        return [i for i in answer.get("items") or [] if isinstance(i, dict)]
+
+    async def delete_configmap(self, name: str, *, operation: str) -> bool:
+        """Delete the ConfigMap; False if it was already gone."""
+        try:
+            await self.request(
+                "DELETE", self.configmaps_path(name), operation=operation, retry=Retry.IDEMPOTENT
+            )
+        except errors.NotFound:
+            return False
+        return True
+
     async def read_log(
         self, name: str, *, container: str, operation: str, limit_bytes: int = 1024 * 1024
     ) -> bytes:

@@ -83,6 +83,8 @@ PURE = (
     "runnerd.kube.podphase",
     "runnerd.kube.policy",
     "runnerd.kube.splice",
+    "runnerd.kube.watchpod",
+    "runnerd.kube.workspaceapp",
 )
 IO_LIBRARIES = ("trio", "httpx", "quart", "quart_trio", "hypercorn")
 
