@@ -46,6 +46,7 @@ from runnerd.kube.podspec import (
     pod_name,
 )
 from runnerd.kube.podstatus import is_running, terminal_outcome
+from runnerd.kube.watchpod import is_watch_pod
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +54,6 @@ NEVER_STARTED = (
     "provision: runnerd restarted before the session pod was running (its"
     " bundle download went with the old process); start the session again"
 )
-# A watch pod says so in its labels (as `runnerd.kube.watchpod` builds it).
-MODE_LABEL = "runnerd.telo.run/mode"
-WATCH_MODE = "watch"
 # Each delete of a left pod is bounded: recovery must end even on a slow apiserver.
 DELETE_WAIT_S = 5.0
 
@@ -150,12 +148,6 @@ def _session_container(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 STOPPED = "its session was stopped by the previous run, which could not delete it"
-
-
-def is_watch_pod(pod: Mapping[str, Any]) -> bool:
-    """Whether `pod` is a watch session's (its mode label), not a run session's."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return bool(labels.get(MODE_LABEL) == WATCH_MODE)
 
 
 def left_watch_pods(pods: Iterable[Mapping[str, Any]], ours: Collection[str]) -> list[str]:
