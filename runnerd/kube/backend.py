@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import trio
 
@@ -38,6 +39,7 @@ from runnerd.kube.podspec import pod_name
 from runnerd.kube.probe import probe_cluster
 from runnerd.kube.recovery import left_pods, left_watch_pods, recover_pods
 from runnerd.kube.settings import KubeSettings
+from runnerd.kube.watchcheckpoint import load_checkpoint
 
 # How long after `recover()` the core has to adopt the watch pods a previous
 # process left (its recovery adopts them right after `recover()` returns;
@@ -66,12 +68,15 @@ class KubeBackend:
         tokens: BundleTokens,
         *,
         ledger: PodLedger | None = None,
+        state_dir: Path | None = None,
     ) -> None:
         self._settings = settings
         self.client = self._client = client
         self._informer = informer
         self.ledger = ledger or PodLedger()
         self._runs = PodRunContext(settings, client, informer, tokens, self.ledger)
+        # Where watch checkpoints are kept (`watchcheckpoint`); None: nowhere.
+        self._state_dir = state_dir
         self._watch_left: list[str] = []
         self._recovered = trio.Event()
 
@@ -116,7 +121,11 @@ class KubeBackend:
         yield  # pragma: no cover - an async generator, for the context manager
 
     def load_checkpoint(self, saved: dict[str, object]) -> Checkpoint | None:
-        return None
+        """A checkpoint a previous daemon kept in `<state_dir>/watch-checkpoints`
+        (`watchcheckpoint.load_checkpoint`), or None."""
+        if self._state_dir is None:
+            return None
+        return load_checkpoint(self._state_dir, saved)
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         """Whether sessions could start now (`probe.probe_cluster`)."""

@@ -140,7 +140,9 @@ async def _open_backend(
             informer = PodInformer(client, managed_by_selector(settings))
             tokens = BundleTokens()
             ledger = await _load_ledger(config.runner.state_dir)
-            backend = KubeBackend(settings, client, informer, tokens, ledger=ledger)
+            backend = KubeBackend(
+                settings, client, informer, tokens, ledger=ledger, state_dir=config.runner.state_dir
+            )
             await nursery.start(informer.run)
             nursery.start_soon(serve_bundles, listener, tokens)
             nursery.start_soon(_sweep_tokens, tokens)
