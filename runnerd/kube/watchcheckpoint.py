@@ -12,7 +12,7 @@ else is None and logged (a hand-edited or stale record never makes the
 daemon read outside its own directory).
 
 The tar is what the workspace API's `GET /workspace/snapshot` streams (the
-listed files, ustar); `runnerd.kube.workspaceapi` writes it and seeds a new
+listed files, ustar); `workspaceapi` writes it and seeds a new
 pod from it. Nothing here holds a secret: a snapshot is the session's files.
 """
 
