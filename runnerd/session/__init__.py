@@ -24,8 +24,10 @@ Watch sessions: `watchsession` (the session object, a `Session` of mode
 `appsink` (what an app's generation and its watchers report to),
 `generations` (an app's generations, one at a time), `watching` (the
 driver: `open_watch`, serving, debounce, checkpoints, idle suspend,
-resume, the TTL), `watchmanage` (the manager's watch side: start, resume,
-the watch cap, eviction of suspended sessions), `watchspec` (what
+resume, the TTL), `publishing` (the port set through `WatchHost.publish`:
+`running.endpoints`, rejected ports), `reopen` (`PUT /apps` where a place
+holds a fixed app set), `watchmanage` (the manager's watch side: start,
+resume, the watch cap, eviction of suspended sessions), `watchspec` (what
 admission builds); `resize` is the resize coalescing both modes share.
 
 May import: `contract`, `errors`, `metrics`, `atomic_file`, `backend`,

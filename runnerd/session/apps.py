@@ -63,6 +63,10 @@ class AppChannel:
         self.on_kernel_run: Callable[[], None] | None = None
         # The driver's restart bookkeeping (`request_restart`).
         self.pending_trigger: RunTrigger | None = None
+        # Set while a self-watching process that offers an in-place reload
+        # (`AppStarted.reload`) is up: starts one for `trigger` and says
+        # True, or False when it cannot (restart it then).
+        self.reload_in_place: Callable[[RunTrigger], bool] | None = None
         self.generation_scope: trio.CancelScope | None = None
         self.starting = False  # its generation's process is being started
         # The exit code the backend reported for a process it stopped
@@ -151,6 +155,7 @@ class AppChannel:
     def detach(self) -> None:
         """The generation's process is gone: stdin is dropped from now on."""
         self._handle = None
+        self.reload_in_place = None
         if self._resize is not None:
             self._resize.close()
             self._resize = None
@@ -166,7 +171,14 @@ class AppChannel:
         """Start a new generation with `trigger`: the running one (or the
         wait after the last one ended) is cancelled, and the backend stops
         its process before the next starts. One still starting is let
-        start first (its `started` is sent), then restarted."""
+        start first (its `started` is sent), then restarted. A
+        self-watching process that is up and offers an in-place reload is
+        reloaded instead (`manual`, `resume`): its kernel starts the next
+        generation without the process stopping."""
+        up = self._handle is not None and not self.starting and self.pending_trigger is None
+        if trigger in ("manual", "resume") and up and self.reload_in_place is not None:
+            if self.reload_in_place(trigger):
+                return
         self.pending_trigger = trigger
         if self.generation_scope is not None and not self.starting:
             self.generation_scope.cancel()

@@ -120,8 +120,7 @@ class AppReport:
         if diff is not None:
             channel.spec = replace(channel.spec, ports=diff.ports)
             session.emit(diff.event())
-            if session.serving:
-                session.publish_running()  # `running.endpoints` follows the announced set
+            session.request_publish()  # `running.endpoints` follows the announced set
 
 
 class AgentSink:

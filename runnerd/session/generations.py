@@ -29,28 +29,34 @@ failed to start): the session's `running`.
 
 A self-watching app (`AppStarted.self_watching`, `telo run --watch`) is not
 restarted on `watch` changes (the debounce skips it); its generations come
-from its kernel's debug frames (`runnerd.watch.kernel.KernelProjection`, fed
-by `AppReport.debug`): the process's start only sets the trigger the next
-`Kernel.Starting` is attributed to (initial, manual, resume; `watch` for
-the kernel's own restarts), and an exit under an open generation closes it
-`completed {code}`. Its first report (what `running` waits for) is its
-kernel's first run; a runtime without a debug stream reports at its
-process's start. A process that exits before its kernel reported any run
-(bad arguments, a crash at load) is that generation's failure to start:
-`started` then `failed`, naming the exit code. A write restarts a
-self-watching app only when its process is gone.
+from its kernel's debug frames (`runnerd.watch.kernel.KernelProjection`,
+fed by `AppReport.debug`): the process's start only sets the trigger the
+next `Kernel.Starting` is attributed to (initial, manual, resume; `watch`
+for the kernel's own restarts), and an exit under an open generation closes
+it `completed {code}`. When its process offers an in-place reload
+(`AppStarted.reload`), a `manual` restart (and a kept app's `resume` on a
+live host) while the process is up is that reload, not a restart: the
+projection expects the trigger, the process stays, and a reload that raises
+is a `progress` line with `app` (nothing else changes). Its first report
+(what `running` waits for) is its kernel's first run; a runtime without a
+debug stream reports at its process's start. A process that exits before
+its kernel reported any run (bad arguments, a crash at load) is that
+generation's failure to start: `started` then `failed`, naming the exit
+code. A write restarts a self-watching app only when its process is gone.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
 
 from runnerd.backend import Exited, Failed, StartError
 from runnerd.backend.watch import AppStarted, WatchHost
+from runnerd.contract import progress_event
+from runnerd.errors import RunnerdError
 from runnerd.session.apps import AppChannel
 from runnerd.session.appsink import AppOutputSink, AppReport
 from runnerd.session.running import leaves
@@ -164,6 +170,48 @@ class AppPeriod:
         self._reported(channel.name)  # a self-watching one that ended before its kernel said
 
 
+class _InPlace:
+    """A self-watching process's in-place reload (`AppStarted.reload`), as
+    `AppChannel.reload_in_place`: the kernel projection expects the trigger
+    (its next `Kernel.Starting` is that generation), and the reload runs in
+    the generation's nursery (it goes when the process does). One that
+    raises is a `progress` line with the app and nothing else changes (the
+    expectation taken back)."""
+
+    def __init__(
+        self,
+        session: WatchSession,
+        channel: AppChannel,
+        reload: Callable[[], Awaitable[None]],
+        nursery: trio.Nursery,
+    ) -> None:
+        self._session = session
+        self._channel = channel
+        self._reload = reload
+        self._nursery = nursery
+
+    def __call__(self, trigger: RunTrigger) -> bool:
+        kernel = self._channel.kernel
+        if kernel is None:
+            return False
+        before = kernel.expected
+        kernel.expect(trigger)
+        self._nursery.start_soon(self._run, kernel, trigger, before)
+        return True
+
+    async def _run(
+        self, kernel: KernelProjection, trigger: RunTrigger, before: RunTrigger | None
+    ) -> None:
+        try:
+            await self._reload()
+        except RunnerdError as exc:
+            if kernel.expected == trigger:
+                kernel.expect(before)
+            name = self._channel.name
+            log.info("reload failed: %s", exc.message, extra={"session_id": self._session.id})
+            self._session.emit(progress_event("boot", f"reload failed: {exc.message}", app=name))
+
+
 class _OnStarted:
     """The `task_status` a generation's `run_app` is given: `started(AppStarted)`
     attaches the handle and emits `run started` inside the backend's call,
@@ -197,6 +245,9 @@ class _OnStarted:
         if value.self_watching:
             channel.kernel = KernelProjection(channel.runs)
             channel.kernel.expect(self._trigger)
+            if value.reload is not None:
+                reload = _InPlace(self._session, channel, value.reload, self._nursery)
+                channel.reload_in_place = reload
         else:
             channel.kernel = None
             self._session.emit_run(channel.runs.start(self._trigger, trio.current_time()))

@@ -5,9 +5,13 @@ session's task under its stop scope:
 
     loop:  under the TTL (`ttl_s` from creation, afresh from each resume)
              async with backend.open_watch(spec, progress) as host:
+               (entered with `session.open_spec()`: the app set, the agent,
+                 the latest checkpoint)
                serve: the agent, every app's generation (trigger initial /
-                 resume), `running` once each app's first one started or
-                 failed to start; the debounce, the checkpoint period and
+                 resume); once each app's first one started or failed to
+                 start, the port set published (`runnerd.session.publishing`)
+                 and `running` with what the host published;
+                 the debounce, the republishing, the checkpoint period and
                  the idle watch beside them
                idle → checkpoint while they run (a failure: a `progress`
                  saying why, still running, try again after the next idle
@@ -29,7 +33,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 
 import trio
 
@@ -39,6 +42,8 @@ from runnerd.contract import progress_event
 from runnerd.session.appsink import AgentSink, SessionProgress
 from runnerd.session.ending import Ending, Internal, Produced, StartFailed, Stopped, TtlExpired
 from runnerd.session.generations import AppPeriod
+from runnerd.session.publishing import Publisher
+from runnerd.session.reopen import Reopen
 from runnerd.session.running import leaves, ttl_deadline
 from runnerd.session.watchsession import WatchSession
 from runnerd.watch.runs import RunTrigger
@@ -79,6 +84,7 @@ async def drive_watch(
         produced = produced or Internal()
     finally:
         session.unserve()
+        session.end_reopen()  # a reopen that failed or never ran: its waiters go on
         session.runs.abandon_all()
         with trio.CancelScope(shield=True):
             await _discard_checkpoint(session)
@@ -111,47 +117,75 @@ async def _discard_checkpoint(session: WatchSession) -> None:
 
 async def _live_period(session: WatchSession, backend: Backend, trigger: RunTrigger) -> None:
     """One stretch with a live workspace: open it, serve until idle, and
-    return suspended (status `suspended`, the host left)."""
-    spec = replace(session.watch_spec.watch, checkpoint=session.checkpoint)
-    async with backend.open_watch(spec, SessionProgress(session)) as host:
-        await _serve(session, host, trigger)
-        # Stopped now: the last checkpoint. If it fails, the one taken at
-        # idle (moments ago, while the apps ran) stands.
-        await _take_checkpoint(session, host)
+    return suspended (status `suspended`, the host left). A reopen for a
+    new app set (`runnerd.session.reopen`) leaves the host and enters
+    `open_watch` again within the stretch, every app starting `resume`."""
+    while True:
+        async with backend.open_watch(session.open_spec(), SessionProgress(session)) as host:
+            reopen = await _serve(session, host, trigger)
+            # Stopped now: the last checkpoint. If it fails, the one taken
+            # at idle (or by the reopen's PUT, moments ago) stands.
+            await _take_checkpoint(session, host)
+            if reopen is not None:
+                session.apply_reopen(reopen)  # the new set: its PUT answers
+        if reopen is None:
+            break
+        trigger = "resume"
     session.mark_suspended()
 
 
-async def _serve(session: WatchSession, host: WatchHost, trigger: RunTrigger) -> None:
-    """The apps and the agent over `host` until the session is idle; when
-    this returns they are stopped and the workspace routes answer 409."""
+async def _serve(session: WatchSession, host: WatchHost, trigger: RunTrigger) -> Reopen | None:
+    """The apps and the agent over `host` until the session is idle (None)
+    or a reopen is asked (returned); when this returns they are stopped and
+    the workspace routes answer 409 (or, reopening, wait)."""
     session.host = host
     try:
         async with trio.open_nursery() as nursery:
             period = AppPeriod(session, host, nursery)
             session.period = period
+            publisher = session.publisher = Publisher(session, host)
             _start_agent(session, host, nursery)
             for channel in session.app_channels():
                 period.start_app(channel, trigger)
             await period.first_round.wait()
             session.serve()
+            await publisher.publish()  # `running`, with what the host published
+            nursery.start_soon(publisher.run)
             nursery.start_soon(_debounce, session)
             nursery.start_soon(_checkpoint_every, session, host)
-            while True:
-                await _until_idle(session)
-                # A checkpoint before anything stops: one that fails leaves
-                # the session running untouched (and says why), to try
-                # again after the next idle period.
+            while not await _until_idle_or_reopen(session):
+                # Idle: a checkpoint before anything stops. One that fails
+                # leaves the session running untouched (and says why), to
+                # try again after the next idle period.
                 failure = await _take_checkpoint(session, host)
                 if failure is None:
                     break
                 session.emit(progress_event("boot", f"not suspended while idle: {failure}"))
+            # Decided here, with no wait before `unserve`: a reopen asked
+            # meanwhile (the idle checkpoint) is carried out, not lost.
+            reopen = session.take_reopen()
             session.unserve()
             nursery.cancel_scope.cancel()
+        return reopen
     finally:
         session.unserve()
-        session.host = session.period = None
+        session.host = session.period = session.publisher = None
         session.debounce.cancel()
         session.runs.abandon_all()
+
+
+async def _until_idle_or_reopen(session: WatchSession) -> bool:
+    """Return once idle (False) or a reopen was asked (True)."""
+    async with trio.open_nursery() as nursery:
+
+        async def idle() -> None:
+            await _until_idle(session)
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(idle)
+        await session.reopen_asked.wait()
+        nursery.cancel_scope.cancel()
+    return session.reopen is not None
 
 
 def _start_agent(session: WatchSession, host: WatchHost, nursery: trio.Nursery) -> None:
@@ -211,9 +245,7 @@ async def _take_checkpoint(session: WatchSession, host: WatchHost) -> str | None
     except CheckpointFailed as exc:
         log.warning("checkpoint failed: %s", exc, extra={"session_id": session.id})
         return f"the workspace checkpoint failed: {exc}"
-    old, session.checkpoint = session.checkpoint, checkpoint
-    if old is not None:
-        await old.discard()
+    await session.keep_checkpoint(checkpoint)
     return None
 
 

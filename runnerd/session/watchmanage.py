@@ -116,6 +116,7 @@ class WatchSide:
             ring_bytes=replay_buffer_bytes,
             metrics=metrics,
             backend_name=self._backend.name,
+            fixed_apps=self._backend.watch_fixed_apps,
         )
 
     async def resume(self, session_id: str) -> None:

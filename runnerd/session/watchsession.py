@@ -24,13 +24,15 @@ from typing import Protocol
 import trio
 
 from runnerd.backend import CreationSpec, RunSpec
-from runnerd.backend.watch import ChangeSet, Checkpoint, WatchHost, WorkspaceFile
+from runnerd.backend.watch import ChangeSet, Checkpoint, WatchHost, WatchSpec, WorkspaceFile
 from runnerd.config import WatchConfig
-from runnerd.contract import RunEvent, RunnerEndpoint, RunStatus, running, starting, suspended
+from runnerd.contract import RunEvent, RunnerEndpoint, RunStatus, starting, suspended
 from runnerd.errors import RunnerdError
 from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.session.apps import AppChannel
+from runnerd.session.publishing import Publisher
 from runnerd.session.registry import SessionRecord
+from runnerd.session.reopen import REOPEN_WAIT_S, Reopen, ask_reopen
 from runnerd.session.session import Session
 from runnerd.session.watchspec import WatchSessionSpec
 from runnerd.watch.apps import AppSpec
@@ -71,8 +73,11 @@ class WatchSession(Session):
         ring_bytes: int,
         metrics: Metrics = NULL_METRICS,
         backend_name: str = "",
+        fixed_apps: bool = False,
     ) -> None:
-        """`limits`: the `[watch]` table in effect (read when each limit applies)."""
+        """`limits`: the `[watch]` table in effect (read when each limit
+        applies). `fixed_apps`: the backend's places hold a fixed app set
+        (`PUT /apps` is a reopen, `runnerd.session.reopen`)."""
         super().__init__(
             record,
             RunSpec(spec.watch.identity, spec.watch.creation),
@@ -95,11 +100,20 @@ class WatchSession(Session):
         # The driver's: the live workspace and the running apps (None: not running).
         self.host: WatchHost | None = None
         self.period: Period | None = None
+        self.publisher: Publisher | None = None
         self.checkpoint: Checkpoint | None = None
         self.agent_running = False
         self.evicted = False  # gone from the registry (suspended too long, or a full one)
         self.resume_requested = trio.Event()
         self._serving = False
+        self.fixed_apps = fixed_apps
+        self._apps_lock = trio.Lock()  # one `PUT /apps` at a time
+        # A reopen (`runnerd.session.reopen`): the request the driver is to
+        # carry out (`reopen_asked` wakes it), and while one is under way
+        # the event the workspace routes wait on for the new host.
+        self.reopen: Reopen | None = None
+        self.reopen_asked = trio.Event()
+        self._reopening: trio.Event | None = None
 
     def _new_channel(self, app: AppSpec, slot: int) -> AppChannel:
         """A channel for an app new to the set; a name dropped earlier
@@ -148,6 +162,17 @@ class WatchSession(Session):
                 return AgentPlan(endpoint, message)
         return AgentPlan(endpoint, None)
 
+    def open_spec(self) -> WatchSpec:
+        """What entering the session's place is given now: the latest
+        checkpoint (None: seed from the bundle), the app set (each app's
+        launch, declaration order, with its slot) and the agent (None when
+        there is none or an app's port keeps it from running)."""
+        plan = self.agent_plan()
+        agent = self.watch_spec.agent if plan is not None and plan.conflict is None else None
+        launches = tuple(channel.launch() for channel in self._channels.values())
+        watch = self.watch_spec.watch
+        return replace(watch, checkpoint=self.checkpoint, apps=launches, agent=agent)
+
     # -- the routes' operations ------------------------------------------------
 
     @property
@@ -156,7 +181,9 @@ class WatchSession(Session):
         return self._serving and self.host is not None and self.status["kind"] == "running"
 
     def require_running(self) -> None:
-        if not self.serving:
+        """409 not_running unless serving (or reopening: still `running`)."""
+        reopening = self._reopening is not None and self.status["kind"] == "running"
+        if not self.serving and not reopening:
             kind = self.status["kind"]
             raise WatchError(409, "not_running", f"the session is {kind}: it has no live workspace")
 
@@ -181,19 +208,26 @@ class WatchSession(Session):
             self.budget.refund(now)  # refused after all: it changes nothing
             raise
 
-    def _live_host(self) -> WatchHost:
-        self.require_running()
+    async def _live_host(self) -> WatchHost:
+        """The live host; during a reopen, the new one once it serves."""
+        reopening = self._reopening
+        if reopening is not None:
+            with trio.move_on_after(REOPEN_WAIT_S):
+                await reopening.wait()
+        if not self.serving:
+            self.require_running()  # what it is now, said
+            raise WatchError(409, "not_running", "the session has no live workspace yet")
         assert self.host is not None
         return self.host
 
     async def list_workspace(self) -> list[WorkspaceFile]:
-        return await self._live_host().list_files()
+        return await (await self._live_host()).list_files()
 
     async def read_workspace_file(self, path: str) -> bytes:
-        return await self._live_host().read_file(path)
+        return await (await self._live_host()).read_file(path)
 
     async def apply_changes(self, changes: ChangeSet) -> tuple[int, int]:
-        written, deleted = await self._live_host().apply(changes)
+        written, deleted = await (await self._live_host()).apply(changes)
         self.metrics.workspace_writes(written, deleted)
         if written or deleted:  # a set that changed no path restarts nothing
             self.debounce.change(trio.current_time())
@@ -209,7 +243,18 @@ class WatchSession(Session):
         return names
 
     async def replace_apps(self, apps: tuple[AppSpec, ...]) -> list[str]:
-        self.require_running()
+        """`PUT /apps`: the set becomes `apps`; returns their names once GET
+        shows it. On a live app set the dropped apps are stopped first and
+        the rest restart (`resume`) on the same host; on a fixed one it is
+        a reopen (`runnerd.session.reopen`)."""
+        async with self._apps_lock:
+            host = await self._live_host()
+            if self.fixed_apps:
+                await ask_reopen(self, host, apps)
+                return [app.name for app in apps]
+            return await self._replace_live(apps)
+
+    async def _replace_live(self, apps: tuple[AppSpec, ...]) -> list[str]:
         names = [app.name for app in apps]
         dropped = [c for name, c in self._channels.items() if name not in names]
         for channel in dropped:  # stopped first: each ends its open generation
@@ -217,7 +262,27 @@ class WatchSession(Session):
             channel.task_scope.cancel()
         for channel in dropped:
             await channel.ended.wait()
-            self._retired_seqs[channel.name] = channel.ring.last_id
+        kept = self._swap_channels(apps)
+        period = self.period  # None: suspended meanwhile; a resume starts them all
+        for name, channel in self._channels.items():
+            if name in kept:
+                channel.request_restart("resume")
+            elif period is not None:
+                period.start_app(channel, "resume")
+        if self._serving and self.publisher is not None:
+            await self.publisher.publish()  # the new set's ports, before the 202
+        self._notify()
+        return names
+
+    def _swap_channels(self, apps: tuple[AppSpec, ...]) -> set[str]:
+        """The channels become `apps`' (kept by name: their counters, output
+        and slot; the spec replaced); the dropped ones are gone (their seqs
+        remembered). Returns the names kept."""
+        names = [app.name for app in apps]
+        for name, channel in self._channels.items():
+            if name not in names:
+                channel.gone = True
+                self._retired_seqs[name] = channel.ring.last_id
         while len(self._retired_seqs) > RETIRED_KEPT:
             del self._retired_seqs[next(iter(self._retired_seqs))]
         old = {name: c for name, c in self._channels.items() if name in names}
@@ -230,16 +295,48 @@ class WatchSession(Session):
         self._channels = {
             app.name: old.get(app.name) or self._new_channel(app, next(free)) for app in apps
         }
-        period = self.period  # None: suspended meanwhile; a resume starts them all
-        for name, channel in self._channels.items():
-            if name in old:
-                channel.request_restart("resume")
-            elif period is not None:
-                period.start_app(channel, "resume")
-        if self._serving:
-            self.publish_running()  # the new set's ports
+        return set(old)
+
+    # -- a reopen (`runnerd.session.reopen`) -------------------------------------
+
+    async def keep_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """`checkpoint` is the latest from now on; the one it replaces is discarded."""
+        old, self.checkpoint = self.checkpoint, checkpoint
+        if old is not None and old is not checkpoint:
+            await old.discard()
+
+    def ask_reopen(self, request: Reopen) -> None:
+        """Hand the driver a reopen; from now the workspace routes wait.
+        WatchError 409 not_running when the session no longer serves."""
+        if not self.serving or self.reopen is not None:
+            self.require_running()
+            raise WatchError(409, "not_running", "the session is changing its app set")
+        self.reopen = request
+        self._reopening = trio.Event()
+        self.reopen_asked.set()
+
+    def take_reopen(self) -> Reopen | None:
+        """The driver's: the reopen asked, if any (it is carried out now)."""
+        request, self.reopen = self.reopen, None
+        self.reopen_asked = trio.Event()
+        return request
+
+    def apply_reopen(self, request: Reopen) -> None:
+        """The driver's, with every app stopped: the new set is the session's."""
+        self._swap_channels(request.apps)
+        request.applied.set()
         self._notify()
-        return names
+
+    def end_reopen(self) -> None:
+        """The reopen is over (served again, or the session left its place):
+        a request not taken is refused, and the waiting routes go on."""
+        request = self.take_reopen()
+        if request is not None:
+            request.refused = True
+            request.applied.set()
+        reopening, self._reopening = self._reopening, None
+        if reopening is not None:
+            reopening.set()
 
     # -- the driver's side ------------------------------------------------------
 
@@ -263,29 +360,22 @@ class WatchSession(Session):
             self._set_status(status)
 
     def serve(self) -> None:
-        """Every app's first generation of this period reported: `running`."""
+        """Every app's first generation of this period reported: the driver
+        publishes the port set next, and that is `running`
+        (`runnerd.session.publishing`). A reopen is over."""
         self._serving = True
-        self.publish_running()
+        self.end_reopen()
 
-    def publish_running(self) -> None:
-        """`running` with the agent's endpoint and every app's ports as
-        endpoints (declared, or as its kernel last announced them; the host
-        left empty, as a local run session's: the client knows how it
-        reached the runner), in app order. Published again whenever a port
-        set changes while the session serves."""
-        plan = self.agent_plan()
-        agent = plan.endpoint if plan is not None and plan.conflict is None else None
-        endpoints: list[RunnerEndpoint] = []
-        for channel in self._channels.values():
-            for port in channel.ports:
-                endpoint: RunnerEndpoint = {
-                    "host": "",
-                    "port": port.port,
-                    "protocol": port.protocol,
-                }
-                if endpoint not in endpoints:
-                    endpoints.append(endpoint)
-        self.set_status(running(endpoints, agent=agent))
+    @property
+    def serving_period(self) -> bool:
+        """Between `serve` and `unserve`: the apps of a live host serve."""
+        return self._serving
+
+    def request_publish(self) -> None:
+        """A port set changed while serving: publish the session's set again
+        (`running.endpoints` follows what the host published)."""
+        if self._serving and self.publisher is not None:
+            self.publisher.request()
 
     def unserve(self) -> None:
         """The apps are being stopped: the workspace routes answer 409 from now on."""

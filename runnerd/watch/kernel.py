@@ -109,9 +109,16 @@ class KernelProjection:
         self.runs = runs
         self._trigger: RunTrigger | None = None
 
-    def expect(self, trigger: RunTrigger) -> None:
-        """Attribute the next generation to `trigger` (the core's own start)."""
+    def expect(self, trigger: RunTrigger | None) -> None:
+        """Attribute the next generation to `trigger` (the core's own start
+        or in-place reload); None takes an expectation back (a reload that
+        did not happen)."""
         self._trigger = trigger
+
+    @property
+    def expected(self) -> RunTrigger | None:
+        """What the next generation will be attributed to, if the core's."""
+        return self._trigger
 
     def feed(self, frame: Mapping[str, Any], now: float) -> KernelUpdate:
         """The `run` events and port set one debug frame means."""

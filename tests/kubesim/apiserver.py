@@ -22,7 +22,17 @@ from typing import Any
 
 import trio
 
-from tests.kubesim import discovery, logs, params, quota, status, streams, table, updates
+from tests.kubesim import (
+    configmaps,
+    discovery,
+    logs,
+    params,
+    quota,
+    status,
+    streams,
+    table,
+    updates,
+)
 from tests.kubesim.discovery import KINDS, Kind
 from tests.kubesim.faults import Faults, Stats
 from tests.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -340,6 +350,8 @@ class ApiServer:
             current["spec"], updated.get("spec") or {}
         ):
             errors.append(("FieldValueForbidden", "spec", updates.POD_UPDATE_FORBIDDEN))
+        if kind.resource == "configmaps":
+            errors = configmaps.validate_update(current, updated) + errors
         if errors:
             raise status.invalid(kind.kind, name, errors, kind.group)
 

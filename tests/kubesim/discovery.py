@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tests.kubesim import configmaps as cm
 from tests.kubesim import events as ev
 from tests.kubesim import validation as v
 
@@ -58,6 +59,16 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("", "pods"): Kind("pods", "Pod", "", True, _RW, ("po",), v.validate_pod, v.default_pod),
     ("", "services"): Kind(
         "services", "Service", "", True, _RW, ("svc",), v.validate_service, v.default_service
+    ),
+    ("", "configmaps"): Kind(
+        "configmaps",
+        "ConfigMap",
+        "",
+        True,
+        _RW,
+        ("cm",),
+        cm.validate_configmap,
+        cm.default_configmap,
     ),
     ("", "resourcequotas"): Kind(
         "resourcequotas",

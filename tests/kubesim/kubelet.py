@@ -2,7 +2,8 @@
 
 Owns the node: it watches the store, schedules every new pod onto itself
 (nodeName, a loopback podIP of its own), runs init containers in order and
-then the containers (kubelet_runtime), writes every state change through
+then the containers (kubelet_runtime) once the pod's volumes are set up
+(kubelet_volumes: configMap volumes as files), writes every state change through
 `store.update` with the real status shapes (kubelet_status), enforces
 `activeDeadlineSeconds`, carries out graceful deletion (SIGTERM, SIGKILL after
 the grace period, then `store.remove`), and serves attach/exec connections
@@ -43,6 +44,7 @@ from .kubelet_runtime import (
     install_programs,
     open_host_process,
 )
+from .kubelet_volumes import mount_volumes, subpath_dir
 from .store import NotFound, Store, build_timestamp
 
 log = logging.getLogger(__name__)
@@ -320,6 +322,8 @@ class Kubelet:
     async def _run_containers(self, worker: PodWorker) -> None:
         assert worker.model is not None
         try:
+            if not await self._mount(worker):
+                raise PodStopped
             for spec, model in zip(
                 worker.spec.get("initContainers") or [], worker.model.init, strict=True
             ):
@@ -332,6 +336,17 @@ class Kubelet:
         except PodStopped:  # an init container's: raised here directly, never in a group
             pass
         await self._write(worker)
+
+    async def _mount(self, worker: PodWorker) -> bool:
+        """The pod's volumes, before any container (False: the pod stopped while waiting)."""
+
+        async def report(message: str) -> None:
+            await self.events.pod_event(worker.ref, WARNING, "FailedMount", message)
+
+        root = worker.dir / "volumes"
+        return await mount_volumes(
+            self._store, worker.ns, worker.spec, root, report, worker.stopping
+        )
 
     async def _run_main_container(
         self, worker: PodWorker, spec: Obj, model: st.ContainerModel
@@ -424,13 +439,10 @@ class Kubelet:
         return plan
 
     def _volume_dir(self, worker: PodWorker, mount: Obj) -> Path:
-        # Every volume is an empty directory on the host (configMap/secret contents are
-        # not projected: the sim serves no such resources).
-        path: Path = worker.dir / "volumes" / str(mount["name"])
-        if mount.get("subPath"):
-            path = path / str(mount["subPath"])
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        # Set up by _mount (kubelet_volumes); a mount naming no volume still gets a directory.
+        volume = worker.dir / "volumes" / str(mount["name"])
+        volume.mkdir(parents=True, exist_ok=True)
+        return subpath_dir(volume, str(mount.get("subPath") or ""))
 
     async def _pull(
         self, worker: PodWorker, spec: Obj, model: st.ContainerModel, path: str

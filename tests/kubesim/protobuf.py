@@ -17,6 +17,7 @@ it, rather than a silently dropped value.
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 MAGIC = b"k8s\x00"
@@ -24,7 +25,8 @@ Obj = dict[str, Any]
 
 # message → {field number: (json name, type)}. Types: "str", "int", "bool" (a trailing
 # "*" keeps zero values: a pointer field), "[T]" repeated, "{str}" / "{Quantity}" maps,
-# "IntOrString", "-" read and ignored, or another message. A json name "" is inline.
+# "{bytes}" (base64 in JSON), "IntOrString", "-" read and ignored, or another message.
+# A json name "" is inline.
 SCHEMA: dict[str, dict[int, tuple[str, str]]] = {
     "ObjectMeta": {
         1: ("name", "str"),
@@ -50,6 +52,12 @@ SCHEMA: dict[str, dict[int, tuple[str, str]]] = {
         5: ("apiVersion", "str"),
         6: ("controller", "bool*"),
         7: ("blockOwnerDeletion", "bool*"),
+    },
+    "ConfigMap": {
+        1: ("metadata", "ObjectMeta"),
+        2: ("data", "{str}"),
+        3: ("binaryData", "{bytes}"),
+        4: ("immutable", "bool*"),
     },
     "ResourceQuota": {
         1: ("metadata", "ObjectMeta"),
@@ -108,7 +116,7 @@ SCHEMA: dict[str, dict[int, tuple[str, str]]] = {
         3: ("pathType", "str"),
     },
 }
-KINDS = ("ResourceQuota", "Service", "Ingress")
+KINDS = ("ConfigMap", "ResourceQuota", "Service", "Ingress")
 
 
 class ProtobufError(ValueError):
@@ -174,6 +182,8 @@ def _scalar(kind: str, raw: int | bytes, *, keep_zero: bool) -> Any:
         number = raw - (1 << 64) if raw >= 1 << 63 else raw
         value: Any = bool(number) if kind == "bool" else number
         return value if number or keep_zero else None
+    if kind == "bytes":  # JSON carries []byte as base64
+        return base64.b64encode(_bytes(raw)).decode()
     if kind == "Quantity":
         return _last(_fields(_bytes(raw)), 1, b"").decode()
     if kind == "IntOrString":

@@ -1,7 +1,7 @@
 """The simulated cluster's object store: one global resourceVersion, bounded history, fan-out.
 
 Owns every object the apiserver serves (namespaces, pods, services, ingresses,
-resourcequotas), the single RV counter every write bumps, a bounded history of
+resourcequotas, configmaps), the single RV counter every write bumps, a bounded history of
 change events (so a watch can resume from an RV, and an RV older than the
 history answers 410), and fan-out of each change to subscribers.
 
@@ -23,7 +23,7 @@ Pod deletion (the apiserver calls `delete`): the pod gets `deletionTimestamp`
 (MODIFIED); if it is unscheduled, terminal, forced (grace 0) or no kubelet is
 registered, it is removed at once (DELETED); otherwise the registered kubelet
 sees the MODIFIED event, kills the containers and calls `remove`.
-Removing an owner garbage-collects the same-namespace services/ingresses whose
+Removing an owner garbage-collects the same-namespace services/ingresses/configmaps whose
 ownerReferences name its uid (policy Background/Foreground; Orphan strips the
 reference instead).
 """
@@ -46,7 +46,7 @@ Obj = dict[str, Any]
 SubKey = tuple[str | None, str | None, str | None]
 
 CLUSTER_SCOPED = frozenset({"namespaces"})
-GC_DEPENDENTS = ("services", "ingresses")
+GC_DEPENDENTS = ("services", "ingresses", "configmaps")
 SUBSCRIBER_BUFFER = 10_000
 
 

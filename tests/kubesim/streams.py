@@ -44,20 +44,21 @@ def choose_subprotocol(offers: list[str]) -> str | None:
 
 
 def pick_container(pod: Obj, requested: str | None) -> str:
+    """The container an attach/exec/log names, as k/k's `validateContainer` checks it.
+
+    With several containers and none named: 400 listing every container in
+    `VisitContainers` order (init containers first), e.g. `choose one of: [init app
+    side]`; a name the pod does not have: 400 `container X is not valid for pod P`.
+    """
     name = pod["metadata"]["name"]
     containers = [c["name"] for c in pod["spec"].get("containers", [])]
+    every = [c["name"] for c in pod["spec"].get("initContainers") or []] + containers
     if not requested:
         if len(containers) == 1:
             return str(containers[0])
-        inits = [c["name"] for c in pod["spec"].get("initContainers") or []]
-        message = (
-            f"a container name must be specified for pod {name}, "
-            f"choose one of: [{' '.join(containers)}]"
+        raise status.bad_request(
+            f"a container name must be specified for pod {name}, choose one of: [{' '.join(every)}]"
         )
-        if inits:
-            message += f" or one of the init containers: [{' '.join(inits)}]"
-        raise status.bad_request(message)
-    every = containers + [c["name"] for c in pod["spec"].get("initContainers") or []]
     if requested not in every:
         raise status.bad_request(f"container {requested} is not valid for pod {name}")
     return requested

@@ -3,7 +3,8 @@
 kubectl asks for `application/json;as=Table;v=v1;g=meta.k8s.io` when it prints
 columns. Pods get the real pod printer's columns and STATUS logic (k/k
 `pkg/printers/internalversion/printers.go` `printPod`, simplified), events the
-event printer's; other kinds get the default convertor's Name / Created At.
+event printer's, configmaps `printConfigMap`'s (NAME DATA AGE); other kinds get the
+default convertor's Name / Created At.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+from tests.kubesim import configmaps
 from tests.kubesim.events import event_cells
 
 Obj = dict[str, Any]
@@ -45,7 +47,11 @@ def wants_table(accept: str) -> bool:
 
 
 def build_table(kind: str, list_obj: Obj, now: dt.datetime) -> Obj:
-    columns = {"Pod": _POD_COLUMNS, "Event": _EVENT_COLUMNS}.get(kind, _DEFAULT_COLUMNS)
+    columns = {
+        "Pod": _POD_COLUMNS,
+        "Event": _EVENT_COLUMNS,
+        "ConfigMap": configmaps.COLUMNS,
+    }.get(kind, _DEFAULT_COLUMNS)
     rows = [
         {
             "cells": _cells(kind, item, now),
@@ -74,6 +80,8 @@ def _cells(kind: str, obj: Obj, now: dt.datetime) -> list[Any]:
         return _pod_cells(obj, now)
     if kind == "Event":
         return event_cells(obj, lambda ts: human_age(ts, now))
+    if kind == "ConfigMap":
+        return configmaps.build_cells(obj, lambda ts: human_age(ts, now))
     return _default_cells(obj)
 
 
@@ -118,14 +126,30 @@ def build_pod_status(pod: Obj) -> str:
             reason = f"Init:{i}/{n_inits}"
         break
     if not initializing:
-        for c in reversed(st.get("containerStatuses") or []):
-            state = c.get("state", {})
-            if (wait := state.get("waiting")) and wait.get("reason"):
-                reason = wait["reason"]
-            elif (term := state.get("terminated")) is not None:
-                reason = term.get("reason") or f"ExitCode:{term.get('exitCode')}"
+        reason = _containers_reason(st, reason)
     if pod["metadata"].get("deletionTimestamp"):
         reason = "Terminating"
+    return str(reason)
+
+
+def _containers_reason(st: Obj, reason: str) -> str:
+    """printPod's loop over the containers (last first); a pod with one Completed and one
+    still running reads Running when Ready, else NotReady."""
+    running = False
+    for c in reversed(st.get("containerStatuses") or []):
+        state = c.get("state", {})
+        if (wait := state.get("waiting")) and wait.get("reason"):
+            reason = wait["reason"]
+        elif (term := state.get("terminated")) is not None:
+            reason = term.get("reason") or f"ExitCode:{term.get('exitCode')}"
+        elif c.get("ready") and "running" in state:
+            running = True
+    if reason == "Completed" and running:
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in st.get("conditions") or []
+        )
+        reason = "Running" if ready else "NotReady"
     return str(reason)
 
 

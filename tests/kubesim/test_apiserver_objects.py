@@ -136,7 +136,7 @@ async def test_client_certificate_authenticates(apiserver: KubeSim) -> None:
 
 
 async def test_unknown_paths_are_real_404s(kube: httpx.AsyncClient) -> None:
-    for path in ("/apis/apps/v1", "/api/v1/namespaces/runnerd/configmaps", "/nope", "/openapi/v2"):
+    for path in ("/apis/apps/v1", "/api/v1/namespaces/runnerd/secrets", "/nope", "/openapi/v2"):
         r = await kube.get(path)
         assert r.status_code == 404, path
         assert r.json() == {

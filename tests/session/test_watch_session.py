@@ -22,7 +22,9 @@ async def test_generation_one_then_running_and_an_exit_leaves_the_session_up() -
     backend = FakeWatchBackend()
     async with running_manager(backend) as manager:
         session = start(manager, watch_spec({"main.sh": "echo hi\nexit 3\n"}))
-        await wait_until(session, lambda: len(runs(session)) == 2)
+        await wait_until(
+            session, lambda: len(runs(session)) == 2 and session.status["kind"] == "running"
+        )
         assert runs(session) == [(1, "started", "initial"), (1, "completed", 3)]
         assert session.status == {"kind": "running"}
         assert statuses(session) == ["starting", "running"]

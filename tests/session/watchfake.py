@@ -24,6 +24,7 @@ import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import trio
 
@@ -37,10 +38,12 @@ from runnerd.backend.watch import (
     CheckpointFailed,
     OutputStream,
     ProgressReport,
+    Published,
     WatchSpec,
     WorkspaceFile,
 )
-from runnerd.contract import IoMode
+from runnerd.contract import IoMode, PortMapping, RunnerEndpoint
+from runnerd.errors import RunnerdError
 from runnerd.watch.errors import WatchError
 
 
@@ -89,6 +92,14 @@ class FakeWatchHost:
     left: bool = False
     checkpoint_fails: bool = False
     start_delay_s: float = 0.0  # how long a process takes to start
+    published: list[tuple[PortMapping, ...]] = field(default_factory=list)
+    reject: dict[int, str] = field(default_factory=dict)  # what `publish` refuses
+    route_domain: str = ""  # "": published as the local backend does (host "")
+    publish_fails: RunnerdError | None = None
+    fixed: tuple[AppLaunch, ...] | None = None  # a fixed app set: the only ones it runs
+    offer_reload: bool = False  # a selfwatch app's AppStarted.reload (each call in `reloads`)
+    reloads: list[str] = field(default_factory=list)
+    reload_fails: RunnerdError | None = None
 
     async def list_files(self) -> list[WorkspaceFile]:
         await trio.lowlevel.checkpoint()
@@ -119,6 +130,31 @@ class FakeWatchHost:
         self.checkpoints.append(checkpoint)
         return checkpoint
 
+    async def publish(self, ports: tuple[PortMapping, ...]) -> Published:
+        """Every port published (host "", or `<port>.<route_domain>` with
+        one), but those in `reject` (port → why); each call kept in
+        `published`."""
+        await trio.lowlevel.checkpoint()
+        self.published.append(ports)
+        if self.publish_fails is not None:
+            raise self.publish_fails
+        endpoints: tuple[RunnerEndpoint, ...] = tuple(
+            {"host": self._route_host(p.port), "port": p.port, "protocol": p.protocol}
+            for p in ports
+            if p.port not in self.reject
+        )
+        rejected = tuple((p.port, self.reject[p.port]) for p in ports if p.port in self.reject)
+        return Published(endpoints, rejected)
+
+    async def _reload(self, name: str) -> None:
+        await trio.lowlevel.checkpoint()
+        if self.reload_fails is not None:
+            raise self.reload_fails
+        self.reloads.append(name)
+
+    def _route_host(self, port: int) -> str:
+        return f"{port}.{self.route_domain}" if self.route_domain else ""
+
     async def run_app(
         self,
         app: AppLaunch,
@@ -128,6 +164,9 @@ class FakeWatchHost:
     ) -> Exited | Failed:
         script = self.files.get(app.entry)
         await trio.sleep(self.start_delay_s)
+        if self.fixed is not None and app not in self.fixed:
+            # A place with a fixed app set runs exactly what it was opened with.
+            raise StartError("boot", f"app {app!r} is not in the place's app set")
         if script is None:
             raise StartError("boot", f"entry {app.entry!r} is not a file in the workspace")
         handle = FakeHandle()
@@ -137,7 +176,10 @@ class FakeWatchHost:
         self.peak[app.name] = max(self.peak.get(app.name, 0), self.running[app.name])
         try:
             self_watching = script.startswith(b"selfwatch")
-            task_status.started(AppStarted(handle, self_watching=self_watching))
+            reload = (
+                partial(self._reload, app.name) if self_watching and self.offer_reload else None
+            )
+            task_status.started(AppStarted(handle, self_watching=self_watching, reload=reload))
             return await _run_script(script.decode(), app.io, sink, handle)
         finally:
             self.running[app.name] -= 1
@@ -185,18 +227,26 @@ class FakeWatchBackend:
     notices: tuple[str, ...] = ()
     detach_supported = False
     watch_io: tuple[IoMode, ...] = ("tty", "streams")
+    watch_fixed_apps = False  # True: a host runs exactly `spec.apps` (set per test)
+    watch_adopt = False
 
     def __init__(self) -> None:
         self.hosts: list[FakeWatchHost] = []
         self.specs: list[WatchSpec] = []
         self.checkpoint_fails = False
         self.open_fails: StartError | None = None
+        self.open_delay_s = 0.0  # how long entering a place takes
+        # What each new host's `publish` does (see FakeWatchHost).
+        self.reject: dict[int, str] = {}
+        self.route_domain = ""
+        self.publish_fails: RunnerdError | None = None
+        self.offer_reload = False
 
     @asynccontextmanager
     async def open_watch(
         self, spec: WatchSpec, progress: ProgressReport
     ) -> AsyncIterator[FakeWatchHost]:
-        await trio.lowlevel.checkpoint()
+        await trio.sleep(self.open_delay_s)
         if self.open_fails is not None:
             raise self.open_fails
         self.specs.append(spec)
@@ -208,7 +258,15 @@ class FakeWatchBackend:
             assert bundle is not None
             files = {path: text.encode() for path, text in bundle.files}
         progress.progress("provision", "workspace ready", True)
-        host = FakeWatchHost(files, checkpoint_fails=self.checkpoint_fails)
+        host = FakeWatchHost(
+            files,
+            checkpoint_fails=self.checkpoint_fails,
+            reject=dict(self.reject),
+            route_domain=self.route_domain,
+            publish_fails=self.publish_fails,
+            fixed=spec.apps if self.watch_fixed_apps else None,
+            offer_reload=self.offer_reload,
+        )
         self.hosts.append(host)
         try:
             yield host
