@@ -28,7 +28,9 @@ context (the core's `failed`; a user stop cancels the context first).
 Leaving, on every path, shielded and bounded (`podstop.tear_down`): the
 pod deleted and waited for until gone; a delete that fails is the ledger's
 abandoned (the sweep retries). The ConfigMap is shared by every watch pod
-of this runnerd (content-addressed): swept when no pod mounts it.
+of this runnerd (content-addressed): when the last of this process's is
+gone, the ConfigMaps no pod mounts are deleted (a pod a previous process
+left, still to be adopted, keeps its own), so an idle runnerd leaves none.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import trio
@@ -74,6 +76,8 @@ CREATE_OPERATION = "could not create the session pod"
 # start fails naming `boot` rather than hanging a POST.
 BOOT_WAIT_S = 60.0
 BOOT_POLL_S = 0.2
+# The ConfigMap sweep after the last watch pod is gone: a leave stays bounded.
+SWEEP_WAIT_S = 5.0
 
 
 class SeedableWorkspace(Workspace, Protocol):
@@ -81,22 +85,29 @@ class SeedableWorkspace(Workspace, Protocol):
 
     async def healthy(self) -> bool: ...
 
-    async def seed(self, files: Any) -> None: ...
+    async def seed(self, files: Any) -> object: ...
 
-    async def seed_from_tar(self, path: Any) -> None: ...
+    async def seed_from_tar(self, path: Any) -> object: ...
+
+    async def aclose(self) -> None: ...
 
 
 # (dial host, port, token) → the client (`workspaceapi.WorkspaceApi`).
 WorkspaceFactory = Callable[[str, int, str], SeedableWorkspace]
 
 
-@dataclass(frozen=True)
+@dataclass
 class WatchRunKit:
-    """What every watch pod of one backend shares."""
+    """What every watch pod of one backend shares. `active`: this process's
+    watch pods from before their create to after they are gone; while any
+    is, the workspace application's ConfigMap stays (`lock` orders its
+    ensure against the sweep that follows the last one)."""
 
     host: HostKit
     ledger: PodLedger
     workspace: WorkspaceFactory
+    active: set[str] = field(default_factory=set)
+    lock: trio.Lock = field(default_factory=trio.Lock)
 
 
 @asynccontextmanager
@@ -105,14 +116,8 @@ async def open_watch_pod(
 ) -> AsyncIterator[KubeWatchHost]:
     """A new watch pod for `spec` (module docstring). Raises StartError."""
     settings, client = kit.host.settings, kit.host.client
-    configmap = configmap_for(settings)
-    cm_name = configmap["metadata"]["name"]
-    try:
-        await ensure_configmap(client, configmap)
-    except errors.KubeError as exc:
-        raise errors.start_error(exc, "create") from exc
-    await sweep_stale_configmaps(client, cm_name, kit.host.informer.pods(), settings=settings)
     name, token = watch_pod_name(spec.session_id), secrets.token_urlsafe(32)
+    cm_name = await _ensure_configmap(kit, name)
     pod = build_watch_pod(
         settings,
         spec,
@@ -128,14 +133,18 @@ async def open_watch_pod(
             created = await _create(kit, spec, pod)
             ip = await _provision(kit, sub, created, progress)
             workspace = kit.workspace(ip, WORKSPACE_PORT, token)
-            await _boot(workspace, progress)
-            await _seed(workspace, spec, progress)
-            place = WatchPod(name, created, ip, containers)
-            async with _watching(kit, spec, place, workspace, sub) as host:
-                yield host
+            try:
+                await _boot(workspace, progress)
+                await _seed(workspace, spec, progress)
+                place = WatchPod(name, created, ip, containers)
+                async with _watching(kit, spec, place, workspace, sub) as host:
+                    yield host
+            finally:
+                await workspace.aclose()  # bounded and shielded by itself
         finally:
             with trio.CancelScope(shield=True):
                 await tear_down(client, kit.ledger, name, sub, Teardown.DELETE_AND_WAIT)
+                await _release_configmap(kit, name)
 
 
 @asynccontextmanager
@@ -154,16 +163,50 @@ async def adopt_watch_pod(
     containers = {app.launch.name: app.container for app in info.apps}
     with kit.host.informer.subscribe(info.name) as sub:
         kit.ledger.created(info.name)
+        kit.active.add(info.name)
         try:
             place = WatchPod(info.name, pod, ip, containers, adopted=True)
             workspace = kit.workspace(ip, WORKSPACE_PORT, token)
-            async with _watching(kit, spec, place, workspace, sub) as host:
-                yield host
+            try:
+                async with _watching(kit, spec, place, workspace, sub) as host:
+                    yield host
+            finally:
+                await workspace.aclose()
         finally:
             with trio.CancelScope(shield=True):
                 await tear_down(
                     kit.host.client, kit.ledger, info.name, sub, Teardown.DELETE_AND_WAIT
                 )
+                await _release_configmap(kit, info.name)
+
+
+async def _ensure_configmap(kit: WatchRunKit, name: str) -> str:
+    """The workspace application's ConfigMap there (stale ones swept), and
+    pod `name` counted active: the ConfigMap's name. Raises StartError."""
+    settings, client = kit.host.settings, kit.host.client
+    configmap = configmap_for(settings)
+    cm_name: str = configmap["metadata"]["name"]
+    async with kit.lock:
+        try:
+            await ensure_configmap(client, configmap)
+        except errors.KubeError as exc:
+            raise errors.start_error(exc, "create") from exc
+        kit.active.add(name)
+    await sweep_stale_configmaps(client, cm_name, kit.host.informer.pods(), settings=settings)
+    return cm_name
+
+
+async def _release_configmap(kit: WatchRunKit, name: str) -> None:
+    """Pod `name` is gone: with no other watch pod of this process left,
+    the ConfigMaps no pod mounts are deleted (bounded; never raises)."""
+    kit.active.discard(name)
+    async with kit.lock:
+        if kit.active:
+            return
+        with trio.move_on_after(SWEEP_WAIT_S):
+            await sweep_stale_configmaps(
+                kit.host.client, "", kit.host.informer.pods(), settings=kit.host.settings
+            )
 
 
 def _live_watch_pod(pods: list[Mapping[str, Any]], session_id: str) -> Mapping[str, Any] | None:
