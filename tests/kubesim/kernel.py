@@ -51,6 +51,11 @@ directive) emits no `Kernel.Starting` but `Kernel.RunFailed {phase: "load",
 code, message}` (and its message on stderr), and waits for the next change.
 The `kernel.started`/`kernel.exited` frames of a plain run are not sent.
 
+When ENTRY is runnerd's workspace application (a Telo manifest whose
+`Telo.Application` is named `RunnerdWorkspaceApp`: what a watch pod's
+`workspace` container runs), the kernel serves it as `workspace_server.py`
+does: the workspace API over `$WORKSPACE_DIR` (see that module).
+
 The kernel is a host process: an absolute container path written inside a
 script is NOT mapped (the kubelet maps argv, env and workingDir only), so
 scripts use relative paths or `$VAR`s whose values the kubelet mapped.
@@ -363,9 +368,32 @@ def run_steps(steps: list[tuple[int, str, str]]) -> int:
     return 0
 
 
+WORKSPACE_APP = re.compile(
+    r"^kind:\s*Telo\.Application\s*\n(?:.*\n)*?\s+name:\s*RunnerdWorkspaceApp\s*$", re.M
+)
+
+
+def is_workspace_app(entry: Path) -> bool:
+    """Whether `entry`'s first document is runnerd's workspace application."""
+    try:
+        first = entry.read_text().split("\n---", 1)[0]
+    except (OSError, UnicodeDecodeError):
+        return False
+    return WORKSPACE_APP.search(first) is not None
+
+
+def serve_workspace() -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import workspace_server
+
+    return workspace_server.main()
+
+
 def main(argv: list[str]) -> int:
     options = parse_args(argv)
     assert options.entry is not None
+    if is_workspace_app(options.entry):
+        return serve_workspace()
     if options.watch:
         return watch(options.entry, options.inspect)
     steps = parse_script(options.entry)
