@@ -21,14 +21,13 @@ forbidden, namespace missing), each with what the operator should do.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import trio
 
-from runnerd.backend import ImageSpec, Outcome, Recovered, RunSpec, Sink, Started, StartError
-from runnerd.backend.watch import Checkpoint, PlaceGone, ProgressReport, WatchHost, WatchSpec
+from runnerd.backend import ImageSpec, Outcome, Recovered, RunSpec, Sink, Started
+from runnerd.backend.watch import Checkpoint, ProgressReport, WatchHost, WatchSpec
 from runnerd.contract import AvailabilityReport, IoMode
 from runnerd.kube.bundle import BundleTokens
 from runnerd.kube.client import KubeClient
@@ -40,6 +39,9 @@ from runnerd.kube.probe import probe_cluster
 from runnerd.kube.recovery import left_pods, left_watch_pods, recover_pods
 from runnerd.kube.settings import KubeSettings
 from runnerd.kube.watchcheckpoint import load_checkpoint
+from runnerd.kube.watchhost import HostKit
+from runnerd.kube.watchrun import WatchRunKit, adopt_watch_pod, open_watch_pod
+from runnerd.kube.workspaceapi import WorkspaceApi
 
 # How long after `recover()` the core has to adopt the watch pods a previous
 # process left (its recovery adopts them right after `recover()` returns;
@@ -54,9 +56,8 @@ class KubeBackend:
     notices: tuple[str, ...] = ()
     # A pod outlives its daemon: a detach leaves it for a successor to adopt.
     detach_supported = True
-    # Watch sessions on Kubernetes are issue 20's: none yet (the config
-    # check refuses `[watch] enabled = true` on this backend).
-    watch_io: tuple[IoMode, ...] = ()
+    # A watch pod's app containers: a TTY, or stdout and stderr apart.
+    watch_io: tuple[IoMode, ...] = ("tty", "streams")
     watch_fixed_apps = True  # the apps are the pod's containers
     watch_adopt = True  # a pod outlives its daemon
 
@@ -77,6 +78,9 @@ class KubeBackend:
         self._runs = PodRunContext(settings, client, informer, tokens, self.ledger)
         # Where watch checkpoints are kept (`watchcheckpoint`); None: nowhere.
         self._state_dir = state_dir
+        self._watch = WatchRunKit(
+            HostKit(settings, client, informer, state_dir), self.ledger, WorkspaceApi
+        )
         self._watch_left: list[str] = []
         self._recovered = trio.Event()
 
@@ -102,23 +106,18 @@ class KubeBackend:
         await trio.sleep(grace_s)
         return self.ledger.abandon(self._watch_left, trio.current_time())
 
-    @asynccontextmanager
-    async def open_watch(
+    def open_watch(
         self, spec: WatchSpec, progress: ProgressReport
-    ) -> AsyncIterator[WatchHost]:
-        """No watch sessions here yet: always `StartError("watch", ...)`."""
-        await trio.lowlevel.checkpoint()
-        raise StartError("watch", "watch sessions are not available on the kubernetes backend yet")
-        yield  # pragma: no cover - an async generator, for the context manager
+    ) -> AbstractAsyncContextManager[WatchHost]:
+        """A new watch pod for the session (`watchrun.open_watch_pod`)."""
+        return open_watch_pod(self._watch, spec, progress)
 
-    @asynccontextmanager
-    async def adopt_watch(
+    def adopt_watch(
         self, spec: WatchSpec, progress: ProgressReport
-    ) -> AsyncIterator[WatchHost]:
-        """No watch sessions here yet: always `PlaceGone`."""
-        await trio.lowlevel.checkpoint()
-        raise PlaceGone("watch sessions are not available on the kubernetes backend yet")
-        yield  # pragma: no cover - an async generator, for the context manager
+    ) -> AbstractAsyncContextManager[WatchHost]:
+        """The session's watch pod a previous process left
+        (`watchrun.adopt_watch_pod`); `PlaceGone` when there is none."""
+        return adopt_watch_pod(self._watch, spec, progress)
 
     def load_checkpoint(self, saved: dict[str, object]) -> Checkpoint | None:
         """A checkpoint a previous daemon kept in `<state_dir>/watch-checkpoints`

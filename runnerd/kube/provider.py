@@ -49,8 +49,9 @@ from runnerd.metrics import Metrics
 
 NAME = "kubernetes"
 SETTINGS = KubeSettings
-# No watch sessions on Kubernetes yet (issue 20): `[watch] enabled` is refused.
-WATCH_IO: tuple[IoMode, ...] = ()
+# Watch sessions run as watch pods (`runnerd.kube.watchrun`): an app's
+# container has a TTY, or its stdout and stderr apart.
+WATCH_IO: tuple[IoMode, ...] = ("tty", "streams")
 log = logging.getLogger(__name__)
 # Staged bundles past their five minutes are swept this often.
 TOKEN_SWEEP_S = 60.0

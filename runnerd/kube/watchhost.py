@@ -106,7 +106,7 @@ class HostKit:
     settings: KubeSettings
     client: KubeClient
     informer: PodInformer
-    state_dir: Path
+    state_dir: Path | None  # None: no checkpoints (a backend built for tests)
 
 
 class _StreamsSink:
@@ -143,6 +143,8 @@ class KubeWatchHost:
     async def checkpoint(self) -> Checkpoint:
         """The workspace's snapshot as a 0600 tar in the state dir; a failed
         one leaves no file (CheckpointFailed)."""
+        if self._kit.state_dir is None:
+            raise CheckpointFailed("checkpoints need the daemon's state dir")
         try:
             path = await trio.to_thread.run_sync(
                 new_checkpoint_path, self._kit.state_dir, self._spec.session_id

