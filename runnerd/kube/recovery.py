@@ -14,7 +14,7 @@ nobody is deleting) is one of:
 - unreadable (no session label, annotations missing or garbled, no limits)
   → deleted, logged: nothing could be rebuilt from it.
 
-Watch pods (`runnerd.telo.run/mode: watch`; no session container, a name
+Watch pods (`watchpod.is_watch_pod`: the mode label; no session container, a name
 fresh on every recreate) are none of these: `left_pods` passes over them
 and `left_watch_pods` names them, for the watch adoption (`adopt_watch`)
 to claim and the sweep to delete when nobody did (`KubeBackend.recover`).
