@@ -8,14 +8,18 @@ left once the session is gone (read back as a client of the cluster would)."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import stat
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import trio
 
+from tests.e2e.contract_client import SSE_TIMEOUT
 from tests.e2e.watch_client import has_status, route, runs, started, wait_frames, watch_body
-from tests.harness import Daemon
+from tests.harness import Daemon, SseFrame, iter_sse
 from tests.kube.daemon import KERNEL_CONFIG, kube_daemon, session_pods, wait_pods
 from tests.kubesim.server import KubeSim
 
@@ -87,3 +91,79 @@ async def test_a_watch_session_runs_in_a_watch_pod_and_leaves_nothing_behind(
         answer = await client.delete(f"/v1/sessions/{session_id}")
         assert answer.status_code in (200, 202, 204), answer.text
         await wait_gone(daemon, kubesim)
+
+
+@contextlib.asynccontextmanager
+async def open_sse(client: httpx.AsyncClient, session_id: str) -> AsyncIterator[Any]:
+    async with client.stream(
+        "GET", f"/v1/sessions/{session_id}/events", timeout=SSE_TIMEOUT
+    ) as response:
+        assert response.status_code == 200
+        async with contextlib.aclosing(iter_sse(response)) as frames:
+            yield frames
+
+
+async def next_status(frames: Any, kind: str) -> list[SseFrame]:
+    """Frames up to the first status of `kind`."""
+    taken: list[SseFrame] = []
+    with trio.fail_after(TIMEOUT_S):
+        async for frame in frames:
+            taken.append(frame)
+            if frame.event == "status" and frame.data["status"]["kind"] == kind:
+                return taken
+    raise AssertionError(f"the stream ended before a {kind!r} status: {taken}")
+
+
+async def kind_of(client: httpx.AsyncClient, session_id: str) -> str:
+    kind: str = (await client.get(f"/v1/sessions/{session_id}")).json()["status"]["kind"]
+    return kind
+
+
+async def until_kind(client: httpx.AsyncClient, session_id: str, kind: str) -> None:
+    """Poll GET (a plain request is no subscriber: idle suspend is not held off)."""
+    with trio.fail_after(TIMEOUT_S):
+        while True:
+            if await kind_of(client, session_id) == kind:
+                return
+            await trio.sleep(0.05)
+
+
+async def until_empty(directory: Path) -> None:
+    """Poll until `directory` holds nothing (the core discards a checkpoint
+    as the session ends, after the DELETE's answer)."""
+    with trio.fail_after(TIMEOUT_S):
+        while True:
+            if not list(directory.iterdir()):
+                return
+            await trio.sleep(0.05)
+
+
+async def test_suspend_deletes_the_pod_and_resume_brings_the_files_back_in_a_new_one(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    idle = {"enabled": True, "idle_seconds": 1}
+    async with kube_daemon(kubesim, tmp_path, watch=idle) as daemon, daemon.client() as client:
+        session_id = await start(client, {"app.telo": APP})
+        async with open_sse(client, session_id) as frames:  # held off while open
+            await next_status(frames, "running")
+            write = {"write": [{"path": "notes/a.txt", "content": "kept"}]}
+            answer = await route(client, "POST", session_id, "workspace", json=write)
+            assert answer.status_code == 200, answer.text
+            [first] = session_pods(kubesim)
+        await until_kind(client, session_id, "suspended")
+        await wait_pods(kubesim, lambda pods: not pods, TIMEOUT_S)
+        kept = list((tmp_path / "state" / "watch-checkpoints").iterdir())
+        assert len(kept) == 1 and stat.S_IMODE(kept[0].stat().st_mode) == 0o600
+
+        answer = await route(client, "POST", session_id, "resume")
+        assert answer.status_code == 202, answer.text
+        async with open_sse(client, session_id) as frames:
+            await next_status(frames, "running")  # the replayed one first, then the new
+            await until_kind(client, session_id, "running")
+            [second] = session_pods(kubesim)
+            assert second != first  # a new pod, a fresh name
+            assert await read_file(client, session_id, "notes/a.txt") == "kept"
+            assert "print v1" in await read_file(client, session_id, "app.telo")
+        answer = await client.delete(f"/v1/sessions/{session_id}")
+        await wait_gone(daemon, kubesim)
+        await until_empty(tmp_path / "state" / "watch-checkpoints")
