@@ -133,7 +133,7 @@ async def until_empty(directory: Path) -> None:
     as the session ends, after the DELETE's answer)."""
     with trio.fail_after(TIMEOUT_S):
         while True:
-            if not await trio.Path(directory).iterdir():
+            if not list(await trio.Path(directory).iterdir()):
                 return
             await trio.sleep(0.05)
 
