@@ -167,3 +167,64 @@ async def test_suspend_deletes_the_pod_and_resume_brings_the_files_back_in_a_new
         answer = await client.delete(f"/v1/sessions/{session_id}")
         await wait_gone(daemon, kubesim)
         await until_empty(tmp_path / "state" / "watch-checkpoints")
+
+
+def generations(frames: list[SseFrame], app: str) -> list[tuple[int, str]]:
+    return [(e["generation"], e["trigger"]) for e in runs(frames, app) if e["phase"] == "started"]
+
+
+async def test_reload_and_put_apps_reload_in_place_then_recreate_the_pod_keeping_counters(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    files = {"app.telo": APP, "b.telo": "print b\nwait\n"}
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
+        session_id = await start(client, files)
+        await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
+        [first] = session_pods(kubesim)
+        answer = await route(client, "POST", session_id, "reload")
+        assert answer.status_code == 202, answer.text
+        frames = await wait_frames(
+            client, session_id, lambda fs: started(fs, "app", 2) is not None, timeout_s=TIMEOUT_S
+        )
+        assert generations(frames, "app") == [(1, "initial"), (2, "manual")]
+        assert session_pods(kubesim) == [first]  # reloaded in place: the same pod
+
+        apps = {
+            "apps": [
+                {"name": "app", "entryRelativePath": "app.telo"},
+                {"name": "b", "entryRelativePath": "b.telo"},
+            ]
+        }
+        answer = await route(client, "PUT", session_id, "apps", json=apps)
+        assert answer.status_code in (200, 202), answer.text
+        frames = await wait_frames(
+            client,
+            session_id,
+            lambda fs: started(fs, "b", 1) is not None and started(fs, "app", 3) is not None,
+            timeout_s=TIMEOUT_S,
+        )
+        [second] = session_pods(kubesim)
+        assert second != first  # a new app set is a new pod
+        assert generations(frames, "app")[:2] == [(1, "initial"), (2, "manual")]
+        pod = kubesim.store.get("pods", "runnerd", second)
+        names = [c["name"] for c in pod["spec"]["containers"]]
+        assert names == ["workspace", "app-app", "app-b"]
+        await client.delete(f"/v1/sessions/{session_id}")
+        await wait_gone(daemon, kubesim)
+
+
+async def test_the_ttl_ends_the_session_and_leaves_no_pod_and_no_configmap(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    ttl = {"enabled": True, "max_ttl_seconds": 2}
+    async with kube_daemon(kubesim, tmp_path, watch=ttl) as daemon, daemon.client() as client:
+        session_id = await start(client, {"app.telo": APP})
+        frames = await wait_frames(client, session_id, has_status("failed"), timeout_s=TIMEOUT_S)
+        status = [f.data["status"] for f in frames if f.event == "status"][-1]
+        # The core's TTL fires with the pod's activeDeadlineSeconds (the same
+        # TTL, the kubelet's backstop should runnerd be gone).
+        assert status == {
+            "kind": "failed",
+            "message": "ttl: session exceeded its time limit of 2 s",
+        }
+        await wait_gone(daemon, kubesim)
