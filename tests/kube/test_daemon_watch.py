@@ -18,6 +18,7 @@ import httpx
 import trio
 
 from tests.e2e.contract_client import SSE_TIMEOUT
+from tests.e2e.io_client import Io, printed
 from tests.e2e.watch_client import has_status, route, runs, started, wait_frames, watch_body
 from tests.harness import Daemon, SseFrame, iter_sse
 from tests.kube.daemon import KERNEL_CONFIG, kube_daemon, session_pods, wait_pods
@@ -228,3 +229,38 @@ async def test_the_ttl_ends_the_session_and_leaves_no_pod_and_no_configmap(
             "message": "ttl: session exceeded its time limit of 2 s",
         }
         await wait_gone(daemon, kubesim)
+
+
+async def test_a_streams_app_keeps_stdout_and_stderr_apart_and_a_tty_app_has_its_terminal(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    files = {
+        "web.telo": "print web up\necho got:\n",
+        "worker.telo": "print worker out\nstderr worker err\nwait\n",
+    }
+    apps = [
+        {"name": "web", "entryRelativePath": "web.telo"},
+        {"name": "worker", "entryRelativePath": "worker.telo", "io": "streams"},
+    ]
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
+        sockets = Io(daemon.socket_path)
+        try:
+            answer = await client.post("/v1/sessions", json=kube_watch_body(files, apps))
+            assert answer.status_code == 201, answer.text
+            session_id = answer.json()["sessionId"]
+            worker = await sockets.connect(session_id, "?app=worker&lastSeq=0")
+            seen = await worker.until(
+                lambda s: b"worker out" in s.of(1) and b"worker err" in s.of(2)
+            )
+            assert seen.controls[0] == {"type": "seq", "seq": 0, "app": "worker", "io": "streams"}
+            assert b"worker err" not in seen.of(1) and b"worker out" not in seen.of(2)
+            web = await sockets.connect(session_id, "?app=web&lastSeq=0")
+            await web.until(printed(0, rb"web up"))
+            await web.send(b"hello\n")
+            seen = await web.until(printed(0, rb"got:hello"))
+            assert {stream for _, stream, _ in seen.chunks} == {0}
+            assert seen.of(0).count(b"web up") == 1  # the log splice: once
+            await client.delete(f"/v1/sessions/{session_id}")
+            await wait_gone(daemon, kubesim)
+        finally:
+            await sockets.close_all()
