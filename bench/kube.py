@@ -10,7 +10,7 @@ PTY throughput through the attach; `/v1/health` while the apiserver is
 silent; then the teardown of one session and of `--teardown` N concurrent
 ones, each against as many raw pod DELETEs in the same run
 (`bench.kube_teardown`). With `--endpoints`, runnerd has
-`ingress_base_domain` set and each session declares two tcp ports (so
+`routing_base_domain` set (Ingress routing) and each session declares two tcp ports (so
 publishes a Service and an Ingress).
 Printed, never asserted.
 """
@@ -112,7 +112,11 @@ async def measure(sim: KubeSim, tmp: Path, sessions: int, endpoints: bool, concu
     (tmp / "silent").mkdir()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_pod_added, sim, seen)
-        keys = {"ingress_base_domain": "sessions.example.test"} if endpoints else {}
+        keys = (
+            {"routing_base_domain": "sessions.example.test", "routing": "ingress"}
+            if endpoints
+            else {}
+        )
         ports = ENDPOINT_PORTS if endpoints else []
         async with kube_daemon(sim, tmp / "daemon", **keys) as daemon, daemon.client() as client:
             await sim.stats.wait_until(lambda s: s.watches_open == 1)
@@ -174,7 +178,7 @@ def main() -> None:
     parser.add_argument(
         "--endpoints",
         action="store_true",
-        help="publish each session's ports (ingress_base_domain set)",
+        help="publish each session's ports (routing_base_domain set)",
     )
     args = parser.parse_args()
     trio.run(run, args.sessions, args.endpoints, args.teardown)

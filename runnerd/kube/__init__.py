@@ -4,7 +4,9 @@ Pure: `settings`, `errors`, `podstatus`, `podspec`, `bundle`, `kubeconfig`,
 `policy` (the client's retry classes, backoff, timeouts), `ledger` (what is
 known about the session pods across runs: live, stopping, abandoned, stopped
 by the previous process, given up on), `podphase` (one pod run's phases,
-their transition table, its teardown plan).
+their transition table, its teardown plan), `routehealth` (the routing
+layer and a route's verdict from its status), `endpoints` (the Service,
+Ingress and HTTPRoute shapes).
 IO at the edge: `credentials`, `client` (httpx; `open_kube_client(...,
 transport=...)` is the test seam: an `httpx.MockTransport` in place of the
 network, so the client's policy is tested without a cluster), `exchange`
@@ -15,7 +17,9 @@ consistency contract), `attach` (the PTY bridge over trio-websocket),
 `terminal` (the attach kept up, the log spliced and backfilled; the pure
 splice itself is `splice`'s), `podstop`
 (a pod's delete, the stop's and the teardown's), `podrun` (one session's pod
-from create or adoption to teardown: `PodRun`). No httpx name escapes this
+from create or adoption to teardown: `PodRun`), `routing` (the layer
+resolved at start) and `routes` (a session's routes published and their
+health followed). No httpx name escapes this
 package: every apiserver answer that is not 2xx becomes an
 `errors.KubeError` whose `str()` is client-safe.
 
@@ -38,7 +42,9 @@ How `backend.KubeBackend` and `provider` put them together:
   os.environ, Path.home())` → `Connection`; then `async with
   client.open_kube_client(conn) as kube` for the daemon's life, and
   `nursery.start(informer.PodInformer(kube, podspec.managed_by_selector(settings)).run)`
-  (reports started at once; the apiserver never holds up the boot).
+  (reports started at once; the apiserver never holds up the boot), after
+  `routing = await routing.resolve_routing(kube, settings)` (a refusal is a
+  `ConfigError`: exit 2; it asks the apiserver only when the mode needs it).
 - Per bundle session: `archive = await trio.to_thread.run_sync(
   bundle.build_bundle_archive, spec.bundle)`; `token = tokens.stage(sid,
   archive, now)` on one `bundle.BundleTokens`; the URL is
@@ -48,9 +54,11 @@ How `backend.KubeBackend` and `provider` put them together:
 - `pod = podspec.build_pod(settings, spec, bundle_url=…, created_at=…)`;
   `await kube.create_pod(pod, operation=…, is_ours=lambda p:
   podspec.is_ours(p, settings, sid))` (raise `errors.start_error(err, "create")`).
-- `await endpoints.publish_endpoints(kube, settings, spec.identity, pod, sink)`
-  → the endpoints `running` announces (with `ingress_base_domain`: a Service
-  and an Ingress owned by the pod; a refusal is a terminal line, never raised).
+- `async with routing.session_routes(spec.identity, pod, report) as routes:`
+  for the rest of the run, `(await routes.publish(ports)).endpoints` → the
+  endpoints `running` announces (with `routing_base_domain`: a Service and an
+  Ingress or one HTTPRoute per tcp port, owned by the pod; route health as
+  `route` events; a refusal is a terminal line, never raised).
 - `with informer.subscribe(podspec.pod_name(sid)) as sub:` then feed
   `podstatus.StartWatch(settings.pull_backoff_grace_s).observe(pod_or_None, now)`
   with the create response and each `await sub.next()` (`GONE` → None):

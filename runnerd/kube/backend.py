@@ -15,6 +15,10 @@ The watch pods it finds are left to `adopt_watch`; those no session
 adopted `WATCH_ADOPT_GRACE_S` after `recover()` are given up on
 (`sweep_unadopted_watch`): the provider's sweep deletes them.
 
+Public routes (`runnerd.kube.routing`): `backend.routing`, resolved at
+start, gives each session its Service and Ingress or HTTPRoutes and follows
+their health (`routing.session_routes`).
+
 `probe` answers whether sessions could start now (ready, unreachable,
 forbidden, namespace missing), each with what the operator should do.
 """
@@ -37,6 +41,7 @@ from runnerd.kube.podrun import PodRun, PodRunContext
 from runnerd.kube.podspec import pod_name
 from runnerd.kube.probe import probe_cluster
 from runnerd.kube.recovery import left_pods, left_watch_pods, recover_pods
+from runnerd.kube.routing import Routing
 from runnerd.kube.settings import KubeSettings
 from runnerd.kube.watchcheckpoint import load_checkpoint
 from runnerd.kube.watchhost import HostKit
@@ -67,6 +72,7 @@ class KubeBackend:
         client: KubeClient,
         informer: PodInformer,
         tokens: BundleTokens,
+        routing: Routing,
         *,
         ledger: PodLedger | None = None,
         state_dir: Path | None = None,
@@ -75,11 +81,14 @@ class KubeBackend:
         self.client = self._client = client
         self._informer = informer
         self.ledger = ledger or PodLedger()
-        self._runs = PodRunContext(settings, client, informer, tokens, self.ledger)
+        # Resolved once at start (`runnerd.kube.routing`): every session's
+        # routes, run pods' and watch pods' alike, are made with it.
+        self.routing = routing
+        self._runs = PodRunContext(settings, client, informer, tokens, self.ledger, routing)
         # Where watch checkpoints are kept (`watchcheckpoint`); None: nowhere.
         self._state_dir = state_dir
         self._watch = WatchRunKit(
-            HostKit(settings, client, informer, state_dir), self.ledger, WorkspaceApi
+            HostKit(settings, client, informer, state_dir, routing), self.ledger, WorkspaceApi
         )
         self._watch_left: list[str] = []
         self._recovered = trio.Event()

@@ -1,11 +1,12 @@
-"""A session's public endpoints: one Service and one Ingress, owned by its pod.
+"""A session's public endpoints: one Service, and one Ingress or one HTTPRoute
+per tcp port, owned by its pod. Pure.
 
-Owns the two objects' shapes (`build_service`, `build_ingress`: pure), what
-`running` announces for a session's ports (`announced`), and
-`publish_endpoints`, the one call the backend makes once the pod exists (and
-again for a pod a restarted daemon adopts).
+Owns the objects' shapes (`build_service`, `build_ingress`,
+`build_httproute`) and what `running` announces for a session's ports
+(`announced`). Creating them, and following their health, is
+`runnerd.kube.routes`' (through `runnerd.kube.routing`).
 
-With `kubernetes.ingress_base_domain` set and ports declared:
+With `kubernetes.routing_base_domain` set and ports declared:
 - the Service `runnerd-<id>` selects the pod by its labels (managed-by and
   session id) and carries every declared port, tcp and udp, under its own
   protocol: inside the cluster, the session is one stable name;
@@ -14,6 +15,11 @@ With `kubernetes.ingress_base_domain` set and ports declared:
   wildcard record and one wildcard certificate cover every session), path
   `/` to that Service port; the configured class, and a TLS block naming the
   configured secret for every host. udp has no Ingress: HTTP routing only.
+- with Gateway routing instead, one HTTPRoute `runnerd-<id>-<port>` per tcp
+  port: the configured Gateway as its parent (namespace and `sectionName`),
+  the one hostname `<port>-<id>.<base domain>`, `PathPrefix /` to that
+  Service port. Every defaulted field is spelled out, so an object read back
+  compares equal to the one built (no rewrite on every publish).
 - the kernel's debug port (`INSPECT_PORT`) of a session run with `inspect`
   is never in either: the debug stream is runnerd's to relay, not public.
 
@@ -21,37 +27,25 @@ Both carry the managed-by and session labels and an ownerReference to the
 pod (controller, blockOwnerDeletion): the cluster's garbage collector deletes
 them with the pod, so no path of runnerd's (a crash included) leaks them.
 
-Error handling: a failure to publish is never a failed session. It is one
-classified line in the session's terminal (`terminal.notice`: the operation,
-the HTTP status, the Status reason; never the apiserver's message, which
-names the runner's service account), the detail goes to the log, and
-`running` announces the unpublished form (`host: ""`).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
 
-import runnerd.kube.errors as errors
-from runnerd.backend import SessionIdentity, Sink
+from runnerd.backend import SessionIdentity
 from runnerd.contract import PortMapping, RunnerEndpoint
-from runnerd.kube.client import KubeClient, Retry
 from runnerd.kube.podspec import INSPECT_PORT, MANAGED_BY_LABEL, SESSION_LABEL, pod_name
+from runnerd.kube.routehealth import GATEWAY_GROUP, GatewayRef
 from runnerd.kube.settings import KubeSettings
-from runnerd.kube.terminal import notice
 
-log = logging.getLogger(__name__)
-
-SERVICE_OPERATION = "could not create the session's Service"
-INGRESS_OPERATION = "could not create the session's Ingress"
 # What of an existing object runnerd set, per kind: equal means it is current
 # (the apiserver fills the rest, e.g. a Service's clusterIP).
-_SPEC_KEYS: Mapping[str, tuple[str, ...]] = {
+SPEC_KEYS: Mapping[str, tuple[str, ...]] = {
     "Service": ("type", "selector", "ports"),
     "Ingress": ("ingressClassName", "tls", "rules"),
+    "HTTPRoute": ("parentRefs", "hostnames", "rules"),
 }
 
 
@@ -69,12 +63,26 @@ def published_ports(identity: SessionIdentity) -> tuple[PortMapping, ...]:
     )
 
 
-def _labels(settings: KubeSettings, session_id: str) -> dict[str, str]:
+def httproute_name(session_id: str, port: int) -> str:
+    """`runnerd-<session id>-<port>`: one HTTPRoute per routed port."""
+    return f"{pod_name(session_id)}-{port}"
+
+
+def routed_ports(identity: SessionIdentity) -> tuple[int, ...]:
+    """The tcp ports routed from outside (an Ingress rule or an HTTPRoute each)."""
+    return tuple(p.port for p in published_ports(identity) if p.protocol == "tcp")
+
+
+def session_labels(settings: KubeSettings, session_id: str) -> dict[str, str]:
+    """The labels every object of the session carries (and is listed by)."""
     return {MANAGED_BY_LABEL: settings.managed_by, SESSION_LABEL: session_id}
 
 
 def _metadata(
-    settings: KubeSettings, identity: SessionIdentity, pod: Mapping[str, Any]
+    settings: KubeSettings,
+    identity: SessionIdentity,
+    pod: Mapping[str, Any],
+    object_name: str = "",
 ) -> dict[str, Any]:
     """Name, labels and the ownerReference to `pod` (as the apiserver stored it).
 
@@ -94,8 +102,8 @@ def _metadata(
         "blockOwnerDeletion": True,
     }
     return {
-        "name": pod_name(identity.session_id),
-        "labels": _labels(settings, identity.session_id),
+        "name": object_name or pod_name(identity.session_id),
+        "labels": session_labels(settings, identity.session_id),
         "ownerReferences": [owner],
     }
 
@@ -110,7 +118,7 @@ def build_service(
         ValueError: `pod` has no name or uid.
     """
     ports = published_ports(identity)
-    if settings.ingress_base_domain is None or not ports:
+    if settings.routing_base_domain is None or not ports:
         return None
     return {
         "apiVersion": "v1",
@@ -118,7 +126,7 @@ def build_service(
         "metadata": _metadata(settings, identity, pod),
         "spec": {
             "type": "ClusterIP",
-            "selector": _labels(settings, identity.session_id),
+            "selector": session_labels(settings, identity.session_id),
             # A multi-port Service needs a name per port, unique per protocol.
             "ports": [
                 {
@@ -141,7 +149,7 @@ def build_ingress(
     Raises:
         ValueError: `pod` has no name or uid.
     """
-    domain = settings.ingress_base_domain
+    domain = settings.routing_base_domain
     tcp = [p.port for p in published_ports(identity) if p.protocol == "tcp"]
     if domain is None or not tcp:
         return None
@@ -181,7 +189,7 @@ def announced(
     """What `running` announces per declared port: with `published`, each
     routed tcp port's host and `https://` URL; every other port (udp, the
     debug port, nothing published) with an empty host."""
-    domain = settings.ingress_base_domain if published else None
+    domain = settings.routing_base_domain if published else None
     routed = {p.port for p in published_ports(identity) if p.protocol == "tcp"}
     out: list[RunnerEndpoint] = []
     for p in identity.ports:
@@ -195,80 +203,49 @@ def announced(
     return tuple(out)
 
 
-async def publish_endpoints(
-    client: KubeClient,
+def build_httproute(
     settings: KubeSettings,
+    gateway: GatewayRef,
     identity: SessionIdentity,
+    port: int,
     pod: Mapping[str, Any],
-    sink: Sink,
-) -> tuple[RunnerEndpoint, ...]:
-    """Create (or bring up to date) the session's Service and Ingress, owned
-    by `pod`; the endpoints `running` announces.
-
-    Idempotent: objects of the session's fixed names that are already ours
-    (by label) are kept when current, replaced when not (an adopted pod after
-    a config change; or a foreign owner uid). Never raises a `KubeError`: a
-    refusal is a line in the terminal (module docstring) and the unpublished
-    endpoints. Cancellation: an object created before it stays, collected
-    with the pod.
-    """
-    service = build_service(settings, identity, pod)
-    if service is None:
-        return announced(settings, identity, published=False)
-    ingress = build_ingress(settings, identity, pod)
-    namespace = quote(client.namespace, safe="")
-    try:
-        await _ensure(
-            client, f"/api/v1/namespaces/{namespace}/services", service, SERVICE_OPERATION
-        )
-        if ingress is not None:
-            await _ensure(
-                client,
-                f"/apis/networking.k8s.io/v1/namespaces/{namespace}/ingresses",
-                ingress,
-                INGRESS_OPERATION,
-            )
-    except errors.KubeError as exc:
-        log.warning(
-            "endpoints not published: %r",
-            exc.__cause__ or exc,
-            extra={"session_id": identity.session_id},
-        )
-        sink.output(notice(f"the session's ports are not published: {exc}"))
-        return announced(settings, identity, published=False)
-    return announced(settings, identity, published=True)
-
-
-async def _ensure(client: KubeClient, collection: str, obj: dict[str, Any], operation: str) -> None:
-    """Create `obj`; on 409, keep the existing object if it is ours and current,
-    replace it if ours and stale, else raise the 409.
+) -> dict[str, Any]:
+    """The HTTPRoute of one routed tcp `port` of the session.
 
     Raises:
-        errors.KubeError: classified, `operation` naming the object.
+        ValueError: `pod` has no name or uid, or no base domain is set.
     """
-    try:
-        await client.request("POST", collection, operation=operation, retry=Retry.WRITE, body=obj)
-        return
-    except errors.AlreadyExists as exc:
-        conflict = exc
-    path = f"{collection}/{quote(obj['metadata']['name'], safe='')}"
-    existing = await client.request("GET", path, operation=operation, retry=Retry.READ)
-    meta = existing.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    if any(labels.get(key) != value for key, value in obj["metadata"]["labels"].items()):
-        raise conflict  # a same-named object that is not this session's: left alone
-    if _is_current(existing, obj):
-        return
-    replacement = {
-        **obj,
-        "metadata": {**obj["metadata"], "resourceVersion": meta.get("resourceVersion")},
+    domain = settings.routing_base_domain
+    if domain is None:
+        raise ValueError("an HTTPRoute needs kubernetes.routing_base_domain")
+    parent: dict[str, Any] = {
+        "group": GATEWAY_GROUP,
+        "kind": "Gateway",
+        "name": gateway.name,
+        "namespace": gateway.namespace,
     }
-    await client.request("PUT", path, operation=operation, retry=Retry.WRITE, body=replacement)
-
-
-def _is_current(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
-    have, want = existing.get("spec") or {}, wanted["spec"]
-    owners = (existing.get("metadata") or {}).get("ownerReferences")
-    return owners == wanted["metadata"]["ownerReferences"] and all(
-        have.get(key) == want.get(key) for key in _SPEC_KEYS[wanted["kind"]]
-    )
+    if gateway.section is not None:
+        parent["sectionName"] = gateway.section
+    backend = {
+        "group": "",
+        "kind": "Service",
+        "name": pod_name(identity.session_id),
+        "port": port,
+        "weight": 1,
+    }
+    name = httproute_name(identity.session_id, port)
+    return {
+        "apiVersion": gateway.api_version,
+        "kind": "HTTPRoute",
+        "metadata": _metadata(settings, identity, pod, name),
+        "spec": {
+            "parentRefs": [parent],
+            "hostnames": [endpoint_host(port, identity.session_id, domain)],
+            "rules": [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                    "backendRefs": [backend],
+                }
+            ],
+        },
+    }

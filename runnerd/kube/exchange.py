@@ -197,7 +197,10 @@ class Exchange:
     ) -> httpx.Request:
         headers = await self.headers(operation)
         if content is not None:
-            headers["Content-Type"] = "application/json"
+            # A PATCH body is a JSON merge patch (RFC 7386): what every kind
+            # takes, custom resources included (no strategic merge there).
+            merge = "application/merge-patch+json"
+            headers["Content-Type"] = merge if method == "PATCH" else "application/json"
         return self._http.build_request(
             method,
             path,

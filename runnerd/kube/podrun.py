@@ -8,7 +8,9 @@ the running pod, the outcome); the backend's shared parts come in one
 `PodRunContext`, the pods' bookkeeping across runs is the `ledger`'s.
 
 The pod is created (classified errors, stage `create`), its ports published
-(`endpoints.publish_endpoints`), its start followed through the informer
+(`backend.routing.session_routes`, open for the rest of the run: route
+health is followed while the pod lives and reported as `route` events), its
+start followed through the informer
 (`progress` while Pending; a permanent cause, or a pull back-off past the
 grace, fails the start; not Running by `start_deadline_seconds` fails it
 too), `Started` reported the moment it runs (the `Relay` as the handle,
@@ -28,6 +30,7 @@ flight is awaited CREATE_GRACE_S more, then left to the sweep.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -48,16 +51,17 @@ from runnerd.backend import (
     StartError,
     WorkloadAddress,
 )
-from runnerd.contract import RunnerEndpoint
+from runnerd.contract import RouteState, RunnerEndpoint
 from runnerd.kube.bundle import BundleArchiveError, BundleTokens, build_bundle_archive
 from runnerd.kube.client import KubeClient
-from runnerd.kube.endpoints import announced, publish_endpoints
+from runnerd.kube.endpoints import announced
 from runnerd.kube.informer import GONE, PodInformer, PodState, PodSubscription
 from runnerd.kube.ledger import PodLedger
 from runnerd.kube.podphase import Phase, Teardown, advance, plan_teardown, stop_reads_log
 from runnerd.kube.podspec import INSPECT_PORT, build_pod, format_created_at, is_ours, pod_name
 from runnerd.kube.podstatus import Progress, StartFailed, StartWatch, terminal_outcome
 from runnerd.kube.podstop import STOP_LOG_READ_S, delete_for_stop, tear_down
+from runnerd.kube.routing import Routing
 from runnerd.kube.settings import KubeSettings
 from runnerd.kube.terminal import Relay, Splice, keep_attached, notice, read_log
 
@@ -83,6 +87,20 @@ class PodRunContext:
     informer: PodInformer
     tokens: BundleTokens
     ledger: PodLedger
+    routing: Routing
+
+
+class _SinkRoutes:
+    """A run session's `routes.RouteReport`: `route` events, notices in the terminal."""
+
+    def __init__(self, sink: Sink) -> None:
+        self._sink = sink
+
+    def route(self, host: str, port: int, state: RouteState, reason: str | None = None) -> None:
+        self._sink.route(host, port, state, reason)
+
+    def notice(self, text: str) -> None:
+        self._sink.output(notice(text))
 
 
 class PodRun:
@@ -110,35 +128,38 @@ class PodRun:
         """`runnerd.backend.Backend.run` for this pod: `Started` once it runs
         (or, adopted, at once), then its outcome; torn down on every path."""
         try:
-            endpoints = await (self._adopt() if self.adopted else self._create_and_start())
-            return await self._supervise(endpoints, task_status)
+            async with contextlib.AsyncExitStack() as stack:
+                began = trio.current_time()  # the start deadline counts from the POST
+                pod = self._adopt() if self.adopted else await self._create()
+                endpoints = await self._publish(stack, pod)
+                if not self.adopted:
+                    assert pod is not None
+                    self._pod = await self._await_running(pod, began)
+                return await self._supervise(endpoints, task_status)
         finally:
             self._ctx.tokens.drop(self._spec.session_id)
             await self._tear_down()
 
-    async def _adopt(self) -> tuple[RunnerEndpoint, ...]:
-        """An adopted pod (`recover()` saw it running): its endpoints
-        re-announced (and re-created if they went missing)."""
+    def _adopt(self) -> Pod | None:
+        """An adopted pod (`recover()` saw it running), as last seen (None: gone)."""
         self._ctx.ledger.created(self.name)
         self._pod = _pod(self._sub.latest() or GONE)
-        if self._pod is None:
-            return announced(self._ctx.settings, self._spec.identity, published=False)
-        return await publish_endpoints(
-            self._client, self._ctx.settings, self._spec.identity, self._pod, self._sink
-        )
+        return self._pod
 
-    async def _create_and_start(self) -> tuple[RunnerEndpoint, ...]:
-        """Create the pod, publish its endpoints, and wait until it runs
-        (or has already ended). Raises `StartError`."""
-        began = trio.current_time()  # the start deadline counts from here (the POST)
-        first = await self._create()
-        self._move(Phase.PENDING)
-        # Published while the pod starts; owned by it, so collected with it.
-        endpoints = await publish_endpoints(
-            self._client, self._ctx.settings, self._spec.identity, first, self._sink
+    async def _publish(
+        self, stack: contextlib.AsyncExitStack, pod: Pod | None
+    ) -> tuple[RunnerEndpoint, ...]:
+        """The pod's routes, open in `stack` for the rest of the run (created
+        while a new pod starts; an adopted one's re-created if they went
+        missing); the endpoints `running` announces."""
+        identity = self._spec.identity
+        if pod is None:
+            return announced(self._ctx.settings, identity, published=False)
+        report = _SinkRoutes(self._sink)
+        routes = await stack.enter_async_context(
+            self._ctx.routing.session_routes(identity, pod, report)
         )
-        self._pod = await self._await_running(first, began)
-        return endpoints
+        return (await routes.publish(identity.ports)).endpoints
 
     async def _supervise(
         self, endpoints: tuple[RunnerEndpoint, ...], task_status: trio.TaskStatus[Started]
@@ -271,7 +292,8 @@ class PodRun:
         return f"{self._ctx.settings.self_url}/internal/bundles/{spec.session_id}?token={token}"
 
     async def _create(self) -> Pod:
-        """The created pod. Raises `StartError` (stages "build", "create")."""
+        """The created pod, the phase moved to PENDING. Raises `StartError`
+        (stages "build", "create")."""
         url = await self._stage_bundle()
         # The session's own creation time (stamped by the manager), to the
         # millisecond: an adopted session keeps its createdAt and its TTL.
@@ -290,6 +312,7 @@ class PodRun:
                 extra={"session_id": self._spec.session_id},
             )
             raise errors.start_error(error, "create") from error
+        self._move(Phase.PENDING)
         return created
 
     async def _create_within_grace(self, pod: Pod) -> tuple[Pod | None, errors.KubeError | None]:

@@ -9,7 +9,10 @@ right), the images it offers (only `default_image`, or the operator's
 `allowed_images`), its stop timeout, and `open_backend`: the client, the
 shared informer, the bundle listener and (with `on_restart = "reap"`) the
 reaper, for the daemon's lifetime.
-Nothing in it waits for the apiserver: a silent or absent apiserver never holds up the boot.
+Nothing in it waits for the apiserver but the routing resolution
+(`runnerd.kube.routing.resolve_routing`, bounded; only with a
+`routing_base_domain` and a routing mode that asks the cluster): otherwise
+a silent or absent apiserver never holds up the boot.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from runnerd.kube.podrun import CREATE_GRACE_S
 from runnerd.kube.podspec import managed_by_selector
 from runnerd.kube.podstop import STOP_WAIT_S
 from runnerd.kube.recovery import delete_stale
+from runnerd.kube.routing import resolve_routing
 from runnerd.kube.settings import KEYS as KEYS
 from runnerd.kube.settings import KubeSettings
 from runnerd.kube.settings import bound_changes as bound_changes
@@ -86,14 +90,21 @@ def stop_timeout_s(config: Config[KubeSettings]) -> float:
 
 def config_warnings(config: Config[KubeSettings], daemon_path: str | None) -> list[str]:
     """What a valid `[kubernetes]` may still get wrong: a loopback `self_url`
-    (no pod can reach it unless the cluster runs on this host)."""
+    (no pod can reach it unless the cluster runs on this host), and the old
+    name of `routing_base_domain`."""
+    warnings: list[str] = []
     url = config.settings.self_url
     if "://127." in url or "://localhost" in url or "://[::1]" in url:
-        return [
+        warnings.append(
             f"kubernetes.self_url {url!r} is a loopback address: only a cluster on this"
             " host can reach it"
-        ]
-    return []
+        )
+    if config.settings.base_domain_alias:
+        warnings.append(
+            "kubernetes.ingress_base_domain is deprecated: rename it routing_base_domain"
+            " (it applies to Gateway routing too)"
+        )
+    return warnings
 
 
 def open_backend(
@@ -134,35 +145,43 @@ async def _open_backend(
             "kubernetes.bundle_listen", f"cannot listen on {settings.bundle_listen}: {exc.strerror}"
         ) from exc
     try:
-        async with (
-            open_kube_client(conn, metrics=metrics) as client,
-            trio.open_nursery() as nursery,
-        ):
-            informer = PodInformer(client, managed_by_selector(settings))
-            tokens = BundleTokens()
-            ledger = await _load_ledger(config.runner.state_dir)
-            backend = KubeBackend(
-                settings, client, informer, tokens, ledger=ledger, state_dir=config.runner.state_dir
-            )
-            await nursery.start(informer.run)
-            nursery.start_soon(serve_bundles, listener, tokens)
-            nursery.start_soon(_sweep_tokens, tokens)
-            if settings.on_restart == "reap":  # else `recover()` adopts them
-                nursery.start_soon(_reap, backend, informer)
-            nursery.start_soon(_sweep_abandoned, backend, informer)
-            nursery.start_soon(_give_up_unadopted_watch, backend)
-            log.info(
-                "kubernetes backend: namespace %s via %s; bundles on %s",
-                client.namespace,
-                conn.source,
-                settings.bundle_listen,
-            )
-            try:
-                yield backend
-            finally:
-                seen = {pod_name(p) for p in informer.pods()} if informer.synced else None
-                giveup.save(config.runner.state_dir, ledger.undeleted(seen))
-            nursery.cancel_scope.cancel()
+        async with open_kube_client(conn, metrics=metrics) as client:
+            # Before anything runs (outside the nursery, so a refusal is not
+            # wrapped in a group): it ends the start (exit 2).
+            routing = await resolve_routing(client, settings)
+            async with trio.open_nursery() as nursery:
+                informer = PodInformer(client, managed_by_selector(settings))
+                tokens = BundleTokens()
+                ledger = await _load_ledger(config.runner.state_dir)
+                backend = KubeBackend(
+                    settings,
+                    client,
+                    informer,
+                    tokens,
+                    routing,
+                    ledger=ledger,
+                    state_dir=config.runner.state_dir,
+                )
+                await nursery.start(informer.run)
+                nursery.start_soon(serve_bundles, listener, tokens)
+                nursery.start_soon(_sweep_tokens, tokens)
+                if settings.on_restart == "reap":  # else `recover()` adopts them
+                    nursery.start_soon(_reap, backend, informer)
+                nursery.start_soon(_sweep_abandoned, backend, informer)
+                nursery.start_soon(_give_up_unadopted_watch, backend)
+                log.info(
+                    "kubernetes backend: namespace %s via %s; bundles on %s; routing: %s",
+                    client.namespace,
+                    conn.source,
+                    settings.bundle_listen,
+                    routing.describe(),
+                )
+                try:
+                    yield backend
+                finally:
+                    seen = {pod_name(p) for p in informer.pods()} if informer.synced else None
+                    giveup.save(config.runner.state_dir, ledger.undeleted(seen))
+                nursery.cancel_scope.cancel()
     except errors.NoCredentials as exc:
         raise ConfigError("kubernetes.kubeconfig", str(exc)) from exc
     finally:

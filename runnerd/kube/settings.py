@@ -10,10 +10,13 @@ at start). The table's keys are
 the names operators' files and external checks rely on: kubeconfig,
 context, namespace, self_url, bundle_listen, init_image, runtime_class,
 image_pull_secret, managed_by, start_deadline_seconds,
-pull_backoff_grace_seconds, ingress_base_domain, ingress_class,
-ingress_tls_secret, on_restart. What the backend requires on top (a
-`self_url`) is `runnerd.kube.provider.check_config`. Imports neither trio nor
-httpx: it is read before the backend is opened.
+pull_backoff_grace_seconds, routing, routing_base_domain (alias
+ingress_base_domain), ingress_class, ingress_tls_secret, gateway_name,
+gateway_namespace, gateway_section, route_ready_timeout_seconds, on_restart.
+Which routing layer is used is resolved at start (`runnerd.kube.routing`).
+What the backend requires on top (a `self_url`) is
+`runnerd.kube.provider.check_config`. Imports neither trio nor httpx: it is
+read before the backend is opened.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, cast
 from urllib.parse import urlsplit
@@ -78,18 +81,41 @@ class KubeSettings:
     # so one read finds where the attach joined (a read sent before the
     # join needs a second); 0 reads at once.
     attach_quiet_s: float = 0.2
+    # How sessions' tcp ports are routed from outside the cluster: "auto"
+    # (resolved once at start from what the cluster serves:
+    # `runnerd.kube.routing.resolve_routing`), "ingress" (one Ingress per
+    # session), "gateway" (one Gateway API HTTPRoute per port) or "none". Auto:
+    # the layer a cluster offers is the one its operator set up.
+    routing: Literal["auto", "ingress", "gateway", "none"] = "auto"
     # The DNS name session endpoints are published under: a session's tcp
-    # port P is `https://P-<session id>.<ingress_base_domain>` through one
-    # Ingress. Unset: nothing is published (the ports are reachable only
-    # inside the cluster), since only the operator knows a name whose
-    # wildcard record points at the cluster's ingress controller.
-    ingress_base_domain: str | None = None
+    # port P is `https://P-<session id>.<routing_base_domain>`. Unset: nothing
+    # is published (the ports are reachable only inside the cluster), since
+    # only the operator knows a name whose wildcard record points at the
+    # cluster's ingress controller or Gateway. `ingress_base_domain` is its
+    # old name, still accepted (`base_domain_alias`: check-config warns).
+    routing_base_domain: str | None = None
+    # Not a setting (how it was spelled): two configs that differ only in
+    # the key's spelling configure the same thing.
+    base_domain_alias: bool = field(default=False, compare=False)
     # The Ingress's `ingressClassName`. Unset: the cluster's default class.
     ingress_class: str | None = None
-    # A TLS Secret (a wildcard certificate for `*.<ingress_base_domain>`) in the
+    # A TLS Secret (a wildcard certificate for `*.<routing_base_domain>`) in the
     # session namespace, named in the Ingress for every host. Unset: no TLS
     # block (the controller's default certificate, if it has one, applies).
+    # Ingress only: a Gateway terminates TLS on its listener.
     ingress_tls_secret: str | None = None
+    # The Gateway HTTPRoutes attach to. No default: a cluster may run several
+    # and only the operator knows which one serves the wildcard domain.
+    gateway_name: str | None = None
+    # Its namespace. Unset: the session namespace (a parentRef's own default).
+    gateway_namespace: str | None = None
+    # The Gateway listener (`sectionName`) to attach to. Unset: every listener
+    # whose hostname matches, as the Gateway API defines an absent one.
+    gateway_section: str | None = None
+    # How long a new route may stay unprogrammed before its `route` event says
+    # so. A minute: controllers program routes in seconds; a load balancer's
+    # first address can take tens of seconds on a cloud provider.
+    route_ready_timeout_s: float = 60.0
     # What a starting runnerd does with the session pods a previous process
     # left: "adopt" them (live ones become sessions again, finished ones are
     # reported and deleted), or "reap" them (delete every one). Adopt: a
@@ -100,8 +126,9 @@ class KubeSettings:
 KEYS = (
     "kubeconfig", "context", "namespace", "self_url", "bundle_listen", "init_image",
     "runtime_class", "image_pull_secret", "managed_by", "start_deadline_seconds",
-    "pull_backoff_grace_seconds", "attach_quiet_seconds", "ingress_base_domain", "ingress_class",
-    "ingress_tls_secret",
+    "pull_backoff_grace_seconds", "attach_quiet_seconds", "routing", "routing_base_domain",
+    "ingress_base_domain", "ingress_class", "ingress_tls_secret", "gateway_name",
+    "gateway_namespace", "gateway_section", "route_ready_timeout_seconds",
     "on_restart",
 )  # fmt: skip
 # RFC 1123 label (namespaces, secret and runtime class names).
@@ -162,12 +189,19 @@ def _bundle_listen(t: Table) -> str:
     return format_listen(address)
 
 
-def _base_domain(t: Table) -> str | None:
-    """A DNS name under which `<port>-<session id>.` still fits DNS limits."""
-    value = t.optional_string("ingress_base_domain")
+def _base_domain(t: Table) -> tuple[str | None, bool]:
+    """A DNS name under which `<port>-<session id>.` still fits DNS limits,
+    and whether it came from the old key (`ingress_base_domain`)."""
+    new, old = t.optional_string("routing_base_domain"), t.optional_string("ingress_base_domain")
+    if new is not None and old is not None:
+        raise ConfigError(
+            t.key("ingress_base_domain"),
+            "is the old name of kubernetes.routing_base_domain: set only routing_base_domain",
+        )
+    value, name = (old, "ingress_base_domain") if old is not None else (new, "routing_base_domain")
     if value is None:
-        return None
-    key = t.key("ingress_base_domain")
+        return None, False
+    key = t.key(name)
     labels = value.split(".")
     if not all(_DNS_LABEL.fullmatch(label) for label in labels):
         raise ConfigError(
@@ -185,7 +219,7 @@ def _base_domain(t: Table) -> str | None:
             f" <port>-<session id>.<domain> must fit a DNS name's"
             f" {_DNS_NAME_MAX}",
         )
-    return value
+    return value, old is not None
 
 
 def _is_ip(value: str) -> bool:
@@ -196,21 +230,77 @@ def _is_ip(value: str) -> bool:
     return True
 
 
-def _ingress(t: Table) -> tuple[str | None, str | None, str | None]:
-    """The three ingress keys; a class or TLS secret without a base domain is
-    an error, not silently nothing: the operator meant to publish something."""
-    domain = _base_domain(t)
-    ingress_class = _name(t, "ingress_class", _DNS_SUBDOMAIN, "an IngressClass name")
-    tls_secret = _name(t, "ingress_tls_secret", _DNS_SUBDOMAIN, "a Secret name")
-    for key, value in (("ingress_class", ingress_class), ("ingress_tls_secret", tls_secret)):
-        if value is not None and domain is None:
-            raise ConfigError(
-                t.key(key),
-                "has no effect without kubernetes.ingress_base_domain"
-                " (no Ingress is created without it): set both or"
-                " neither",
-            )
-    return domain, ingress_class, tls_secret
+@dataclass(frozen=True)
+class _Routing:
+    mode: Literal["auto", "ingress", "gateway", "none"]
+    domain: str | None
+    alias: bool
+    ingress_class: str | None
+    tls_secret: str | None
+    gateway_name: str | None
+    gateway_namespace: str | None
+    gateway_section: str | None
+
+
+_MODES = ("auto", "ingress", "gateway", "none")
+_INGRESS_KEYS = ("ingress_class", "ingress_tls_secret")
+_GATEWAY_KEYS = ("gateway_name", "gateway_namespace", "gateway_section")
+
+
+def _routing(t: Table) -> _Routing:
+    """The routing keys. A key that can have no effect (no domain, `none`,
+    the other layer's key with a fixed mode, a TLS secret with a Gateway) is
+    an error, not silently nothing: the operator meant something by it."""
+    mode = cast(Literal["auto", "ingress", "gateway", "none"], t.choice("routing", "auto", _MODES))
+    domain, alias = _base_domain(t)
+    r = _Routing(
+        mode,
+        domain,
+        alias,
+        _name(t, "ingress_class", _DNS_SUBDOMAIN, "an IngressClass name"),
+        _name(t, "ingress_tls_secret", _DNS_SUBDOMAIN, "a Secret name"),
+        _name(t, "gateway_name", _DNS_SUBDOMAIN, "a Gateway name"),
+        _name(t, "gateway_namespace", _DNS_LABEL, "a namespace name (RFC 1123 label)"),
+        _name(t, "gateway_section", _DNS_SUBDOMAIN, "a Gateway listener name"),
+    )
+    given = {
+        "ingress_class": r.ingress_class,
+        "ingress_tls_secret": r.tls_secret,
+        "gateway_name": r.gateway_name,
+        "gateway_namespace": r.gateway_namespace,
+        "gateway_section": r.gateway_section,
+    }
+    for key in (k for k, value in given.items() if value is not None):
+        _check_effect(t, r, key)
+    if r.mode == "gateway" and r.domain is not None and r.gateway_name is None:
+        raise ConfigError(
+            t.key("gateway_name"),
+            'is required with routing = "gateway": the Gateway the HTTPRoutes attach to',
+        )
+    return r
+
+
+def _check_effect(t: Table, r: _Routing, key: str) -> None:
+    """Raise a `ConfigError` on `key` when it cannot take effect."""
+    if r.mode == "none":
+        raise ConfigError(t.key(key), 'has no effect with routing = "none": remove it')
+    if r.domain is None:
+        raise ConfigError(
+            t.key(key),
+            "has no effect without kubernetes.routing_base_domain (nothing is routed"
+            " without it): set both or neither",
+        )
+    gateway = r.mode == "gateway" or (r.mode == "auto" and r.gateway_name is not None)
+    if key == "ingress_tls_secret" and gateway:
+        raise ConfigError(
+            t.key(key),
+            "is for Ingress routing only; with Gateway routing TLS is terminated by the"
+            " Gateway's listener (a certificateRef there): remove it",
+        )
+    if key in _GATEWAY_KEYS and r.mode == "ingress":
+        raise ConfigError(t.key(key), 'has no effect with routing = "ingress": remove it')
+    if key in _INGRESS_KEYS and r.mode == "gateway":
+        raise ConfigError(t.key(key), 'has no effect with routing = "gateway": remove it')
 
 
 def parse_settings(t: Table, base_dir: Path) -> KubeSettings:
@@ -221,7 +311,7 @@ def parse_settings(t: Table, base_dir: Path) -> KubeSettings:
         ConfigError: naming the key (`kubernetes.namespace: ...`).
     """
     d = KubeSettings()
-    domain, ingress_class, tls_secret = _ingress(t)
+    r = _routing(t)
     kubeconfig = t.optional_string("kubeconfig")
     if kubeconfig is not None:
         kubeconfig = os.path.normpath(base_dir / os.path.expanduser(kubeconfig))
@@ -239,9 +329,15 @@ def parse_settings(t: Table, base_dir: Path) -> KubeSettings:
         start_deadline_s=t.seconds("start_deadline_seconds", d.start_deadline_s),
         pull_backoff_grace_s=t.seconds("pull_backoff_grace_seconds", d.pull_backoff_grace_s),
         attach_quiet_s=t.seconds("attach_quiet_seconds", d.attach_quiet_s, zero_ok=True),
-        ingress_base_domain=domain,
-        ingress_class=ingress_class,
-        ingress_tls_secret=tls_secret,
+        routing=r.mode,
+        routing_base_domain=r.domain,
+        base_domain_alias=r.alias,
+        ingress_class=r.ingress_class,
+        ingress_tls_secret=r.tls_secret,
+        gateway_name=r.gateway_name,
+        gateway_namespace=r.gateway_namespace,
+        gateway_section=r.gateway_section,
+        route_ready_timeout_s=t.seconds("route_ready_timeout_seconds", d.route_ready_timeout_s),
         on_restart=cast(
             Literal["adopt", "reap"], t.choice("on_restart", d.on_restart, ("adopt", "reap"))
         ),
@@ -258,8 +354,11 @@ def render(settings: KubeSettings) -> list[tuple[str, Mapping[str, object]]]:
         "managed_by": k.managed_by, "start_deadline_seconds": k.start_deadline_s,
         "pull_backoff_grace_seconds": k.pull_backoff_grace_s,
         "attach_quiet_seconds": k.attach_quiet_s,
-        "ingress_base_domain": k.ingress_base_domain, "ingress_class": k.ingress_class,
-        "ingress_tls_secret": k.ingress_tls_secret,
+        "routing": k.routing, "routing_base_domain": k.routing_base_domain,
+        "ingress_class": k.ingress_class, "ingress_tls_secret": k.ingress_tls_secret,
+        "gateway_name": k.gateway_name, "gateway_namespace": k.gateway_namespace,
+        "gateway_section": k.gateway_section,
+        "route_ready_timeout_seconds": k.route_ready_timeout_s,
         "on_restart": k.on_restart,
     })]  # fmt: skip
 

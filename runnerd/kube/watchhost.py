@@ -7,10 +7,10 @@ WatchHost`); entering and leaving the pod is `runnerd.kube.watchrun`'s:
   pod IP (`Workspace`: `workspaceapi.WorkspaceApi`'s calls);
   `checkpoint` streams its snapshot to a 0600 tar in the state dir
   (`runnerd.kube.watchcheckpoint`);
-- `publish` is the session's Service/Ingress for the port set
-  (`endpoints.publish_endpoints`, owned by the pod; one call site, to be
-  the routing's `session_routes` once it lands): a refusal is every port
-  `rejected` with its classified reason, never raised;
+- `publish` is the session's Service and Ingress or HTTPRoutes for the
+  port set (`routes.SessionRoutes.publish`, owned by the pod, their health
+  reported as `route` progress; `watchrun` holds the routes open for the
+  pod's life): a refusal is the ports `rejected`, never raised;
 - `run_app`/`run_agent` attach to the app's own container (`app-<name>`,
   `agent`; `terminal.keep_attached` with `container=`): a `tty` app's one
   stream spliced with that container's log, as a run pod's; a `streams`
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -57,8 +57,9 @@ from runnerd.backend.watch import (
 )
 from runnerd.contract import PortMapping
 from runnerd.kube.client import KubeClient
-from runnerd.kube.endpoints import publish_endpoints
 from runnerd.kube.informer import PodInformer, PodState
+from runnerd.kube.routes import SessionRoutes
+from runnerd.kube.routing import Routing
 from runnerd.kube.settings import KubeSettings
 from runnerd.kube.terminal import Relay, Splice, keep_attached, read_log
 from runnerd.kube.watchcheckpoint import FileCheckpoint, new_checkpoint_path
@@ -107,6 +108,7 @@ class HostKit:
     client: KubeClient
     informer: PodInformer
     state_dir: Path | None  # None: no checkpoints (a backend built for tests)
+    routing: Routing
 
 
 class _StreamsSink:
@@ -125,11 +127,19 @@ class _StreamsSink:
 class KubeWatchHost:
     """`runnerd.backend.watch.WatchHost` on one watch pod (module docstring)."""
 
-    def __init__(self, kit: HostKit, spec: WatchSpec, pod: WatchPod, workspace: Workspace) -> None:
+    def __init__(
+        self,
+        kit: HostKit,
+        spec: WatchSpec,
+        pod: WatchPod,
+        workspace: Workspace,
+        routes: SessionRoutes,
+    ) -> None:
         self._kit = kit
         self._spec = spec
         self.pod = pod
         self._workspace = workspace
+        self._routes = routes
 
     async def list_files(self) -> list[WorkspaceFile]:
         return await self._workspace.list()
@@ -160,19 +170,9 @@ class KubeWatchHost:
         return FileCheckpoint(path, files, size)
 
     async def publish(self, ports: tuple[PortMapping, ...]) -> Published:
-        """The session's Service (and Ingress) for `ports`, owned by the pod."""
-        notices = _Notices()
-        identity = replace(self._spec.identity, ports=ports)
-        endpoints = await publish_endpoints(
-            self._kit.client,
-            self._kit.settings,
-            identity,
-            self.pod.pod,
-            notices,  # type: ignore[arg-type]  # only `output` is used
-        )
-        if notices.text:  # refused: every port unpublished, with why
-            return Published(endpoints, tuple((p.port, notices.text) for p in ports))
-        return Published(endpoints)
+        """The session's routes for `ports`, owned by the pod (never raises
+        for the cluster's refusal)."""
+        return await self._routes.publish(ports)
 
     async def run_app(
         self,
@@ -283,16 +283,6 @@ async def _exit_code(sub: Any, container: str) -> int:
             if code is not None:
                 return code
         await sub.next()
-
-
-class _Notices:
-    """`publish_endpoints`' sink: it only writes one classified line."""
-
-    def __init__(self) -> None:
-        self.text = ""
-
-    def output(self, data: bytes, *_: object) -> None:
-        self.text = data.decode(errors="replace").strip().strip("[]").removeprefix("runnerd: ")
 
 
 def seed_files(spec: WatchSpec) -> Iterable[tuple[str, bytes]]:

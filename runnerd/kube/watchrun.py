@@ -48,6 +48,7 @@ import trio
 import runnerd.kube.errors as errors
 from runnerd.backend import StartError
 from runnerd.backend.watch import PlaceGone, ProgressReport, WatchSpec
+from runnerd.contract import RouteState
 from runnerd.kube.informer import PodSubscription
 from runnerd.kube.ledger import PodLedger
 from runnerd.kube.podphase import Teardown
@@ -137,7 +138,7 @@ async def open_watch_pod(
                 await _boot(workspace, progress)
                 await _seed(workspace, spec, progress)
                 place = WatchPod(name, created, ip, containers)
-                async with _watching(kit, spec, place, workspace, sub) as host:
+                async with _watching(kit, spec, place, workspace, sub, progress) as host:
                     yield host
             finally:
                 await workspace.aclose()  # bounded and shielded by itself
@@ -168,7 +169,7 @@ async def adopt_watch_pod(
             place = WatchPod(info.name, pod, ip, containers, adopted=True)
             workspace = kit.workspace(ip, WORKSPACE_PORT, token)
             try:
-                async with _watching(kit, spec, place, workspace, sub) as host:
+                async with _watching(kit, spec, place, workspace, sub, progress) as host:
                     yield host
             finally:
                 await workspace.aclose()
@@ -297,12 +298,32 @@ async def _watching(
     place: WatchPod,
     workspace: Workspace,
     sub: PodSubscription,
+    progress: ProgressReport,
 ) -> AsyncIterator[KubeWatchHost]:
-    """The host, while a task watches the pod for its end (module docstring)."""
-    async with trio.open_nursery() as nursery:
+    """The host, while its routes are open and a task watches the pod for
+    its end (module docstring)."""
+    report = _RouteReport(progress)
+    async with (
+        kit.host.routing.session_routes(spec.identity, place.pod, report) as routes,
+        trio.open_nursery() as nursery,
+    ):
         nursery.start_soon(_watch_end, sub)
-        yield KubeWatchHost(kit.host, spec, place, workspace)
+        yield KubeWatchHost(kit.host, spec, place, workspace, routes)
         nursery.cancel_scope.cancel()
+
+
+class _RouteReport:
+    """Route health as the session's `route` events; a refusal's line as
+    progress (a watch session has no terminal of its own)."""
+
+    def __init__(self, progress: ProgressReport) -> None:
+        self._progress = progress
+
+    def route(self, host: str, port: int, state: RouteState, reason: str | None = None) -> None:
+        self._progress.route(host, port, state, reason)
+
+    def notice(self, text: str) -> None:
+        self._progress.progress("provision", text)
 
 
 async def _watch_end(sub: PodSubscription) -> None:

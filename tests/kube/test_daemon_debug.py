@@ -47,7 +47,7 @@ async def test_debug_events_reach_the_client_but_log_frames_and_the_debug_port_d
     script = 'print hello\nevent ready {"n":1}\nprint between\nevent done {"n":2}\nwait\n'
     ports = [{"port": 9230, "protocol": "tcp"}, {"port": 8080, "protocol": "tcp"}]
     async with (
-        kube_daemon(kubesim, tmp_path, ingress_base_domain=DOMAIN) as daemon,
+        kube_daemon(kubesim, tmp_path, routing_base_domain=DOMAIN, routing="ingress") as daemon,
         daemon.client() as client,
     ):
         session_id = await start_telo(client, script, ports=ports, inspect=True)

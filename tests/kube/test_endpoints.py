@@ -24,7 +24,7 @@ POD = {
     "metadata": {"name": f"runnerd-{SID}", "uid": "6f0e7c1a-2b3d-4e5f-8a9b-0c1d2e3f4a5b"},
 }
 DOMAIN = "sessions.example.com"
-SETTINGS = KubeSettings(self_url="http://10.0.0.5:8063", ingress_base_domain=DOMAIN)
+SETTINGS = KubeSettings(self_url="http://10.0.0.5:8063", routing_base_domain=DOMAIN)
 FULL = replace(SETTINGS, ingress_class="nginx", ingress_tls_secret="wildcard-sessions")
 PORTS = (PortMapping(8080, "tcp"), PortMapping(9000, "tcp"), PortMapping(5353, "udp"))
 IDENTITY = SessionIdentity(SID, Limits("500m", "512Mi", "1Gi", 3600.0), ports=PORTS)

@@ -16,14 +16,14 @@ from tests.kube.test_settings import BASE, error_of, kube, no_files, settings
 
 
 def test_the_three_keys_are_read_and_default_to_unset() -> None:
-    assert settings().ingress_base_domain is None
+    assert settings().routing_base_domain is None
     assert settings().ingress_class is None and settings().ingress_tls_secret is None
     got = settings(
         ingress_base_domain="sessions.example.com",
         ingress_class="nginx",
         ingress_tls_secret="wildcard-sessions",
     )
-    assert (got.ingress_base_domain, got.ingress_class, got.ingress_tls_secret) == (
+    assert (got.routing_base_domain, got.ingress_class, got.ingress_tls_secret) == (
         "sessions.example.com",
         "nginx",
         "wildcard-sessions",
@@ -34,7 +34,7 @@ def test_the_longest_base_domain_still_fits_a_session_host() -> None:
     label = "a" * 63
     longest = ".".join([label, label, label, "b" * (253 - HOST_PREFIX_MAX - 3 * 64)])
     assert len(longest) == 253 - HOST_PREFIX_MAX
-    assert settings(ingress_base_domain=longest).ingress_base_domain == longest
+    assert settings(ingress_base_domain=longest).routing_base_domain == longest
     # The host a session would get, at its longest: a DNS name's 253 exactly.
     assert len(f"65535-{'x' * 12}.{longest}") == 253
     assert error_of(ingress_base_domain=longest + "c") == (
@@ -81,13 +81,13 @@ def test_the_longest_base_domain_still_fits_a_session_host() -> None:
         ),
         (
             {"ingress_class": "nginx"},
-            "kubernetes.ingress_class: has no effect without kubernetes.ingress_base_domain (no"
-            " Ingress is created without it): set both or neither",
+            "kubernetes.ingress_class: has no effect without kubernetes.routing_base_domain"
+            " (nothing is routed without it): set both or neither",
         ),
         (
             {"ingress_tls_secret": "wildcard"},
             "kubernetes.ingress_tls_secret: has no effect without"
-            " kubernetes.ingress_base_domain (no Ingress is created without it):"
+            " kubernetes.routing_base_domain (nothing is routed without it):"
             " set both or neither",
         ),
     ],
@@ -104,7 +104,8 @@ def test_check_config_renders_them_and_they_parse_back(tmp_path: Path) -> None:
     }
     config = check_config(parse_config(kube(**keys), base_dir=BASE, read_text=no_files))
     text = render_config(config)
-    assert 'ingress_base_domain = "sessions.example.com"' in text
+    # Rendered under the key's new name (the old one is an alias).
+    assert 'routing_base_domain = "sessions.example.com"' in text
     assert 'ingress_class = "nginx"' in text and 'ingress_tls_secret = "wildcard"' in text
     path = tmp_path / "again.toml"
     path.write_text(text)

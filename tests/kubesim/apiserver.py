@@ -12,6 +12,8 @@ attach/exec pre-upgrade checks in `streams.py`.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import datetime as dt
 import json
 import random
@@ -25,6 +27,7 @@ import trio
 from tests.kubesim import (
     configmaps,
     discovery,
+    gateway,
     logs,
     params,
     quota,
@@ -67,6 +70,9 @@ class ApiServer:
     server_address: Callable[[], str]
     bookmark_interval_s: float = 1.0
     kubelet: Callable[[], Any] = field(default=lambda: None)
+    # Group → the versions it serves, preferred first (`discovery.VERSIONS`).
+    # Empty for a group: not installed (its paths and discovery are 404).
+    served: discovery.Served = field(default_factory=lambda: dict(discovery.VERSIONS))
 
     async def handle(self, ex: Exchange) -> None:
         """Answer one request. Accounting (README "Accounting"): API requests only, never
@@ -110,7 +116,7 @@ class ApiServer:
                 return
             accept = req.headers.get("accept", "")
             if req.path in ("/api", "/apis") and discovery.wants_aggregated(accept):
-                aggregated = discovery.build_aggregated(req.path)
+                aggregated = discovery.build_aggregated(req.path, self.served)
                 ctype = discovery.AGGREGATED_CONTENT_TYPE
                 await ex.respond(200, status.encode(aggregated), content_type=ctype)
                 return
@@ -132,14 +138,17 @@ class ApiServer:
             return Route("get", req.path, doc=docs)
         if parts[:2] == ["api", "v1"]:
             group, rest, prefix = "", parts[2:], "/api/v1"
-        elif parts[:1] == ["apis"] and len(parts) >= 3 and parts[2] == "v1":
-            group, rest, prefix = parts[1], parts[3:], f"/apis/{parts[1]}/v1"
+        elif parts[:1] == ["apis"] and len(parts) >= 3 and self._serves(parts[1], parts[2]):
+            group, rest, prefix = parts[1], parts[3:], f"/apis/{parts[1]}/{parts[2]}"
         else:
             return Route(params.verb_of(req, False, None), req.path)
         ns: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             ns, rest = rest[1], rest[2:]
         kind = KINDS.get((group, rest[0])) if rest else None
+        if kind is not None and parts[0] == "apis" and parts[2] != kind.version:
+            view = gateway.as_version(parts[2])
+            kind = dataclasses.replace(kind, version=parts[2], view=view)
         if kind is None or len(rest) > 3 or (ns and not kind.namespaced):
             return Route(params.verb_of(req, False, None), req.path)
         name = rest[1] if len(rest) > 1 else None
@@ -152,22 +161,32 @@ class ApiServer:
         verb = params.verb_of(req, name is not None, sub)
         return Route(verb, pattern, kind, ns, name, sub)
 
+    def _serves(self, group: str, version: str) -> bool:
+        """`/apis/<group>/<version>` is served: a served version of a known
+        group; any other group's v1 is left to the kind lookup (a 404)."""
+        if group in discovery.VERSIONS:
+            return version in self.served.get(group, ())
+        return version == "v1"
+
     def _discovery(self, parts: list[str]) -> Callable[[], Obj | None] | None:
         path = "/" + "/".join(parts)
         table: dict[str, Callable[[], Obj | None]] = {
             "/version": discovery.build_version,
             "/api": lambda: discovery.build_api_versions(self.server_address()),
             "/api/v1": lambda: discovery.build_resource_list(""),
-            "/apis": discovery.build_group_list,
+            "/apis": lambda: discovery.build_group_list(self.served),
         }
         if path in table:
             return table[path]
         if path in ("/healthz", "/livez", "/readyz"):
             return lambda: HEALTHY
         if len(parts) == 2 and parts[0] == "apis":
-            return lambda: discovery.build_group(parts[1])
+            return lambda: discovery.build_group(parts[1], self.served)
         if len(parts) == 3 and parts[0] == "apis" and parts[1] in discovery.GROUPS:
-            return lambda: discovery.build_resource_list(parts[1]) if parts[2] == "v1" else None
+            group, version = parts[1], parts[2]
+            if version in self.served.get(group, ()):
+                return lambda: discovery.build_resource_list(group, version)
+            return lambda: None
         if parts[:2] == ["openapi", "v3"]:
             if len(parts) == 2:
                 return discovery.build_openapi_v3_index
@@ -236,7 +255,10 @@ class ApiServer:
             raise status.path_not_found()
         if route.verb not in kind.verbs and route.sub is None:
             raise status.method_not_allowed()
-        if route.verb not in handlers or (route.sub == "status" and route.verb != "get"):
+        writes_status = kind.status_subresource and route.verb in ("update", "patch")
+        if route.verb not in handlers or (
+            route.sub == "status" and route.verb != "get" and not writes_status
+        ):
             raise status.method_not_allowed()  # only reads of pods/status are implemented
         await handlers[route.verb](ex, route)
 
@@ -322,7 +344,7 @@ class ApiServer:
             created = self.store.create_nowait(kind.resource, ns, obj)
         except AlreadyExists as exc:
             raise status.already_exists(kind.resource, meta["name"], kind.group) from exc
-        await ex.respond(201, status.encode(created))
+        await ex.respond(201, status.encode(kind.view(created) if kind.view else created))
 
     def _admit_quota(self, pod: Obj, ns: str) -> None:
         quotas = self.store.list("resourcequotas", ns)
@@ -341,6 +363,9 @@ class ApiServer:
         if current is None:
             raise status.not_found(kind.resource, name, kind.group)
         proposed = self._proposed(ex.request, kind, current)
+        if route.sub == "status":  # the status strategy: only `status` changes
+            await self._update_status(ex, kind, current, proposed)
+            return
         updated = updates.build_updated(current, proposed)
         errors = kind.validate(updated)
         if not errors and kind.default is not None:  # decoding defaults, as on create
@@ -362,6 +387,20 @@ class ApiServer:
         await ex.respond(
             200, status.encode(self.store.update_nowait(kind.resource, ns, name, replace))
         )
+
+    async def _update_status(self, ex: Exchange, kind: Kind, current: Obj, proposed: Obj) -> None:
+        """`<resource>/status` PUT or PATCH: the proposed `status`, everything
+        else (spec, metadata) kept, as the kinds' status strategies do."""
+        new_status = copy.deepcopy(proposed.get("status") or {})
+
+        def replace(obj: Obj) -> None:
+            obj["status"] = new_status
+
+        meta = current["metadata"]
+        updated = self.store.update_nowait(
+            kind.resource, meta.get("namespace") or "", meta["name"], replace
+        )
+        await ex.respond(200, status.encode(kind.view(updated) if kind.view else updated))
 
     def _proposed(self, req: Request, kind: Kind, current: Obj) -> Obj:
         if req.method == "PUT":

@@ -12,13 +12,21 @@ from typing import Any
 
 from tests.kubesim import configmaps as cm
 from tests.kubesim import events as ev
+from tests.kubesim import gateway as gw
 from tests.kubesim import validation as v
 
 Obj = dict[str, Any]
 KUBE_VERSION = {"major": "1", "minor": "37", "gitVersion": "v1.37.0-kubesim"}
 NETWORKING = "networking.k8s.io"
 EVENTS = ev.GROUP
-GROUPS = (EVENTS, NETWORKING)  # the named groups served, in kube-apiserver's /apis order
+GATEWAY = gw.GROUP
+# The named groups served, in kube-apiserver's /apis order (CRD groups last).
+GROUPS = (EVENTS, NETWORKING, GATEWAY)
+# The versions each named group serves, preferred first. The apiserver holds
+# its own copy (`ApiServer.served`): a test takes the Gateway API away (a
+# cluster without its CRDs) or leaves only v1beta1.
+VERSIONS: dict[str, tuple[str, ...]] = {EVENTS: ("v1",), NETWORKING: ("v1",), GATEWAY: gw.VERSIONS}
+Served = dict[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -33,10 +41,12 @@ class Kind:
     default: Callable[[Obj], Obj] | None = None
     view: Callable[[Obj], Obj] | None = None  # stored shape → this API's (events.k8s.io)
     field_labels: dict[str, Callable[[Obj], str]] | None = None  # None: selectors.py decides
+    status_subresource: bool = False  # `<resource>/status` takes get, update and patch
+    version: str = "v1"  # the version a request addressed (apiserver: `dataclasses.replace`)
 
     @property
     def api_version(self) -> str:
-        return f"{self.group}/v1" if self.group else "v1"
+        return f"{self.group}/{self.version}" if self.group else "v1"
 
     @property
     def singular(self) -> str:
@@ -89,6 +99,39 @@ KINDS: dict[tuple[str, str], Kind] = {
         ("ing",),
         v.validate_ingress,
         v.default_ingress,
+        status_subresource=True,
+    ),
+    (NETWORKING, "ingressclasses"): Kind(
+        "ingressclasses",
+        "IngressClass",
+        NETWORKING,
+        False,
+        _RW,
+        (),
+        gw.validate_ingressclass,
+        gw.default_ingressclass,
+    ),
+    (GATEWAY, "gateways"): Kind(
+        "gateways",
+        "Gateway",
+        GATEWAY,
+        True,
+        _RW,
+        ("gtw",),
+        gw.validate_gateway,
+        gw.default_gateway,
+        status_subresource=True,
+    ),
+    (GATEWAY, "httproutes"): Kind(
+        "httproutes",
+        "HTTPRoute",
+        GATEWAY,
+        True,
+        _RW,
+        (),
+        gw.validate_httproute,
+        gw.default_httproute,
+        status_subresource=True,
     ),
     ("", "events"): Kind("events", "Event", "", True, _READ, ("ev",), field_labels=ev.FIELDS),
     (EVENTS, "events"): Kind(
@@ -126,18 +169,27 @@ def _entry(k: Kind) -> Obj:
     return entry
 
 
-def build_resource_list(group: str) -> Obj:
+def _subresources(group: str) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """`resource/sub` → (kind, verbs) for `group`: the pods' (core) and every
+    kind's `status` subresource."""
+    subs = dict(SUBRESOURCES) if not group else {}
+    for k in KINDS.values():
+        if k.group == group and k.status_subresource:
+            subs[f"{k.resource}/status"] = (k.kind, ("get", "patch", "update"))
+    return subs
+
+
+def build_resource_list(group: str, version: str = "v1") -> Obj:
     resources = [_entry(k) for k in KINDS.values() if k.group == group]
-    if not group:
-        resources += [
-            {"name": name, "singularName": "", "namespaced": True, "kind": kind, "verbs": list(vs)}
-            for name, (kind, vs) in SUBRESOURCES.items()
-        ]
+    resources += [
+        {"name": name, "singularName": "", "namespaced": True, "kind": kind, "verbs": list(vs)}
+        for name, (kind, vs) in _subresources(group).items()
+    ]
     resources.sort(key=lambda r: r["name"])
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",
-        "groupVersion": f"{group}/v1" if group else "v1",
+        "groupVersion": f"{group}/{version}" if group else "v1",
         "resources": resources,
     }
 
@@ -152,19 +204,20 @@ def build_api_versions(server_address: str) -> Obj:
     }
 
 
-def _group(name: str) -> Obj:
-    gv = {"groupVersion": f"{name}/v1", "version": "v1"}
-    return {"name": name, "versions": [gv], "preferredVersion": gv}
+def _group(name: str, versions: tuple[str, ...]) -> Obj:
+    gvs = [{"groupVersion": f"{name}/{ver}", "version": ver} for ver in versions]
+    return {"name": name, "versions": gvs, "preferredVersion": gvs[0]}
 
 
-def build_group_list() -> Obj:
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group(g) for g in GROUPS]}
+def build_group_list(served: Served = VERSIONS) -> Obj:
+    groups = [_group(g, served[g]) for g in GROUPS if served.get(g)]
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
 
-def build_group(name: str) -> Obj | None:
-    if name not in GROUPS:
+def build_group(name: str, served: Served = VERSIONS) -> Obj | None:
+    if not served.get(name):
         return None
-    return {"kind": "APIGroup", "apiVersion": "v1", **_group(name)}
+    return {"kind": "APIGroup", "apiVersion": "v1", **_group(name, served[name])}
 
 
 def build_version() -> Obj:
@@ -239,8 +292,8 @@ def wants_aggregated(accept: str) -> bool:
     )
 
 
-def _aggregated_resource(k: Kind) -> Obj:
-    response_kind = {"group": k.group, "version": "v1", "kind": k.kind}
+def _aggregated_resource(k: Kind, version: str = "v1") -> Obj:
+    response_kind = {"group": k.group, "version": version, "kind": k.kind}
     entry: Obj = {
         "resource": k.resource,
         "responseKind": response_kind,
@@ -255,10 +308,10 @@ def _aggregated_resource(k: Kind) -> Obj:
     subs = [
         {
             "subresource": name.split("/", 1)[1],
-            "responseKind": {"group": "", "version": "v1", "kind": kind},
+            "responseKind": {"group": k.group, "version": version, "kind": kind},
             "verbs": list(verbs),
         }
-        for name, (kind, verbs) in SUBRESOURCES.items()
+        for name, (kind, verbs) in _subresources(k.group).items()
         if name.startswith(f"{k.resource}/")
     ]
     if subs:
@@ -266,18 +319,21 @@ def _aggregated_resource(k: Kind) -> Obj:
     return entry
 
 
-def build_aggregated(group_path: str) -> Obj:
+def build_aggregated(group_path: str, served: Served = VERSIONS) -> Obj:
     """The APIGroupDiscoveryList for `/api` (core) or `/apis` (named groups)."""
-    groups = [""] if group_path == "/api" else list(GROUPS)
+    groups = [""] if group_path == "/api" else [g for g in GROUPS if served.get(g)]
     items = [
         {
             "metadata": {"name": g} if g else {},
             "versions": [
                 {
-                    "version": "v1",
-                    "resources": [_aggregated_resource(k) for k in KINDS.values() if k.group == g],
+                    "version": ver,
+                    "resources": [
+                        _aggregated_resource(k, ver) for k in KINDS.values() if k.group == g
+                    ],
                     "freshness": "Current",
                 }
+                for ver in (served[g] if g else ("v1",))
             ],
         }
         for g in groups

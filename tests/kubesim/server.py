@@ -68,6 +68,14 @@ class KubeSim:
         return f"system:serviceaccount:{self.namespace}:{self.service_account}"
 
     @property
+    def served(self) -> dict[str, tuple[str, ...]]:
+        """Group → served versions (preferred first), live: e.g.
+        `sim.served["gateway.networking.k8s.io"] = ()` for a cluster without
+        the Gateway API, `("v1beta1",)` for an older one."""
+        assert self._api is not None
+        return self._api.served
+
+    @property
     def ca_pem(self) -> bytes:
         return self.ca.cert_pem.bytes()
 

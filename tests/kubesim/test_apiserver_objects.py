@@ -158,9 +158,17 @@ async def test_discovery(kube: httpx.AsyncClient) -> None:
     names = {r["name"] for r in core["resources"]}
     assert {"pods/attach", "pods/exec", "pods/status", "services", "namespaces"} <= names
     groups = (await kube.get("/apis")).json()
-    assert [g["name"] for g in groups["groups"]] == ["events.k8s.io", "networking.k8s.io"]
+    assert [g["name"] for g in groups["groups"]] == [
+        "events.k8s.io",
+        "networking.k8s.io",
+        "gateway.networking.k8s.io",
+    ]
     net = (await kube.get("/apis/networking.k8s.io/v1")).json()
-    assert [r["name"] for r in net["resources"]] == ["ingresses"]
+    assert [r["name"] for r in net["resources"]] == [
+        "ingressclasses",
+        "ingresses",
+        "ingresses/status",
+    ]
     assert (await kube.get("/api")).json()["versions"] == ["v1"]
     aggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
     r = await kube.get("/api", headers={"Accept": f"{aggregated},application/json"})

@@ -61,6 +61,9 @@ async def test_get_pods_json_and_errors(apiserver: KubeSim, tmp_path: Path) -> N
         "resourcequotas",
         "services",
         "events.events.k8s.io",
+        "gateways.gateway.networking.k8s.io",
+        "httproutes.gateway.networking.k8s.io",
+        "ingressclasses.networking.k8s.io",
         "ingresses.networking.k8s.io",
     ]
     header, row = results["table"].stdout.decode().splitlines()

@@ -86,6 +86,7 @@ PURE = (
     "runnerd.kube.watchpod",
     "runnerd.kube.workspaceapp",
     "runnerd.kube.watchstatus",
+    "runnerd.kube.routehealth",
 )
 IO_LIBRARIES = ("trio", "httpx", "quart", "quart_trio", "hypercorn")
 

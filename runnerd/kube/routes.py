@@ -1,0 +1,377 @@
+"""One session's public routes: its Service and its Ingress or HTTPRoutes,
+published (and republished) for a port set, and their health followed.
+
+Owns `SessionRoutes` (what `Routing.session_routes` yields; `publish` once
+the pod exists and again on every port change), `RouteReport` (where route
+health goes), and `ensure_object`, the create-or-bring-up-to-date every
+object of a session goes through.
+
+Publishing, per port set (`publish`):
+- the Service carries every published port (`endpoints.build_service`); with
+  none left it is deleted, and every route with it;
+- Ingress routing: the one Ingress has a rule per tcp port; with no tcp port
+  left it is deleted;
+- Gateway routing: one HTTPRoute per tcp port; the session's HTTPRoutes of
+  ports no longer in the set (listed by the session's labels) are deleted.
+Every object is owned by the pod (collected with it). A same-named object
+that is ours (by label) and current is kept; ours and stale is replaced (a
+`409` on the replace, a change in between, re-reads it and tries again; a
+Service keeps its clusterIP, which is immutable); not ours, the create's
+`409` stands.
+
+Route health (`_follow_health`, a task of the context's own nursery): every
+routed host is reported `pending` at once, then its object is read every
+ROUTE_POLL_S until each host has a verdict (`routehealth`): `programmed`, or
+`unprogrammed` with the rejection's reason, or, at
+`route_ready_timeout_seconds`, `unprogrammed` with the layer's hint. A new
+`publish` cancels the previous follow and starts over. It never fails the
+session: a failed read counts as still pending.
+
+Error handling: a failure to publish is never a failed session. It is one
+classified line through `report.notice` (the operation, the HTTP status, the
+Status reason; never the apiserver's message, which names the runner's
+service account), the detail goes to the log, and the ports come back
+`rejected` with the unpublished endpoints (`host: ""`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import trio
+
+import runnerd.kube.errors as errors
+from runnerd.backend import SessionIdentity
+from runnerd.backend.watch import Published
+from runnerd.contract import PortMapping, RouteState
+from runnerd.kube import endpoints as shapes
+from runnerd.kube.client import KubeClient, Retry
+from runnerd.kube.podspec import pod_name
+from runnerd.kube.routehealth import (
+    GatewayRef,
+    Layer,
+    Verdict,
+    httproute_verdict,
+    ingress_verdict,
+    timeout_hint,
+)
+from runnerd.kube.settings import KubeSettings
+
+log = logging.getLogger(__name__)
+
+# How often a pending route's object is read: the Telo runner's period; a
+# controller programs a route in about a second, so a user waits at most two
+# more, at one GET per route per period.
+ROUTE_POLL_S = 2.0
+SERVICE_OPERATION = "could not create the session's Service"
+INGRESS_OPERATION = "could not create the session's Ingress"
+HTTPROUTE_OPERATION = "could not create the session's HTTPRoute"
+_REPLACE_ATTEMPTS = 3
+
+
+class RouteReport(Protocol):
+    """Where a session's routes report: `route` events and a notice line.
+    Both synchronous, never blocking, never raising (a `Sink`'s `route`, a
+    `ProgressReport`'s, plus a terminal or progress line for `notice`)."""
+
+    def route(self, host: str, port: int, state: RouteState, reason: str | None = None) -> None: ...
+
+    def notice(self, text: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class RouteTarget:
+    """What the session's routes are made with: the layer resolved at start."""
+
+    client: KubeClient
+    settings: KubeSettings
+    layer: Layer
+    gateway: GatewayRef | None
+
+
+class _Failed(Exception):
+    """A publish step failed: the classified error and the ports it costs."""
+
+    def __init__(self, error: errors.KubeError, ports: tuple[int, ...]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.ports = ports
+
+
+class SessionRoutes:
+    """A session's routes while its pod lives (module docstring). Made by
+    `open_session_routes`; `publish` from the context's task only."""
+
+    def __init__(
+        self,
+        target: RouteTarget,
+        identity: SessionIdentity,
+        pod: Mapping[str, Any],
+        report: RouteReport,
+        nursery: trio.Nursery,
+    ) -> None:
+        self._t = target
+        self._identity = identity
+        self._pod = pod
+        self._report = report
+        self._nursery = nursery
+        self._health = trio.CancelScope()
+        ns = quote(target.client.namespace, safe="")
+        self._services = f"/api/v1/namespaces/{ns}/services"
+        self._ingresses = f"/apis/networking.k8s.io/v1/namespaces/{ns}/ingresses"
+        version = target.gateway.version if target.gateway else "v1"
+        self._httproutes = f"/apis/gateway.networking.k8s.io/{version}/namespaces/{ns}/httproutes"
+
+    @property
+    def routed(self) -> bool:
+        """Whether anything is published at all (a layer and a base domain)."""
+        return self._t.layer is not Layer.NONE and self._t.settings.routing_base_domain is not None
+
+    async def publish(self, ports: tuple[PortMapping, ...]) -> Published:
+        """Publish `ports` (module docstring): the endpoints to announce, and
+        the ports that could not be published with why. Never raises a
+        `KubeError`. Cancellation: what was written stays, owned by the pod."""
+        identity = replace(self._identity, ports=ports)
+        self._health.cancel()
+        if not self.routed:
+            return Published(shapes.announced(self._t.settings, identity, published=False))
+        try:
+            await self._apply(identity)
+        except _Failed as failed:
+            exc = failed.error
+            ids = {"session_id": identity.session_id}
+            log.warning("endpoints not published: %r", exc.__cause__ or exc, extra=ids)
+            self._report.notice(f"the session's ports are not published: {exc}")
+            endpoints = shapes.announced(self._t.settings, identity, published=False)
+            return Published(endpoints, tuple((port, str(exc)) for port in failed.ports))
+        self._follow(identity)
+        return Published(shapes.announced(self._t.settings, identity, published=True))
+
+    async def _apply(self, identity: SessionIdentity) -> None:
+        """Write the Service and the routes for `identity.ports`. Raises `_Failed`."""
+        t, pod = self._t, self._pod
+        everything = tuple(p.port for p in shapes.published_ports(identity))
+        tcp = shapes.routed_ports(identity)
+        service = shapes.build_service(t.settings, identity, pod)
+        try:
+            if service is None:
+                await self._delete(f"{self._services}/{pod_name(identity.session_id)}")
+            else:
+                await ensure_object(t.client, self._services, service, SERVICE_OPERATION)
+        except errors.KubeError as exc:
+            raise _Failed(exc, everything) from exc
+        try:
+            if t.layer is Layer.INGRESS:
+                await self._apply_ingress(identity)
+            elif t.gateway is not None:
+                await self._apply_httproutes(identity, t.gateway, tcp)
+        except errors.KubeError as exc:
+            raise _Failed(exc, tcp) from exc
+
+    async def _apply_ingress(self, identity: SessionIdentity) -> None:
+        ingress = shapes.build_ingress(self._t.settings, identity, self._pod)
+        if ingress is None:
+            await self._delete(f"{self._ingresses}/{pod_name(identity.session_id)}")
+        else:
+            await ensure_object(self._t.client, self._ingresses, ingress, INGRESS_OPERATION)
+
+    async def _apply_httproutes(
+        self, identity: SessionIdentity, gateway: GatewayRef, tcp: tuple[int, ...]
+    ) -> None:
+        client, settings = self._t.client, self._t.settings
+        for port in tcp:
+            route = shapes.build_httproute(settings, gateway, identity, port, self._pod)
+            await ensure_object(client, self._httproutes, route, HTTPROUTE_OPERATION)
+        labels = shapes.session_labels(settings, identity.session_id)
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        listing = await client.request(
+            "GET",
+            self._httproutes,
+            operation="could not list the session's HTTPRoutes",
+            retry=Retry.READ,
+            params={"labelSelector": selector},
+        )
+        wanted = {shapes.httproute_name(identity.session_id, port) for port in tcp}
+        for item in listing.get("items") or []:
+            name = (item.get("metadata") or {}).get("name")
+            if isinstance(name, str) and name not in wanted:  # a port that left the set
+                await self._delete(f"{self._httproutes}/{quote(name, safe='')}")
+
+    async def _delete(self, path: str) -> None:
+        try:
+            await self._t.client.request(
+                "DELETE",
+                path,
+                operation="could not delete a stale route of the session",
+                retry=Retry.IDEMPOTENT,
+            )
+        except errors.NotFound:
+            pass  # already gone: what was asked
+
+    # -- health -------------------------------------------------------------
+
+    def _follow(self, identity: SessionIdentity) -> None:
+        """Report every routed host `pending` now; follow them in a new task."""
+        domain = self._t.settings.routing_base_domain
+        assert domain is not None
+        hosts = {
+            port: shapes.endpoint_host(port, identity.session_id, domain)
+            for port in shapes.routed_ports(identity)
+        }
+        for port, host in hosts.items():
+            self._report.route(host, port, "pending")
+        self._health = trio.CancelScope()
+        if hosts:
+            self._nursery.start_soon(self._follow_health, identity.session_id, hosts, self._health)
+
+    async def _follow_health(
+        self, session_id: str, hosts: dict[int, str], scope: trio.CancelScope
+    ) -> None:
+        """Poll until every host has a verdict, or the ready timeout (module docstring)."""
+        t = self._t
+        waiting = dict(hosts)
+        with scope:
+            with trio.move_on_after(t.settings.route_ready_timeout_s):
+                while waiting:
+                    await trio.sleep(ROUTE_POLL_S)
+                    for port, (verdict, reason) in (
+                        await self._verdicts(session_id, waiting)
+                    ).items():
+                        if verdict != "pending":
+                            state: RouteState = (
+                                "programmed" if verdict == "programmed" else "unprogrammed"
+                            )
+                            self._report.route(waiting.pop(port), port, state, reason)
+            hint = timeout_hint(
+                t.layer,
+                t.settings.route_ready_timeout_s,
+                gateway=t.gateway,
+                ingress_class=t.settings.ingress_class,
+            )
+            for port, host in waiting.items():
+                self._report.route(host, port, "unprogrammed", hint)
+
+    async def _verdicts(
+        self, session_id: str, waiting: Mapping[int, str]
+    ) -> dict[int, tuple[Verdict, str | None]]:
+        """Each waiting port's verdict now; a failed read is `pending`."""
+        if self._t.layer is Layer.INGRESS:
+            ingress = await self._read(f"{self._ingresses}/{pod_name(session_id)}")
+            verdict = ingress_verdict(ingress)
+            return dict.fromkeys(waiting, verdict)
+        out: dict[int, tuple[Verdict, str | None]] = {}
+        for port in waiting:
+            route = await self._read(
+                f"{self._httproutes}/{shapes.httproute_name(session_id, port)}"
+            )
+            out[port] = httproute_verdict(route)
+        return out
+
+    async def _read(self, path: str) -> dict[str, Any] | None:
+        try:
+            return await self._t.client.request(
+                "GET", path, operation="could not read a session route", retry=Retry.READ
+            )
+        except errors.KubeError as exc:  # a 404 included: not programmed yet
+            log.debug("route read failed: %r", exc)
+            return None
+
+
+@asynccontextmanager
+async def open_session_routes(
+    target: RouteTarget,
+    identity: SessionIdentity,
+    pod: Mapping[str, Any],
+    report: RouteReport,
+) -> AsyncIterator[SessionRoutes]:
+    """A session's routes for the block's duration: health followed in the
+    block's own nursery, cancelled when it ends (the objects stay, owned by
+    the pod).
+
+    Error handling: the health task never raises, so what the block raises
+    comes out as it was raised, not in an ExceptionGroup (the nursery's
+    wrapping undone: no group crosses this line)."""
+    try:
+        async with trio.open_nursery() as nursery:
+            yield SessionRoutes(target, identity, pod, report, nursery)
+            nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
+            raise group.exceptions[0] from None
+        raise
+
+
+async def ensure_object(
+    client: KubeClient, collection: str, obj: dict[str, Any], operation: str
+) -> None:
+    """Create `obj`; on 409, keep the existing object if it is ours and current,
+    replace it if ours and stale (an HTTPRoute by a merge patch of the
+    whole object; re-read on a `409 Conflict`, a Service's clusterIP kept),
+    else raise the create's 409.
+
+    Raises:
+        errors.KubeError: classified, `operation` naming the object.
+    """
+    path = f"{collection}/{quote(obj['metadata']['name'], safe='')}"
+    last: errors.KubeError | None = None
+    for _ in range(_REPLACE_ATTEMPTS):
+        try:
+            await client.request(
+                "POST", collection, operation=operation, retry=Retry.WRITE, body=obj
+            )
+            return
+        except errors.AlreadyExists as exc:
+            conflict = exc
+        try:
+            existing = await client.request("GET", path, operation=operation, retry=Retry.READ)
+        except errors.NotFound as exc:  # deleted in between: create again
+            last = exc
+            continue
+        meta = existing.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if any(labels.get(key) != value for key, value in obj["metadata"]["labels"].items()):
+            raise conflict  # a same-named object that is not this session's: left alone
+        if _is_current(existing, obj):
+            return
+        # An HTTPRoute is patched (RBAC `patch`, as the Gateway API's own
+        # tools do; the resourceVersion in it keeps it a compare-and-swap);
+        # built-in kinds are replaced.
+        method = "PATCH" if obj["kind"] == "HTTPRoute" else "PUT"
+        try:
+            await client.request(
+                method,
+                path,
+                operation=operation,
+                retry=Retry.WRITE,
+                body=_replacement(obj, existing),
+            )
+            return
+        except errors.Conflict as exc:  # changed since the read: read it again
+            last = exc
+    assert last is not None
+    raise last
+
+
+def _replacement(obj: dict[str, Any], existing: Mapping[str, Any]) -> dict[str, Any]:
+    """`obj` as a PUT over `existing`: its resourceVersion, and a Service's
+    allocated cluster IPs (immutable: a replace must carry them)."""
+    meta = existing.get("metadata") or {}
+    out = {**obj, "metadata": {**obj["metadata"], "resourceVersion": meta.get("resourceVersion")}}
+    if obj["kind"] == "Service":
+        have = existing.get("spec") or {}
+        kept = {k: have[k] for k in ("clusterIP", "clusterIPs") if k in have}
+        out["spec"] = {**obj["spec"], **kept}
+    return out
+
+
+def _is_current(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    have, want = existing.get("spec") or {}, wanted["spec"]
+    owners = (existing.get("metadata") or {}).get("ownerReferences")
+    return owners == wanted["metadata"]["ownerReferences"] and all(
+        have.get(key) == want.get(key) for key in shapes.SPEC_KEYS[wanted["kind"]]
+    )

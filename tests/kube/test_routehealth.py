@@ -1,0 +1,89 @@
+"""runnerd.kube.routehealth's verdicts and runnerd.kube.routing's pure
+reads: what an HTTPRoute's or Ingress's status says, which Gateway API
+version is used, which IngressClass is the default."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runnerd.kube.routehealth import httproute_verdict, ingress_verdict
+from runnerd.kube.routing import pick_classes, pick_gateway_version
+
+
+def parent(*conditions: tuple[str, str, str, str]) -> dict[str, Any]:
+    return {
+        "parentRef": {"name": "gw"},
+        "conditions": [
+            {"type": t, "status": s, "reason": r, "message": m} for t, s, r, m in conditions
+        ],
+    }
+
+
+ACCEPTED = ("Accepted", "True", "Accepted", "")
+RESOLVED = ("ResolvedRefs", "True", "ResolvedRefs", "")
+
+
+@pytest.mark.parametrize(
+    ("route", "verdict"),
+    [
+        (None, ("pending", None)),  # not found yet (a 404)
+        ({"status": {}}, ("pending", None)),
+        ({"status": {"parents": []}}, ("pending", None)),
+        (
+            {"status": {"parents": [parent(("Accepted", "Unknown", "Pending", ""))]}},
+            ("pending", None),
+        ),
+        ({"status": {"parents": [parent(ACCEPTED)]}}, ("programmed", None)),
+        ({"status": {"parents": [parent(ACCEPTED, RESOLVED)]}}, ("programmed", None)),
+        (
+            {
+                "status": {
+                    "parents": [
+                        parent(ACCEPTED, ("ResolvedRefs", "False", "BackendNotFound", "no svc"))
+                    ]
+                }
+            },
+            ("rejected", "BackendNotFound: no svc"),
+        ),
+        (
+            {"status": {"parents": [parent(("Accepted", "False", "NotAllowedByListeners", ""))]}},
+            ("rejected", "NotAllowedByListeners"),
+        ),
+        # One parent accepted, another still pending: programmed.
+        (
+            {"status": {"parents": [parent(), parent(ACCEPTED)]}},
+            ("programmed", None),
+        ),
+    ],
+)
+def test_httproute_verdicts(route: dict[str, Any] | None, verdict: tuple[str, str | None]) -> None:
+    assert httproute_verdict(route) == verdict
+
+
+def test_ingress_verdict_needs_an_address() -> None:
+    assert ingress_verdict(None) == ("pending", None)
+    assert ingress_verdict({"status": {"loadBalancer": {}}}) == ("pending", None)
+    assert ingress_verdict({"status": {"loadBalancer": {"ingress": [{}]}}}) == ("pending", None)
+    lb = {"status": {"loadBalancer": {"ingress": [{"hostname": "lb.example.test"}]}}}
+    assert ingress_verdict(lb) == ("programmed", None)
+
+
+def test_v1_is_preferred_over_v1beta1() -> None:
+    both = {"versions": [{"version": "v1beta1"}, {"version": "v1"}]}
+    assert pick_gateway_version(both) == "v1"
+    assert pick_gateway_version({"versions": [{"version": "v1beta1"}]}) == "v1beta1"
+    assert pick_gateway_version({"versions": [{"version": "v1alpha2"}]}) is None
+
+
+def test_the_default_class_is_the_annotated_one() -> None:
+    note = {"ingressclass.kubernetes.io/is-default-class": "true"}
+    listing = {
+        "items": [
+            {"metadata": {"name": "a"}},
+            {"metadata": {"name": "b", "annotations": note}},
+        ]
+    }
+    assert pick_classes(listing) == (("a", "b"), "b")
+    assert pick_classes({"items": []}) == ((), None)
