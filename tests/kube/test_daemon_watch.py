@@ -267,3 +267,20 @@ async def test_a_streams_app_keeps_stdout_and_stderr_apart_and_a_tty_app_has_its
             await wait_gone(daemon, kubesim)
         finally:
             await sockets.close_all()
+
+
+async def test_a_watch_pod_deleted_outside_runnerd_fails_the_session(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
+        session_id = await start(client, {"app.telo": APP})
+        await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
+        [pod] = session_pods(kubesim)
+        await kubesim.store.delete("pods", "runnerd", pod, grace_period_s=0)  # kubectl delete
+        frames = await wait_frames(client, session_id, has_status("failed"), timeout_s=TIMEOUT_S)
+        status = [f.data["status"] for f in frames if f.event == "status"][-1]
+        assert status == {
+            "kind": "failed",
+            "message": "pod: the session pod was deleted outside runnerd",
+        }
+        await wait_gone(daemon, kubesim)
