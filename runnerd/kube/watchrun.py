@@ -303,13 +303,37 @@ async def _watching(
     """The host, while its routes are open and a task watches the pod for
     its end (module docstring)."""
     report = _RouteReport(progress)
-    async with (
-        kit.host.routing.session_routes(spec.identity, place.pod, report) as routes,
-        trio.open_nursery() as nursery,
-    ):
-        nursery.start_soon(_watch_end, sub)
-        yield KubeWatchHost(kit.host, spec, place, workspace, routes)
-        nursery.cancel_scope.cancel()
+    try:
+        async with (
+            kit.host.routing.session_routes(spec.identity, place.pod, report) as routes,
+            trio.open_nursery() as nursery,
+        ):
+            nursery.start_soon(_watch_end, sub)
+            yield KubeWatchHost(kit.host, spec, place, workspace, routes)
+            nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The pod's end, alone with the body's cancellation it caused: the
+        # seam's StartError itself, never a group (house rule 5).
+        ended = _the_end(group)
+        if ended is None:
+            raise
+        raise ended from None
+
+
+def _the_end(group: BaseExceptionGroup[Any]) -> StartError | None:
+    """The pod's end in `group` when everything else is its cancellation."""
+    found: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            found.append(exc)
+
+    walk(group)
+    real = [e for e in found if not isinstance(e, trio.Cancelled)]
+    return real[0] if len(real) == 1 and isinstance(real[0], StartError) else None
 
 
 class _RouteReport:
