@@ -257,6 +257,13 @@ class ProgressReport(Protocol):
         """A public route's health (`route` events; the core adds the app
         that owns `port`). Synchronous, never raises."""
 
+    def detaching(self) -> bool:
+        """Read when the place is left: True when the daemon restarts and
+        leaves the session to a successor (`EndIntent.DETACH`, as
+        `Sink.end_intent` for a run), so the place must stay for its
+        `adopt_watch`; False: remove it. Synchronous, never raises."""
+        ...
+
 
 class AppSink(Protocol):
     """Where one app's generation (or the agent) reports. Every method but

@@ -2,8 +2,10 @@
 
 Owns `open_state_dir` (`runner.state_dir`, for a backend whose workloads
 outlive the daemon) and `recover_sessions`, the daemon's background task
-that adopts what `Backend.recover()` finds while the listeners already
-serve (`runnerd.daemon.serving` starts it right after them).
+that adopts what `Backend.recover()` finds, then the watch sessions the
+state dir's watch records describe (`SessionManager.adopt_watches`), while
+the listeners already serve (`runnerd.daemon.serving` starts it right
+after them).
 """
 
 from __future__ import annotations
@@ -59,4 +61,12 @@ async def recover_sessions(state: Runtime) -> None:
             return
         except ValueError as exc:
             log.warning("not adopted: %s", exc, extra={"session_id": recovered.identity.session_id})
+    try:
+        watch = await sessions.adopt_watches()  # their watch records (none on local)
+    except ManagerClosed:
+        log.warning("shutting down: recovered watch sessions not adopted")
+        sessions.end_recovery(prune=False)
+        return
+    if watch:
+        log.info("adopted %d watch sessions", watch)
     sessions.end_recovery(prune=True)

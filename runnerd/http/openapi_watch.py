@@ -198,7 +198,9 @@ def watch_paths() -> dict[str, Any]:
         ("202", _json(_ref("AppsReplaced"), "the new set, shown by GET from now on")),
         {"400": "invalid_request (schema; checked before not_running), then the app checks "
                 "of POST /v1/sessions: invalid_app_name, reserved_app_name, "
-                "duplicate_app_name, invalid_bundle, port_conflict, io_unsupported"},
+                "duplicate_app_name, invalid_bundle, port_conflict, io_unsupported",
+         "409": "checkpoint_failed: where a place holds a fixed app set (kubernetes), the "
+                "checkpoint the new set starts from failed; nothing changed"},
     )  # fmt: skip
     apps["requestBody"] = _body("ReplaceAppsRequest")
     resume = {"summary": "Resume a suspended watch session from its checkpoint",

@@ -21,13 +21,17 @@ catalog) and the capabilities document (`capabilities`, pure).
 Watch sessions: `watchsession` (the session object, a `Session` of mode
 "watch"; `surface` the members every session answers, a run session with
 `409 not_a_watch_session`), `apps` (one app's ring, handle, restarts),
+`appset` (a session's apps in order, kept across `PUT /apps`),
 `appsink` (what an app's generation and its watchers report to),
 `generations` (an app's generations, one at a time), `watching` (the
 driver: `open_watch`, serving, debounce, checkpoints, idle suspend,
 resume, the TTL), `publishing` (the port set through `WatchHost.publish`:
 `running.endpoints`, rejected ports), `reopen` (`PUT /apps` where a place
 holds a fixed app set), `watchmanage` (the manager's watch side: start,
-resume, the watch cap, eviction of suspended sessions), `watchspec` (what
+resume, the watch cap, eviction of suspended sessions, adoption),
+`watchrecord` (the watch records in the state dir that bring a session
+back after a restart, where places outlive the daemon) and `watchadopt`
+(keeping one up to date, a record as a session), `watchspec` (what
 admission builds); `resize` is the resize coalescing both modes share.
 
 May import: `contract`, `errors`, `metrics`, `atomic_file`, `backend`,

@@ -154,6 +154,10 @@ class SessionProgress:
     def progress(self, phase: RunPhase, message: str, done: bool | None = None) -> None:
         self._session.emit(progress_event(phase, message, done))
 
+    def detaching(self) -> bool:
+        """The daemon restarts and leaves the session's place to a successor."""
+        return self._session.detaching
+
     def route(self, host: str, port: int, state: RouteState, reason: str | None = None) -> None:
         """With the app that declares `port` (none when no app does)."""
         app = next(

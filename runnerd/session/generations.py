@@ -61,7 +61,7 @@ from runnerd.session.apps import AppChannel
 from runnerd.session.appsink import AppOutputSink, AppReport
 from runnerd.session.running import leaves
 from runnerd.watch.kernel import KernelProjection
-from runnerd.watch.runs import RunTrigger
+from runnerd.watch.runs import RunPhase, RunTrigger
 from runnerd.workload.supervision import supervise, tcp_ports
 
 if TYPE_CHECKING:
@@ -79,8 +79,19 @@ TRIGGERS: tuple[RunTrigger, ...] = ("initial", "watch", "manual", "resume")
 class AppPeriod:
     """The apps' tasks over one live workspace (see the module docstring)."""
 
-    def __init__(self, session: WatchSession, host: WatchHost, nursery: trio.Nursery) -> None:
+    def __init__(
+        self,
+        session: WatchSession,
+        host: WatchHost,
+        nursery: trio.Nursery,
+        *,
+        adopted: bool = False,
+    ) -> None:
+        """`adopted`: the host is a previous daemon's (`adopt_watch`), so each
+        app's first generation here is the one that daemon left, continued:
+        no new `started` (an open one stays open), no trigger expected."""
         self._session = session
+        self._adopted = adopted
         self._host = host
         self._nursery = nursery
         self._waiting = {channel.name for channel in session.app_channels()}
@@ -97,21 +108,24 @@ class AppPeriod:
         first: RunTrigger = next((t for t in TRIGGERS if t == trigger), "resume")
         channel.task_scope = trio.CancelScope()
         channel.ended = trio.Event()
-        self._nursery.start_soon(self._app_loop, channel, first, name=f"app {channel.name}")
+        self._nursery.start_soon(
+            self._app_loop, channel, first, self._adopted, name=f"app {channel.name}"
+        )
 
     def _reported(self, name: str) -> None:
         self._waiting.discard(name)
         if not self._waiting:
             self.first_round.set()
 
-    async def _app_loop(self, channel: AppChannel, trigger: RunTrigger) -> None:
+    async def _app_loop(self, channel: AppChannel, trigger: RunTrigger, adopted: bool) -> None:
         try:
             with channel.task_scope:
                 while True:
                     channel.pending_trigger = None
                     with trio.CancelScope() as scope:
                         channel.generation_scope, channel.starting = scope, True
-                        await self._generation(channel, trigger)
+                        await self._generation(channel, trigger, adopted)
+                        adopted = False
                         channel.starting = False
                         if channel.pending_trigger is None:
                             await trio.sleep_forever()  # until a restart
@@ -125,12 +139,13 @@ class AppPeriod:
             # session ending): its generation ended, as a restart's does.
             channel.generation_scope = None
             code = channel.take_stopped_code(RESTART_CODE)
-            self._session.emit_run(channel.runs.complete(code, trio.current_time()))
+            if not self._session.detaching:  # detached, its process runs on for a successor
+                self._session.emit_run(channel.runs.complete(code, trio.current_time()))
             channel.detach()
             self._reported(channel.name)  # an app gone before its first report
             channel.ended.set()
 
-    async def _generation(self, channel: AppChannel, trigger: RunTrigger) -> None:
+    async def _generation(self, channel: AppChannel, trigger: RunTrigger, adopted: bool) -> None:
         """One generation, to its end (see the module docstring)."""
         session = self._session
         outcome: Exited | Failed | None = None
@@ -138,6 +153,7 @@ class AppPeriod:
         async def run(*, task_status: trio.TaskStatus[None]) -> None:
             nonlocal outcome
             status = _OnStarted(session, channel, trigger, nursery, task_status, self._reported)
+            status.adopted = adopted
             sink = AppOutputSink(session, channel)
             outcome = await self._host.run_app(channel.launch(), sink, task_status=status)
             nursery.cancel_scope.cancel()  # its watchers go with it
@@ -155,6 +171,7 @@ class AppPeriod:
             channel.detach()
         now = trio.current_time()
         if reason is not None:
+            channel.runs.abandon()  # adopted: the open one the previous daemon left
             session.emit_run(*channel.runs.start_failed(trigger, reason, now))
             self._reported(channel.name)
         elif isinstance(outcome, Exited):
@@ -233,6 +250,7 @@ class _OnStarted:
         self._nursery = nursery
         self._task_status = task_status
         self._reported = reported
+        self.adopted = False  # the generation a previous daemon left (AppPeriod)
 
     def started(self, value: AppStarted | None = None) -> None:
         if not isinstance(value, AppStarted):
@@ -242,17 +260,21 @@ class _OnStarted:
         channel.attach(value.handle, self._nursery)
         channel.self_watching = value.self_watching
         name = channel.name
+        adopted = self.adopted
         if value.self_watching:
             channel.kernel = KernelProjection(channel.runs)
-            channel.kernel.expect(self._trigger)
+            if not adopted:  # adopted: its kernel's next run is its own (`watch`)
+                channel.kernel.expect(self._trigger)
             if value.reload is not None:
                 reload = _InPlace(self._session, channel, value.reload, self._nursery)
                 channel.reload_in_place = reload
         else:
             channel.kernel = None
-            self._session.emit_run(channel.runs.start(self._trigger, trio.current_time()))
+            if not (adopted and channel.runs.phase is RunPhase.OPEN):  # adopted: it goes on
+                self._session.emit_run(channel.runs.start(self._trigger, trio.current_time()))
         address = value.address
-        if value.self_watching and address is not None and address.inspect_port is not None:
+        watched = address is not None and address.inspect_port is not None
+        if value.self_watching and watched and not adopted:
             # Its generation 1 is its kernel's first run (or its exit before
             # one): `running` waits for that, not for the process.
             channel.on_kernel_run = lambda: self._reported(name)

@@ -71,6 +71,7 @@ from runnerd.session.session import Session
 from runnerd.session.statefile import StateDir
 from runnerd.session.stopping import stop_every, stop_session
 from runnerd.session.watchmanage import WatchSide, add_evicting
+from runnerd.session.watchrecord import RecordWriter, WatchRecords
 from runnerd.session.watchspec import WatchSessionSpec
 
 __all__ = [
@@ -146,8 +147,19 @@ class SessionManager:
         self._expiry_wakeup = trio.Event()
         self._recovery = Recovery(state)
         self._catalog = Catalog(apps)
+        # Watch records, where a watch session's place outlives the daemon
+        # (`runnerd.session.watchrecord`): `<state_dir>/watch/`.
+        self._records = None
+        # (Read leniently: a backend made before the watch members has none.)
+        if state is not None and getattr(backend, "watch_adopt", False):
+            self._records = RecordWriter(WatchRecords(state.path / "watch"))
         self._watch = WatchSide(
-            backend, self._registry, wall_clock, watch or WatchConfig(), self._wake_expiry
+            backend,
+            self._registry,
+            wall_clock,
+            watch or WatchConfig(),
+            self._wake_expiry,
+            self._records,
         )
 
     def _wake_expiry(self) -> None:
@@ -171,6 +183,8 @@ class SessionManager:
                 self._state = ManagerState.SERVING
                 nursery.start_soon(self._run_expiry)
                 nursery.start_soon(self._recovery.run_writer)
+                if self._records is not None:
+                    nursery.start_soon(self._records.run)
                 task_status.started()
         finally:
             self._nursery, self._state = None, ManagerState.IDLE
@@ -178,6 +192,8 @@ class SessionManager:
             # replay for the successor) must land before the daemon exits.
             with trio.CancelScope(shield=True):
                 await self._recovery.flush()
+                if self._records is not None:
+                    await self._records.flush()
 
     def start(self, spec: RunSpec) -> Session:
         """Register a session for `spec` and start it; return at once.
@@ -266,6 +282,27 @@ class SessionManager:
             session.record.resume_status(recovered.status)
             nursery.start_soon(self._run_session, session, name=f"session {session_id}")
         return session
+
+    async def adopt_watches(self) -> int:
+        """Bring back every watch session a previous daemon left a record
+        of (`runnerd.session.watchmanage.WatchSide.adopt`); how many.
+        Records are read off the event loop.
+
+        Raises:
+            ManagerClosed: `run()` is not running, or shutdown has begun.
+        """
+        if self._records is None:
+            return 0
+        found = await trio.to_thread.run_sync(self._records.records.load_all)
+        adopted = 0
+        for record in found:
+            nursery = self._open_nursery()
+            try:
+                self._watch.adopt(record, nursery, self._replay_buffer_bytes, self._metrics)
+                adopted += 1
+            except ValueError as exc:
+                log.warning("not adopted: %s", exc, extra={"session_id": record.session_id})
+        return adopted
 
     def _new_session(
         self, spec: RunSpec, created_at: float, resumed: Resumed | None = None

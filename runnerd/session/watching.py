@@ -33,44 +33,72 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Literal
 
 import trio
 
-from runnerd.backend import Backend, StartError
-from runnerd.backend.watch import CheckpointFailed, WatchHost
+from runnerd.backend import Backend, EndIntent, Failed, StartError
+from runnerd.backend.watch import CheckpointFailed, PlaceGone, WatchHost
 from runnerd.contract import progress_event
 from runnerd.session.appsink import AgentSink, SessionProgress
-from runnerd.session.ending import Ending, Internal, Produced, StartFailed, Stopped, TtlExpired
+from runnerd.session.ending import (
+    Detached,
+    Ending,
+    Internal,
+    Produced,
+    StartFailed,
+    Stopped,
+    TtlExpired,
+)
 from runnerd.session.generations import AppPeriod
 from runnerd.session.publishing import Publisher
 from runnerd.session.reopen import Reopen
-from runnerd.session.running import leaves, ttl_deadline
+from runnerd.session.running import leaves
 from runnerd.session.watchsession import WatchSession
 from runnerd.watch.runs import RunTrigger
 
 log = logging.getLogger("runnerd.sessions")
 
 
+# How a session's driver begins: a new session (`initial`), one a previous
+# daemon left running (`adopt_watch`), or one it left suspended.
+Beginning = Literal["fresh", "adopt", "suspended"]
+PLACE_GONE = "the session's pod was gone after a restart"
+
+
 async def drive_watch(
-    session: WatchSession, backend: Backend, wall_clock: Callable[[], float]
+    session: WatchSession,
+    backend: Backend,
+    wall_clock: Callable[[], float],
+    beginning: Beginning = "fresh",
 ) -> Ending:
     """Run the session until it ends; return how (see the module docstring).
-    Its last checkpoint is discarded before this returns."""
+    Its last checkpoint is discarded before this returns (kept on a detach:
+    its record names it for a successor)."""
     produced: Produced | None = None
     ttl_s = session.spec.limits.ttl_s
     extra = {"session_id": session.id}
     expired = False
     try:
         with session.stop_scope:
-            deadline = ttl_deadline(session.spec, wall_clock())
+            # The TTL counts from creation or the last resume, also across a restart.
+            elapsed_s = max(0.0, wall_clock() - session.live_since)
+            deadline = trio.current_time() + ttl_s - elapsed_s
             trigger: RunTrigger = "initial"
+            adopt = beginning == "adopt"
+            live = beginning != "suspended"
             while True:
-                with trio.move_on_at(deadline) as ttl_scope:
-                    await _live_period(session, backend, trigger)
-                if ttl_scope.cancelled_caught:
-                    expired = True
-                    break
-                if not await _wait_resume(session):
+                if live:
+                    with trio.move_on_at(deadline) as ttl_scope:
+                        gone = await _first_period(session, backend, trigger, adopt)
+                    if ttl_scope.cancelled_caught:
+                        expired = True
+                        break
+                    if gone:
+                        produced = Failed(PLACE_GONE)
+                        break
+                live, adopt = True, False
+                if not await _wait_resume(session, wall_clock):
                     session.evicted = True
                     break
                 trigger, deadline = "resume", trio.current_time() + ttl_s
@@ -85,15 +113,19 @@ async def drive_watch(
     finally:
         session.unserve()
         session.end_reopen()  # a reopen that failed or never ran: its waiters go on
-        session.runs.abandon_all()
-        with trio.CancelScope(shield=True):
-            await _discard_checkpoint(session)
+        if not session.detaching:  # what is open stays open, for a successor's record
+            session.runs.abandon_all()
+        if session.end_requested is not EndIntent.DETACH:
+            with trio.CancelScope(shield=True):
+                await _discard_checkpoint(session)
     return _decide(session, produced, expired, ttl_s)
 
 
 def _decide(
     session: WatchSession, produced: Produced | None, expired: bool, ttl_s: float
 ) -> Ending:
+    if session.end_requested is EndIntent.DETACH:
+        return Detached()
     if session.end_requested is not None or session.evicted:
         return Stopped()
     if expired:
@@ -101,9 +133,38 @@ def _decide(
     return produced if produced is not None else Stopped()
 
 
-async def _wait_resume(session: WatchSession) -> bool:
-    """Suspended: True once resumed, False when `suspended_ttl_seconds` passed."""
-    with trio.move_on_after(session.limits().suspended_ttl_seconds):
+async def _first_period(
+    session: WatchSession, backend: Backend, trigger: RunTrigger, adopt: bool
+) -> bool:
+    """A live period (`_live_period`); adopting, True when the place was
+    gone and no checkpoint was kept to suspend with (it is suspended when
+    one was: a resume restores it)."""
+    if not adopt:
+        await _live_period(session, backend, trigger)
+        return False
+    gone: PlaceGone | None = None
+    try:
+        await _live_period(session, backend, trigger, adopt=True)
+    except* PlaceGone as group:
+        first = leaves(group)[0]
+        assert isinstance(first, PlaceGone)
+        gone = first
+    if gone is None:
+        return False
+    session.runs.abandon_all()  # what the previous daemon left open ended with its place
+    kept = session.checkpoint is not None
+    log.info("adopt: %s (checkpoint kept: %s)", gone, kept, extra={"session_id": session.id})
+    if kept:
+        session.mark_suspended()
+    return not kept
+
+
+async def _wait_resume(session: WatchSession, wall_clock: Callable[[], float]) -> bool:
+    """Suspended: True once resumed, False when `suspended_ttl_seconds`
+    passed since it was suspended (before a restart, too)."""
+    dormant_at = session.record.dormant_at
+    waited_s = 0.0 if dormant_at is None else max(0.0, wall_clock() - dormant_at)
+    with trio.move_on_after(session.limits().suspended_ttl_seconds - waited_s):
         await session.resume_requested.wait()
         return True
     return False
@@ -115,14 +176,19 @@ async def _discard_checkpoint(session: WatchSession) -> None:
         await checkpoint.discard()
 
 
-async def _live_period(session: WatchSession, backend: Backend, trigger: RunTrigger) -> None:
-    """One stretch with a live workspace: open it, serve until idle, and
-    return suspended (status `suspended`, the host left). A reopen for a
-    new app set (`runnerd.session.reopen`) leaves the host and enters
-    `open_watch` again within the stretch, every app starting `resume`."""
+async def _live_period(
+    session: WatchSession, backend: Backend, trigger: RunTrigger, *, adopt: bool = False
+) -> None:
+    """One stretch with a live workspace: open it (`adopt`: re-enter the
+    previous daemon's, `adopt_watch`), serve until idle, and return
+    suspended (status `suspended`, the host left). A reopen for a new app
+    set (`runnerd.session.reopen`) leaves the host and enters `open_watch`
+    again within the stretch, every app starting `resume`."""
     while True:
-        async with backend.open_watch(session.open_spec(), SessionProgress(session)) as host:
-            reopen = await _serve(session, host, trigger)
+        enter = backend.adopt_watch if adopt else backend.open_watch
+        async with enter(session.open_spec(), SessionProgress(session)) as host:
+            reopen = await _serve(session, host, trigger, adopted=adopt)
+            adopt = False
             # Stopped now: the last checkpoint. If it fails, the one taken
             # at idle (or by the reopen's PUT, moments ago) stands.
             await _take_checkpoint(session, host)
@@ -134,14 +200,17 @@ async def _live_period(session: WatchSession, backend: Backend, trigger: RunTrig
     session.mark_suspended()
 
 
-async def _serve(session: WatchSession, host: WatchHost, trigger: RunTrigger) -> Reopen | None:
+async def _serve(
+    session: WatchSession, host: WatchHost, trigger: RunTrigger, *, adopted: bool = False
+) -> Reopen | None:
     """The apps and the agent over `host` until the session is idle (None)
     or a reopen is asked (returned); when this returns they are stopped and
-    the workspace routes answer 409 (or, reopening, wait)."""
+    the workspace routes answer 409 (or, reopening, wait). `adopted`: each
+    app's first generation here is the one the previous daemon left."""
     session.host = host
     try:
         async with trio.open_nursery() as nursery:
-            period = AppPeriod(session, host, nursery)
+            period = AppPeriod(session, host, nursery, adopted=adopted)
             session.period = period
             publisher = session.publisher = Publisher(session, host)
             _start_agent(session, host, nursery)
@@ -171,7 +240,8 @@ async def _serve(session: WatchSession, host: WatchHost, trigger: RunTrigger) ->
         session.unserve()
         session.host = session.period = session.publisher = None
         session.debounce.cancel()
-        session.runs.abandon_all()
+        if not session.detaching:  # what is open stays open, for a successor's record
+            session.runs.abandon_all()
 
 
 async def _until_idle_or_reopen(session: WatchSession) -> bool:

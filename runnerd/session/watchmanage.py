@@ -20,13 +20,16 @@ from dataclasses import replace
 
 import trio
 
-from runnerd.backend import Backend
+from runnerd.backend import Backend, Failed
 from runnerd.config import WatchConfig
+from runnerd.contract import suspended
 from runnerd.metrics import Metrics
 from runnerd.session.ending import Ending, Stopped, wire_status
 from runnerd.session.registry import SessionRecord, SessionRegistry
 from runnerd.session.session import Session
-from runnerd.session.watching import drive_watch
+from runnerd.session.watchadopt import RecordKeeper, session_from
+from runnerd.session.watching import Beginning, drive_watch
+from runnerd.session.watchrecord import RecordWriter, WatchRecord
 from runnerd.session.watchsession import WatchSession
 from runnerd.session.watchspec import WatchSessionSpec
 from runnerd.watch.errors import WatchError
@@ -59,9 +62,13 @@ class WatchSide:
         wall_clock: Callable[[], float],
         limits: WatchConfig,
         on_end: Callable[[], None],
+        records: RecordWriter | None = None,
     ) -> None:
-        """`on_end`: called when a session has ended (its exit TTL runs from then)."""
+        """`on_end`: called when a session has ended (its exit TTL runs from
+        then). `records`: where each session's watch record is kept (None:
+        none, the backend's places do not outlive the daemon)."""
         self._on_end = on_end
+        self._records = records
         self._backend = backend
         self._registry = registry
         self._wall_clock = wall_clock
@@ -98,7 +105,49 @@ class WatchSide:
         session = self.new_session(spec, now, replay_buffer_bytes, metrics)
         add_evicting(self._registry, session, now)
         log.info("starting watch session apps=%d", len(spec.apps), extra={"session_id": session.id})
+        self._keep_record(session)
         nursery.start_soon(self._run, session, name=f"watch session {session.id}")
+        return session
+
+    def _keep_record(self, session: WatchSession) -> None:
+        if self._records is not None:
+            session.keeper = RecordKeeper(session, self._records)
+            session.keeper.changed()  # written at creation
+
+    def adopt(
+        self, record: WatchRecord, nursery: trio.Nursery, replay_buffer_bytes: int, metrics: Metrics
+    ) -> WatchSession:
+        """Bring back a session a previous daemon left (its watch record):
+        registered past the capacity check with its id and creation time; a
+        running one re-enters its place (`adopt_watch`), a suspended one
+        waits for `POST /resume` with its checkpoint (none left: it fails).
+
+        Raises:
+            ValueError: the id is already registered (nothing changed).
+        """
+        if record.session_id in self._registry:
+            raise ValueError(f"session {record.session_id} is already registered")
+        session = session_from(
+            record,
+            wall_clock=self._wall_clock,
+            limits=lambda: self.limits,
+            ring_bytes=replay_buffer_bytes,
+            metrics=metrics,
+            backend_name=self._backend.name,
+            fixed_apps=self._backend.watch_fixed_apps,
+        )
+        saved = record.checkpoint
+        session.checkpoint = None if saved is None else self._backend.load_checkpoint(saved)
+        beginning: Beginning = "adopt"
+        if record.status == "suspended":
+            session.record.dormant_at = record.suspended_at
+            session.record.resume_status(suspended())
+            beginning = "suspended"
+        self._registry.adopt(session)
+        self._keep_record(session)
+        extra = {"session_id": session.id}
+        log.info("adopted watch session status=%s", record.status, extra=extra)
+        nursery.start_soon(self._run, session, beginning, name=f"watch session {session.id}")
         return session
 
     def new_session(
@@ -136,12 +185,15 @@ class WatchSide:
             )
         session.resume()
 
-    async def _run(self, session: WatchSession) -> None:
+    async def _run(self, session: WatchSession, beginning: Beginning = "fresh") -> None:
         ending: Ending = Stopped()
         try:
-            ending = await drive_watch(session, self._backend, self._wall_clock)
+            ending = await self._drive(session, beginning)
         finally:
             status = wire_status(ending)
+            if session.keeper is not None:
+                assert isinstance(session.keeper, RecordKeeper)
+                session.keeper.finish(detached=status is None)
             session.release_creation()
             session.close(status)
             if session.evicted:
@@ -153,3 +205,9 @@ class WatchSide:
             " (evicted)" if session.evicted else "",
             extra={"session_id": session.id},
         )
+
+    async def _drive(self, session: WatchSession, beginning: Beginning) -> Ending:
+        if beginning == "suspended" and session.checkpoint is None:
+            await trio.lowlevel.checkpoint()  # nothing to resume it from
+            return Failed("the session's checkpoint was gone after a restart")
+        return await drive_watch(session, self._backend, self._wall_clock, beginning)

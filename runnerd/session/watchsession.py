@@ -1,13 +1,14 @@
 """A watch session as the routes see it: `WatchSession`.
 
 Owns a watch session's client-facing state around the `Session` it is (its
-record, event ring, stop scope): its apps (`AppChannel`s, declaration
-order, kept across `PUT /apps` by name), the live workspace while it runs
-(`host`), the reload budget, the restart debounce, the latest checkpoint,
-and the members the routes call (`runnerd.session.surface`), each refusing
-with the contract's `WatchError`. The driver (`runnerd.session.watching`)
-runs it: it sets `host` and `period` while the apps run, and answers the
-requests made here (restarts, the debounce, a resume) there.
+record, event ring, stop scope): its apps (`runnerd.session.appset.AppSet`:
+`AppChannel`s, declaration order, kept across `PUT /apps` by name), the
+live workspace while it runs (`host`), the reload budget, the restart
+debounce, the latest checkpoint, and the members the routes call
+(`runnerd.session.surface`), each refusing with the contract's
+`WatchError`. The driver (`runnerd.session.watching`) runs it: it sets
+`host` and `period` while the apps run, and answers the requests made here
+(restarts, the debounce, a resume) there.
 
 A run session's behaviour is untouched: this is a subclass, and only the
 manager's `start_watch` makes one.
@@ -23,13 +24,14 @@ from typing import Protocol
 
 import trio
 
-from runnerd.backend import CreationSpec, RunSpec
+from runnerd.backend import CreationSpec, EndIntent, RunSpec
 from runnerd.backend.watch import ChangeSet, Checkpoint, WatchHost, WatchSpec, WorkspaceFile
 from runnerd.config import WatchConfig
 from runnerd.contract import RunEvent, RunnerEndpoint, RunStatus, starting, suspended
 from runnerd.errors import RunnerdError
 from runnerd.metrics import NULL_METRICS, Metrics
 from runnerd.session.apps import AppChannel
+from runnerd.session.appset import AppSet
 from runnerd.session.publishing import Publisher
 from runnerd.session.registry import SessionRecord
 from runnerd.session.reopen import REOPEN_WAIT_S, Reopen, ask_reopen
@@ -39,7 +41,18 @@ from runnerd.watch.apps import AppSpec
 from runnerd.watch.budget import ReloadBudget
 from runnerd.watch.debounce import RestartDebounce
 from runnerd.watch.errors import WatchError
-from runnerd.watch.runs import RETIRED_KEPT, AppRunEvent, SessionRuns
+from runnerd.watch.runs import AppRunEvent, SessionRuns
+
+
+class Keeper(Protocol):
+    """What keeps the session's watch record (`runnerd.session.watchadopt`),
+    told of every change the record holds. Synchronous, never raises."""
+
+    def changed(self) -> None:
+        """Its status, app set, generations or checkpoint changed."""
+
+    def issued(self) -> None:
+        """Event ids or `/io` seqs were issued (a cheap check of the floors)."""
 
 
 class Period(Protocol):
@@ -78,6 +91,9 @@ class WatchSession(Session):
         """`limits`: the `[watch]` table in effect (read when each limit
         applies). `fixed_apps`: the backend's places hold a fixed app set
         (`PUT /apps` is a reopen, `runnerd.session.reopen`)."""
+        # The watch record's keeper (None: no record kept); first, as the
+        # hooks below (`_notify`, `_set_status`) read it.
+        self.keeper: Keeper | None = None
         super().__init__(
             record,
             RunSpec(spec.watch.identity, spec.watch.creation),
@@ -87,13 +103,9 @@ class WatchSession(Session):
         )
         self.watch_spec = spec
         self.limits = limits
-        self.runs = SessionRuns(app.name for app in spec.apps)
-        self._ring_bytes = ring_bytes
-        # The last seq of each app dropped by `PUT /apps`, by name (bounded).
-        self._retired_seqs: dict[str, int] = {}
-        self._channels = {
-            app.name: self._new_channel(app, slot) for slot, app in enumerate(spec.apps)
-        }
+        self._apps = AppSet(
+            spec.apps, ring_bytes=ring_bytes, notify=self._notify, session_id=self.id
+        )
         self.budget = ReloadBudget(limits().reload_limit)
         self.debounce = RestartDebounce()
         self.debounce_changed = trio.Event()
@@ -114,21 +126,39 @@ class WatchSession(Session):
         self.reopen: Reopen | None = None
         self.reopen_asked = trio.Event()
         self._reopening: trio.Event | None = None
+        # The TTL's base: creation, then each resume (epoch seconds).
+        self.live_since = record.created_at
 
-    def _new_channel(self, app: AppSpec, slot: int) -> AppChannel:
-        """A channel for an app new to the set; a name dropped earlier
-        continues its seqs (never reused per app: a client resuming `/io` by
-        `lastSeq` must not take new output for what it saw), though the
-        output of its earlier life is gone (replayed as a gap)."""
-        return AppChannel(
-            app,
-            self.runs.apps[app.name],
-            slot=slot,
-            ring_bytes=self._ring_bytes,
-            notify=self._notify,
-            session_id=self.id,
-            seq_floor=self._retired_seqs.pop(app.name, 0),
-        )
+    @property
+    def runs(self) -> SessionRuns:
+        return self._apps.runs
+
+    @property
+    def _channels(self) -> dict[str, AppChannel]:
+        return self._apps.channels
+
+    def adopt_app(
+        self, name: str, *, slot: int, generation: int, open_: bool, seq_floor: int
+    ) -> None:
+        """Continue app `name` where a previous daemon left it (adoption):
+        its slot, its counter (and open generation), its seqs above
+        `seq_floor` (what came before is a replay gap)."""
+        self._apps.adopt(name, slot=slot, generation=generation, open_=open_, seq_floor=seq_floor)
+
+    def _notify(self) -> None:
+        super()._notify()
+        if self.keeper is not None:
+            self.keeper.issued()
+
+    def _set_status(self, status: RunStatus) -> bool:
+        changed = super()._set_status(status)
+        if changed and self.keeper is not None:
+            self.keeper.changed()
+        return changed
+
+    def _record_changed(self) -> None:
+        if self.keeper is not None:
+            self.keeper.changed()
 
     # -- what GET shows --------------------------------------------------------
 
@@ -275,33 +305,17 @@ class WatchSession(Session):
         return names
 
     def _swap_channels(self, apps: tuple[AppSpec, ...]) -> set[str]:
-        """The channels become `apps`' (kept by name: their counters, output
-        and slot; the spec replaced); the dropped ones are gone (their seqs
-        remembered). Returns the names kept."""
-        names = [app.name for app in apps]
-        for name, channel in self._channels.items():
-            if name not in names:
-                channel.gone = True
-                self._retired_seqs[name] = channel.ring.last_id
-        while len(self._retired_seqs) > RETIRED_KEPT:
-            del self._retired_seqs[next(iter(self._retired_seqs))]
-        old = {name: c for name, c in self._channels.items() if name in names}
-        self.runs.replace(names)
-        used = {c.slot for c in old.values()}
-        free = (slot for slot in range(len(old) + len(apps)) if slot not in used)
-        for app in apps:
-            if app.name in old:
-                old[app.name].spec = app
-        self._channels = {
-            app.name: old.get(app.name) or self._new_channel(app, next(free)) for app in apps
-        }
-        return set(old)
+        """The set becomes `apps` (`AppSet.swap`); the names kept."""
+        kept = self._apps.swap(apps)
+        self._record_changed()
+        return kept
 
     # -- a reopen (`runnerd.session.reopen`) -------------------------------------
 
     async def keep_checkpoint(self, checkpoint: Checkpoint) -> None:
         """`checkpoint` is the latest from now on; the one it replaces is discarded."""
         old, self.checkpoint = self.checkpoint, checkpoint
+        self._record_changed()
         if old is not None and old is not checkpoint:
             await old.discard()
 
@@ -346,6 +360,7 @@ class WatchSession(Session):
             if event is not None and self.record.emit(event) is not None:
                 if event["phase"] == "started":
                     self.metrics.app_restart(event["trigger"])
+                self._record_changed()  # a counter, or whether one is open
                 self._notify()
 
     def emit(self, event: RunEvent) -> None:
@@ -365,6 +380,11 @@ class WatchSession(Session):
         (`runnerd.session.publishing`). A reopen is over."""
         self._serving = True
         self.end_reopen()
+
+    @property
+    def detaching(self) -> bool:
+        """The daemon restarts and leaves the session's place to a successor."""
+        return self.end_requested is EndIntent.DETACH
 
     @property
     def serving_period(self) -> bool:
@@ -391,6 +411,7 @@ class WatchSession(Session):
         """`POST /resume` on a suspended session: `starting` now, then the
         driver brings it back (the caller checked the status and the cap)."""
         self.record.dormant_at = None
+        self.live_since = self._wall_clock()
         self.set_status(starting())
         self.resume_requested.set()
         self.metrics.watch_resume()

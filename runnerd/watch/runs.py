@@ -78,6 +78,13 @@ class AppRuns:
         self.phase = RunPhase.IDLE
         self._started_at: float | None = None
 
+    def adopt(self, generation: int, open_: bool, now: float) -> None:
+        """Continue where a previous daemon left this app: its counter, and
+        its latest generation still open (`open_`: its process runs on;
+        its duration counts from `now`). Only before anything else."""
+        self.generation = generation
+        self.phase, self._started_at = (RunPhase.OPEN, now) if open_ else (RunPhase.IDLE, None)
+
     def start(self, trigger: RunTrigger, now: float) -> RunStartedEvent:
         """Open generation N+1.
 

@@ -37,6 +37,7 @@ from runnerd.backend.watch import (
     ChangeSet,
     CheckpointFailed,
     OutputStream,
+    PlaceGone,
     ProgressReport,
     Published,
     WatchSpec,
@@ -53,6 +54,7 @@ class FakeCheckpoint:
 
     snapshot: dict[str, bytes]
     discarded: bool = False
+    key: str | None = None  # set where checkpoints outlive the daemon (`watch_adopt`)
 
     @property
     def files(self) -> int:
@@ -65,6 +67,9 @@ class FakeCheckpoint:
     async def discard(self) -> None:
         self.discarded = True
         await trio.lowlevel.checkpoint()
+
+    def saved(self) -> dict[str, object] | None:
+        return None if self.key is None else {"fake_checkpoint": self.key}
 
 
 class FakeHandle:
@@ -97,6 +102,7 @@ class FakeWatchHost:
     route_domain: str = ""  # "": published as the local backend does (host "")
     publish_fails: RunnerdError | None = None
     fixed: tuple[AppLaunch, ...] | None = None  # a fixed app set: the only ones it runs
+    kept: dict[str, FakeCheckpoint] | None = None  # the backend's, where they outlive it
     offer_reload: bool = False  # a selfwatch app's AppStarted.reload (each call in `reloads`)
     reloads: list[str] = field(default_factory=list)
     reload_fails: RunnerdError | None = None
@@ -127,6 +133,9 @@ class FakeWatchHost:
         if self.checkpoint_fails:
             raise CheckpointFailed("the workspace is too large to checkpoint")
         checkpoint = FakeCheckpoint(dict(self.files))
+        if self.kept is not None:  # findable again after a restart
+            checkpoint.key = f"cp-{len(self.kept)}"
+            self.kept[checkpoint.key] = checkpoint
         self.checkpoints.append(checkpoint)
         return checkpoint
 
@@ -228,7 +237,7 @@ class FakeWatchBackend:
     detach_supported = False
     watch_io: tuple[IoMode, ...] = ("tty", "streams")
     watch_fixed_apps = False  # True: a host runs exactly `spec.apps` (set per test)
-    watch_adopt = False
+    watch_adopt = False  # True: places left on a detach, adopted by the next manager
 
     def __init__(self) -> None:
         self.hosts: list[FakeWatchHost] = []
@@ -241,6 +250,11 @@ class FakeWatchBackend:
         self.route_domain = ""
         self.publish_fails: RunnerdError | None = None
         self.offer_reload = False
+        # Adoption: the places a detach left (by session id), the specs
+        # `adopt_watch` was given, the checkpoints that outlive a manager.
+        self.places: dict[str, FakeWatchHost] = {}
+        self.adopted: list[WatchSpec] = []
+        self.kept: dict[str, FakeCheckpoint] = {}
 
     @asynccontextmanager
     async def open_watch(
@@ -266,12 +280,39 @@ class FakeWatchBackend:
             publish_fails=self.publish_fails,
             fixed=spec.apps if self.watch_fixed_apps else None,
             offer_reload=self.offer_reload,
+            kept=self.kept if self.watch_adopt else None,
         )
         self.hosts.append(host)
-        try:
+        async with self._entered(spec, host, progress):
             yield host
+
+    @asynccontextmanager
+    async def _entered(
+        self, spec: WatchSpec, host: FakeWatchHost, progress: ProgressReport
+    ) -> AsyncIterator[None]:
+        try:
+            yield
         finally:
-            host.left = True
+            if self.watch_adopt and progress.detaching():
+                self.places[spec.session_id] = host  # left for a successor
+            else:
+                host.left = True
+
+    @asynccontextmanager
+    async def adopt_watch(
+        self, spec: WatchSpec, progress: ProgressReport
+    ) -> AsyncIterator[FakeWatchHost]:
+        await trio.lowlevel.checkpoint()
+        host = self.places.pop(spec.session_id, None)
+        if host is None:
+            raise PlaceGone(f"no place for session {spec.session_id}")
+        self.adopted.append(spec)
+        async with self._entered(spec, host, progress):
+            yield host
+
+    def load_checkpoint(self, saved: dict[str, object]) -> FakeCheckpoint | None:
+        found = self.kept.get(str(saved.get("fake_checkpoint")))
+        return None if found is None or found.discarded else found
 
     async def recover(self) -> list[object]:
         await trio.lowlevel.checkpoint()

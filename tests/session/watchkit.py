@@ -15,6 +15,7 @@ from runnerd.config import WatchConfig
 from runnerd.contract import PortMapping
 from runnerd.session.manager import SessionManager
 from runnerd.session.session import Session
+from runnerd.session.statefile import StateDir
 from runnerd.session.watchsession import WatchSession
 from runnerd.session.watchspec import WatchSessionSpec
 from runnerd.watch.apps import AppSpec
@@ -58,9 +59,15 @@ def watch_spec(
 
 @asynccontextmanager
 async def running_manager(
-    backend: FakeWatchBackend, *, max_sessions: int = 8, **watch: Any
+    backend: FakeWatchBackend,
+    *,
+    max_sessions: int = 8,
+    state: StateDir | None = None,
+    **watch: Any,
 ) -> AsyncIterator[SessionManager]:
-    """A serving manager over `backend`, every session stopped on the way out."""
+    """A serving manager over `backend`, every session stopped on the way
+    out (unless the test stopped them otherwise: a detach). `state`: its
+    state dir (watch records, with `backend.watch_adopt`)."""
     limits = WatchConfig(enabled=True, **watch)
     manager = SessionManager(
         backend,  # type: ignore[arg-type]
@@ -69,6 +76,7 @@ async def running_manager(
         replay_buffer_bytes=1 << 20,
         wall_clock=wall_clock,
         watch=limits,
+        state=state,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(manager.run)
