@@ -25,12 +25,14 @@ While entered, the pod is watched (the informer): one that reaches
 the session: `StartError("pod", "session pod reached <phase>")` out of the
 context (the core's `failed`; a user stop cancels the context first).
 
-Leaving, on every path, shielded and bounded (`podstop.tear_down`): the
-pod deleted and waited for until gone; a delete that fails is the ledger's
-abandoned (the sweep retries). The ConfigMap is shared by every watch pod
-of this runnerd (content-addressed): when the last of this process's is
-gone, the ConfigMaps no pod mounts are deleted (a pod a previous process
-left, still to be adopted, keeps its own), so an idle runnerd leaves none.
+Leaving, on every path but a detach, shielded and bounded
+(`podstop.tear_down`): the pod deleted and waited for until gone (a detach,
+`ProgressReport.detaching()`, leaves it for the successor's adoption); a
+delete that fails is the ledger's abandoned (the sweep retries). The
+ConfigMap is shared by every watch pod of this runnerd (content-addressed):
+when the last of this process's is gone, the ConfigMaps no pod mounts are
+deleted (a pod a previous process left, still to be adopted, keeps its own),
+so an idle runnerd leaves none.
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ async def open_watch_pod(
     kit: WatchRunKit, spec: WatchSpec, progress: ProgressReport
 ) -> AsyncIterator[KubeWatchHost]:
     """A new watch pod for `spec` (module docstring). Raises StartError."""
-    settings, client = kit.host.settings, kit.host.client
+    settings = kit.host.settings
     name, token = watch_pod_name(spec.session_id), secrets.token_urlsafe(32)
     cm_name = await _ensure_configmap(kit, name)
     pod = build_watch_pod(
@@ -144,8 +146,7 @@ async def open_watch_pod(
                 await workspace.aclose()  # bounded and shielded by itself
         finally:
             with trio.CancelScope(shield=True):
-                await tear_down(client, kit.ledger, name, sub, Teardown.DELETE_AND_WAIT)
-                await _release_configmap(kit, name)
+                await _leave(kit, name, sub, progress)
 
 
 @asynccontextmanager
@@ -175,10 +176,20 @@ async def adopt_watch_pod(
                 await workspace.aclose()
         finally:
             with trio.CancelScope(shield=True):
-                await tear_down(
-                    kit.host.client, kit.ledger, info.name, sub, Teardown.DELETE_AND_WAIT
-                )
-                await _release_configmap(kit, info.name)
+                await _leave(kit, info.name, sub, progress)
+
+
+async def _leave(
+    kit: WatchRunKit, name: str, sub: PodSubscription, progress: ProgressReport
+) -> None:
+    """Delete pod `name` and wait until it is gone (bounded), then release
+    the ConfigMap; on a detach (the daemon restarts for a successor to
+    adopt), leave both as they are: the pod stays live in the ledger."""
+    if progress.detaching():
+        kit.active.discard(name)
+        return
+    await tear_down(kit.host.client, kit.ledger, name, sub, Teardown.DELETE_AND_WAIT)
+    await _release_configmap(kit, name)
 
 
 async def _ensure_configmap(kit: WatchRunKit, name: str) -> str:

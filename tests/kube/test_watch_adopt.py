@@ -60,6 +60,9 @@ class Reports:
     def route(self, host: str, port: int, state: RouteState, reason: str | None = None) -> None:
         pass
 
+    def detaching(self) -> bool:
+        return False
+
 
 class Output:
     """One app's sink: its output, woken on each chunk."""
