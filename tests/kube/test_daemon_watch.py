@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import signal
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -284,3 +285,56 @@ async def test_a_watch_pod_deleted_outside_runnerd_fails_the_session(
             "message": "pod: the session pod was deleted outside runnerd",
         }
         await wait_gone(daemon, kubesim)
+
+
+async def test_after_sigkill_a_running_session_is_adopted_and_a_suspended_one_resumes(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as first, first.client() as client:
+        live = await start(client, {"app.telo": APP})
+        await wait_frames(client, live, has_status("running"), timeout_s=TIMEOUT_S)
+        write = {"write": [{"path": "notes.txt", "content": "kept"}]}
+        answer = await route(client, "POST", live, "workspace", json=write)
+        assert answer.status_code == 200, answer.text
+        [pod] = session_pods(kubesim)
+        assert await first.stop(signal.SIGKILL) == -signal.SIGKILL
+    assert session_pods(kubesim) == [pod]  # a pod outlives its daemon
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as second, second.client() as client:
+        await until_kind(client, live, "running")
+        assert await read_file(client, live, "notes.txt") == "kept"
+        assert session_pods(kubesim) == [pod]  # adopted, not recreated
+        change = {"write": [{"path": "app.telo", "content": "port 3000\nprint v2\nwait\n"}]}
+        answer = await route(client, "POST", live, "workspace", json=change)
+        assert answer.status_code == 200, answer.text
+        frames = await wait_frames(
+            client, live, lambda fs: started(fs, "app", 2) is not None, timeout_s=TIMEOUT_S
+        )
+        assert generations(frames, "app")[-1] == (2, "watch")
+        await client.delete(f"/v1/sessions/{live}")
+        await wait_gone(second, kubesim)
+
+
+async def test_a_session_suspended_before_a_sigkill_resumes_from_its_checkpoint(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    idle = {"enabled": True, "idle_seconds": 1}
+    async with kube_daemon(kubesim, tmp_path, watch=idle) as first, first.client() as client:
+        session_id = await start(client, {"app.telo": APP})
+        async with open_sse(client, session_id) as frames:
+            await next_status(frames, "running")
+            write = {"write": [{"path": "notes.txt", "content": "kept"}]}
+            answer = await route(client, "POST", session_id, "workspace", json=write)
+            assert answer.status_code == 200, answer.text
+        await until_kind(client, session_id, "suspended")
+        await wait_pods(kubesim, lambda pods: not pods, TIMEOUT_S)
+        assert await first.stop(signal.SIGKILL) == -signal.SIGKILL
+    async with kube_daemon(kubesim, tmp_path, watch=idle) as second, second.client() as client:
+        await until_kind(client, session_id, "suspended")
+        answer = await route(client, "POST", session_id, "resume")
+        assert answer.status_code == 202, answer.text
+        async with open_sse(client, session_id) as frames:
+            await until_kind(client, session_id, "running")
+            assert await read_file(client, session_id, "notes.txt") == "kept"
+        await client.delete(f"/v1/sessions/{session_id}")
+        await wait_gone(second, kubesim)
+        await until_count(tmp_path / "state" / "watch-checkpoints", 0)
