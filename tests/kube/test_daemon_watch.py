@@ -20,6 +20,7 @@ import trio
 
 from tests.e2e.contract_client import SSE_TIMEOUT
 from tests.e2e.io_client import Io, printed
+from tests.e2e.test_kernel_watch import check_kernel_generations
 from tests.e2e.watch_client import has_status, route, runs, started, wait_frames, watch_body
 from tests.harness import Daemon, SseFrame, iter_sse
 from tests.kube.daemon import KERNEL_CONFIG, kube_daemon, session_pods, wait_pods
@@ -338,3 +339,12 @@ async def test_a_session_suspended_before_a_sigkill_resumes_from_its_checkpoint(
         await client.delete(f"/v1/sessions/{session_id}")
         await wait_gone(second, kubesim)
         await until_count(tmp_path / "state" / "watch-checkpoints", 0)
+
+
+async def test_the_kernel_s_generations_are_the_session_s_runs_as_on_the_local_backend(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    """tests/e2e/test_kernel_watch.py's scenario, on a watch pod."""
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
+        await check_kernel_generations(client, dict(KERNEL_CONFIG))
+        await wait_gone(daemon, kubesim)
