@@ -91,4 +91,13 @@ How `backend.KubeBackend` and `provider` put them together:
   (`read_left_pod`: identity and status, or unreadable),
   `recovery.recover_pods` deletes the ended and unreadable ones and returns
   the `Recovered` to adopt; `run()` with no creation re-attaches.
+
+Watch sessions (issue 20): `open_watch`/`adopt_watch` are `watchrun`'s (the
+watch pod, `watchpod`'s shape, from create or adoption to its delete; the
+workspace application's ConfigMap, `workspaceapp`'s), yielding a
+`watchhost.KubeWatchHost` (the workspace API, `workspaceapi`'s client;
+checkpoints, `watchcheckpoint`'s 0600 tars in the state dir; each app's
+container attached by `terminal.keep_attached(..., container=)`); the pod's
+and its containers' status read by `watchstatus` (pure). Recovery leaves
+watch pods to `adopt_watch`; those nobody adopted go to the sweep.
 """

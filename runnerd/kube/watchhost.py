@@ -57,14 +57,14 @@ from runnerd.backend.watch import (
 )
 from runnerd.contract import PortMapping
 from runnerd.kube.client import KubeClient
-from runnerd.kube.informer import PodInformer, PodState
+from runnerd.kube.informer import PodInformer, PodState, PodSubscription
 from runnerd.kube.routes import SessionRoutes
 from runnerd.kube.routing import Routing
 from runnerd.kube.settings import KubeSettings
 from runnerd.kube.terminal import Relay, Splice, keep_attached, read_log
 from runnerd.kube.watchcheckpoint import FileCheckpoint, new_checkpoint_path
 from runnerd.kube.watchpod import AGENT_CONTAINER, inspect_port
-from runnerd.kube.watchstatus import container_exit, container_runs
+from runnerd.kube.watchstatus import container_exit
 
 log = logging.getLogger(__name__)
 
@@ -248,13 +248,16 @@ class KubeWatchHost:
         sink: AppSink,
         relay: Relay,
         splice: Splice,
-        sub: Any,
+        sub: PodSubscription,
     ) -> bool:
         streams = _StreamsSink(sink)
 
-        def runs() -> bool:
+        def not_ended() -> bool:
+            # Attached as early as it can be (the container may still be
+            # being created: a refused attach is retried), so its first
+            # output is not written before anyone listens.
             state = sub.latest()
-            return state is not None and container_runs(_pod(state), container)
+            return state is None or container_exit(_pod(state), container) is None
 
         return await keep_attached(
             self._kit.client,
@@ -262,7 +265,7 @@ class KubeWatchHost:
             relay,
             splice,
             lambda data: sink.output(data, OutputStream.TTY if tty else OutputStream.STDOUT),
-            runs,
+            not_ended,
             container=container,
             tty=tty,
             on_stderr=None if tty else streams.stderr,
@@ -274,7 +277,7 @@ def _pod(state: PodState) -> Mapping[str, Any] | None:
     return state if isinstance(state, Mapping) else None
 
 
-async def _exit_code(sub: Any, container: str) -> int:
+async def _exit_code(sub: PodSubscription, container: str) -> int:
     """The container's exit code once the informer shows it terminated."""
     while True:
         state = sub.latest()

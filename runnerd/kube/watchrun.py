@@ -204,7 +204,8 @@ async def _ensure_configmap(kit: WatchRunKit, name: str) -> str:
         except errors.KubeError as exc:
             raise errors.start_error(exc, "create") from exc
         kit.active.add(name)
-    await sweep_stale_configmaps(client, cm_name, kit.host.informer.pods(), settings=settings)
+    if kit.host.informer.synced:  # else a pod not listed yet could lose its own
+        await sweep_stale_configmaps(client, cm_name, kit.host.informer.pods(), settings=settings)
     return cm_name
 
 
@@ -213,7 +214,7 @@ async def _release_configmap(kit: WatchRunKit, name: str) -> None:
     the ConfigMaps no pod mounts are deleted (bounded; never raises)."""
     kit.active.discard(name)
     async with kit.lock:
-        if kit.active:
+        if kit.active or not kit.host.informer.synced:
             return
         with trio.move_on_after(SWEEP_WAIT_S):
             await sweep_stale_configmaps(
