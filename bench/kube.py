@@ -160,9 +160,14 @@ async def measure(sim: KubeSim, tmp: Path, sessions: int, endpoints: bool, concu
             print(line)
 
 
-async def run(sessions: int, endpoints: bool, concurrent: int) -> None:
+async def run(sessions: int, endpoints: bool, concurrent: int, watch: bool = False) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         async with open_kubesim(Path(tmp)) as sim:
+            if watch:  # watch sessions instead (`bench.kube_watch`)
+                from bench.kube_watch import measure_watch
+
+                await measure_watch(sim, Path(tmp), sessions)
+                return
             await measure(sim, Path(tmp), sessions, endpoints, concurrent)
 
 
@@ -180,8 +185,13 @@ def main() -> None:
         action="store_true",
         help="publish each session's ports (routing_base_domain set)",
     )
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="watch sessions (two apps) beside run sessions (bench.kube_watch)",
+    )
     args = parser.parse_args()
-    trio.run(run, args.sessions, args.endpoints, args.teardown)
+    trio.run(run, args.sessions, args.endpoints, args.teardown, args.watch)
 
 
 if __name__ == "__main__":

@@ -99,4 +99,13 @@ content-addressed ConfigMap, `configmap_for`, and its ensure and sweep,
 which only call a `KubeClient` they are handed). IO: `workspaceapi`
 (`WorkspaceApi`, the client of the pod's `workspace` container; httpx, its
 own `transport=` seam).
+
+Watch sessions (issue 20): `open_watch`/`adopt_watch` are `watchrun`'s (the
+watch pod, `watchpod`'s shape, from create or adoption to its delete; the
+workspace application's ConfigMap, `workspaceapp`'s), yielding a
+`watchhost.KubeWatchHost` (the workspace API, `workspaceapi`'s client;
+checkpoints, `watchcheckpoint`'s 0600 tars in the state dir; each app's
+container attached by `terminal.keep_attached(..., container=)`); the pod's
+and its containers' status read by `watchstatus` (pure). Recovery leaves
+watch pods to `adopt_watch`; those nobody adopted go to the sweep.
 """

@@ -1,7 +1,12 @@
 """The PTY bridge: a session container's terminal over `pods/attach` WebSockets.
 
 Owns `run_attach` (one attach, from handshake to its end) and `Terminal`
-(the handle stdin and resizes go through). The channel protocol is
+(the handle stdin and resizes go through). Any container of the pod can be
+attached (`container=`: a run pod's `session`, a watch pod's `app-<name>`):
+a TTY container (`tty=True`) has one output stream on channel 1; a
+container without one (a watch session's `streams` app) has its stdout on
+channel 1 and its stderr on channel 2, kept apart (`on_stderr`). The
+channel protocol is
 Kubernetes' `v5.channel.k8s.io` (k/k `wsstream/conn.go`): every message
 starts with a channel byte; 1 (and 2) carry output, 0 stdin, 4 resizes as
 `{"Width":W,"Height":H}` JSON, 3 the final `Status` (v5's `[255, 0]`
@@ -113,8 +118,12 @@ class Terminal:
         self._send.close()
 
 
-def attach_resource(client: KubeClient, pod: str, container: str) -> str:
-    query = urlencode({"container": container, "stdin": "true", "stdout": "true", "tty": "true"})
+def attach_resource(client: KubeClient, pod: str, container: str, *, tty: bool = True) -> str:
+    """The attach URL: stdin and stdout always; stderr only without a TTY
+    (the kubelet drops it with one: a TTY has one stream)."""
+    streams = {"stdin": "true", "stdout": "true"}
+    streams.update({"tty": "true"} if tty else {"stderr": "true", "tty": "false"})
+    query = urlencode({"container": container, **streams})
     return f"{client.pods_path(pod)}/attach?{query}"
 
 
@@ -130,7 +139,12 @@ def parse_status_end(payload: bytes) -> errors.KubeError | None:
     return errors.classify_answer(OPERATION, code if isinstance(code, int) else 500, payload)
 
 
-async def _read(ws: WebSocketConnection, on_output: Callable[[bytes], None]) -> AttachEnd:
+OutputCallbacks = tuple[Callable[[bytes], None], Callable[[bytes], None]]
+
+
+async def _read(ws: WebSocketConnection, outputs: OutputCallbacks) -> AttachEnd:
+    """Deliver channel 1 to `outputs[0]` and channel 2 to `outputs[1]` until
+    the attach ends."""
     while True:
         try:
             message = await ws.get_message()
@@ -140,8 +154,10 @@ async def _read(ws: WebSocketConnection, on_output: Callable[[bytes], None]) -> 
         if len(data) < 2:
             continue  # the empty "connected" frame, or nothing at all
         channel, payload = data[0], data[1:]
-        if channel in (STDOUT, STDERR):
-            on_output(payload)
+        if channel == STDOUT:
+            outputs[0](payload)
+        elif channel == STDERR:
+            outputs[1](payload)
         elif channel == STATUS:
             failure = parse_status_end(payload)
             if failure is not None:
@@ -211,8 +227,9 @@ async def _attach_once(
     client: KubeClient,
     pod: str,
     container: str,
+    tty: bool,
     protocols: Sequence[str],
-    on_output: Callable[[bytes], None],
+    outputs: OutputCallbacks,
     heartbeat: tuple[float, float],
     task_status: trio.TaskStatus[Terminal],
 ) -> AttachEnd:
@@ -230,7 +247,7 @@ async def _attach_once(
                 nursery,
                 stream,
                 host,
-                attach_resource(client, pod, container),
+                attach_resource(client, pod, container, tty=tty),
                 subprotocols=list(protocols),
                 extra_headers=extra,
             )
@@ -239,7 +256,7 @@ async def _attach_once(
         nursery.start_soon(_heartbeat, ws, stream, *heartbeat)
         task_status.started(terminal)
         try:
-            return await _read(ws, on_output)
+            return await _read(ws, outputs)
         finally:
             terminal._close()
             # Cancelled (a stop: the pod is being deleted), the close
@@ -258,16 +275,20 @@ async def run_attach(
     pod: str,
     *,
     on_output: Callable[[bytes], None],
+    on_stderr: Callable[[bytes], None] | None = None,
     container: str = "session",
+    tty: bool = True,
     protocols: Sequence[str] = PROTOCOLS,
     ping_interval_s: float = PING_INTERVAL_S,
     pong_timeout_s: float = PONG_TIMEOUT_S,
     task_status: trio.TaskStatus[Terminal] = trio.TASK_STATUS_IGNORED,
 ) -> AttachEnd:
-    """Attach to `pod`'s container TTY until it ends; see the module docstring.
+    """Attach to `pod`'s `container` until it ends; see the module docstring.
 
-    `on_output` gets the terminal's bytes in order (synchronous, must not
-    block). `task_status.started(terminal)` once the WebSocket is up.
+    `on_output` gets the terminal's bytes (with `tty=False`: the stdout's)
+    in order, `on_stderr` the stderr's (None: `on_output` gets those too);
+    both synchronous, must not block. `task_status.started(terminal)` once
+    the WebSocket is up.
 
     Raises:
         errors.KubeError: the attach was refused or failed (client-safe text).
@@ -278,8 +299,9 @@ async def run_attach(
                 client,
                 pod,
                 container,
+                tty,
                 protocols,
-                on_output,
+                (on_output, on_stderr or on_output),
                 (ping_interval_s, pong_timeout_s),
                 task_status,
             )

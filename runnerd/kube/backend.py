@@ -11,6 +11,9 @@ Restarts (`runnerd.kube.recovery`): `recover()` reads back the pods a
 previous process left; `run()` with no creation re-attaches to one (no log
 splice: its client saw that output already; one notice line says output
 from while runnerd was away may be missing) and supervises it as usual.
+The watch pods it finds are left to `adopt_watch`; those no session
+adopted `WATCH_ADOPT_GRACE_S` after `recover()` are given up on
+(`sweep_unadopted_watch`): the provider's sweep deletes them.
 
 Public routes (`runnerd.kube.routing`): `backend.routing`, resolved at
 start, gives each session its Service and Ingress or HTTPRoutes and follows
@@ -22,13 +25,13 @@ forbidden, namespace missing), each with what the operator should do.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 
 import trio
 
-from runnerd.backend import ImageSpec, Outcome, Recovered, RunSpec, Sink, Started, StartError
-from runnerd.backend.watch import Checkpoint, PlaceGone, ProgressReport, WatchHost, WatchSpec
+from runnerd.backend import ImageSpec, Outcome, Recovered, RunSpec, Sink, Started
+from runnerd.backend.watch import Checkpoint, ProgressReport, WatchHost, WatchSpec
 from runnerd.contract import AvailabilityReport, IoMode
 from runnerd.kube.bundle import BundleTokens
 from runnerd.kube.client import KubeClient
@@ -37,9 +40,18 @@ from runnerd.kube.ledger import PodLedger
 from runnerd.kube.podrun import PodRun, PodRunContext
 from runnerd.kube.podspec import pod_name
 from runnerd.kube.probe import probe_cluster
-from runnerd.kube.recovery import left_pods, recover_pods
+from runnerd.kube.recovery import left_pods, left_watch_pods, recover_pods
 from runnerd.kube.routing import Routing
 from runnerd.kube.settings import KubeSettings
+from runnerd.kube.watchcheckpoint import load_checkpoint
+from runnerd.kube.watchhost import HostKit
+from runnerd.kube.watchrun import WatchRunKit, adopt_watch_pod, open_watch_pod
+from runnerd.kube.workspaceapi import WorkspaceApi
+
+# How long after `recover()` the core has to adopt the watch pods a previous
+# process left (its recovery adopts them right after `recover()` returns;
+# this is headroom for a slow apiserver, not a wait anyone sees).
+WATCH_ADOPT_GRACE_S = 60.0
 
 
 class KubeBackend:
@@ -49,9 +61,8 @@ class KubeBackend:
     notices: tuple[str, ...] = ()
     # A pod outlives its daemon: a detach leaves it for a successor to adopt.
     detach_supported = True
-    # Watch sessions on Kubernetes are issue 20's: none yet (the config
-    # check refuses `[watch] enabled = true` on this backend).
-    watch_io: tuple[IoMode, ...] = ()
+    # A watch pod's app containers: a TTY, or stdout and stderr apart.
+    watch_io: tuple[IoMode, ...] = ("tty", "streams")
     watch_fixed_apps = True  # the apps are the pod's containers
     watch_adopt = True  # a pod outlives its daemon
 
@@ -64,6 +75,7 @@ class KubeBackend:
         routing: Routing,
         *,
         ledger: PodLedger | None = None,
+        state_dir: Path | None = None,
     ) -> None:
         self._settings = settings
         self.client = self._client = client
@@ -73,6 +85,13 @@ class KubeBackend:
         # routes, run pods' and watch pods' alike, are made with it.
         self.routing = routing
         self._runs = PodRunContext(settings, client, informer, tokens, self.ledger, routing)
+        # Where watch checkpoints are kept (`watchcheckpoint`); None: nowhere.
+        self._state_dir = state_dir
+        self._watch = WatchRunKit(
+            HostKit(settings, client, informer, state_dir, routing), self.ledger, WorkspaceApi
+        )
+        self._watch_left: list[str] = []
+        self._recovered = trio.Event()
 
     async def recover(self) -> list[Recovered]:
         """With `on_restart = "adopt"`, once the informer has listed them:
@@ -83,31 +102,38 @@ class KubeBackend:
             await trio.lowlevel.checkpoint()
             return []
         await self._informer.wait_synced()
-        ledger = self.ledger
-        return await recover_pods(
-            self._client, left_pods(self._informer.pods(), ledger.live, ledger.stopped_before)
-        )
+        ledger, pods = self.ledger, self._informer.pods()
+        self._watch_left = left_watch_pods(pods, ledger.live)
+        self._recovered.set()
+        return await recover_pods(self._client, left_pods(pods, ledger.live, ledger.stopped_before))
 
-    @asynccontextmanager
-    async def open_watch(
-        self, spec: WatchSpec, progress: ProgressReport
-    ) -> AsyncIterator[WatchHost]:
-        """No watch sessions here yet: always `StartError("watch", ...)`."""
-        await trio.lowlevel.checkpoint()
-        raise StartError("watch", "watch sessions are not available on the kubernetes backend yet")
-        yield  # pragma: no cover - an async generator, for the context manager
+    async def sweep_unadopted_watch(self, grace_s: float = WATCH_ADOPT_GRACE_S) -> list[str]:
+        """Once `recover()` ran and `grace_s` passed: the watch pods it found
+        that no session adopted meanwhile, given up on in the ledger (the
+        sweep deletes them). Never returns without a `recover()`."""
+        await self._recovered.wait()
+        await trio.sleep(grace_s)
+        return self.ledger.abandon(self._watch_left, trio.current_time())
 
-    @asynccontextmanager
-    async def adopt_watch(
+    def open_watch(
         self, spec: WatchSpec, progress: ProgressReport
-    ) -> AsyncIterator[WatchHost]:
-        """No watch sessions here yet: always `PlaceGone`."""
-        await trio.lowlevel.checkpoint()
-        raise PlaceGone("watch sessions are not available on the kubernetes backend yet")
-        yield  # pragma: no cover - an async generator, for the context manager
+    ) -> AbstractAsyncContextManager[WatchHost]:
+        """A new watch pod for the session (`watchrun.open_watch_pod`)."""
+        return open_watch_pod(self._watch, spec, progress)
+
+    def adopt_watch(
+        self, spec: WatchSpec, progress: ProgressReport
+    ) -> AbstractAsyncContextManager[WatchHost]:
+        """The session's watch pod a previous process left
+        (`watchrun.adopt_watch_pod`); `PlaceGone` when there is none."""
+        return adopt_watch_pod(self._watch, spec, progress)
 
     def load_checkpoint(self, saved: dict[str, object]) -> Checkpoint | None:
-        return None
+        """A checkpoint a previous daemon kept in `<state_dir>/watch-checkpoints`
+        (`watchcheckpoint.load_checkpoint`), or None."""
+        if self._state_dir is None:
+            return None
+        return load_checkpoint(self._state_dir, saved)
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:
         """Whether sessions could start now (`probe.probe_cluster`)."""

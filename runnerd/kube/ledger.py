@@ -54,6 +54,14 @@ class PodLedger:
         later, the sweep deletes it."""
         self._abandoned[name] = now
 
+    def abandon(self, names: Iterable[str], now: float) -> list[str]:
+        """The pods among `names` no run of this process owns (a previous
+        process's watch pods nobody adopted) are given up on: the sweep
+        deletes them. Returns those."""
+        left = [name for name in names if name not in self._live]
+        self._abandoned.update(dict.fromkeys(left, now))
+        return left
+
     def stop_accepted(self, name: str) -> None:
         """A user stop's delete of `name` was accepted."""
         if name in self._live:

@@ -53,8 +53,9 @@ from runnerd.metrics import Metrics
 
 NAME = "kubernetes"
 SETTINGS = KubeSettings
-# No watch sessions on Kubernetes yet (issue 20): `[watch] enabled` is refused.
-WATCH_IO: tuple[IoMode, ...] = ()
+# Watch sessions run as watch pods (`runnerd.kube.watchrun`): an app's
+# container has a TTY, or its stdout and stderr apart.
+WATCH_IO: tuple[IoMode, ...] = ("tty", "streams")
 log = logging.getLogger(__name__)
 # Staged bundles past their five minutes are swept this often.
 TOKEN_SWEEP_S = 60.0
@@ -152,13 +153,22 @@ async def _open_backend(
                 informer = PodInformer(client, managed_by_selector(settings))
                 tokens = BundleTokens()
                 ledger = await _load_ledger(config.runner.state_dir)
-                backend = KubeBackend(settings, client, informer, tokens, routing, ledger=ledger)
+                backend = KubeBackend(
+                    settings,
+                    client,
+                    informer,
+                    tokens,
+                    routing,
+                    ledger=ledger,
+                    state_dir=config.runner.state_dir,
+                )
                 await nursery.start(informer.run)
                 nursery.start_soon(serve_bundles, listener, tokens)
                 nursery.start_soon(_sweep_tokens, tokens)
                 if settings.on_restart == "reap":  # else `recover()` adopts them
                     nursery.start_soon(_reap, backend, informer)
                 nursery.start_soon(_sweep_abandoned, backend, informer)
+                nursery.start_soon(_give_up_unadopted_watch, backend)
                 log.info(
                     "kubernetes backend: namespace %s via %s; bundles on %s; routing: %s",
                     client.namespace,
@@ -202,6 +212,14 @@ async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
         await delete_stale(backend.client, name, "a pod left by a previous run")
     if left:
         log.warning("deleted %d session pods left by a previous run", len(left))
+
+
+async def _give_up_unadopted_watch(backend: KubeBackend) -> None:
+    """After recovery (with "adopt"): the watch pods no session adopted go
+    to the sweep (`KubeBackend.sweep_unadopted_watch`)."""
+    names = await backend.sweep_unadopted_watch()
+    if names:
+        log.warning("deleting %d watch pods no session adopted after a restart", len(names))
 
 
 async def _sweep_abandoned(backend: KubeBackend, informer: PodInformer) -> None:

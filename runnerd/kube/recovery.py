@@ -14,6 +14,11 @@ nobody is deleting) is one of:
 - unreadable (no session label, annotations missing or garbled, no limits)
   → deleted, logged: nothing could be rebuilt from it.
 
+Watch pods (`watchpod.is_watch_pod`: the mode label; no session container, a name
+fresh on every recreate) are none of these: `left_pods` passes over them
+and `left_watch_pods` names them, for the watch adoption (`adopt_watch`)
+to claim and the sweep to delete when nobody did (`KubeBackend.recover`).
+
 The identity comes from the pod alone (podspec's labels and annotations,
 the session container's limits, `activeDeadlineSeconds` as the TTL): never
 env, which stays out of the pod's metadata. `created_at` is the original
@@ -41,6 +46,7 @@ from runnerd.kube.podspec import (
     pod_name,
 )
 from runnerd.kube.podstatus import is_running, terminal_outcome
+from runnerd.kube.watchpod import is_watch_pod
 
 log = logging.getLogger(__name__)
 
@@ -144,16 +150,29 @@ def _session_container(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 STOPPED = "its session was stopped by the previous run, which could not delete it"
 
 
+def left_watch_pods(pods: Iterable[Mapping[str, Any]], ours: Collection[str]) -> list[str]:
+    """The watch pods not in `ours` and not being deleted: a previous
+    process's, for the watch adoption (or the sweep)."""
+    return [
+        name
+        for pod in pods
+        if is_watch_pod(pod)
+        and (name := str((pod.get("metadata") or {}).get("name", ""))) not in ours
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    ]
+
+
 def left_pods(
     pods: Iterable[Mapping[str, Any]], ours: Collection[str], stopped: Collection[str] = ()
 ) -> list[LeftPod]:
-    """Every pod not in `ours` (this process's own) and not being deleted;
-    those in `stopped` (the previous run stopped their sessions) to delete."""
+    """Every run pod not in `ours` (this process's own) and not being
+    deleted; those in `stopped` (the previous run stopped their sessions) to
+    delete. Watch pods are not run sessions: never among them."""
     left: list[LeftPod] = []
     for pod in pods:
         meta = pod.get("metadata") or {}
         name = str(meta.get("name", ""))
-        if name in ours or meta.get("deletionTimestamp"):
+        if name in ours or meta.get("deletionTimestamp") or is_watch_pod(pod):
             continue
         left.append(
             LeftPod(name, None, delete=True, reason=STOPPED)

@@ -30,12 +30,20 @@ splice itself, pure, is `runnerd.kube.splice`'s; its names re-exported here):
   readers) and one line in the terminal says so for a human, who sees no
   frames. A refused attach writes its classified
   reason the same way; an unreachable apiserver is only waited out.
+
+Any container of the pod (`container=`; a run pod's `session` by default, a
+watch pod's `app-<name>` or `agent`): its own attach and its own log. A
+container without a TTY (a `streams` app) has its stderr handed apart
+(`on_stderr`, straight from the attach); `pods/log` interleaves the two
+streams, so the caller runs such a container's splice as `pass_through`
+(a drop is then reported as a `gap`, not backfilled into the wrong stream).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import cast
 
 import trio
@@ -98,16 +106,26 @@ class Relay:
         self._held, self._held_bytes = [], 0
 
 
-async def read_log(client: KubeClient, pod: str, limit_bytes: int = LOG_READ_BYTES) -> bytes | None:
-    """The container's output so far (its first `limit_bytes`); None when it
+async def read_log(
+    client: KubeClient, pod: str, limit_bytes: int = LOG_READ_BYTES, *, container: str = "session"
+) -> bytes | None:
+    """`container`'s output so far (its first `limit_bytes`); None when it
     cannot be read (logged)."""
     try:
         return await client.read_log(
-            pod, container="session", operation=LOG_OPERATION, limit_bytes=limit_bytes
+            pod, container=container, operation=LOG_OPERATION, limit_bytes=limit_bytes
         )
     except errors.KubeError as exc:
-        log.warning("could not read the pod's log: %r", exc.__cause__ or exc, extra={"pod": pod})
+        log.warning(
+            "could not read the %s container's log: %r",
+            container,
+            exc.__cause__ or exc,
+            extra={"pod": pod},
+        )
         return None
+
+
+LogReader = Callable[[int], Awaitable[bytes | None]]
 
 
 class _OnAttached:
@@ -138,7 +156,7 @@ class _SpliceRead:
         for scope in list(self._waits):
             scope.cancel()
 
-    async def read(self, client: KubeClient, pod: str, splice: Splice) -> None:
+    async def read(self, read: LogReader, splice: Splice) -> None:
         spoke = self.spoke
         with trio.CancelScope() as waiting:
             self._waits.add(waiting)
@@ -149,7 +167,7 @@ class _SpliceRead:
                 self._waits.discard(waiting)
         if waiting.cancelled_caught or splice.released:  # a stop's read released it
             return
-        splice.release(await read_log(client, pod, splice.log_limit_bytes()))
+        splice.release(await read(splice.log_limit_bytes()))
 
 
 async def keep_attached(
@@ -160,24 +178,34 @@ async def keep_attached(
     emit: Callable[[bytes], None],
     pod_runs: Callable[[], bool],
     quiet_s: float = 0.0,
+    *,
+    container: str = "session",
+    tty: bool = True,
+    on_stderr: Callable[[bytes], None] | None = None,
 ) -> bool:
-    """Attach to `pod` until its terminal ends, re-attaching while `pod_runs()`.
+    """Attach to `pod`'s `container` until its terminal ends, re-attaching
+    while `pod_runs()` (for a watch pod's app: while its container runs).
 
     An attach that comes up while the splice holds also starts its log read
     (after the attach's first output, or `quiet_s` of silence). Returns when
     an attach ends with the container (True: it delivered all the output),
     or the pod stops running (False); a read still waiting then is not sent.
+    `tty`/`on_stderr`: as `attach.run_attach`'s (stderr bypasses the splice).
     """
     reads = _SpliceRead(quiet_s)
+    read = functools.partial(read_log, client, pod, container=container)
+    attach = functools.partial(
+        run_attach, client, pod, container=container, tty=tty, on_stderr=on_stderr
+    )
     async with trio.open_nursery() as nursery:
 
         async def reread() -> None:
-            splice.reread_done(await read_log(client, pod, splice.log_limit_bytes()) or b"")
+            splice.reread_done(await read(splice.log_limit_bytes()) or b"")
 
         splice.reread = lambda: nursery.start_soon(reread)
         try:
             return await _attach_until_end(
-                client, pod, relay, splice, emit, pod_runs, nursery, reads
+                client, pod, attach, read, relay, splice, emit, pod_runs, nursery, reads
             )
         finally:
             reads.attach_ended()
@@ -187,6 +215,8 @@ async def keep_attached(
 async def _attach_until_end(
     client: KubeClient,
     pod: str,
+    attach: Callable[..., Awaitable[AttachEnd]],
+    read: LogReader,
     relay: Relay,
     splice: Splice,
     emit: Callable[[bytes], None],
@@ -207,7 +237,7 @@ async def _attach_until_end(
         relay.attached(terminal)
         reads.attach_up()
         if not splice.released:
-            nursery.start_soon(reads.read, client, pod, splice)
+            nursery.start_soon(reads.read, read, splice)
 
     def output(data: bytes) -> None:
         splice.feed(data)
@@ -217,7 +247,7 @@ async def _attach_until_end(
         status = cast("trio.TaskStatus[Terminal]", _OnAttached(up))
         refused: errors.KubeError | None = None
         try:
-            end = await run_attach(client, pod, on_output=output, task_status=status)
+            end = await attach(on_output=output, task_status=status)
         except errors.KubeError as exc:
             end, refused = AttachEnd.DROPPED, exc
         relay.attached(None)

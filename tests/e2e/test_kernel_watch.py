@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e.io_client import assert_sse_conforms
@@ -58,50 +59,52 @@ def has_run(generation: int, phase: str) -> Any:
 
 async def test_kernel_watch_generations_are_the_kernel_s_own(runnerd: SharedDaemon) -> None:
     async with runnerd.client() as client:
-        session_id = await start_watch(
-            client, files={"app.telo": APP}, apps=APPS, entry="app.telo", config=TELO_CONFIG
-        )
-        frames = await wait_frames(client, session_id, has_run(1, "started"))
-        first = runs(frames, "kernel")[0]
-        assert (first["trigger"], first["telo"]) == ("initial", "0.0.0-kubesim")
-        # `running` once generation 1 has started: the kernel's first run,
-        # not the process's start.
-        frames = await wait_frames(client, session_id, has_status("running"))
-        order = [
-            (f.event, f.data.get("status", {}).get("kind", f.data.get("phase"))) for f in frames
-        ]
-        assert order.index(("run", "started")) < order.index(("status", "running")), order
-        frames = await wait_frames(
-            client, session_id, lambda fs: any(f.event == "endpoints" for f in fs)
-        )
-        endpoints = next(f.data for f in frames if f.event == "endpoints")
-        assert endpoints == {
-            "type": "endpoints",
-            "app": "kernel",
-            "added": [{"host": "", "port": 3000, "protocol": "tcp"}],
-        }
-        # An edit: runnerd writes it, the kernel restarts itself.
-        write = {"write": [{"path": "app.telo", "content": "port 3000\nprint v2\nwait\n"}]}
-        assert (await route(client, "POST", session_id, "workspace", json=write)).status_code == 200
-        frames = await wait_frames(client, session_id, has_run(2, "started"))
-        assert phases(frames)[:3] == [(1, "started"), (1, "completed"), (2, "started")]
-        assert [e.get("trigger") for e in runs(frames, "kernel")][2] == "watch"
-        # A manifest it cannot load: the pair, with the kernel's diagnostic code.
-        broken = {"write": [{"path": "app.telo", "content": "bogus\n"}]}
-        assert (
-            await route(client, "POST", session_id, "workspace", json=broken)
-        ).status_code == 200
-        frames = await wait_frames(client, session_id, has_run(3, "failed"))
-        failed = [e for e in runs(frames, "kernel") if e["phase"] == "failed"][0]
-        assert failed["reason"] == "ERR_MANIFEST_VALIDATION_FAILED"
-        await assert_sse_conforms(client, frames)  # run (telo too), endpoints, debug with app
-        assert phases(frames)[2:6] == [
-            (2, "started"),
-            (2, "completed"),
-            (3, "started"),
-            (3, "failed"),
-        ]
-        await client.delete(f"/v1/sessions/{session_id}")
+        await check_kernel_generations(client, TELO_CONFIG)
+
+
+async def check_kernel_generations(client: httpx.AsyncClient, config: dict[str, str]) -> None:
+    """The kernel's generations as the session's runs, on any backend whose
+    `config` runs the stand-in kernel (tests/kube runs it on Kubernetes)."""
+    session_id = await start_watch(
+        client, files={"app.telo": APP}, apps=APPS, entry="app.telo", config=config
+    )
+    frames = await wait_frames(client, session_id, has_run(1, "started"))
+    first = runs(frames, "kernel")[0]
+    assert (first["trigger"], first["telo"]) == ("initial", "0.0.0-kubesim")
+    # `running` once generation 1 has started: the kernel's first run,
+    # not the process's start.
+    frames = await wait_frames(client, session_id, has_status("running"))
+    order = [(f.event, f.data.get("status", {}).get("kind", f.data.get("phase"))) for f in frames]
+    assert order.index(("run", "started")) < order.index(("status", "running")), order
+    frames = await wait_frames(
+        client, session_id, lambda fs: any(f.event == "endpoints" for f in fs)
+    )
+    endpoints = next(f.data for f in frames if f.event == "endpoints")
+    assert endpoints == {
+        "type": "endpoints",
+        "app": "kernel",
+        "added": [{"host": "", "port": 3000, "protocol": "tcp"}],
+    }
+    # An edit: runnerd writes it, the kernel restarts itself.
+    write = {"write": [{"path": "app.telo", "content": "port 3000\nprint v2\nwait\n"}]}
+    assert (await route(client, "POST", session_id, "workspace", json=write)).status_code == 200
+    frames = await wait_frames(client, session_id, has_run(2, "started"))
+    assert phases(frames)[:3] == [(1, "started"), (1, "completed"), (2, "started")]
+    assert [e.get("trigger") for e in runs(frames, "kernel")][2] == "watch"
+    # A manifest it cannot load: the pair, with the kernel's diagnostic code.
+    broken = {"write": [{"path": "app.telo", "content": "bogus\n"}]}
+    assert (await route(client, "POST", session_id, "workspace", json=broken)).status_code == 200
+    frames = await wait_frames(client, session_id, has_run(3, "failed"))
+    failed = [e for e in runs(frames, "kernel") if e["phase"] == "failed"][0]
+    assert failed["reason"] == "ERR_MANIFEST_VALIDATION_FAILED"
+    await assert_sse_conforms(client, frames)  # run (telo too), endpoints, debug with app
+    assert phases(frames)[2:6] == [
+        (2, "started"),
+        (2, "completed"),
+        (3, "started"),
+        (3, "failed"),
+    ]
+    await client.delete(f"/v1/sessions/{session_id}")
 
 
 async def test_kernel_watch_a_reload_restarts_the_process_itself(runnerd: SharedDaemon) -> None:

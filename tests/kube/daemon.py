@@ -57,11 +57,14 @@ async def kube_daemon(
     limits: dict[str, Any] | None = None,
     runner: dict[str, Any] | None = None,
     apps: dict[str, Any] | None = None,
+    watch: dict[str, Any] | None = None,
     **kubernetes: Any,
 ) -> AsyncIterator[Daemon]:
-    """runnerd on `sim`; `kubernetes` keys, `[runner]` keys, `[limits]` and
-    `[apps]` tables override the defaults."""
+    """runnerd on `sim`; `kubernetes` keys, `[runner]` keys, `[limits]`,
+    `[apps]` and `[watch]` tables override the defaults."""
     overrides = kube_overrides(sim, tmp_path, **kubernetes)
+    if watch is not None:
+        overrides["watch"] = watch
     if apps is not None:
         overrides["apps"] = apps
     if limits is not None:

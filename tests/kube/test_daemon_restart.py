@@ -19,7 +19,14 @@ from trio_websocket import WebSocketConnection
 
 from tests.e2e.contract_client import PtyTranscript, read_pty, wait_status
 from tests.harness import Daemon, SseFrame, iter_sse, open_ws
-from tests.kube.daemon import kube_daemon, resume_sse, session_pods, start_telo, wait_pods
+from tests.kube.daemon import (
+    KERNEL,
+    kube_daemon,
+    resume_sse,
+    session_pods,
+    start_telo,
+    wait_pods,
+)
 from tests.kubesim.server import KubeSim
 
 TIMEOUT_S = 20.0
@@ -233,3 +240,45 @@ async def test_health_answers_while_recovery_waits_on_a_silent_apiserver(
             await wait_pods(kubesim, lambda pods: not pods, TIMEOUT_S)
     finally:
         kubesim.faults.resume()
+
+
+def left_watch_pod(session_id: str) -> dict[str, Any]:
+    """A watch session's pod a previous daemon left: no session container,
+    a name of its own (as `build_watch_pod` makes them)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"runnerd-{session_id}-a1b2c3",
+            "labels": {
+                "app.kubernetes.io/managed-by": "runnerd",
+                "runnerd.telo.run/session-id": session_id,
+                "runnerd.telo.run/mode": "watch",
+            },
+            "annotations": {"runnerd.telo.run/kind": "watch"},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "workspace", "image": KERNEL, "command": ["telo", "run", "x"]}],
+        },
+    }
+
+
+async def test_recovery_leaves_a_watch_pod_to_the_watch_adoption(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    async with kube_daemon(kubesim, tmp_path) as first, first.client() as client:
+        session_id = await start_telo(client, ECHO)
+        await wait_status(client, session_id, "running", timeout_s=TIMEOUT_S)
+        assert await first.stop(signal.SIGKILL) == -signal.SIGKILL
+    watch = left_watch_pod("wwwwwwww2345")
+    await kubesim.store.create("pods", "runnerd", watch)
+    async with kube_daemon(kubesim, tmp_path) as second, second.client() as client:
+        # The run session is back: recovery ran, and it did not take the
+        # watch pod for an unreadable run pod (it has no session container).
+        await wait_status(client, session_id, "running", timeout_s=TIMEOUT_S)
+        assert watch["metadata"]["name"] in session_pods(kubesim)
+        assert (await client.get("/v1/sessions/wwwwwwww2345")).status_code == 404
+        await client.delete(f"/v1/sessions/{session_id}")
+        await wait_pods(kubesim, lambda pods: pods == [watch["metadata"]["name"]], TIMEOUT_S)
+    await kubesim.store.delete("pods", "runnerd", watch["metadata"]["name"], grace_period_s=0)

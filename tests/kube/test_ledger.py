@@ -78,3 +78,13 @@ def test_ledger_undeleted_keeps_what_may_still_exist() -> None:
     # Listed: the previous process's only if the cluster still has them.
     assert ledger.undeleted({"runnerd-old"}) == {"runnerd-old", "runnerd-refused"}
     assert ledger.undeleted(set()) == {"runnerd-old", "runnerd-refused"}
+
+
+def test_ledger_unadopted_watch_pods_are_given_up_on_and_adopted_ones_spared() -> None:
+    ledger = PodLedger()
+    ledger.created("runnerd-a-000000")  # adopted by its session
+    left = ledger.abandon(["runnerd-a-000000", "runnerd-b-000000"], now=5.0)
+    assert left == ["runnerd-b-000000"]
+    assert ledger.take_landed({"runnerd-a-000000", "runnerd-b-000000"}, now=6.0) == [
+        "runnerd-b-000000"
+    ]

@@ -15,7 +15,7 @@ from runnerd.kube.podspec import (
     format_created_at,
     parse_created_at,
 )
-from runnerd.kube.recovery import NEVER_STARTED, left_pods, read_left_pod
+from runnerd.kube.recovery import NEVER_STARTED, left_pods, left_watch_pods, read_left_pod
 from runnerd.kube.settings import KubeSettings
 
 SETTINGS = KubeSettings(self_url="http://10.0.0.5:8063")
@@ -135,3 +135,29 @@ def test_recovery_created_at_round_trips_and_reads_the_older_second_form() -> No
     assert parse_created_at(format_created_at(CREATED)) == pytest.approx(CREATED, abs=1e-3)
     assert parse_created_at("2026-12-01T00:00:00Z") == 1_796_083_200.0
     assert parse_created_at("yesterday") is None
+
+
+def watch_pod(name: str = "runnerd-abcdefgh2345-a1b2c3") -> dict[str, Any]:
+    """A watch session's pod as a previous process left it (no session container)."""
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {
+                "app.kubernetes.io/managed-by": "runnerd",
+                "runnerd.telo.run/session-id": "abcdefgh2345",
+                "runnerd.telo.run/mode": "watch",
+            },
+        },
+        "spec": {"containers": [{"name": "workspace"}, {"name": "app-web"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_recovery_a_watch_pod_is_not_read_as_a_run_session() -> None:
+    run_pod = left({"running": {"startedAt": "x"}})
+    found = left_pods([watch_pod(), run_pod], ours=())
+    assert [p.name for p in found] == ["runnerd-abcdefgh2345"]  # never deleted as unreadable
+    ours, gone = watch_pod("runnerd-x-000000"), watch_pod("runnerd-y-000000")
+    gone["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    pods = [watch_pod(), ours, gone, run_pod]
+    assert left_watch_pods(pods, ours={"runnerd-x-000000"}) == ["runnerd-abcdefgh2345-a1b2c3"]

@@ -24,7 +24,18 @@ from typing import Any
 
 import trio
 
-from tests.kubesim import discovery, gateway, logs, params, quota, status, streams, table, updates
+from tests.kubesim import (
+    configmaps,
+    discovery,
+    gateway,
+    logs,
+    params,
+    quota,
+    status,
+    streams,
+    table,
+    updates,
+)
 from tests.kubesim.discovery import KINDS, Kind
 from tests.kubesim.faults import Faults, Stats
 from tests.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector

@@ -23,7 +23,7 @@ Pod deletion (the apiserver calls `delete`): the pod gets `deletionTimestamp`
 (MODIFIED); if it is unscheduled, terminal, forced (grace 0) or no kubelet is
 registered, it is removed at once (DELETED); otherwise the registered kubelet
 sees the MODIFIED event, kills the containers and calls `remove`.
-Removing an owner garbage-collects the same-namespace services/ingresses/configmaps/httproutes whose
+Removing an owner garbage-collects the same-namespace services/ingresses/httproutes/configmaps whose
 ownerReferences name its uid (policy Background/Foreground; Orphan strips the
 reference instead).
 """
@@ -46,7 +46,7 @@ Obj = dict[str, Any]
 SubKey = tuple[str | None, str | None, str | None]
 
 CLUSTER_SCOPED = frozenset({"namespaces", "ingressclasses"})
-GC_DEPENDENTS = ("services", "ingresses", "configmaps", "httproutes")
+GC_DEPENDENTS = ("services", "ingresses", "httproutes", "configmaps")
 SUBSCRIBER_BUFFER = 10_000
 
 

@@ -85,6 +85,7 @@ PURE = (
     "runnerd.kube.splice",
     "runnerd.kube.watchpod",
     "runnerd.kube.workspaceapp",
+    "runnerd.kube.watchstatus",
     "runnerd.kube.routehealth",
 )
 IO_LIBRARIES = ("trio", "httpx", "quart", "quart_trio", "hypercorn")
