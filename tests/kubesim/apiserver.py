@@ -25,7 +25,6 @@ from typing import Any
 import trio
 
 from tests.kubesim import (
-    configmaps,
     discovery,
     gateway,
     logs,
