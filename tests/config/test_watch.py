@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from runnerd.backends import load_config, parse_config
+from runnerd.backends import parse_config
 from runnerd.config import ConfigError, WatchConfig
+from runnerd.config.watch import check_watch_offered
 from tests.config.test_config import error_of, minimal, no_files, parse, render_config
 from tests.harness import build_config, dump_toml, run_runnerd
 
@@ -67,25 +68,20 @@ def test_watch_enabled_is_accepted_on_the_local_backend() -> None:
     assert parse(minimal(watch={"enabled": True})).watch.enabled is True
 
 
-def test_watch_enabled_is_refused_on_the_kubernetes_backend_naming_the_key() -> None:
+def test_watch_enabled_is_accepted_on_the_kubernetes_backend() -> None:
+    # Issue 20: watch sessions run as pods; both backends offer them.
+    assert parse({**KUBE, "watch": {"enabled": True}}).watch.enabled is True
+
+
+def test_watch_on_a_backend_without_watch_io_is_refused_naming_the_key() -> None:
+    # No built backend is without watch sessions now; the check stays for
+    # one that would be (a provider whose WATCH_IO is empty).
+    config = parse(minimal(watch={"enabled": True}))
     with pytest.raises(ConfigError) as info:
-        parse({**KUBE, "watch": {"enabled": True}})
+        check_watch_offered(config.watch, "elsewhere", ())
     assert info.value.key == "watch.enabled"
-    assert "not available on the kubernetes backend yet" in info.value.problem
-    assert parse({**KUBE, "watch": {"enabled": False}}).watch.enabled is False
-
-
-def test_watch_refusal_names_its_line_in_the_file(tmp_path: Path) -> None:
-    path = tmp_path / "runnerd.toml"
-    path.write_text(
-        '[runner]\nbackend = "kubernetes"\n\n[kubernetes]\nself_url = "http://10.0.0.1:8063"\n'
-        "\n[watch]\nreload_limit = 5\nenabled = true\n"
-    )
-    with pytest.raises(ConfigError) as info:
-        load_config(path)
-    assert str(info.value).startswith(
-        "line 9: watch.enabled: watch sessions are not available on the kubernetes backend"
-    )
+    assert "not available on the elsewhere backend yet" in info.value.problem
+    check_watch_offered(config.watch, "kubernetes", ("tty", "streams"))
 
 
 def test_watch_is_rendered_and_parses_back() -> None:
@@ -153,12 +149,9 @@ async def test_check_config_accepts_watch_enabled_on_local(tmp_path: Path) -> No
     assert "[watch]\nenabled = true\n" in result.stdout.decode()
 
 
-async def test_check_config_exits_2_when_watch_is_enabled_on_kubernetes(tmp_path: Path) -> None:
+async def test_check_config_accepts_watch_on_kubernetes_and_prints_it(tmp_path: Path) -> None:
     path = tmp_path / "runnerd.toml"
     path.write_text(dump_toml({**KUBE, "watch": {"enabled": True}}))
     result = await run_runnerd("check-config", "--config", str(path))
-    assert result.returncode == 2
-    assert result.stdout == b""
-    assert "watch.enabled: watch sessions are not available on the kubernetes backend" in (
-        result.stderr.decode()
-    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert "[watch]\nenabled = true\n" in result.stdout.decode()
