@@ -5,7 +5,7 @@ with real workloads under real PTYs. Figures are printed, never asserted;
 the targets come from issue 2 and are shown beside each figure.
 
 Run one with `python -m bench NAME` (names: startup, latency, throughput,
-idle, cli, connections, bodies, netns, workspace, watch, watchlocal); no name runs them
+idle, cli, connections, bodies, netns, workspace, watch, watchlocal, spawn); no name runs them
 all.
 """
 
@@ -32,6 +32,7 @@ from bench.harness import (
     wait_status,
 )
 from bench.netns import bench_netns
+from bench.spawn import bench_spawn
 from bench.startup import bench_startup
 from bench.throughput import bench_throughput
 from bench.watch import bench_watch
@@ -162,6 +163,7 @@ BENCHES: dict[str, Callable[[], Awaitable[list[Row]]]] = {
     "workspace": bench_workspace,
     "watch": bench_watch,
     "watchlocal": bench_watchlocal,
+    "spawn": bench_spawn,
 }
 
 
