@@ -11,9 +11,10 @@ CONFIG ?= config/dev.toml
 # so a missing compiler is a warning, not a failed install.
 CC ?= cc
 NSINIT_BIN := runnerd/local/nsinit.bin
-$(NSINIT_BIN): runnerd/local/nsinit.c
+NSINIT_SRC := runnerd/local/nsinit.c runnerd/local/nssetup.c
+$(NSINIT_BIN): $(NSINIT_SRC) runnerd/local/nssetup.h
 	@if command -v $(CC) >/dev/null; then \
-		$(CC) -O2 -Wall -Wextra -Werror -o $@ $<; \
+		$(CC) -O2 -Wall -Wextra -Werror -o $@ $(NSINIT_SRC); \
 	else echo "warning: no C compiler ($(CC)): sessions' init runs in Python" >&2; fi
 
 # The installs go through uv (from PyPI, into the venv) when it is there: the

@@ -1,7 +1,14 @@
 /* The init of a session's PID namespace, compiled: `nsinit.py` in C.
  *
- *     nsinit STATUS_FD [--proc] [--sockets FD] -- /abs/program arg...
+ *     nsinit STATUS_FD [--proc] [--sockets FD] [SETUP] -- /abs/program arg...
  *     nsinit --check                (exits 0: the start-up probe)
+ *
+ * SETUP (`--setup PARENT FLAGS [--identity UID GID] [--cgroup DIR]
+ * [--keep DIR] [--cover PATH]...`): the init sets up the session's
+ * containment itself, first thing (`nssetup.c`), instead of the daemon's
+ * `preexec_fn` doing it before the exec, and writes `R` on STATUS_FD once
+ * done (the daemon enters its namespaces only then); a failure is reported
+ * there as `S<errno>` instead and the init exits 127.
  *
  * The same processes, arguments, signals, pipes and exit codes as
  * `runnerd/local/nsinit.py`, whose docstring is the contract (read it
@@ -36,6 +43,8 @@
 #include <netinet/in.h>
 #include <termios.h>
 #include <unistd.h>
+
+#include "nssetup.h"
 
 #ifndef PR_CAP_AMBIENT
 #define PR_CAP_AMBIENT 47
@@ -311,7 +320,8 @@ static int wait_serving(pid_t init, int sock) {
 
 int main(int argc, char **argv) {
     const char *passed = "/proc/self/fd/";
-    int status_fd, own_proc = 0, sock = -1, split = -1, alive[2];
+    int status_fd, own_proc = 0, sock = -1, split = -1, alive[2], setup_wanted = 0, err;
+    struct setup setup = {0, 0, -1, -1, 0, NULL, NULL, {NULL}, 0};
     char go;
     if (argc == 2 && strcmp(argv[1], "--check") == 0)
         return 0;
@@ -324,14 +334,39 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--") == 0)
             split = i;
         else if (strcmp(argv[i], "--proc") == 0)
-            own_proc = 1;
+            own_proc = setup.fresh_proc = 1;
         else if (strcmp(argv[i], "--sockets") == 0 && i + 1 < argc)
             sock = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--setup") == 0 && i + 2 < argc) {
+            setup_wanted = 1;
+            setup.parent = (pid_t)atol(argv[++i]);
+            setup.flags = (int)strtol(argv[++i], NULL, 0);
+        } else if (strcmp(argv[i], "--identity") == 0 && i + 2 < argc) {
+            setup.uid = atol(argv[++i]);
+            setup.gid = atol(argv[++i]);
+        } else if (strcmp(argv[i], "--cgroup") == 0 && i + 1 < argc)
+            setup.cgroup = argv[++i];
+        else if (strcmp(argv[i], "--keep") == 0 && i + 1 < argc)
+            setup.keep = argv[++i];
+        else if (strcmp(argv[i], "--cover") == 0 && i + 1 < argc && setup.n_covers < MAX_COVERS)
+            setup.covers[setup.n_covers++] = argv[++i];
         else
             fail(status_fd, EINVAL); /* --nest is the Python init's */
     }
     if (split < 0 || split + 1 >= argc)
         fail(status_fd, EINVAL);
+    if (setup_wanted && (err = setup_session(&setup)) != 0) {
+        char text[16];
+        int n = snprintf(text, sizeof text, "S%d", err);
+        ssize_t ignored = write(status_fd, text, (size_t)n);
+        (void)ignored;
+        _exit(127);
+    }
+    if (setup_wanted) {
+        /* "R": contained, so the daemon may enter our namespaces now. */
+        ssize_t ignored = write(status_fd, "R", 1);
+        (void)ignored;
+    }
     if (sock >= 0) {
         fcntl(sock, F_SETFD, FD_CLOEXEC); /* the workload never gets it */
         if (recv_retrying(sock, &go) != 1 || go != 'g')

@@ -39,6 +39,7 @@ import trio
 
 from runnerd.local.child import ContainedChild
 from runnerd.local.containment import (
+    CLONE_NEWNS,
     PROCESS_GROUP_PLAN,
     Containment,
     ContainmentPlan,
@@ -46,7 +47,7 @@ from runnerd.local.containment import (
 )
 from runnerd.local.identity import SessionIdentity
 from runnerd.local.joined import preexec_joined
-from runnerd.local.mounts import NOTHING_HIDDEN, SessionView
+from runnerd.local.mounts import NOTHING_HIDDEN, SessionView, covers
 from runnerd.local.pty import DEFAULT_COLS, DEFAULT_ROWS, PtyProcess, set_window_size
 from runnerd.local.spawner import run_in_spawner
 from runnerd.local.streams import StreamsProcess
@@ -166,10 +167,22 @@ def _spawn(
     plan = launch.plan
     status_r = status_w = script = None
     passed: tuple[int, ...] = ()
+    preexec: Callable[[], None] | None = functools.partial(
+        _prepare_child,
+        plan,
+        os.getpid(),
+        launch.cgroup,
+        launch.view,
+        launch.identity,
+        stdio.terminal,
+        launch.join,
+    )
     if plan.containment is Containment.PID_NAMESPACE:
         status_r, status_w = os.pipe()
         argv, script = _under_init(launch, argv, status_w, sockets_fd)
         passed = tuple(fd for fd in (status_w, script, sockets_fd) if fd is not None)
+        if self_contained(launch):
+            preexec = None  # the compiled init does it (`nssetup.c`): a vfork
     try:
         if launch.identity is not None:
             # Its terminal, as login gives one, or its pipes: programs that
@@ -186,16 +199,7 @@ def _spawn(
             close_fds=True,
             pass_fds=passed,
             start_new_session=True,
-            preexec_fn=functools.partial(
-                _prepare_child,
-                plan,
-                os.getpid(),
-                launch.cgroup,
-                launch.view,
-                launch.identity,
-                stdio.terminal,
-                launch.join,
-            ),
+            preexec_fn=preexec,
         )
     except BaseException as exc:
         stdio.close_ours()
@@ -240,15 +244,38 @@ def _under_init(
         # goes as an argument (the daemon read it; the session uid may not).
         init = [launch.init_python, "-I", "-S", "-c", NSINIT.read_text(), str(status_w)]
         return [*init, *opts, "--", *argv], None
-    if launch.init_binary is not None:
-        # The compiled init, exec'd through its open fd, for the same reason
-        # as the script below (it closes the fd first thing).
-        binary = os.open(launch.init_binary, os.O_RDONLY | os.O_CLOEXEC)
-        return [f"/proc/self/fd/{binary}", str(status_w), *opts, "--", *argv], binary
+    if self_contained(launch):
+        # Exec'd as the daemon, before any uid change or mount: by its path.
+        init = [str(launch.init_binary), str(status_w), *opts, *_setup_args(launch)]
+        return [*init, "--", *argv], None
     # Passed open: the session uid may not reach runnerd's install.
     script = os.open(NSINIT, os.O_RDONLY | os.O_CLOEXEC)
     init = [launch.init_python, "-I", "-S", f"/proc/self/fd/{script}", str(status_w)]
     return [*init, *opts, "--", *argv], script
+
+
+def self_contained(launch: Launch) -> bool:
+    """The compiled init sets up this launch's containment itself (a run
+    session's or a holder's: not a joined app's)."""
+    return launch.init_binary is not None and launch.join is None
+
+
+def _setup_args(launch: Launch) -> list[str]:
+    """What `preexec_contained` would do, as the compiled init's SETUP
+    arguments (see `nsinit.c`): the daemon (parent-death check), the
+    plan's flags, the session uid, the cgroup, the mount view's covers."""
+    flags = launch.plan.unshare_flags
+    args = ["--setup", str(os.getpid()), hex(flags)]
+    if launch.identity is not None:
+        args += ["--identity", str(launch.identity.uid), str(launch.identity.gid)]
+    if launch.cgroup is not None:
+        args += ["--cgroup", str(launch.cgroup)]
+    if flags & CLONE_NEWNS:
+        if launch.view.keep is not None:
+            args += ["--keep", launch.view.keep]
+        for path in covers(launch.view):
+            args += ["--cover", path]
+    return args
 
 
 def _abandon(popen: subprocess.Popen[bytes], stdio: _Stdio, status_r: int | None) -> None:
@@ -263,8 +290,25 @@ def _abandon(popen: subprocess.Popen[bytes], stdio: _Stdio, status_r: int | None
         os.close(status_r)
 
 
+async def _read_setup_status(fd: int) -> None:
+    """Wait for the compiled init's `R` (its containment is set up).
+    Raises OSError when it reported a failure or died first."""
+    os.set_blocking(fd, False)
+    while True:
+        try:
+            first = os.read(fd, 1)
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(fd)
+            continue
+        if first == b"R":
+            return
+        raise OSError(errno.EPERM, "cannot set up the session's containment")
+
+
 async def _read_exec_status(fd: int) -> int:
-    """The errno the workload's exec failed with, or 0 once it exec'd (EOF)."""
+    """The errno the workload's exec failed with, or 0 once it exec'd (EOF).
+    Raises OSError when the compiled init could not set up the containment
+    (`S<errno>`: the daemon's `preexec_fn` failing, as before)."""
     os.set_blocking(fd, False)
     data = b""
     while True:
@@ -274,6 +318,8 @@ async def _read_exec_status(fd: int) -> int:
             await trio.lowlevel.wait_readable(fd)
             continue
         if not chunk:
+            if data.startswith(b"S"):
+                raise OSError(errno.EPERM, "cannot set up the session's containment")
             return int(data or b"0")
         data += chunk
 
@@ -321,7 +367,7 @@ async def spawn_pty_process(
         label=label,
         namespaced=status_r is not None,
     )
-    return await _started(proc, argv, status_r, sockets_fd, attach)
+    return await _started(proc, argv, status_r, sockets_fd, attach, self_contained(launch))
 
 
 async def spawn_streams_process(
@@ -350,7 +396,7 @@ async def spawn_streams_process(
         label=label,
         namespaced=status_r is not None,
     )
-    return await _started(proc, argv, status_r, sockets_fd, attach)
+    return await _started(proc, argv, status_r, sockets_fd, attach, self_contained(launch))
 
 
 async def _fork(
@@ -380,12 +426,16 @@ async def _started(
     status_r: int | None,
     sockets_fd: int | None,
     attach: Callable[[int], Awaitable[None]] | None,
+    contained_after_exec: bool,
 ) -> Proc:
     """`proc` once its workload has exec'd (in a namespace: after `attach`
-    and the exec status); stopped and closed if that fails."""
+    and the exec status; with the compiled init's own set-up, `attach`
+    only once it is done); stopped and closed if that fails."""
     if status_r is None:
         return proc  # Popen itself reported any exec failure
     try:
+        if contained_after_exec:
+            await _read_setup_status(status_r)
         if attach is not None and sockets_fd is not None:
             await attach(proc.pid)
         error = await _read_exec_status(status_r)
