@@ -2,8 +2,9 @@
 
 Owns the fork: the PTY pair or the three pipes (`streams`), the child's
 set-up before exec (controlling terminal, parent-death signal, cgroup,
-session uid, namespaces: `containment`), the exec status of the workload
-under `nsinit`, and handing the result to a `PtyProcess`
+session uid, namespaces: `containment`) unless the compiled init does it
+after the exec (`sessioninit.self_contained`), the wait for the init's
+status (`sessioninit`), and handing the result to a `PtyProcess`
 (`runnerd.local.pty`) or a `StreamsProcess` (`runnerd.local.streams`),
 which owns it from then on.
 
@@ -12,11 +13,11 @@ Error handling: `spawn_pty_process` and `spawn_streams_process` raise
 that could not (the session init's interpreter or the workload's
 program); nothing is left running and no fd stays open.
 
-Limits: the child is exec'd after a `preexec_fn`, so spawning forks rather
-than vforks (a few ms per session start). In a PID namespace the init runs
-first: the compiled one (`nsinit.c`, a fork and an exec) or, where it is
-not built and for a watch session's apps, the Python one (an interpreter
-start, ~10 ms of CPU).
+Limits: with the compiled init (`nsinit.c`) a run session's process is a
+vfork and an exec of it; the Python init (where the binary is not built,
+and for a watch session's apps) is exec'd after a `preexec_fn`, so that
+spawn forks the daemon and starts an interpreter (~10-20 ms on a loaded
+host).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import functools
 import os
 import signal
 import subprocess
-import sys
 import termios
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,20 +39,24 @@ import trio
 
 from runnerd.local.child import ContainedChild
 from runnerd.local.containment import (
-    CLONE_NEWNS,
-    PROCESS_GROUP_PLAN,
     Containment,
     ContainmentPlan,
     preexec_contained,
 )
 from runnerd.local.identity import SessionIdentity
 from runnerd.local.joined import preexec_joined
-from runnerd.local.mounts import NOTHING_HIDDEN, SessionView, covers
+from runnerd.local.mounts import SessionView
 from runnerd.local.pty import DEFAULT_COLS, DEFAULT_ROWS, PtyProcess, set_window_size
+from runnerd.local.sessioninit import (
+    DEFAULT_LAUNCH,
+    init_argv,
+    read_exec_status,
+    read_setup_status,
+    self_contained,
+)
+from runnerd.local.sessioninit import Launch as Launch
 from runnerd.local.spawner import run_in_spawner
 from runnerd.local.streams import StreamsProcess
-
-NSINIT = Path(__file__).with_name("nsinit.py")
 
 
 def _join_cgroup(cgroup: Path) -> None:
@@ -87,27 +91,6 @@ def _prepare_child(
         preexec_joined(plan, parent, join, identity)
     else:
         preexec_contained(plan, parent, view, identity)
-
-
-@dataclass(frozen=True)
-class Launch:
-    """Who the session's first process is: contained as `plan`, seeing
-    the host as `view`, in `cgroup`, as `identity` (a root daemon's session
-    uid; None keeps the daemon's), its init the compiled `init_binary`
-    (`nsinit.c`) when given, else run by `init_python`. `join`:
-    a watch session's app joins the namespaces of its sandbox's holder
-    (`joined.open_namespaces` of it, under `plan`; the fds stay the
-    caller's) instead of making its own (`view` is then the holder's) and
-    gets a PID namespace of its own nested in the holder's (`nsinit
-    --nest`, always the Python init)."""
-
-    plan: ContainmentPlan = PROCESS_GROUP_PLAN
-    cgroup: Path | None = None
-    view: SessionView = NOTHING_HIDDEN
-    identity: SessionIdentity | None = None
-    init_python: str = sys.executable
-    join: tuple[int, ...] | None = None
-    init_binary: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -179,7 +162,7 @@ def _spawn(
     )
     if plan.containment is Containment.PID_NAMESPACE:
         status_r, status_w = os.pipe()
-        argv, script = _under_init(launch, argv, status_w, sockets_fd)
+        argv, script = init_argv(launch, argv, status_w, sockets_fd)
         passed = tuple(fd for fd in (status_w, script, sockets_fd) if fd is not None)
         if self_contained(launch):
             preexec = None  # the compiled init does it (`nssetup.c`): a vfork
@@ -229,55 +212,6 @@ def _spawn(
     return popen, pidfd, status_r
 
 
-def _under_init(
-    launch: Launch, argv: Sequence[str], status_w: int, sockets_fd: int | None
-) -> tuple[list[str], int | None]:
-    """`argv` run by `nsinit` (see its usage), and the fd of the script
-    when it is passed open (closed by `nsinit` first thing)."""
-    opts = ["--nest"] if launch.join is not None else []
-    opts += ["--proc"] if launch.plan.fresh_proc else []
-    if sockets_fd is not None:
-        opts += ["--sockets", str(sockets_fd)]
-    if launch.join is not None:
-        # Its exec comes after it joined the holder's mount namespace, whose
-        # /proc is the session's, where it has no /proc/self: the source
-        # goes as an argument (the daemon read it; the session uid may not).
-        init = [launch.init_python, "-I", "-S", "-c", NSINIT.read_text(), str(status_w)]
-        return [*init, *opts, "--", *argv], None
-    if self_contained(launch):
-        # Exec'd as the daemon, before any uid change or mount: by its path.
-        init = [str(launch.init_binary), str(status_w), *opts, *_setup_args(launch)]
-        return [*init, "--", *argv], None
-    # Passed open: the session uid may not reach runnerd's install.
-    script = os.open(NSINIT, os.O_RDONLY | os.O_CLOEXEC)
-    init = [launch.init_python, "-I", "-S", f"/proc/self/fd/{script}", str(status_w)]
-    return [*init, *opts, "--", *argv], script
-
-
-def self_contained(launch: Launch) -> bool:
-    """The compiled init sets up this launch's containment itself (a run
-    session's or a holder's: not a joined app's)."""
-    return launch.init_binary is not None and launch.join is None
-
-
-def _setup_args(launch: Launch) -> list[str]:
-    """What `preexec_contained` would do, as the compiled init's SETUP
-    arguments (see `nsinit.c`): the daemon (parent-death check), the
-    plan's flags, the session uid, the cgroup, the mount view's covers."""
-    flags = launch.plan.unshare_flags
-    args = ["--setup", str(os.getpid()), hex(flags)]
-    if launch.identity is not None:
-        args += ["--identity", str(launch.identity.uid), str(launch.identity.gid)]
-    if launch.cgroup is not None:
-        args += ["--cgroup", str(launch.cgroup)]
-    if flags & CLONE_NEWNS:
-        if launch.view.keep is not None:
-            args += ["--keep", launch.view.keep]
-        for path in covers(launch.view):
-            args += ["--cover", path]
-    return args
-
-
 def _abandon(popen: subprocess.Popen[bytes], stdio: _Stdio, status_r: int | None) -> None:
     """Kill and reap a child that never got its handle; close its fds."""
     with contextlib.suppress(ProcessLookupError):
@@ -290,47 +224,13 @@ def _abandon(popen: subprocess.Popen[bytes], stdio: _Stdio, status_r: int | None
         os.close(status_r)
 
 
-async def _read_setup_status(fd: int) -> None:
-    """Wait for the compiled init's `R` (its containment is set up).
-    Raises OSError when it reported a failure or died first."""
-    os.set_blocking(fd, False)
-    while True:
-        try:
-            first = os.read(fd, 1)
-        except BlockingIOError:
-            await trio.lowlevel.wait_readable(fd)
-            continue
-        if first == b"R":
-            return
-        raise OSError(errno.EPERM, "cannot set up the session's containment")
-
-
-async def _read_exec_status(fd: int) -> int:
-    """The errno the workload's exec failed with, or 0 once it exec'd (EOF).
-    Raises OSError when the compiled init could not set up the containment
-    (`S<errno>`: the daemon's `preexec_fn` failing, as before)."""
-    os.set_blocking(fd, False)
-    data = b""
-    while True:
-        try:
-            chunk = os.read(fd, 64)
-        except BlockingIOError:
-            await trio.lowlevel.wait_readable(fd)
-            continue
-        if not chunk:
-            if data.startswith(b"S"):
-                raise OSError(errno.EPERM, "cannot set up the session's containment")
-            return int(data or b"0")
-        data += chunk
-
-
 async def spawn_pty_process(
     argv: Sequence[str],
     *,
     cwd: Path,
     env: Mapping[str, str],
     stop_grace_s: float,
-    launch: Launch = Launch(),
+    launch: Launch = DEFAULT_LAUNCH,
     label: str = "",
     sockets_fd: int | None = None,
     attach: Callable[[int], Awaitable[None]] | None = None,
@@ -376,7 +276,7 @@ async def spawn_streams_process(
     cwd: Path,
     env: Mapping[str, str],
     stop_grace_s: float,
-    launch: Launch = Launch(),
+    launch: Launch = DEFAULT_LAUNCH,
     label: str = "",
     sockets_fd: int | None = None,
     attach: Callable[[int], Awaitable[None]] | None = None,
@@ -435,10 +335,10 @@ async def _started(
         return proc  # Popen itself reported any exec failure
     try:
         if contained_after_exec:
-            await _read_setup_status(status_r)
+            await read_setup_status(status_r)
         if attach is not None and sockets_fd is not None:
             await attach(proc.pid)
-        error = await _read_exec_status(status_r)
+        error = await read_exec_status(status_r)
     except BaseException:
         await proc.aclose()
         raise
