@@ -73,6 +73,15 @@ static void fail(int status_fd, int err) {
     _exit(127);
 }
 
+/* A containment set-up that failed: `S<errno>` (see the usage above). */
+static void fail_setup(int status_fd, int err) {
+    char text[16];
+    int n = snprintf(text, sizeof text, "S%d", err);
+    ssize_t ignored = write(status_fd, text, (size_t)n);
+    (void)ignored;
+    _exit(127);
+}
+
 static int exit_code(int status) {
     if (WIFSIGNALED(status))
         return 128 + WTERMSIG(status);
@@ -348,20 +357,18 @@ int main(int argc, char **argv) {
             setup.cgroup = argv[++i];
         else if (strcmp(argv[i], "--keep") == 0 && i + 1 < argc)
             setup.keep = argv[++i];
-        else if (strcmp(argv[i], "--cover") == 0 && i + 1 < argc && setup.n_covers < MAX_COVERS)
+        else if (strcmp(argv[i], "--cover") == 0 && i + 1 < argc) {
+            if (setup.n_covers == MAX_COVERS)
+                fail_setup(status_fd, E2BIG); /* never a cover left out: refuse */
             setup.covers[setup.n_covers++] = argv[++i];
+        }
         else
             fail(status_fd, EINVAL); /* --nest is the Python init's */
     }
     if (split < 0 || split + 1 >= argc)
         fail(status_fd, EINVAL);
-    if (setup_wanted && (err = setup_session(&setup)) != 0) {
-        char text[16];
-        int n = snprintf(text, sizeof text, "S%d", err);
-        ssize_t ignored = write(status_fd, text, (size_t)n);
-        (void)ignored;
-        _exit(127);
-    }
+    if (setup_wanted && (err = setup_session(&setup)) != 0)
+        fail_setup(status_fd, err);
     if (setup_wanted) {
         /* "R": contained, so the daemon may enter our namespaces now. */
         ssize_t ignored = write(status_fd, "R", 1);

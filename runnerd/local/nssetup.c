@@ -193,7 +193,7 @@ static int remount_read_only(const char *point, const char *path) {
 /* mounts.read_only */
 static int read_only(const char *path) {
     struct stat st;
-    char line[8192];
+    static char line[65536]; /* a mountinfo line; the init is single-threaded */
     int err = 0;
     if (lstat(path, &st) != 0)
         return 0;
