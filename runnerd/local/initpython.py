@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 NSINIT_BIN = Path(__file__).with_name("nsinit.bin")
+# What `nsinit.bin --check` prints: the arguments it takes (`nsinit.c`). A
+# binary built from older sources answers otherwise and is not used.
+NSINIT_PROTOCOL = "runnerd-nsinit 2"
 
 
 def unreachable_workdir(workdir: str) -> str | None:
@@ -144,5 +147,8 @@ def choose_init_binary(
         os.close(fd)
     if done.returncode != 0:
         log.info("%s exited %d: the session init runs in Python", binary, done.returncode)
+        return None
+    if done.stdout.decode(errors="replace").strip() != NSINIT_PROTOCOL:
+        log.info("%s is stale (make rebuilds it): the session init runs in Python", binary)
         return None
     return binary

@@ -1,7 +1,7 @@
 /* The init of a session's PID namespace, compiled: `nsinit.py` in C.
  *
  *     nsinit STATUS_FD [--proc] [--sockets FD] [SETUP] -- /abs/program arg...
- *     nsinit --check                (exits 0: the start-up probe)
+ *     nsinit --check                (prints NSINIT_PROTOCOL: the start-up probe)
  *
  * SETUP (`--setup PARENT FLAGS [--identity UID GID] [--cgroup DIR]
  * [--keep DIR] [--cover PATH]...`): the init sets up the session's
@@ -50,6 +50,9 @@
 #define PR_CAP_AMBIENT 47
 #define PR_CAP_AMBIENT_CLEAR_ALL 4
 #endif
+
+/* Changed with the arguments: `initpython.NSINIT_PROTOCOL` must match. */
+#define NSINIT_PROTOCOL "runnerd-nsinit 2"
 
 static const int FORWARDED[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 #define N_FORWARDED (sizeof FORWARDED / sizeof FORWARDED[0])
@@ -332,8 +335,11 @@ int main(int argc, char **argv) {
     int status_fd, own_proc = 0, sock = -1, split = -1, alive[2], setup_wanted = 0, err;
     struct setup setup = {0, 0, -1, -1, 0, NULL, NULL, {NULL}, 0};
     char go;
-    if (argc == 2 && strcmp(argv[1], "--check") == 0)
+    if (argc == 2 && strcmp(argv[1], "--check") == 0) {
+        /* The arguments this build takes: a stale build is not used. */
+        fputs(NSINIT_PROTOCOL "\n", stdout);
         return 0;
+    }
     if (strncmp(argv[0], passed, strlen(passed)) == 0)
         close(atoi(argv[0] + strlen(passed))); /* this program, passed open */
     if (argc < 4)

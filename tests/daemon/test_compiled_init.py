@@ -9,6 +9,7 @@ the network, parent death, the mount view) is proved by the isolation tests
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,16 @@ def test_the_python_init_runs_when_the_binary_does_not_run(tmp_path: Path) -> No
     broken.write_bytes(b"\x7fELF not really")
     broken.chmod(0o755)
     assert choose_init_binary(_plan(), None, None, broken) is None
+
+
+def test_a_stale_binary_is_not_used(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Built from older sources: it runs, but does not take today's arguments.
+    stale = tmp_path / "nsinit.bin"
+    stale.write_text("#!/bin/sh\necho runnerd-nsinit 1\n")
+    stale.chmod(0o755)
+    caplog.set_level(logging.INFO, logger="runnerd.local.initpython")
+    assert choose_init_binary(_plan(), None, None, stale) is None
+    assert any("is stale" in r.getMessage() for r in caplog.records), caplog.records
 
 
 @needs_binary
