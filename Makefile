@@ -6,6 +6,17 @@ CONFIG ?= config/dev.toml
 
 .PHONY: run run-kube test lint typecheck pytest bytecode bench check-unit check-unit-files check-config clean
 
+# The compiled session init (issue 22: no interpreter per session). Without a
+# C compiler the daemon runs the Python one (runnerd/local/nsinit.py) instead,
+# so a missing compiler is a warning, not a failed install.
+CC ?= cc
+NSINIT_BIN := runnerd/local/nsinit.bin
+NSINIT_SRC := runnerd/local/nsinit.c runnerd/local/nssetup.c
+$(NSINIT_BIN): $(NSINIT_SRC) runnerd/local/nssetup.h
+	@if command -v $(CC) >/dev/null; then \
+		$(CC) -O2 -Wall -Wextra -Werror -o $@ $(NSINIT_SRC); \
+	else echo "warning: no C compiler ($(CC)): sessions' init runs in Python" >&2; fi
+
 # The installs go through uv (from PyPI, into the venv) when it is there: the
 # same packages from the same index as pip, but downloaded in parallel and
 # byte-compiled on both cores (a fresh clone's install: ~40 s instead of
@@ -28,7 +39,7 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(call install,-e '.[test]')
 	touch $(VENV)/.installed $@
 
-run: $(VENV)/.installed
+run: $(VENV)/.installed $(NSINIT_BIN)
 	mkdir -p run
 	$(BIN)/runnerd serve --config $(CONFIG)
 
@@ -37,7 +48,7 @@ run: $(VENV)/.installed
 # beside it); Ctrl-C stops both and removes the cluster's files. The cluster
 # prints its URL once its kubeconfig is written, so runnerd starts only then.
 KUBESIM_FILES := run/kubesim.url run/kubesim.kubeconfig
-run-kube: $(VENV)/.installed-test
+run-kube: $(VENV)/.installed-test $(NSINIT_BIN)
 	mkdir -p run
 	rm -f $(KUBESIM_FILES)
 	# The cluster in its own session: a Ctrl-C reaches runnerd alone, which
@@ -78,7 +89,7 @@ pytest: $(VENV)/.installed-test bytecode
 # CLI): compiled once here, each reads the bytecode even where the environment
 # says PYTHONDONTWRITEBYTECODE (it would compile runnerd again at every daemon
 # start: 0.76 -> 0.62 CPU s a start). compileall skips what is up to date.
-bytecode: $(VENV)/.installed-test
+bytecode: $(VENV)/.installed-test $(NSINIT_BIN)
 	$(BIN)/python -m compileall -q runnerd tests bench
 
 # mypy runs beside the tests (~8 CPU s on a fresh clone, no cache): most
@@ -119,4 +130,4 @@ check-unit-files:
 	systemd-analyze security --offline=yes --threshold=21 $(UNIT_CHECK)/runnerd.service
 
 clean:
-	rm -rf $(VENV) run .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) run .mypy_cache .pytest_cache .ruff_cache $(NSINIT_BIN)

@@ -5,7 +5,7 @@ with real workloads under real PTYs. Figures are printed, never asserted;
 the targets come from issue 2 and are shown beside each figure.
 
 Run one with `python -m bench NAME` (names: startup, latency, throughput,
-idle, cli, connections, bodies, netns, workspace, watch, watchlocal, kuberun); no name runs them
+idle, cli, connections, bodies, netns, workspace, watch, watchlocal, kuberun, spawn); no name runs them
 all.
 """
 
@@ -33,6 +33,7 @@ from bench.harness import (
 )
 from bench.kuberun import bench_kuberun
 from bench.netns import bench_netns
+from bench.spawn import bench_spawn
 from bench.startup import bench_startup
 from bench.throughput import bench_throughput
 from bench.watch import bench_watch
@@ -164,6 +165,7 @@ BENCHES: dict[str, Callable[[], Awaitable[list[Row]]]] = {
     "watch": bench_watch,
     "watchlocal": bench_watchlocal,
     "kuberun": bench_kuberun,
+    "spawn": bench_spawn,
 }
 
 

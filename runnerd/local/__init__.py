@@ -4,7 +4,8 @@
 announces before a session runs: `preflight`); `containment` holds a
 session's processes together (`mounts`: its mount namespace); `spawn` starts a session
 process on a PTY (`pty`) or, for a watch session's `streams` app, on pipes
-(`streams`), and `child` owns either one's wait and teardown; `launch` the
+(`streams`), under its init (`sessioninit`: the compiled `nsinit.c` or
+`nsinit.py`), and `child` owns either one's wait and teardown; `launch` the
 argv/env, `workdir` the session directory, `workspace` a watch session's
 workspace in it (`dirfd`, `treeops`, `checkpoint` its parts), `network` and
 `forward` each session's network namespace and its published ports;

@@ -67,7 +67,11 @@ from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
 from runnerd.local.containment import ContainmentPlan, probe_containment
 from runnerd.local.forward import SessionNetwork, free_loopback_port, open_session_network
 from runnerd.local.identity import SessionIdentity, SessionUids
-from runnerd.local.initpython import choose_init_python, unreachable_workdir
+from runnerd.local.initpython import (
+    choose_init_binary,
+    choose_init_python,
+    unreachable_workdir,
+)
 from runnerd.local.launch import Unresolved, build_argv, build_env
 from runnerd.local.mounts import SessionView
 from runnerd.local.network import probe_network
@@ -143,6 +147,7 @@ class LocalBackend:
         self._init_python, self.init_problem = choose_init_python(
             self._plan, local.init_python, probe_as
         )
+        self._init_binary = choose_init_binary(self._plan, local.init_python, probe_as)
         self.workdir_problem = None
         if self._uids is not None and self._plan.private_mounts:
             self.workdir_problem = unreachable_workdir(os.path.abspath(local.workdir))
@@ -163,7 +168,12 @@ class LocalBackend:
         kit = WatchKit(
             local=self._local,
             sandbox=SandboxPlan(
-                Launch(self._plan, None, init_python=self._init_python),
+                Launch(
+                    self._plan,
+                    None,
+                    init_python=self._init_python,
+                    init_binary=self._init_binary,
+                ),
                 self._net,
                 self._cgroups,
                 self._local.stop_grace_s,
@@ -299,7 +309,9 @@ class LocalBackend:
     ) -> Launch:
         plan: ContainmentPlan = self._plan
         view = self._view(session_dir)
-        return Launch(plan, cgroup, view, identity, self._init_python)
+        return Launch(
+            plan, cgroup, view, identity, self._init_python, init_binary=self._init_binary
+        )
 
     async def _spawn(
         self,
@@ -340,6 +352,8 @@ class LocalBackend:
             failed = f"'{runtime.command[0]}'"
             if exc.filename == launch.init_python:
                 failed = f"'{exc.filename}' (the session init's interpreter, as uid {_uid(launch)})"
+            elif launch.init_binary is not None and exc.filename == str(launch.init_binary):
+                failed = f"'{launch.init_binary}' (the session init, as uid {_uid(launch)})"
             raise StartError("boot", f"could not execute {failed}: {exc.strerror}") from exc
 
     async def _create_cgroup(self, spec: RunSpec) -> Path | None:

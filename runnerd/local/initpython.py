@@ -10,6 +10,13 @@ not for its sessions, and every start failed naming the runtime instead.
 The order: `local.init_python` when set (the only one tried), else
 runnerd's own interpreter, else `SYSTEM_PYTHON` (nsinit needs only the
 stdlib). Each check runs the interpreter once (`-I -S -c ""`, ~20 ms).
+
+A run session's init (and a watch session's holder) runs the compiled
+init instead (`nsinit.c`, built by `make` into `NSINIT_BIN`: no interpreter
+per session, issue 22) when it is built, runs as a session runs it
+(`choose_init_binary`), and `local.init_python` is not set (set, the
+operator chose the Python init). A watch session's apps (`nsinit --nest`)
+always run the Python one.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from runnerd.local.containment import Containment, ContainmentPlan, probe_child
 from runnerd.local.identity import SessionIdentity, blocking_directory
@@ -27,6 +35,10 @@ from runnerd.local.mounts import PRIVATE_DIRS
 log = logging.getLogger(__name__)
 
 SYSTEM_PYTHON = "/usr/bin/python3"
+NSINIT_BIN = Path(__file__).with_name("nsinit.bin")
+# What `nsinit.bin --check` prints: the arguments it takes (`nsinit.c`). A
+# binary built from older sources answers otherwise and is not used.
+NSINIT_PROTOCOL = "runnerd-nsinit 2"
 
 
 def unreachable_workdir(workdir: str) -> str | None:
@@ -98,3 +110,45 @@ def check_init_python(
         because = f" ({where} is not searchable by others)"
     shown = python if real == python else f"{python} (-> {real})"
     return f"the session init's interpreter {shown} does not run as {who}: {why}{because}"
+
+
+def choose_init_binary(
+    plan: ContainmentPlan,
+    configured_python: str | None,
+    identity: SessionIdentity | None,
+    binary: Path = NSINIT_BIN,
+) -> Path | None:
+    """The compiled init to run sessions' inits with, or None (the Python
+    init runs): without a PID namespace (no init at all), with
+    `local.init_python` set, when `binary` was not built, or when it does
+    not run as a session does (logged: the Python init then runs). Never
+    raises."""
+    if plan.containment is not Containment.PID_NAMESPACE or configured_python is not None:
+        return None
+    if not os.access(binary, os.X_OK):
+        log.info("%s is not built (make builds it): the session init runs in Python", binary)
+        return None
+    child = functools.partial(probe_child, plan.unshare_flags, False, identity)
+    try:
+        # Run as a session runs it: passed open, exec'd by its fd's name.
+        fd = os.open(binary, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        log.info("cannot open %s (%s): the session init runs in Python", binary, exc.strerror)
+        return None
+    try:
+        argv = [f"/proc/self/fd/{fd}", "--check"]
+        done = subprocess.run(
+            argv, preexec_fn=child, cwd="/", pass_fds=(fd,), capture_output=True, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.info("%s does not run (%s): the session init runs in Python", binary, exc)
+        return None
+    finally:
+        os.close(fd)
+    if done.returncode != 0:
+        log.info("%s exited %d: the session init runs in Python", binary, done.returncode)
+        return None
+    if done.stdout.decode(errors="replace").strip() != NSINIT_PROTOCOL:
+        log.info("%s is stale (make rebuilds it): the session init runs in Python", binary)
+        return None
+    return binary

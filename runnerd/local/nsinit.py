@@ -60,8 +60,12 @@ so that the init can mount the app's own /proc over it: what the app
 reads there agrees with its getpid(). That process dies with the daemon's
 child (a parent-death signal), which dies with the daemon.
 
-Why Python and not a C init: nothing to build on install. The interpreter
-runs isolated (`-I -S`: no site, no PYTHON* variables from the session env).
+`nsinit.c` is the same init compiled (and it also sets up the session's
+containment itself: `nssetup.c`); `make` builds it, and the daemon runs it
+wherever it is built (`runnerd.local.initpython`). This one runs where it
+is not, when `local.init_python` is set, and for a watch session's apps
+(`--nest`). The interpreter runs isolated (`-I -S`: no site, no PYTHON*
+variables from the session env).
 
 The daemon may pass this script as an open file (`python -I -S
 /proc/self/fd/N`: its own path may be unreadable by a session's uid); that

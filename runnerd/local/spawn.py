@@ -2,8 +2,9 @@
 
 Owns the fork: the PTY pair or the three pipes (`streams`), the child's
 set-up before exec (controlling terminal, parent-death signal, cgroup,
-session uid, namespaces: `containment`), the exec status of the workload
-under `nsinit`, and handing the result to a `PtyProcess`
+session uid, namespaces: `containment`) unless the compiled init does it
+after the exec (`sessioninit.self_contained`), the wait for the init's
+status (`sessioninit`), and handing the result to a `PtyProcess`
 (`runnerd.local.pty`) or a `StreamsProcess` (`runnerd.local.streams`),
 which owns it from then on.
 
@@ -12,9 +13,11 @@ Error handling: `spawn_pty_process` and `spawn_streams_process` raise
 that could not (the session init's interpreter or the workload's
 program); nothing is left running and no fd stays open.
 
-Limits: the child is exec'd after a `preexec_fn`, so spawning forks rather
-than vforks (a few ms per session start), and in a PID namespace the
-interpreter that runs `nsinit` starts first (~50 ms on a small VM).
+Limits: with the compiled init (`nsinit.c`) a run session's process is a
+vfork and an exec of it; the Python init (where the binary is not built,
+and for a watch session's apps) is exec'd after a `preexec_fn`, so that
+spawn forks the daemon and starts an interpreter (~10-20 ms on a loaded
+host).
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ import functools
 import os
 import signal
 import subprocess
-import sys
 import termios
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,19 +39,24 @@ import trio
 
 from runnerd.local.child import ContainedChild
 from runnerd.local.containment import (
-    PROCESS_GROUP_PLAN,
     Containment,
     ContainmentPlan,
     preexec_contained,
 )
 from runnerd.local.identity import SessionIdentity
 from runnerd.local.joined import preexec_joined
-from runnerd.local.mounts import NOTHING_HIDDEN, SessionView
+from runnerd.local.mounts import SessionView
 from runnerd.local.pty import DEFAULT_COLS, DEFAULT_ROWS, PtyProcess, set_window_size
+from runnerd.local.sessioninit import (
+    DEFAULT_LAUNCH,
+    init_argv,
+    read_exec_status,
+    read_setup_status,
+    self_contained,
+)
+from runnerd.local.sessioninit import Launch as Launch
 from runnerd.local.spawner import run_in_spawner
 from runnerd.local.streams import StreamsProcess
-
-NSINIT = Path(__file__).with_name("nsinit.py")
 
 
 def _join_cgroup(cgroup: Path) -> None:
@@ -84,25 +91,6 @@ def _prepare_child(
         preexec_joined(plan, parent, join, identity)
     else:
         preexec_contained(plan, parent, view, identity)
-
-
-@dataclass(frozen=True)
-class Launch:
-    """Who the session's first process is: contained as `plan`, seeing
-    the host as `view`, in `cgroup`, as `identity` (a root daemon's session
-    uid; None keeps the daemon's), its init run by `init_python`. `join`:
-    a watch session's app joins the namespaces of its sandbox's holder
-    (`joined.open_namespaces` of it, under `plan`; the fds stay the
-    caller's) instead of making its own (`view` is then the holder's) and
-    gets a PID namespace of its own nested in the holder's (`nsinit
-    --nest`)."""
-
-    plan: ContainmentPlan = PROCESS_GROUP_PLAN
-    cgroup: Path | None = None
-    view: SessionView = NOTHING_HIDDEN
-    identity: SessionIdentity | None = None
-    init_python: str = sys.executable
-    join: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -162,10 +150,22 @@ def _spawn(
     plan = launch.plan
     status_r = status_w = script = None
     passed: tuple[int, ...] = ()
+    preexec: Callable[[], None] | None = functools.partial(
+        _prepare_child,
+        plan,
+        os.getpid(),
+        launch.cgroup,
+        launch.view,
+        launch.identity,
+        stdio.terminal,
+        launch.join,
+    )
     if plan.containment is Containment.PID_NAMESPACE:
         status_r, status_w = os.pipe()
-        argv, script = _under_init(launch, argv, status_w, sockets_fd)
+        argv, script = init_argv(launch, argv, status_w, sockets_fd)
         passed = tuple(fd for fd in (status_w, script, sockets_fd) if fd is not None)
+        if self_contained(launch):
+            preexec = None  # the compiled init does it (`nssetup.c`): a vfork
     try:
         if launch.identity is not None:
             # Its terminal, as login gives one, or its pipes: programs that
@@ -182,16 +182,7 @@ def _spawn(
             close_fds=True,
             pass_fds=passed,
             start_new_session=True,
-            preexec_fn=functools.partial(
-                _prepare_child,
-                plan,
-                os.getpid(),
-                launch.cgroup,
-                launch.view,
-                launch.identity,
-                stdio.terminal,
-                launch.join,
-            ),
+            preexec_fn=preexec,
         )
     except BaseException as exc:
         stdio.close_ours()
@@ -221,27 +212,6 @@ def _spawn(
     return popen, pidfd, status_r
 
 
-def _under_init(
-    launch: Launch, argv: Sequence[str], status_w: int, sockets_fd: int | None
-) -> tuple[list[str], int | None]:
-    """`argv` run by `nsinit` (see its usage), and the fd of the script
-    when it is passed open (closed by `nsinit` first thing)."""
-    opts = ["--nest"] if launch.join is not None else []
-    opts += ["--proc"] if launch.plan.fresh_proc else []
-    if sockets_fd is not None:
-        opts += ["--sockets", str(sockets_fd)]
-    if launch.join is not None:
-        # Its exec comes after it joined the holder's mount namespace, whose
-        # /proc is the session's, where it has no /proc/self: the source
-        # goes as an argument (the daemon read it; the session uid may not).
-        init = [launch.init_python, "-I", "-S", "-c", NSINIT.read_text(), str(status_w)]
-        return [*init, *opts, "--", *argv], None
-    # Passed open: the session uid may not reach runnerd's install.
-    script = os.open(NSINIT, os.O_RDONLY | os.O_CLOEXEC)
-    init = [launch.init_python, "-I", "-S", f"/proc/self/fd/{script}", str(status_w)]
-    return [*init, *opts, "--", *argv], script
-
-
 def _abandon(popen: subprocess.Popen[bytes], stdio: _Stdio, status_r: int | None) -> None:
     """Kill and reap a child that never got its handle; close its fds."""
     with contextlib.suppress(ProcessLookupError):
@@ -254,28 +224,13 @@ def _abandon(popen: subprocess.Popen[bytes], stdio: _Stdio, status_r: int | None
         os.close(status_r)
 
 
-async def _read_exec_status(fd: int) -> int:
-    """The errno the workload's exec failed with, or 0 once it exec'd (EOF)."""
-    os.set_blocking(fd, False)
-    data = b""
-    while True:
-        try:
-            chunk = os.read(fd, 64)
-        except BlockingIOError:
-            await trio.lowlevel.wait_readable(fd)
-            continue
-        if not chunk:
-            return int(data or b"0")
-        data += chunk
-
-
 async def spawn_pty_process(
     argv: Sequence[str],
     *,
     cwd: Path,
     env: Mapping[str, str],
     stop_grace_s: float,
-    launch: Launch = Launch(),
+    launch: Launch = DEFAULT_LAUNCH,
     label: str = "",
     sockets_fd: int | None = None,
     attach: Callable[[int], Awaitable[None]] | None = None,
@@ -312,7 +267,7 @@ async def spawn_pty_process(
         label=label,
         namespaced=status_r is not None,
     )
-    return await _started(proc, argv, status_r, sockets_fd, attach)
+    return await _started(proc, argv, status_r, sockets_fd, attach, self_contained(launch))
 
 
 async def spawn_streams_process(
@@ -321,7 +276,7 @@ async def spawn_streams_process(
     cwd: Path,
     env: Mapping[str, str],
     stop_grace_s: float,
-    launch: Launch = Launch(),
+    launch: Launch = DEFAULT_LAUNCH,
     label: str = "",
     sockets_fd: int | None = None,
     attach: Callable[[int], Awaitable[None]] | None = None,
@@ -341,7 +296,7 @@ async def spawn_streams_process(
         label=label,
         namespaced=status_r is not None,
     )
-    return await _started(proc, argv, status_r, sockets_fd, attach)
+    return await _started(proc, argv, status_r, sockets_fd, attach, self_contained(launch))
 
 
 async def _fork(
@@ -371,15 +326,19 @@ async def _started(
     status_r: int | None,
     sockets_fd: int | None,
     attach: Callable[[int], Awaitable[None]] | None,
+    contained_after_exec: bool,
 ) -> Proc:
     """`proc` once its workload has exec'd (in a namespace: after `attach`
-    and the exec status); stopped and closed if that fails."""
+    and the exec status; with the compiled init's own set-up, `attach`
+    only once it is done); stopped and closed if that fails."""
     if status_r is None:
         return proc  # Popen itself reported any exec failure
     try:
+        if contained_after_exec:
+            await read_setup_status(status_r)
         if attach is not None and sockets_fd is not None:
             await attach(proc.pid)
-        error = await _read_exec_status(status_r)
+        error = await read_exec_status(status_r)
     except BaseException:
         await proc.aclose()
         raise

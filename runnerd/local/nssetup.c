@@ -1,0 +1,294 @@
+/* A run session's containment, set up by the compiled init itself.
+ *
+ * What `runnerd.local.spawn._prepare_child` does in a forked daemon (the
+ * cgroup, `containment.preexec_contained`: the session uid, the
+ * parent-death signal, the namespaces and their uid maps, `lo` up,
+ * `mounts.apply_view`, `no_new_privs`, an empty bounding set), done here
+ * after the exec instead, so the daemon spawns without a `preexec_fn`:
+ * `subprocess` then vforks, and nothing runs in a copy of the daemon's
+ * address space (issue 22: a fork and a Python set-up in a copy of a
+ * 50-100 MB process cost 10-20 ms a session on a loaded host). The order
+ * and every system call are those of the Python functions named; their
+ * docstrings are the contract. The daemon passes what it decided (the
+ * covers, outermost first: `mounts.covers`) as arguments.
+ *
+ * Errors: `setup_session` returns 0 or an errno; the caller reports it on
+ * the status fd as `S<errno>` (the daemon's "cannot set up the session's
+ * containment").
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "nssetup.h"
+
+#define COVER_FLAGS (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+static const char *const PRIVATE_DIRS[] = {"/tmp", "/var/tmp", "/dev/shm", "/run/lock"};
+static const char *const HOST_PROC_READ_ONLY[] = {"/proc/sys", "/proc/sysrq-trigger"};
+
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        if ((call) != 0)                                                                           \
+            return errno ? errno : EPERM;                                                          \
+    } while (0)
+
+static int inside(const char *path, const char *parent) {
+    size_t n = strlen(parent);
+    while (n > 0 && parent[n - 1] == '/')
+        n--;
+    if (strcmp(path, parent) == 0)
+        return 1;
+    return strncmp(path, parent, n) == 0 && path[n] == '/';
+}
+
+static int write_file(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno;
+    ssize_t n = write(fd, text, strlen(text));
+    int err = n < 0 ? errno : 0;
+    close(fd);
+    return err;
+}
+
+/* identity.become: setgroups, setresgid, setresuid, stay dumpable. */
+static int become(uid_t uid, gid_t gid) {
+    TRY(setgroups(0, NULL));
+    TRY(setresgid(gid, gid, gid));
+    TRY(setresuid(uid, uid, uid));
+    TRY(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0));
+    return 0;
+}
+
+/* containment.enter_namespaces: unshare, and map our ids to themselves. */
+static int enter_namespaces(int flags) {
+    char map[64];
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    int err;
+    TRY(unshare(flags));
+    if (!(flags & CLONE_NEWUSER))
+        return 0;
+    snprintf(map, sizeof map, "%u %u 1\n", uid, uid);
+    if ((err = write_file("/proc/self/uid_map", map)) != 0)
+        return err;
+    if ((err = write_file("/proc/self/setgroups", "deny")) != 0)
+        return err;
+    snprintf(map, sizeof map, "%u %u 1\n", gid, gid);
+    return write_file("/proc/self/gid_map", map);
+}
+
+/* containment.loopback_up */
+static int loopback_up(void) {
+    struct ifreq req;
+    int err = 0;
+    int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (sock < 0)
+        return errno;
+    memset(&req, 0, sizeof req);
+    strncpy(req.ifr_name, "lo", IFNAMSIZ - 1);
+    if (ioctl(sock, SIOCGIFFLAGS, &req) != 0)
+        err = errno;
+    req.ifr_flags |= IFF_UP;
+    if (!err && ioctl(sock, SIOCSIFFLAGS, &req) != 0)
+        err = errno;
+    close(sock);
+    return err;
+}
+
+static int make_dirs(const char *path) {
+    char buf[4096];
+    if (strlen(path) >= sizeof buf)
+        return ENAMETOOLONG;
+    strcpy(buf, path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return errno;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0)
+        return errno; /* os.makedirs: the last one must be new */
+    return 0;
+}
+
+/* mounts._cover */
+static int cover(const char *path, const char *keep, int keep_fd, int private_dir) {
+    struct stat st;
+    char source[64];
+    int err;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : errno;
+    int is_dir = S_ISDIR(st.st_mode);
+    if (private_dir && !is_dir)
+        return 0;
+    if (!is_dir) {
+        TRY(mount("/dev/null", path, NULL, MS_BIND, ""));
+        return 0;
+    }
+    if (private_dir)
+        TRY(mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"));
+    else
+        TRY(mount("tmpfs", path, "tmpfs", COVER_FLAGS, "mode=0755,size=16k"));
+    if (keep != NULL && keep_fd >= 0 && inside(keep, path)) {
+        if ((err = make_dirs(keep)) != 0)
+            return err;
+        snprintf(source, sizeof source, "/proc/self/fd/%d", keep_fd);
+        TRY(mount(source, keep, NULL, MS_BIND | MS_REC, ""));
+    }
+    if (!private_dir)
+        TRY(mount(NULL, path, NULL, MS_REMOUNT | MS_RDONLY | COVER_FLAGS, ""));
+    return 0;
+}
+
+/* mountinfo's escapes (a space as \040), in place. */
+static void unescape(char *s) {
+    char *out = s;
+    for (char *in = s; *in; out++) {
+        if (in[0] == '\\' && in[1] >= '0' && in[1] <= '7' && in[2] >= '0' && in[2] <= '7' &&
+            in[3] >= '0' && in[3] <= '7') {
+            *out = (char)((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
+            in += 4;
+        } else {
+            *out = *in++;
+        }
+    }
+    *out = '\0';
+}
+
+static int remount_read_only(const char *point, const char *path) {
+    struct statvfs vfs;
+    unsigned long flags = 0;
+    if (statvfs(point, &vfs) == 0) {
+        flags |= (vfs.f_flag & ST_NOSUID) ? MS_NOSUID : 0;
+        flags |= (vfs.f_flag & ST_NODEV) ? MS_NODEV : 0;
+        flags |= (vfs.f_flag & ST_NOEXEC) ? MS_NOEXEC : 0;
+        if (mount(NULL, point, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, "") == 0)
+            return 0;
+    }
+    /* mounts.read_only: one out of reach is skipped, unless it is `path` */
+    int err = errno;
+    if ((err == EACCES || err == EPERM || err == ENOENT) && strcmp(point, path) != 0)
+        return 0;
+    return err;
+}
+
+/* mounts.read_only */
+static int read_only(const char *path) {
+    struct stat st;
+    static char line[65536]; /* a mountinfo line; the init is single-threaded */
+    int err = 0;
+    if (lstat(path, &st) != 0)
+        return 0;
+    TRY(mount(path, path, NULL, MS_BIND | MS_REC, ""));
+    FILE *info = fopen("/proc/self/mountinfo", "re");
+    if (info == NULL)
+        return errno;
+    while (!err && fgets(line, sizeof line, info) != NULL) {
+        char *sep = strstr(line, " - ");
+        if (sep == NULL || strncmp(sep + 3, "autofs ", 7) == 0)
+            continue;
+        *sep = '\0';
+        char *field = strtok(line, " ");
+        for (int i = 0; field != NULL && i < 4; i++)
+            field = strtok(NULL, " ");
+        if (field == NULL)
+            continue;
+        unescape(field);
+        if (inside(field, path))
+            err = remount_read_only(field, path);
+    }
+    fclose(info);
+    return err;
+}
+
+/* mounts._open_kept: by the way from the cwd when it is inside. */
+static int open_kept(const char *keep) {
+    char cwd[4096];
+    const char *path = keep;
+    char rel[4096];
+    if (getcwd(cwd, sizeof cwd) != NULL && inside(cwd, keep)) {
+        size_t n = strlen(keep);
+        const char *rest = cwd + n;
+        int depth = 0;
+        for (const char *p = rest; *p; p++)
+            depth += *p == '/';
+        rel[0] = '\0';
+        for (int i = 0; i < depth; i++)
+            strcat(rel, i ? "/.." : "..");
+        path = depth ? rel : ".";
+    }
+    return open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* mounts.apply_view */
+static int apply_view(const struct setup *s) {
+    char cwd[4096];
+    int keep_fd = -1, err = 0;
+    TRY(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, ""));
+    if (s->keep != NULL && (keep_fd = open_kept(s->keep)) < 0)
+        return errno;
+    for (size_t i = 0; !err && i < sizeof PRIVATE_DIRS / sizeof PRIVATE_DIRS[0]; i++)
+        err = cover(PRIVATE_DIRS[i], s->keep, keep_fd, 1);
+    for (int i = 0; !err && i < s->n_covers; i++)
+        err = cover(s->covers[i], s->keep, keep_fd, 0);
+    if (keep_fd >= 0)
+        close(keep_fd);
+    if (!err)
+        err = read_only("/sys");
+    for (size_t i = 0; !err && !s->fresh_proc && i < 2; i++)
+        err = read_only(HOST_PROC_READ_ONLY[i]);
+    if (err)
+        return err;
+    if (getcwd(cwd, sizeof cwd) == NULL)
+        return errno;
+    TRY(chdir(cwd));
+    return 0;
+}
+
+static int join_cgroup(const char *cgroup) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cgroup.procs", cgroup);
+    return write_file(path, "0");
+}
+
+int setup_session(const struct setup *s) {
+    int err;
+    if (s->cgroup != NULL && (err = join_cgroup(s->cgroup)) != 0)
+        return err;
+    if (s->uid >= 0 && (err = become((uid_t)s->uid, (gid_t)s->gid)) != 0)
+        return err;
+    /* After the uid change: a credential change clears the signal. */
+    TRY(prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0));
+    if (getppid() != s->parent)
+        _exit(1); /* the daemon died before the signal was armed */
+    if (s->flags && (err = enter_namespaces(s->flags)) != 0)
+        return err;
+    if ((s->flags & CLONE_NEWNET) && (err = loopback_up()) != 0)
+        return err;
+    if ((s->flags & CLONE_NEWNS) && (err = apply_view(s)) != 0)
+        return err;
+    TRY(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
+    if (s->flags & CLONE_NEWUSER)
+        for (int cap = 0; cap < 64; cap++)
+            if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+                return errno;
+    return 0;
+}

@@ -1,0 +1,20 @@
+/* The compiled init's containment set-up (nssetup.c), as nsinit.c parses it. */
+#ifndef RUNNERD_NSSETUP_H
+#define RUNNERD_NSSETUP_H
+#include <sys/types.h>
+
+#define MAX_COVERS 256
+
+struct setup {
+    pid_t parent;      /* the daemon: the parent-death signal's check */
+    int flags;         /* unshare(2) flags: the plan's */
+    long uid, gid;     /* a root daemon's session uid; -1: keep the daemon's */
+    int fresh_proc;    /* the init mounts its own /proc (--proc) */
+    const char *cgroup;
+    const char *keep;  /* the session's directory, bound back */
+    const char *covers[MAX_COVERS];
+    int n_covers;
+};
+
+int setup_session(const struct setup *s);
+#endif

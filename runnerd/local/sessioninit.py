@@ -1,0 +1,137 @@
+"""How a session's init is run and told what to do, and what it reports.
+
+Owns `Launch` (who a session's first process is: its containment, view,
+cgroup, uid and init), the init's command line (`init_argv`: the compiled
+init, `nsinit.c`, with the containment's set-up as arguments when it does
+that itself, `self_contained`; else the Python one, `nsinit.py`) and the
+reading of its status pipe (`read_setup_status`, `read_exec_status`).
+`runnerd.local.spawn` forks it.
+
+Error handling: the status readers raise OSError for a set-up the init
+reported failed (the same error a failed `preexec_fn` gives); nothing here
+closes the fd it reads.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from runnerd.local.containment import CLONE_NEWNS, PROCESS_GROUP_PLAN, ContainmentPlan
+from runnerd.local.identity import SessionIdentity
+from runnerd.local.mounts import NOTHING_HIDDEN, SessionView, covers
+
+NSINIT = Path(__file__).with_name("nsinit.py")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Who the session's first process is: contained as `plan`, seeing
+    the host as `view`, in `cgroup`, as `identity` (a root daemon's session
+    uid; None keeps the daemon's), its init the compiled `init_binary`
+    (`nsinit.c`) when given, else run by `init_python`. `join`:
+    a watch session's app joins the namespaces of its sandbox's holder
+    (`joined.open_namespaces` of it, under `plan`; the fds stay the
+    caller's) instead of making its own (`view` is then the holder's) and
+    gets a PID namespace of its own nested in the holder's (`nsinit
+    --nest`, always the Python init)."""
+
+    plan: ContainmentPlan = PROCESS_GROUP_PLAN
+    cgroup: Path | None = None
+    view: SessionView = NOTHING_HIDDEN
+    identity: SessionIdentity | None = None
+    init_python: str = sys.executable
+    join: tuple[int, ...] | None = None
+    init_binary: Path | None = None
+
+
+DEFAULT_LAUNCH = Launch()  # a process group, no init
+
+
+def init_argv(
+    launch: Launch, argv: Sequence[str], status_w: int, sockets_fd: int | None
+) -> tuple[list[str], int | None]:
+    """`argv` run by `nsinit` (see its usage), and the fd of the script
+    when it is passed open (closed by `nsinit` first thing)."""
+    opts = ["--nest"] if launch.join is not None else []
+    opts += ["--proc"] if launch.plan.fresh_proc else []
+    if sockets_fd is not None:
+        opts += ["--sockets", str(sockets_fd)]
+    if launch.join is not None:
+        # Its exec comes after it joined the holder's mount namespace, whose
+        # /proc is the session's, where it has no /proc/self: the source
+        # goes as an argument (the daemon read it; the session uid may not).
+        init = [launch.init_python, "-I", "-S", "-c", NSINIT.read_text(), str(status_w)]
+        return [*init, *opts, "--", *argv], None
+    if self_contained(launch):
+        # Exec'd as the daemon, before any uid change or mount: by its path.
+        init = [str(launch.init_binary), str(status_w), *opts, *setup_args(launch)]
+        return [*init, "--", *argv], None
+    # Passed open: the session uid may not reach runnerd's install.
+    script = os.open(NSINIT, os.O_RDONLY | os.O_CLOEXEC)
+    init = [launch.init_python, "-I", "-S", f"/proc/self/fd/{script}", str(status_w)]
+    return [*init, *opts, "--", *argv], script
+
+
+def self_contained(launch: Launch) -> bool:
+    """The compiled init sets up this launch's containment itself (a run
+    session's or a holder's: not a joined app's)."""
+    return launch.init_binary is not None and launch.join is None
+
+
+def setup_args(launch: Launch) -> list[str]:
+    """What `preexec_contained` would do, as the compiled init's SETUP
+    arguments (see `nsinit.c`): the daemon (parent-death check), the
+    plan's flags, the session uid, the cgroup, the mount view's covers."""
+    flags = launch.plan.unshare_flags
+    args = ["--setup", str(os.getpid()), hex(flags)]
+    if launch.identity is not None:
+        args += ["--identity", str(launch.identity.uid), str(launch.identity.gid)]
+    if launch.cgroup is not None:
+        args += ["--cgroup", str(launch.cgroup)]
+    if flags & CLONE_NEWNS:
+        if launch.view.keep is not None:
+            args += ["--keep", launch.view.keep]
+        for path in covers(launch.view):
+            args += ["--cover", path]
+    return args
+
+
+async def read_setup_status(fd: int) -> None:
+    """Wait for the compiled init's `R` (its containment is set up).
+    Raises OSError when it reported a failure or died first."""
+    os.set_blocking(fd, False)
+    while True:
+        try:
+            first = os.read(fd, 1)
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(fd)
+            continue
+        if first == b"R":
+            return
+        raise OSError(errno.EPERM, "cannot set up the session's containment")
+
+
+async def read_exec_status(fd: int) -> int:
+    """The errno the workload's exec failed with, or 0 once it exec'd (EOF).
+    Raises OSError when the compiled init could not set up the containment
+    (`S<errno>`: the daemon's `preexec_fn` failing, as before)."""
+    os.set_blocking(fd, False)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 64)
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(fd)
+            continue
+        if not chunk:
+            if data.startswith(b"S"):
+                raise OSError(errno.EPERM, "cannot set up the session's containment")
+            return int(data or b"0")
+        data += chunk

@@ -1,0 +1,135 @@
+"""A session's init is the compiled one (`runnerd/local/nsinit.c`, built by
+`make` into `nsinit.bin`) and no Python interpreter, through the real daemon;
+`local.init_python` set keeps the operator's choice, the Python init; and
+the choice itself (`choose_init_binary`) falls back to Python whenever the
+binary is not there or does not run. What the init guarantees (namespaces,
+the network, parent death, the mount view) is proved by the isolation tests
+(`tests/daemon/test_containment.py`, `test_isolation.py`, `test_network.py`,
+`tests/local/`), which run on it."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runnerd.local.containment import (
+    PROCESS_GROUP_PLAN,
+    Containment,
+    ContainmentPlan,
+    probe_containment,
+)
+from runnerd.local.initpython import NSINIT_BIN, SYSTEM_PYTHON, choose_init_binary
+from tests.harness import Daemon, read_pty_until, session_body, start_daemon
+
+needs_binary = pytest.mark.skipif(
+    not os.access(NSINIT_BIN, os.X_OK), reason=f"{NSINIT_BIN} is not built (make builds it)"
+)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process under `pid`, from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p, pp in parents.items() if pp == parent]
+        found += children
+        frontier += children
+    return found
+
+
+def _exe_of(path: str) -> str:
+    return os.path.realpath(path)
+
+
+def _exe(pid: int) -> str:
+    try:
+        return os.path.realpath(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
+
+
+async def _session_programs(daemon: Daemon) -> list[str]:
+    """The programs of a running session's processes (the daemon's
+    descendants, once the workload printed its line)."""
+    async with daemon.client() as client:
+        body = session_body("echo ready; exec sleep 300\n")
+        response = await client.post("/v1/sessions", json=body)
+        assert response.status_code == 201, response.text
+    await read_pty_until(daemon.socket_path, response.json()["sessionId"], rb"ready")
+    return [_exe(pid) for pid in _descendants(daemon.proc.pid)]
+
+
+def _plan() -> ContainmentPlan:
+    root = os.geteuid() == 0
+    return probe_containment(allow_namespaces=True, session_uid=0x70000000 if root else None)
+
+
+pytestmark = pytest.mark.skipif(
+    _plan().containment is not Containment.PID_NAMESPACE,
+    reason="no PID namespace for sessions here: no init runs",
+)
+
+
+@needs_binary
+async def test_a_session_runs_under_the_compiled_init_and_no_interpreter(
+    tmp_path: Path,
+) -> None:
+    async with start_daemon(tmp_path) as daemon:
+        with trio.fail_after(30):
+            programs = await _session_programs(daemon)
+    inits = [p for p in programs if p == str(NSINIT_BIN.resolve())]
+    assert len(inits) == 2, programs  # the outer and PID 1, as nsinit.py's
+    assert not [p for p in programs if "python" in os.path.basename(p)], programs
+    assert "/usr/bin/sleep" in programs or "/bin/sleep" in programs, programs
+
+
+@pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason=f"no {SYSTEM_PYTHON}")
+async def test_a_configured_init_python_is_the_init_that_runs(tmp_path: Path) -> None:
+    overrides: dict[str, Any] = {"local": {"init_python": SYSTEM_PYTHON}}
+    async with start_daemon(tmp_path, overrides) as daemon:
+        with trio.fail_after(30):
+            programs = await _session_programs(daemon)
+    assert str(NSINIT_BIN.resolve()) not in programs
+    assert programs.count(_exe_of(SYSTEM_PYTHON)) == 2, programs
+
+
+def test_the_python_init_runs_when_the_binary_is_not_built(tmp_path: Path) -> None:
+    assert choose_init_binary(_plan(), None, None, tmp_path / "nsinit.bin") is None
+
+
+def test_the_python_init_runs_when_the_binary_does_not_run(tmp_path: Path) -> None:
+    broken = tmp_path / "nsinit.bin"
+    broken.write_bytes(b"\x7fELF not really")
+    broken.chmod(0o755)
+    assert choose_init_binary(_plan(), None, None, broken) is None
+
+
+def test_a_stale_binary_is_not_used(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Built from older sources: it runs, but does not take today's arguments.
+    stale = tmp_path / "nsinit.bin"
+    stale.write_text("#!/bin/sh\necho runnerd-nsinit 1\n")
+    stale.chmod(0o755)
+    caplog.set_level(logging.INFO, logger="runnerd.local.initpython")
+    assert choose_init_binary(_plan(), None, None, stale) is None
+    assert any("is stale" in r.getMessage() for r in caplog.records), caplog.records
+
+
+@needs_binary
+def test_the_binary_is_chosen_unless_an_interpreter_is_configured() -> None:
+    plan = _plan()
+    assert choose_init_binary(plan, None, None) == NSINIT_BIN
+    assert choose_init_binary(plan, SYSTEM_PYTHON, None) is None
+    assert choose_init_binary(PROCESS_GROUP_PLAN, None, None) is None

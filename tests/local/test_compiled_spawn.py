@@ -1,0 +1,83 @@
+"""The compiled init's own containment set-up (`nssetup.c`), through
+`spawn_pty_process` in the real sandbox: a session runs in it as under the
+Python init, and a set-up the kernel refuses fails the spawn with the error
+the Python path gives (`cannot set up the session's containment`), the
+workload never started."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import trio
+
+from runnerd.local.containment import Containment, probe_containment
+from runnerd.local.identity import SessionIdentity
+from runnerd.local.initpython import NSINIT_BIN, choose_init_python
+from runnerd.local.pty import PtyProcess
+from runnerd.local.spawn import Launch, spawn_pty_process
+
+SESSION_UID = 0x70000000 + 9  # a root daemon's session uid (any free one)
+
+
+def _launch(compiled: bool, **changes: object) -> Launch:
+    root = os.geteuid() == 0
+    plan = probe_containment(allow_namespaces=True, session_uid=SESSION_UID if root else None)
+    if plan.containment is not Containment.PID_NAMESPACE:
+        pytest.skip("no PID namespace for sessions here: no init runs")
+    if compiled and not os.access(NSINIT_BIN, os.X_OK):
+        pytest.skip(f"{NSINIT_BIN} is not built (make builds it)")
+    identity = SessionIdentity(SESSION_UID, SESSION_UID) if plan.drops_root else None
+    init_python, problem = choose_init_python(plan, None, identity)
+    assert problem is None, problem
+    binary = NSINIT_BIN if compiled else None
+    launch = Launch(plan=plan, identity=identity, init_python=init_python, init_binary=binary)
+    return Launch(**{**launch.__dict__, **changes})  # type: ignore[arg-type]
+
+
+async def _output(proc: PtyProcess) -> bytes:
+    chunks: list[bytes] = []
+    done = trio.Event()
+    async with proc, trio.open_nursery() as nursery:
+        nursery.start_soon(proc.run_reader, chunks.append, done)
+        await proc.wait()
+        await done.wait()
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+async def test_a_session_sees_its_own_namespaces_under_either_init(compiled: bool) -> None:
+    script = "echo pid=$$; id -u; test -w /proc/sys/kernel/hostname && echo writable; echo end"
+    with trio.fail_after(30):
+        proc = await spawn_pty_process(
+            ["/bin/sh", "-c", script],
+            cwd=Path("/"),  # the host's /tmp is covered: a cwd there is gone
+            env={"PATH": "/usr/bin:/bin"},
+            stop_grace_s=0.5,
+            launch=_launch(compiled),
+        )
+        out = await _output(proc)
+    assert b"pid=2" in out, out  # the init is PID 1 of the session's namespace
+    assert b"writable" not in out and b"end" in out, out
+    if os.geteuid() == 0:
+        assert str(SESSION_UID).encode() in out, out
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+async def test_a_refused_setup_fails_the_spawn_as_either_init_does(
+    tmp_path: Path, compiled: bool
+) -> None:
+    # A cgroup directory that is not there: its cgroup.procs cannot be opened.
+    launch = _launch(compiled, cgroup=tmp_path / "no-such-cgroup")
+    marker = tmp_path / "ran"
+    with trio.fail_after(30), pytest.raises(OSError) as refused:
+        await spawn_pty_process(
+            ["/bin/sh", "-c", f"touch {marker}"],
+            cwd=Path("/"),
+            env={"PATH": "/usr/bin:/bin"},
+            stop_grace_s=0.5,
+            launch=launch,
+        )
+    assert "cannot set up the session's containment" in str(refused.value)
+    assert not marker.exists()
