@@ -5,8 +5,8 @@ with real workloads under real PTYs. Figures are printed, never asserted;
 the targets come from issue 2 and are shown beside each figure.
 
 Run one with `python -m bench NAME` (names: startup, latency, throughput,
-idle, cli, connections, bodies, netns, workspace, watch, watchlocal, kuberun, spawn); no name runs them
-all.
+idle, cli, connections, bodies, netns, workspace, watch, watchlocal, kuberun,
+spawn); no name runs them all.
 """
 
 from __future__ import annotations
