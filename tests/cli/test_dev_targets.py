@@ -1,7 +1,7 @@
 """`make run` and `make run-kube` as a developer runs them, side by side.
 
 Each target runs in a copy of the checkout's Makefile and config/ in a temp
-directory (the venv and tests/ linked in), so the `run/` directory the
+directory (the venv, runnerd/ and tests/ linked in), so the `run/` directory the
 targets write is the test's. Both targets name fixed loopback ports
 (config/dev.toml 8062; config/dev-kube.toml 8064, and 8063 for bundles):
 the test is skipped when something else holds one of them.
@@ -48,7 +48,9 @@ def checkout() -> Iterator[Path]:
         # (an editable install from here empties the real venv's mapping).
         os.utime(root / "pyproject.toml", (0, 0))
         shutil.copytree(REPO / "config", root / "config")
-        for name in (".venv", "tests"):
+        # runnerd/ too: the targets build the compiled session init from its
+        # sources (nothing to do when the checkout's build is current).
+        for name in (".venv", "tests", "runnerd"):
             (root / name).symlink_to(REPO / name)
         yield root
     finally:
