@@ -22,8 +22,9 @@ not running) is `PlaceGone`.
 
 While entered, the pod is watched (the informer): one that reaches
 `Failed`/`Succeeded` (the TTL included) or is deleted by someone else ends
-the session: `StartError("pod", "session pod reached <phase>")` out of the
-context (the core's `failed`; a user stop cancels the context first).
+the session: `PlaceEnded("session pod reached <phase>")` (or "the session
+pod was deleted outside runnerd") out of the context (the core's `failed`
+with that message, no stage prefix; a user stop cancels the context first).
 
 Leaving, on every path but a detach, shielded and bounded
 (`podstop.tear_down`): the pod deleted and waited for until gone (a detach,
@@ -49,7 +50,7 @@ import trio
 
 import runnerd.kube.errors as errors
 from runnerd.backend import StartError
-from runnerd.backend.watch import PlaceGone, ProgressReport, WatchSpec
+from runnerd.backend.watch import PlaceEnded, PlaceGone, ProgressReport, WatchSpec
 from runnerd.contract import RouteState
 from runnerd.kube.informer import PodSubscription
 from runnerd.kube.ledger import PodLedger
@@ -325,14 +326,14 @@ async def _watching(
             nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         # The pod's end, alone with the body's cancellation it caused: the
-        # seam's StartError itself, never a group (house rule 5).
+        # seam's PlaceEnded itself, never a group (house rule 5).
         ended = _the_end(group)
         if ended is None:
             raise
         raise ended from None
 
 
-def _the_end(group: BaseExceptionGroup[Any]) -> StartError | None:
+def _the_end(group: BaseExceptionGroup[Any]) -> PlaceEnded | None:
     """The pod's end in `group` when everything else is its cancellation."""
     found: list[BaseException] = []
 
@@ -345,7 +346,7 @@ def _the_end(group: BaseExceptionGroup[Any]) -> StartError | None:
 
     walk(group)
     real = [e for e in found if not isinstance(e, trio.Cancelled)]
-    return real[0] if len(real) == 1 and isinstance(real[0], StartError) else None
+    return real[0] if len(real) == 1 and isinstance(real[0], PlaceEnded) else None
 
 
 class _RouteReport:
@@ -368,4 +369,4 @@ async def _watch_end(sub: PodSubscription) -> None:
         state = await sub.next()
         end = pod_end(state if isinstance(state, Mapping) else None)
         if end is not None:
-            raise StartError("pod", end)
+            raise PlaceEnded(end)

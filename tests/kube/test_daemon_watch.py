@@ -283,7 +283,7 @@ async def test_a_watch_pod_deleted_outside_runnerd_fails_the_session(
         status = [f.data["status"] for f in frames if f.event == "status"][-1]
         assert status == {
             "kind": "failed",
-            "message": "pod: the session pod was deleted outside runnerd",
+            "message": "the session pod was deleted outside runnerd",
         }
         await wait_gone(daemon, kubesim)
 
@@ -347,4 +347,21 @@ async def test_the_kernel_s_generations_are_the_session_s_runs_as_on_the_local_b
     """tests/e2e/test_kernel_watch.py's scenario, on a watch pod."""
     async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
         await check_kernel_generations(client, dict(KERNEL_CONFIG))
+        await wait_gone(daemon, kubesim)
+
+
+async def test_a_watch_pod_that_reaches_failed_on_its_own_fails_the_session_with_its_phase(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    """The node evicts the pod (its kubelet's own act, no API call runnerd
+    or a user made): `failed "session pod reached Failed"`, no stage prefix."""
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
+        session_id = await start(client, {"app.telo": APP})
+        await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
+        [pod] = session_pods(kubesim)
+        assert kubesim.kubelet is not None
+        await kubesim.kubelet.evict("runnerd", pod)
+        frames = await wait_frames(client, session_id, has_status("failed"), timeout_s=TIMEOUT_S)
+        status = [f.data["status"] for f in frames if f.event == "status"][-1]
+        assert status == {"kind": "failed", "message": "session pod reached Failed"}
         await wait_gone(daemon, kubesim)
