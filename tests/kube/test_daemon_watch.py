@@ -23,8 +23,7 @@ from tests.e2e.io_client import Io, printed
 from tests.e2e.test_kernel_watch import check_kernel_generations
 from tests.e2e.watch_client import has_status, route, runs, started, wait_frames, watch_body
 from tests.harness import Daemon, SseFrame, iter_sse
-from tests.kube.daemon import KERNEL, KERNEL_CONFIG, kube_daemon, session_pods, wait_pods
-from tests.kubesim.conftest import build_client
+from tests.kube.daemon import KERNEL_CONFIG, kube_daemon, session_pods, wait_pods
 from tests.kubesim.server import KubeSim
 
 TIMEOUT_S = 30.0
@@ -220,23 +219,6 @@ async def test_reload_and_put_apps_reload_in_place_then_recreate_the_pod_keeping
         await wait_gone(daemon, kubesim)
 
 
-async def test_the_ttl_ends_the_session_and_leaves_no_pod_and_no_configmap(
-    kubesim: KubeSim, tmp_path: Path
-) -> None:
-    ttl = {"enabled": True, "max_ttl_seconds": 2}
-    async with kube_daemon(kubesim, tmp_path, watch=ttl) as daemon, daemon.client() as client:
-        session_id = await start(client, {"app.telo": APP})
-        frames = await wait_frames(client, session_id, has_status("failed"), timeout_s=TIMEOUT_S)
-        status = [f.data["status"] for f in frames if f.event == "status"][-1]
-        # The core's TTL fires with the pod's activeDeadlineSeconds (the same
-        # TTL, the kubelet's backstop should runnerd be gone).
-        assert status == {
-            "kind": "failed",
-            "message": "ttl: session exceeded its time limit of 2 s",
-        }
-        await wait_gone(daemon, kubesim)
-
-
 async def test_a_streams_app_keeps_stdout_and_stderr_apart_and_a_tty_app_has_its_terminal(
     kubesim: KubeSim, tmp_path: Path
 ) -> None:
@@ -270,23 +252,6 @@ async def test_a_streams_app_keeps_stdout_and_stderr_apart_and_a_tty_app_has_its
             await wait_gone(daemon, kubesim)
         finally:
             await sockets.close_all()
-
-
-async def test_a_watch_pod_deleted_outside_runnerd_fails_the_session(
-    kubesim: KubeSim, tmp_path: Path
-) -> None:
-    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
-        session_id = await start(client, {"app.telo": APP})
-        await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
-        [pod] = session_pods(kubesim)
-        await kubesim.store.delete("pods", "runnerd", pod, grace_period_s=0)  # kubectl delete
-        frames = await wait_frames(client, session_id, has_status("failed"), timeout_s=TIMEOUT_S)
-        status = [f.data["status"] for f in frames if f.event == "status"][-1]
-        assert status == {
-            "kind": "failed",
-            "message": "the session pod was deleted outside runnerd",
-        }
-        await wait_gone(daemon, kubesim)
 
 
 async def test_after_sigkill_a_running_session_is_adopted_and_a_suspended_one_resumes(
@@ -349,73 +314,3 @@ async def test_the_kernel_s_generations_are_the_session_s_runs_as_on_the_local_b
     async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
         await check_kernel_generations(client, dict(KERNEL_CONFIG))
         await wait_gone(daemon, kubesim)
-
-
-async def test_a_watch_pod_that_reaches_failed_on_its_own_fails_the_session_with_its_phase(
-    kubesim: KubeSim, tmp_path: Path
-) -> None:
-    """The node evicts the pod (its kubelet's own act, no API call runnerd
-    or a user made): `failed "session pod reached Failed"`, no stage prefix."""
-    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
-        session_id = await start(client, {"app.telo": APP})
-        await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
-        [pod] = session_pods(kubesim)
-        assert kubesim.kubelet is not None
-        await kubesim.kubelet.evict("runnerd", pod)
-        frames = await wait_frames(client, session_id, has_status("failed"), timeout_s=TIMEOUT_S)
-        status = [f.data["status"] for f in frames if f.event == "status"][-1]
-        assert status == {"kind": "failed", "message": "session pod reached Failed"}
-        await wait_gone(daemon, kubesim)
-
-
-def container_env(pod: dict[str, Any], name: str) -> dict[str, str]:
-    [container] = [c for c in pod["spec"]["containers"] if c["name"] == name]
-    return {e["name"]: e.get("value", "") for e in container.get("env") or []}
-
-
-async def test_the_agent_runs_in_its_own_container_with_its_token_and_no_other_has_it(
-    kubesim: KubeSim, tmp_path: Path
-) -> None:
-    """A catalog agent (`port`, `token_env`): `running.agent` names its
-    endpoint and token; read back from the cluster (kubectl's view), only
-    the agent container's env holds the token, with `WORKSPACE_DIR`."""
-    catalog = {"helper": {"image": "busybox", "port": 7070, "token_env": "HELPER_TOKEN"}}
-    runner = {"allowed_images": [KERNEL, "busybox"]}
-    async with (
-        kube_daemon(kubesim, tmp_path, watch=WATCH, apps=catalog, runner=runner) as daemon,
-        daemon.client() as client,
-    ):
-        body = kube_watch_body({"app.telo": APP})
-        body["agent"] = "helper"
-        answer = await client.post("/v1/sessions", json=body)
-        assert answer.status_code == 201, answer.text
-        session_id = answer.json()["sessionId"]
-        frames = await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
-        running = [f.data["status"] for f in frames if f.event == "status"][-1]
-        agent = running["agent"]
-        assert (agent["port"], agent["protocol"]) == (7070, "tcp")
-        token = agent["token"]
-        assert len(token) == 32
-        [name] = session_pods(kubesim)
-        pod = await read_pod(kubesim, name)
-        names = [c["name"] for c in pod["spec"]["containers"]]
-        assert names == ["workspace", "app-app", "agent"]
-        env = container_env(pod, "agent")
-        assert env["HELPER_TOKEN"] == token and env["WORKSPACE_DIR"].startswith("/")
-        assert token not in str(container_env(pod, "app-app"))
-        assert token not in str(pod["spec"]["containers"][0])  # the workspace's
-        assert "HELPER_TOKEN" not in container_env(pod, "workspace")
-        assert token not in str(pod["metadata"])
-        got = (await client.get(f"/v1/sessions/{session_id}")).json()
-        assert got["agent"] == "helper" and "HELPER_TOKEN" not in str(got)
-        await client.delete(f"/v1/sessions/{session_id}")
-        await wait_gone(daemon, kubesim)
-
-
-async def read_pod(sim: KubeSim, name: str) -> dict[str, Any]:
-    """Pod `name` as a client of the cluster reads it (GET over the wire)."""
-    async with build_client(sim) as http:
-        answer = await http.get(f"/api/v1/namespaces/runnerd/pods/{name}")
-        assert answer.status_code == 200, answer.text
-        pod: dict[str, Any] = answer.json()
-        return pod

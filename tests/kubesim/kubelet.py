@@ -304,6 +304,16 @@ class Kubelet:
             if (worker.ns, worker.name) == (ns, name) and worker.model is not None:
                 await self._fail_pod(worker, "Evicted", EVICTED_MESSAGE, WARNING)
 
+    async def kill_container(self, ns: str, name: str, container: str) -> None:
+        """SIGKILL container `container` of pod `ns/name`, as the kernel's OOM
+        killer does (it terminates 137; with `restartPolicy: Never` it stays
+        so); a container not running here is left as it is."""
+        await trio.lowlevel.checkpoint()
+        for worker in list(self._workers.values()):
+            proc = worker.processes.get(container)
+            if (worker.ns, worker.name) == (ns, name) and proc is not None:
+                proc.signal_group(signal.SIGKILL)
+
     async def _fail_pod(self, worker: PodWorker, reason: str, message: str, kind: str) -> None:
         """End the pod `Failed` with `reason` (pod-level), then kill its containers."""
         assert worker.model is not None
