@@ -10,8 +10,8 @@ Entering a new pod, in order, each failure a `StartError` naming its stage:
 2. `provision`: `podstatus.StartWatch` on the `workspace` container (the
    run pods' rules: a node, the pulls, a back-off past its grace) reported
    as `progress` until it runs;
-3. `boot`: the workspace API's `/healthz` polled until it answers, at most
-   `BOOT_WAIT_S`;
+3. `boot`: the workspace API's `/healthz` polled (soon at first, backing
+   off to `BOOT_POLL_S`) until it answers, at most `BOOT_WAIT_S`;
 4. `provision` again: the workspace seeded (the bundle's files, or the
    checkpoint's tar on a resume or a reopen).
 
@@ -79,6 +79,9 @@ CREATE_OPERATION = "could not create the session pod"
 # The workspace API comes up within seconds of its container; past this the
 # start fails naming `boot` rather than hanging a POST.
 BOOT_WAIT_S = 60.0
+# Its health is polled soon at first (it answers within a few tens of ms of
+# its container running on a warm node), doubling up to BOOT_POLL_S.
+BOOT_FIRST_POLL_S = 0.01
 BOOT_POLL_S = 0.2
 # The ConfigMap sweep after the last watch pod is gone: a leave stays bounded.
 SWEEP_WAIT_S = 5.0
@@ -276,12 +279,14 @@ async def _provision(
 async def _boot(workspace: SeedableWorkspace, progress: ProgressReport) -> None:
     """Wait (bounded) for the workspace API to answer `/healthz`."""
     progress.progress("boot", "waiting for the workspace to come up")
+    poll_s = BOOT_FIRST_POLL_S
     with trio.move_on_after(BOOT_WAIT_S):
         while True:
             if await workspace.healthy():
                 progress.progress("boot", "the workspace is up", done=True)
                 return
-            await trio.sleep(BOOT_POLL_S)  # a poll: nothing to wait on but the answer
+            await trio.sleep(poll_s)  # a poll: nothing to wait on but the answer
+            poll_s = min(poll_s * 2, BOOT_POLL_S)
     raise StartError("boot", f"the workspace did not come up within {BOOT_WAIT_S:.0f} s")
 
 
