@@ -3,16 +3,20 @@ through a real daemon on the test cluster: the TTL, a pod deleted or ended
 on its own (an eviction), one app's container ended (an OOM kill: the
 session goes on, `PUT /apps` brings the app back), and the co-resident
 agent's container (its token in its env only), read back as a client of
-the cluster would."""
+the cluster would; and a watch pod no session adopts after a restart,
+deleted by the sweep."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from tests.e2e.watch_client import has_status, route, runs, started, wait_frames
 from tests.harness import SseFrame
-from tests.kube.daemon import KERNEL, kube_daemon, session_pods
+from tests.kube.daemon import KERNEL, kube_daemon, session_pods, wait_pods
 from tests.kube.test_daemon_watch import (
     APP,
     TIMEOUT_S,
@@ -179,3 +183,26 @@ async def test_an_app_whose_container_ended_fails_its_generations_until_put_apps
         assert again != pod
         await client.delete(f"/v1/sessions/{session_id}")
         await wait_gone(daemon, kubesim)
+
+
+async def test_a_watch_pod_no_session_adopts_after_a_restart_is_deleted_by_the_sweep(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    """The session's record lost with the daemon (SIGKILL, then its state
+    dir's watch records gone): the successor has nothing to adopt the pod
+    for, and deletes it once `watch_adopt_grace_seconds` has passed."""
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as first, first.client() as client:
+        session_id = await start(client, {"app.telo": APP})
+        await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
+        [pod] = session_pods(kubesim)
+        assert await first.stop(signal.SIGKILL) == -signal.SIGKILL
+    records = tmp_path / "state" / "watch"
+    for record in await trio.Path(records).iterdir():
+        await record.unlink()
+    assert session_pods(kubesim) == [pod]
+    grace = {"watch_adopt_grace_seconds": 1}
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH, **grace) as second:
+        await wait_pods(kubesim, lambda pods: not pods, TIMEOUT_S)
+        async with second.client() as client:
+            answer = await client.get(f"/v1/sessions/{session_id}")
+            assert answer.status_code == 404, answer.text
