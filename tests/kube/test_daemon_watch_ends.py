@@ -206,3 +206,35 @@ async def test_a_watch_pod_no_session_adopts_after_a_restart_is_deleted_by_the_s
         async with second.client() as client:
             answer = await client.get(f"/v1/sessions/{session_id}")
             assert answer.status_code == 404, answer.text
+
+
+def pod_phase(sim: KubeSim, name: str) -> str | None:
+    pod = sim.store.get("pods", "runnerd", name)
+    return None if pod is None else (pod.get("status") or {}).get("phase")
+
+
+async def test_the_pod_s_deadline_ends_it_while_runnerd_is_gone_and_the_successor_reports_it(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    """`activeDeadlineSeconds` is the TTL's backstop: with no daemon, the
+    kubelet ends the pod `Failed` (DeadlineExceeded); the successor ends the
+    session with its TTL and deletes the ended pod at once."""
+    ttl = {"enabled": True, "max_ttl_seconds": 2}
+    async with kube_daemon(kubesim, tmp_path, watch=ttl) as first, first.client() as client:
+        session_id = await start(client, {"app.telo": APP})
+        await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
+        [pod] = session_pods(kubesim)
+        assert await first.stop(signal.SIGKILL) == -signal.SIGKILL
+    with trio.fail_after(TIMEOUT_S):
+        async with kubesim.store.subscribe() as changes:
+            while pod_phase(kubesim, pod) != "Failed":  # the kubelet's DeadlineExceeded
+                await changes.receive()
+    async with kube_daemon(kubesim, tmp_path, watch=ttl) as second, second.client() as client:
+        # Deleted at once (an ended pod has nothing to adopt), well before
+        # `watch_adopt_grace_seconds` (60 s) would give it to the sweep.
+        await wait_pods(kubesim, lambda pods: not pods, TIMEOUT_S)
+        got = (await client.get(f"/v1/sessions/{session_id}")).json()
+        assert got["status"] == {
+            "kind": "failed",
+            "message": "ttl: session exceeded its time limit of 2 s",
+        }
