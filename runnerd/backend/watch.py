@@ -12,7 +12,9 @@ backend owns only the places and the processes:
   the `WatchHost`; leaving it stops every process still running in it and
   removes the workspace and the sandbox (after a suspend, the checkpoint is
   what is left). Entering raises `StartError` when the session cannot come
-  up (the session then ends `failed "<stage>: <message>"`).
+  up (the session then ends `failed "<stage>: <message>"`); once entered,
+  a place that ends on its own raises `PlaceEnded` out of it (the session
+  ends `failed "<message>"`).
 - `WatchHost.run_app(app, sink)` runs ONE generation of one app: it is
   started in a nursery of the core's (`nursery.start`), reports
   `task_status.started(AppStarted(...))` once the process exists, and
@@ -97,6 +99,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointFailed",
     "OutputStream",
+    "PlaceEnded",
     "PlaceGone",
     "ProgressReport",
     "Published",
@@ -225,6 +228,13 @@ class Checkpoint(Protocol):
         """What finds it again after a daemon restart (JSON-able, no secret:
         a path in the daemon's state dir, its counts), for the core's watch
         record; None when it does not outlive the daemon."""
+
+
+class PlaceEnded(Exception):
+    """Raised out of an entered `open_watch`/`adopt_watch` when the live
+    place ended on its own (a pod that reached `Failed`, one deleted by
+    someone else): the session ends `failed "<str()>"`, no stage prefix
+    (it started; nothing of its start failed). `str()` is client-safe."""
 
 
 class PlaceGone(Exception):

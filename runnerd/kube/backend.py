@@ -13,7 +13,8 @@ splice: its client saw that output already; one notice line says output
 from while runnerd was away may be missing) and supervises it as usual.
 The watch pods it finds are left to `adopt_watch`; those no session
 adopted `WATCH_ADOPT_GRACE_S` after `recover()` are given up on
-(`sweep_unadopted_watch`): the provider's sweep deletes them.
+(`sweep_unadopted_watch`): the provider's sweep deletes them. One that
+ended while runnerd was away (Failed/Succeeded) is given up on at once.
 
 Public routes (`runnerd.kube.routing`): `backend.routing`, resolved at
 start, gives each session its Service and Ingress or HTTPRoutes and follows
@@ -46,6 +47,7 @@ from runnerd.kube.settings import KubeSettings
 from runnerd.kube.watchcheckpoint import load_checkpoint
 from runnerd.kube.watchhost import HostKit
 from runnerd.kube.watchrun import WatchRunKit, adopt_watch_pod, open_watch_pod
+from runnerd.kube.watchstatus import pod_end
 from runnerd.kube.workspaceapi import WorkspaceApi
 
 # How long after `recover()` the core has to adopt the watch pods a previous
@@ -103,7 +105,12 @@ class KubeBackend:
             return []
         await self._informer.wait_synced()
         ledger, pods = self.ledger, self._informer.pods()
-        self._watch_left = left_watch_pods(pods, ledger.live)
+        left = left_watch_pods(pods, ledger.live)
+        # An ended watch pod (its deadline passed, evicted, while no runnerd
+        # watched) has nothing to adopt: given up on now, not after the grace.
+        ended = {(p.get("metadata") or {}).get("name") for p in pods if pod_end(p) is not None}
+        ledger.abandon([name for name in left if name in ended], trio.current_time())
+        self._watch_left = [name for name in left if name not in ended]
         self._recovered.set()
         return await recover_pods(self._client, left_pods(pods, ledger.live, ledger.stopped_before))
 

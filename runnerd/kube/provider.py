@@ -168,7 +168,7 @@ async def _open_backend(
                 if settings.on_restart == "reap":  # else `recover()` adopts them
                     nursery.start_soon(_reap, backend, informer)
                 nursery.start_soon(_sweep_abandoned, backend, informer)
-                nursery.start_soon(_give_up_unadopted_watch, backend)
+                nursery.start_soon(_give_up_unadopted_watch, backend, settings.watch_adopt_grace_s)
                 log.info(
                     "kubernetes backend: namespace %s via %s; bundles on %s; routing: %s",
                     client.namespace,
@@ -214,10 +214,10 @@ async def _reap(backend: KubeBackend, informer: PodInformer) -> None:
         log.warning("deleted %d session pods left by a previous run", len(left))
 
 
-async def _give_up_unadopted_watch(backend: KubeBackend) -> None:
-    """After recovery (with "adopt"): the watch pods no session adopted go
-    to the sweep (`KubeBackend.sweep_unadopted_watch`)."""
-    names = await backend.sweep_unadopted_watch()
+async def _give_up_unadopted_watch(backend: KubeBackend, grace_s: float) -> None:
+    """After recovery (with "adopt"), `grace_s` later: the watch pods no
+    session adopted go to the sweep (`KubeBackend.sweep_unadopted_watch`)."""
+    names = await backend.sweep_unadopted_watch(grace_s)
     if names:
         log.warning("deleting %d watch pods no session adopted after a restart", len(names))
 

@@ -12,7 +12,8 @@ context, namespace, self_url, bundle_listen, init_image, runtime_class,
 image_pull_secret, managed_by, start_deadline_seconds,
 pull_backoff_grace_seconds, routing, routing_base_domain (alias
 ingress_base_domain), ingress_class, ingress_tls_secret, gateway_name,
-gateway_namespace, gateway_section, route_ready_timeout_seconds, on_restart.
+gateway_namespace, gateway_section, route_ready_timeout_seconds, on_restart,
+watch_adopt_grace_seconds.
 Which routing layer is used is resolved at start (`runnerd.kube.routing`).
 What the backend requires on top (a `self_url`) is
 `runnerd.kube.provider.check_config`. Imports neither trio nor httpx: it is
@@ -121,6 +122,11 @@ class KubeSettings:
     # reported and deleted), or "reap" them (delete every one). Adopt: a
     # restart or an upgrade should not cost users their running sessions.
     on_restart: Literal["adopt", "reap"] = "adopt"
+    # After a restart ("adopt"), how long a watch pod the previous process
+    # left may wait for its session to adopt it before it is deleted. A
+    # minute: the sessions' own adoption runs within seconds of the start; a
+    # pod still unclaimed then has no record (a lost state dir) to come back for.
+    watch_adopt_grace_s: float = 60.0
 
 
 KEYS = (
@@ -129,7 +135,7 @@ KEYS = (
     "pull_backoff_grace_seconds", "attach_quiet_seconds", "routing", "routing_base_domain",
     "ingress_base_domain", "ingress_class", "ingress_tls_secret", "gateway_name",
     "gateway_namespace", "gateway_section", "route_ready_timeout_seconds",
-    "on_restart",
+    "on_restart", "watch_adopt_grace_seconds",
 )  # fmt: skip
 # RFC 1123 label (namespaces, secret and runtime class names).
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -341,6 +347,7 @@ def parse_settings(t: Table, base_dir: Path) -> KubeSettings:
         on_restart=cast(
             Literal["adopt", "reap"], t.choice("on_restart", d.on_restart, ("adopt", "reap"))
         ),
+        watch_adopt_grace_s=t.seconds("watch_adopt_grace_seconds", d.watch_adopt_grace_s),
     )
 
 
@@ -360,6 +367,7 @@ def render(settings: KubeSettings) -> list[tuple[str, Mapping[str, object]]]:
         "gateway_section": k.gateway_section,
         "route_ready_timeout_seconds": k.route_ready_timeout_s,
         "on_restart": k.on_restart,
+        "watch_adopt_grace_seconds": k.watch_adopt_grace_s,
     })]  # fmt: skip
 
 

@@ -10,8 +10,8 @@ Entering a new pod, in order, each failure a `StartError` naming its stage:
 2. `provision`: `podstatus.StartWatch` on the `workspace` container (the
    run pods' rules: a node, the pulls, a back-off past its grace) reported
    as `progress` until it runs;
-3. `boot`: the workspace API's `/healthz` polled until it answers, at most
-   `BOOT_WAIT_S`;
+3. `boot`: the workspace API's `/healthz` polled (soon at first, backing
+   off to `BOOT_POLL_S`) until it answers, at most `BOOT_WAIT_S`;
 4. `provision` again: the workspace seeded (the bundle's files, or the
    checkpoint's tar on a resume or a reopen).
 
@@ -22,8 +22,9 @@ not running) is `PlaceGone`.
 
 While entered, the pod is watched (the informer): one that reaches
 `Failed`/`Succeeded` (the TTL included) or is deleted by someone else ends
-the session: `StartError("pod", "session pod reached <phase>")` out of the
-context (the core's `failed`; a user stop cancels the context first).
+the session: `PlaceEnded("session pod reached <phase>")` (or "the session
+pod was deleted outside runnerd") out of the context (the core's `failed`
+with that message, no stage prefix; a user stop cancels the context first).
 
 Leaving, on every path but a detach, shielded and bounded
 (`podstop.tear_down`): the pod deleted and waited for until gone (a detach,
@@ -49,7 +50,7 @@ import trio
 
 import runnerd.kube.errors as errors
 from runnerd.backend import StartError
-from runnerd.backend.watch import PlaceGone, ProgressReport, WatchSpec
+from runnerd.backend.watch import PlaceEnded, PlaceGone, ProgressReport, WatchSpec
 from runnerd.contract import RouteState
 from runnerd.kube.informer import PodSubscription
 from runnerd.kube.ledger import PodLedger
@@ -78,6 +79,9 @@ CREATE_OPERATION = "could not create the session pod"
 # The workspace API comes up within seconds of its container; past this the
 # start fails naming `boot` rather than hanging a POST.
 BOOT_WAIT_S = 60.0
+# Its health is polled soon at first (it answers within a few tens of ms of
+# its container running on a warm node), doubling up to BOOT_POLL_S.
+BOOT_FIRST_POLL_S = 0.01
 BOOT_POLL_S = 0.2
 # The ConfigMap sweep after the last watch pod is gone: a leave stays bounded.
 SWEEP_WAIT_S = 5.0
@@ -275,12 +279,14 @@ async def _provision(
 async def _boot(workspace: SeedableWorkspace, progress: ProgressReport) -> None:
     """Wait (bounded) for the workspace API to answer `/healthz`."""
     progress.progress("boot", "waiting for the workspace to come up")
+    poll_s = BOOT_FIRST_POLL_S
     with trio.move_on_after(BOOT_WAIT_S):
         while True:
             if await workspace.healthy():
                 progress.progress("boot", "the workspace is up", done=True)
                 return
-            await trio.sleep(BOOT_POLL_S)  # a poll: nothing to wait on but the answer
+            await trio.sleep(poll_s)  # a poll: nothing to wait on but the answer
+            poll_s = min(poll_s * 2, BOOT_POLL_S)
     raise StartError("boot", f"the workspace did not come up within {BOOT_WAIT_S:.0f} s")
 
 
@@ -325,14 +331,14 @@ async def _watching(
             nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         # The pod's end, alone with the body's cancellation it caused: the
-        # seam's StartError itself, never a group (house rule 5).
+        # seam's PlaceEnded itself, never a group (house rule 5).
         ended = _the_end(group)
         if ended is None:
             raise
         raise ended from None
 
 
-def _the_end(group: BaseExceptionGroup[Any]) -> StartError | None:
+def _the_end(group: BaseExceptionGroup[Any]) -> PlaceEnded | None:
     """The pod's end in `group` when everything else is its cancellation."""
     found: list[BaseException] = []
 
@@ -345,7 +351,7 @@ def _the_end(group: BaseExceptionGroup[Any]) -> StartError | None:
 
     walk(group)
     real = [e for e in found if not isinstance(e, trio.Cancelled)]
-    return real[0] if len(real) == 1 and isinstance(real[0], StartError) else None
+    return real[0] if len(real) == 1 and isinstance(real[0], PlaceEnded) else None
 
 
 class _RouteReport:
@@ -368,4 +374,4 @@ async def _watch_end(sub: PodSubscription) -> None:
         state = await sub.next()
         end = pod_end(state if isinstance(state, Mapping) else None)
         if end is not None:
-            raise StartError("pod", end)
+            raise PlaceEnded(end)

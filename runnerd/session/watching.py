@@ -31,7 +31,8 @@ from its original suspend. A place is left for a successor on a detach
 
 How it ends is one `Ending` (`runnerd.session.ending`): a detach (SIGUSR2)
 `Detached`; a stop (DELETE, shutdown, eviction) `Stopped`; the TTL `TtlExpired`; a `StartError` of
-`open_watch` `StartFailed`; anything else `Internal` (logged). An app never
+`open_watch` `StartFailed`; a `PlaceEnded` out of a live place
+`Failed(message)`; anything else `Internal` (logged). An app never
 ends the session: a generation that cannot start is the pair `run started`
 + `run failed`, one that exits `run completed`, and the app waits for its
 next restart. The per-app loop and its guarantees are `runnerd.session.
@@ -47,7 +48,7 @@ from typing import Literal
 import trio
 
 from runnerd.backend import Backend, EndIntent, Failed, StartError
-from runnerd.backend.watch import CheckpointFailed, PlaceGone, WatchHost
+from runnerd.backend.watch import CheckpointFailed, PlaceEnded, PlaceGone, WatchHost
 from runnerd.contract import progress_event
 from runnerd.session.appsink import AgentSink, SessionProgress
 from runnerd.session.ending import (
@@ -101,6 +102,10 @@ async def drive_watch(
         assert isinstance(first, StartError)
         log.info("watch start failed: %s", first, exc_info=first.__cause__, extra=extra)
         produced = StartFailed(first.stage, first.message)
+    except* PlaceEnded as group:
+        ended = leaves(group)[0]
+        log.info("watch place ended: %s", ended, extra=extra)
+        produced = Failed(str(ended))
     except* Exception as group:
         log.error("watch session runner failed", exc_info=group, extra=extra)
         produced = produced or Internal()

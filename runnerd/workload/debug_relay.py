@@ -31,6 +31,11 @@ import httpx
 import trio
 
 log = logging.getLogger("runnerd.debug_relay")
+# The first retry's delay: a kernel's debug server comes up a moment after
+# its process (the caller starts the relay with it), so the first refusals
+# are retried soon, doubling up to `retry_s` (a full retry_s first cost a
+# watch pod's start up to that much on every app).
+FIRST_RETRY_S = 0.02
 
 
 class SseDecoder:
@@ -115,7 +120,8 @@ async def relay_debug_stream(
     """Read the SSE stream at `url` and call `on_frame` for every object frame.
 
     Runs until cancelled: connection failures, error statuses and dropped
-    streams are retried every `retry_s`; a reconnected stream's replay of
+    streams are retried, after `FIRST_RETRY_S` first and doubling up to
+    every `retry_s`; a reconnected stream's replay of
     frames already relayed is dropped (`ReplayFilter`). `on_frame` must not
     block or raise.
     """
@@ -123,13 +129,15 @@ async def relay_debug_stream(
     # debug stream elsewhere. No read timeout: the stream may idle for long.
     timeout = httpx.Timeout(5.0, read=None)
     replay = ReplayFilter()
+    delay_s = min(FIRST_RETRY_S, retry_s)
     async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
         while True:
             try:
                 await _relay_once(client, url, on_frame, replay)
             except (httpx.HTTPError, httpx.StreamError) as exc:
                 log.debug("debug stream %s: %s; retrying", url, exc)
-            await trio.sleep(retry_s)
+            await trio.sleep(delay_s)
+            delay_s = min(delay_s * 2, retry_s)
 
 
 async def _relay_once(

@@ -58,11 +58,14 @@ async def kube_daemon(
     runner: dict[str, Any] | None = None,
     apps: dict[str, Any] | None = None,
     watch: dict[str, Any] | None = None,
+    server: dict[str, Any] | None = None,
     **kubernetes: Any,
 ) -> AsyncIterator[Daemon]:
     """runnerd on `sim`; `kubernetes` keys, `[runner]` keys, `[limits]`,
-    `[apps]` and `[watch]` tables override the defaults."""
+    `[apps]`, `[watch]` and `[server]` tables override the defaults."""
     overrides = kube_overrides(sim, tmp_path, **kubernetes)
+    if server is not None:
+        overrides["server"] = server
     if watch is not None:
         overrides["watch"] = watch
     if apps is not None:

@@ -219,23 +219,6 @@ async def test_reload_and_put_apps_reload_in_place_then_recreate_the_pod_keeping
         await wait_gone(daemon, kubesim)
 
 
-async def test_the_ttl_ends_the_session_and_leaves_no_pod_and_no_configmap(
-    kubesim: KubeSim, tmp_path: Path
-) -> None:
-    ttl = {"enabled": True, "max_ttl_seconds": 2}
-    async with kube_daemon(kubesim, tmp_path, watch=ttl) as daemon, daemon.client() as client:
-        session_id = await start(client, {"app.telo": APP})
-        frames = await wait_frames(client, session_id, has_status("failed"), timeout_s=TIMEOUT_S)
-        status = [f.data["status"] for f in frames if f.event == "status"][-1]
-        # The core's TTL fires with the pod's activeDeadlineSeconds (the same
-        # TTL, the kubelet's backstop should runnerd be gone).
-        assert status == {
-            "kind": "failed",
-            "message": "ttl: session exceeded its time limit of 2 s",
-        }
-        await wait_gone(daemon, kubesim)
-
-
 async def test_a_streams_app_keeps_stdout_and_stderr_apart_and_a_tty_app_has_its_terminal(
     kubesim: KubeSim, tmp_path: Path
 ) -> None:
@@ -269,23 +252,6 @@ async def test_a_streams_app_keeps_stdout_and_stderr_apart_and_a_tty_app_has_its
             await wait_gone(daemon, kubesim)
         finally:
             await sockets.close_all()
-
-
-async def test_a_watch_pod_deleted_outside_runnerd_fails_the_session(
-    kubesim: KubeSim, tmp_path: Path
-) -> None:
-    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
-        session_id = await start(client, {"app.telo": APP})
-        await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
-        [pod] = session_pods(kubesim)
-        await kubesim.store.delete("pods", "runnerd", pod, grace_period_s=0)  # kubectl delete
-        frames = await wait_frames(client, session_id, has_status("failed"), timeout_s=TIMEOUT_S)
-        status = [f.data["status"] for f in frames if f.event == "status"][-1]
-        assert status == {
-            "kind": "failed",
-            "message": "pod: the session pod was deleted outside runnerd",
-        }
-        await wait_gone(daemon, kubesim)
 
 
 async def test_after_sigkill_a_running_session_is_adopted_and_a_suspended_one_resumes(

@@ -43,6 +43,8 @@ def test_defaults_are_the_documented_ones() -> None:
     assert settings().pull_backoff_grace_s == 30.0
     assert settings().on_restart == "adopt"
     assert settings(on_restart="reap").on_restart == "reap"
+    assert settings().watch_adopt_grace_s == 60.0
+    assert settings(watch_adopt_grace_seconds=1.5).watch_adopt_grace_s == 1.5
 
 
 def test_every_key_is_read() -> None:
@@ -125,6 +127,10 @@ def test_every_key_is_read() -> None:
         (
             {"pull_backoff_grace_seconds": "30"},
             "kubernetes.pull_backoff_grace_seconds: must be a positive number of seconds, got '30'",
+        ),
+        (
+            {"watch_adopt_grace_seconds": 0},
+            "kubernetes.watch_adopt_grace_seconds: must be a positive number of seconds, got 0",
         ),
         (
             {"attach_quiet_seconds": -1},

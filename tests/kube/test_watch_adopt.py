@@ -22,13 +22,13 @@ from runnerd.backend import (
     ImageSpec,
     Limits,
     SessionIdentity,
-    StartError,
 )
 from runnerd.backend.watch import (
     AppLaunch,
     AppStarted,
     ChangeSet,
     OutputStream,
+    PlaceEnded,
     PlaceGone,
     WatchSpec,
     Write,
@@ -136,7 +136,7 @@ async def held_then_adopted(
     kubesim: KubeSim, tmp_path: Path, first: KubeBackend, the_spec: WatchSpec
 ) -> None:
     """`first` opens the place and runs the app; a second backend adopts it."""
-    with pytest.raises(StartError) as first_end:
+    with pytest.raises(PlaceEnded) as first_end:
         async with (
             first.open_watch(the_spec, Reports()) as host,
             trio.open_nursery() as apps,
@@ -170,5 +170,5 @@ async def held_then_adopted(
                 await wait_pods(kubesim, lambda pods: not pods, TIMEOUT_S)
             await trio.sleep_forever()  # the first place sees its pod go
     # The first daemon's hold (dead, in a real restart) sees the pod deleted
-    # by another: its session's end, as the seam's StartError (no group).
-    assert str(first_end.value) == "pod: the session pod was deleted outside runnerd"
+    # by another: its session's end, as the seam's PlaceEnded (no group).
+    assert str(first_end.value) == "the session pod was deleted outside runnerd"

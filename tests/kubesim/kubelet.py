@@ -49,6 +49,8 @@ from .kubelet_volumes import container_root, mount_dir, mount_volumes
 from .store import NotFound, Store, build_timestamp
 
 log = logging.getLogger(__name__)
+# What a real kubelet says of a pod it evicts for memory pressure.
+EVICTED_MESSAGE = "The node was low on resource: memory."
 Obj = dict[str, Any]
 
 
@@ -292,14 +294,36 @@ class Kubelet:
         if deadline_s is None:
             return
         await trio.sleep(float(deadline_s))
+        await self._fail_pod(worker, "DeadlineExceeded", st.DEADLINE_MESSAGE, NORMAL)
+
+    async def evict(self, ns: str, name: str) -> None:
+        """Node-pressure eviction of pod `ns/name` (a kubelet's own, no API
+        call asked for it): the pod ends `Failed`/`Evicted` as a deadline does,
+        its containers killed; a pod not running here is left as it is."""
+        for worker in list(self._workers.values()):
+            if (worker.ns, worker.name) == (ns, name) and worker.model is not None:
+                await self._fail_pod(worker, "Evicted", EVICTED_MESSAGE, WARNING)
+
+    async def kill_container(self, ns: str, name: str, container: str) -> None:
+        """SIGKILL container `container` of pod `ns/name`, as the kernel's OOM
+        killer does (it terminates 137; with `restartPolicy: Never` it stays
+        so); a container not running here is left as it is."""
+        await trio.lowlevel.checkpoint()
+        for worker in list(self._workers.values()):
+            proc = worker.processes.get(container)
+            if (worker.ns, worker.name) == (ns, name) and proc is not None:
+                proc.signal_group(signal.SIGKILL)
+
+    async def _fail_pod(self, worker: PodWorker, reason: str, message: str, kind: str) -> None:
+        """End the pod `Failed` with `reason` (pod-level), then kill its containers."""
         assert worker.model is not None
         if worker.model.final_phase:
             return
         worker.model.final_phase = "Failed"
-        worker.model.reason = "DeadlineExceeded"
-        worker.model.message = st.DEADLINE_MESSAGE
+        worker.model.reason = reason
+        worker.model.message = message
         await self._write(worker)
-        await self.events.pod_event(worker.ref, NORMAL, "DeadlineExceeded", st.DEADLINE_MESSAGE)
+        await self.events.pod_event(worker.ref, kind, reason, message)
         worker.stopping.set()
         await self._kill_all(worker, float(worker.spec.get("terminationGracePeriodSeconds", 30)))
 
