@@ -289,11 +289,13 @@ class SessionRoutes:
             verdict = ingress_verdict(ingress)
             return dict.fromkeys(waiting, verdict)
         out: dict[int, tuple[Verdict, str | None]] = {}
+        gateway = self._t.gateway
+        assert gateway is not None  # Gateway routing: the only other routed layer
         for port in waiting:
             route = await self._read(
                 f"{self._httproutes}/{shapes.httproute_name(session_id, port)}"
             )
-            out[port] = httproute_verdict(route)
+            out[port] = httproute_verdict(route, gateway)
         return out
 
     async def _gateway_missing(self) -> bool:
