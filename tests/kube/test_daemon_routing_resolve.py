@@ -70,13 +70,6 @@ async def _done() -> None:
             " gateway.networking.k8s.io v1 or v1beta1: install its CRDs, or set routing ="
             ' "ingress"',
         ),
-        (  # both named: refused by the config itself
-            [],
-            {"gateway_name": "public", "ingress_class": "nginx"},
-            "kubernetes.ingress_class: names an IngressClass and kubernetes.gateway_name a"
-            ' Gateway with routing = "auto": set routing = "gateway" or "ingress" (and remove'
-            " the other key)",
-        ),
         (
             [ingress_class("nginx", default=True)],
             {"gateway_name": "public"},
