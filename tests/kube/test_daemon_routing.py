@@ -7,6 +7,7 @@ gone with the pod."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -233,5 +234,33 @@ async def test_a_route_never_programmed_is_reported_with_the_layers_hint(
         }
         got = (await client.get(f"/v1/sessions/{sid}")).json()
         assert got["status"]["kind"] == "running"
+        assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
+    await wait_no_pods(kubesim)
+
+
+INGRESS_KEYS = {"routing": "ingress", "routing_base_domain": DOMAIN, "ingress_class": "nginx"}
+
+
+async def test_switching_the_layer_across_a_restart_leaves_one_layer_routing(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    # Restarted with the other layer (the pod adopted): the old layer's
+    # objects are deleted, so no stale route keeps serving the session.
+    async with kube_daemon(kubesim, tmp_path, **INGRESS_KEYS) as first, first.client() as client:
+        sid = await start_telo(client, "print up\nwait\n", ports=PORTS[:2])
+        await wait_status(client, sid, "running", timeout_s=TIMEOUT_S)
+        assert names(kubesim, "ingresses") == {f"runnerd-{sid}"}
+        assert await first.stop(signal.SIGUSR2) == 75  # leaves the pod running
+    routes = {f"runnerd-{sid}-8080", f"runnerd-{sid}-9000"}
+    async with kube_daemon(kubesim, tmp_path, **GATEWAY_KEYS) as second:
+        await wait_store(
+            kubesim, lambda: not names(kubesim, "ingresses") and names(kubesim, "httproutes")
+        )
+        await wait_store(kubesim, lambda: names(kubesim, "httproutes") == routes)
+        assert await second.stop(signal.SIGUSR2) == 75
+    async with kube_daemon(kubesim, tmp_path, **INGRESS_KEYS) as third, third.client() as client:
+        await wait_store(
+            kubesim, lambda: names(kubesim, "ingresses") and not names(kubesim, "httproutes")
+        )
         assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
     await wait_no_pods(kubesim)

@@ -201,3 +201,27 @@ async def test_status_written_for_the_old_parent_does_not_program_a_moved_route(
     (_, _, state, reason) = report.routes[1]
     assert state == "unprogrammed", report.routes
     assert reason is not None and reason.startswith("not programmed after 3 s")
+
+
+async def test_switching_the_layer_removes_the_other_layers_routes(
+    apiserver: KubeSim, tmp_path: Path
+) -> None:
+    # ingress -> gateway -> ingress across restarts (the pod adopted each time):
+    # the old layer's objects go, so one layer routes the session.
+    pod = await seed_pod(apiserver, f"runnerd-{SID}", labels=LABELS)
+    async with open_client(apiserver, tmp_path) as client:
+        by_ingress = RouteTarget(client, SETTINGS, Layer.INGRESS, None)
+        by_gateway = RouteTarget(client, SETTINGS, Layer.GATEWAY, GATEWAY)
+        async with open_session_routes(by_ingress, IDENTITY, pod, Report(), fresh=True) as r:
+            assert not (await r.publish(tcp(8080, 9000))).rejected
+        assert apiserver.store.get("ingresses", NS, f"runnerd-{SID}") is not None
+        report = Report()
+        async with open_session_routes(by_gateway, IDENTITY, pod, report) as r:
+            assert not (await r.publish(tcp(8080, 9000))).rejected
+        assert apiserver.store.get("ingresses", NS, f"runnerd-{SID}") is None
+        assert route_names(apiserver) == [f"runnerd-{SID}-8080", f"runnerd-{SID}-9000"]
+        async with open_session_routes(by_ingress, IDENTITY, pod, report) as r:
+            assert not (await r.publish(tcp(8080))).rejected
+        assert route_names(apiserver) == []
+        assert apiserver.store.get("ingresses", NS, f"runnerd-{SID}") is not None
+    assert report.notices == []
