@@ -20,7 +20,10 @@ The rules (issue 21, as the Telo runner resolves them):
   class listing that fails is refused naming what is missing (the
   `list ingressclasses` permission on a 403).
 A refusal is a `ConfigError` naming the key to set (the daemon exits 2 with
-it).
+it). A cluster that did not decide is one too, naming what to check: no
+answer within RESOLVE_DEADLINE_S (the client retrying meanwhile), or a
+5xx/429 it gave up on, names `kubernetes.kubeconfig` (the apiserver), as
+does a 401 (its credentials); a 403 on discovery names the permission.
 """
 
 from __future__ import annotations
@@ -190,30 +193,74 @@ def pick_classes(listing: Mapping[str, Any]) -> tuple[tuple[str, ...], str | Non
 
 
 async def resolve_routing(client: KubeClient, settings: KubeSettings) -> Routing:
-    """Read what the rules need from the cluster, once, and decide.
+    """Read what the rules need from the cluster, once, and decide. Only
+    `auto` without `ingress_class`, and `gateway`, ask the apiserver; the
+    start (and `/v1/health`) waits for that, RESOLVE_DEADLINE_S at most,
+    the client retrying what did not answer.
 
     Raises:
-        ConfigError: a refusal (module docstring), or the cluster could not be
-            asked in RESOLVE_DEADLINE_S (naming `kubernetes.routing`).
+        ConfigError: a refusal (module docstring); the credentials refused
+            (401) or the apiserver not answered in time, naming
+            `kubernetes.kubeconfig`; a 403 naming the permission missing.
     """
     discover, list_classes = needs_cluster(settings)
     version: str | None = None
     classes: Sequence[str] | None = None
     default: str | None = None
-    with trio.move_on_after(RESOLVE_DEADLINE_S) as waited:
-        if discover:
-            version = await _discover_gateway_api(client)
-        if list_classes:
-            classes, default = await _list_classes(client)
-    if waited.cancelled_caught:
-        raise ConfigError(
-            "kubernetes.routing",
-            f"could not be resolved: the apiserver did not answer in {RESOLVE_DEADLINE_S:g} s"
-            ' (set routing = "ingress", "gateway" or "none" to start without asking it)',
+    if discover or list_classes:
+        log.info(
+            "routing = %r: asking the apiserver which layer to use (up to %g s, before"
+            " /v1/health answers)",
+            settings.routing,
+            RESOLVE_DEADLINE_S,
         )
+    with trio.move_on_after(RESOLVE_DEADLINE_S) as waited:
+        try:
+            if discover:
+                version = await _discover_gateway_api(client)
+            if list_classes:
+                classes, default = await _list_classes(client)
+        except errors.NoCredentials:
+            raise  # the provider names kubernetes.kubeconfig
+        except errors.KubeError as exc:
+            raise _unresolved(exc) from exc
+    if waited.cancelled_caught:
+        raise _unresolved(None)
     cluster = ClusterRouting(version, tuple(classes) if classes is not None else None, default)
     layer, gateway = decide_routing(settings, client.namespace, cluster)
     return Routing(RouteTarget(client, settings, layer, gateway))
+
+
+# What starts without asking the apiserver: the advice of an unanswered one.
+_WITHOUT_ASKING = (
+    'routing = "ingress" (or "auto" with ingress_class set) and "none" start without'
+    ' asking it; "gateway" asks it too (Gateway API discovery)'
+)
+
+
+def _unresolved(exc: errors.KubeError | None) -> ConfigError:
+    """The error of a resolution the cluster did not decide: `exc` what the
+    client gave up with (None: RESOLVE_DEADLINE_S passed). Not a refusal of
+    the rules: the key named is the one to check."""
+    if isinstance(exc, errors.Unauthorized):
+        return ConfigError(
+            "kubernetes.kubeconfig",
+            f"its credentials were refused while resolving the routing layer ({exc}): check"
+            " the token or client certificate of its context",
+        )
+    if isinstance(exc, errors.Forbidden):
+        return ConfigError(
+            "kubernetes.routing",
+            f"could not be resolved ({exc}): the runner needs get on the non-resource URLs"
+            " /apis and /apis/* (API discovery; the system:discovery ClusterRole grants it"
+            ' to every authenticated user by default), or set routing = "ingress" or "none"',
+        )
+    why = str(exc) if exc is not None else f"no answer in {RESOLVE_DEADLINE_S:g} s"
+    return ConfigError(
+        "kubernetes.kubeconfig",
+        f"the apiserver it names could not be asked which routing layer to use ({why};"
+        f" asked once at start): check that it is reachable; {_WITHOUT_ASKING}",
+    )
 
 
 async def _discover_gateway_api(client: KubeClient) -> str | None:
@@ -226,10 +273,6 @@ async def _discover_gateway_api(client: KubeClient) -> str | None:
         )
     except errors.NotFound:
         return None
-    except errors.NoCredentials:
-        raise  # the provider names kubernetes.kubeconfig
-    except errors.KubeError as exc:
-        raise ConfigError("kubernetes.routing", f"could not be resolved: {exc}") from exc
     return pick_gateway_version(group)
 
 
@@ -248,6 +291,4 @@ async def _list_classes(client: KubeClient) -> tuple[tuple[str, ...], str | None
             ' list on ingressclasses (networking.k8s.io), or set routing = "ingress" or'
             ' "gateway"',
         ) from exc
-    except errors.KubeError as exc:
-        raise ConfigError("kubernetes.routing", f"could not be resolved: {exc}") from exc
     return pick_classes(listing)
