@@ -15,8 +15,10 @@ The rules (issue 21, as the Telo runner resolves them):
   without it) and a served Gateway API (v1 preferred, else v1beta1);
 - `"auto"`: a named Gateway → Gateway (the Gateway API must be served); a
   configured or default IngressClass → Ingress; both → refused; the Gateway
-  API served but no Gateway named and no IngressClass → refused; any
-  IngressClass → Ingress; no IngressClass and no Gateway API → refused. A
+  API served but no Gateway named and no IngressClass → refused; exactly
+  one IngressClass, not the default → Ingress with `ingressClassName` set
+  to it; several, none the default → refused (set `ingress_class`); no
+  IngressClass and no Gateway API → refused. A
   class listing that fails is refused naming what is missing (the
   `list ingressclasses` permission on a 403).
 A refusal is a `ConfigError` naming the key to set (the daemon exits 2 with
@@ -31,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import trio
@@ -69,6 +71,7 @@ class Routing:
     """The routing layer of this daemon's life (`runnerd.kube.routes`)."""
 
     target: RouteTarget
+    default_class: str | None = None  # the cluster's default IngressClass, when read
 
     @property
     def layer(self) -> Layer:
@@ -81,7 +84,11 @@ class Routing:
             return "no public routes"
         if t.gateway is not None:
             return f"HTTPRoutes ({t.gateway.api_version}) on {t.gateway.describe()}"
-        return f"Ingresses ({t.settings.ingress_class or 'default class'})"
+        if t.settings.ingress_class is not None:
+            return f"Ingresses (IngressClass {t.settings.ingress_class})"
+        if self.default_class is not None:
+            return f"Ingresses (the default IngressClass, {self.default_class})"
+        return "Ingresses (no ingressClassName: the cluster's default IngressClass, if any)"
 
     def session_routes(
         self,
@@ -138,6 +145,12 @@ def decide_routing(
             raise _no_gateway_api("kubernetes.gateway_name")
         return Layer.GATEWAY, gateway
     if configured is not None or cluster.ingress_classes:
+        if configured is None and len(cluster.ingress_classes or ()) > 1:
+            raise ConfigError(
+                "kubernetes.ingress_class",
+                'must be set: routing is "auto" and the cluster has several IngressClasses'
+                f" ({', '.join(cluster.ingress_classes or ())}), none of them the default",
+            )
         return Layer.INGRESS, None
     if gateway is not None or cluster.gateway_version is not None:
         raise ConfigError(
@@ -228,7 +241,11 @@ async def resolve_routing(client: KubeClient, settings: KubeSettings) -> Routing
         raise _unresolved(None)
     cluster = ClusterRouting(version, tuple(classes) if classes is not None else None, default)
     layer, gateway = decide_routing(settings, client.namespace, cluster)
-    return Routing(RouteTarget(client, settings, layer, gateway))
+    if layer is Layer.INGRESS and settings.ingress_class is None and default is None and classes:
+        # `auto` on the one class there is, none the default: name it, or
+        # no controller would take a class-less Ingress.
+        settings = replace(settings, ingress_class=classes[0])
+    return Routing(RouteTarget(client, settings, layer, gateway), default)
 
 
 # What starts without asking the apiserver: the advice of an unanswered one.

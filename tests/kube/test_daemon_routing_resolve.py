@@ -91,6 +91,12 @@ async def _done() -> None:
             ' "none"',
         ),
         (
+            [ingress_class("nginx"), ingress_class("traefik")],
+            {},
+            'kubernetes.ingress_class: must be set: routing is "auto" and the cluster has'
+            " several IngressClasses (nginx, traefik), none of them the default",
+        ),
+        (
             [classes_forbidden],
             {},
             'kubernetes.routing: is "auto" but the runner may not list IngressClasses: grant'
@@ -123,7 +129,8 @@ async def test_a_refusal_exits_2_naming_the_key_to_set(
             ("httproutes", "gateway.networking.k8s.io/v1beta1"),
         ),
         ([ingress_class("nginx", default=True)], {}, ("ingresses", None)),
-        ([ingress_class("traefik")], {}, ("ingresses", None)),
+        # The one class there is, not the default: named on the Ingress.
+        ([ingress_class("traefik")], {}, ("ingresses", "traefik")),
         ([], {"ingress_class": "nginx"}, ("ingresses", "nginx")),
         ([], {"routing": "none"}, None),
     ],
@@ -160,3 +167,22 @@ async def test_each_mode_routes_through_the_layer_it_resolved(
                     assert obj["spec"].get("ingressClassName") == detail
             assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
     await wait_no_pods(kubesim)
+
+
+@pytest.mark.parametrize(
+    ("setups", "logged"),
+    [
+        ([ingress_class("traefik")], "routing: Ingresses (IngressClass traefik)"),
+        (
+            [ingress_class("nginx", default=True), ingress_class("traefik")],
+            "routing: Ingresses (the default IngressClass, nginx)",
+        ),
+    ],
+)
+async def test_the_start_log_names_the_class_used(
+    kubesim: KubeSim, tmp_path: Path, setups: list[Setup], logged: str
+) -> None:
+    for setup in setups:
+        await setup(kubesim)
+    async with kube_daemon(kubesim, tmp_path, **DOMAIN) as daemon:
+        assert logged in daemon.stderr_text()
