@@ -191,9 +191,11 @@ def pick_gateway_version(group: Mapping[str, Any]) -> str | None:
 
 
 def pick_classes(listing: Mapping[str, Any]) -> tuple[tuple[str, ...], str | None]:
-    """The IngressClass names of a list, and the default one (annotated)."""
+    """The IngressClass names of a list, and the default one (annotated; of
+    several, the newest, then the first by name: the one the
+    DefaultIngressClass admission plugin gives a class-less Ingress)."""
     names: list[str] = []
-    default: str | None = None
+    defaults: list[tuple[str, str]] = []
     for item in listing.get("items") or []:
         meta = item.get("metadata") or {} if isinstance(item, Mapping) else {}
         name = meta.get("name")
@@ -201,7 +203,9 @@ def pick_classes(listing: Mapping[str, Any]) -> tuple[tuple[str, ...], str | Non
             continue
         names.append(name)
         if (meta.get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true":
-            default = default or name
+            defaults.append((str(meta.get("creationTimestamp") or ""), name))
+    newest = max((created for created, _ in defaults), default=None)
+    default = min((name for created, name in defaults if created == newest), default=None)
     return tuple(names), default
 
 

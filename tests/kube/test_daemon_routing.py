@@ -264,3 +264,33 @@ async def test_switching_the_layer_across_a_restart_leaves_one_layer_routing(
         )
         assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
     await wait_no_pods(kubesim)
+
+
+async def test_the_class_the_cluster_filled_in_is_not_drift(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    # A default IngressClass: the DefaultIngressClass admission names it on
+    # the class-less Ingress runnerd creates; a restart must not PUT it away.
+    cls = {"metadata": {"name": "nginx", "annotations": {gateway.DEFAULT_CLASS_ANNOTATION: "true"}},
+           "spec": {"controller": "example.test/ingress"}}  # fmt: skip
+    await kubesim.store.create("ingressclasses", "", gateway.default_ingressclass(cls))
+    keys = {"routing": "ingress", "routing_base_domain": DOMAIN}
+    async with kube_daemon(kubesim, tmp_path, **keys) as first, first.client() as client:
+        sid = await start_telo(client, "print up\nwait\n", ports=PORTS[:1])
+        await wait_status(client, sid, "running", timeout_s=TIMEOUT_S)
+        stored = kubesim.store.get("ingresses", NS, f"runnerd-{sid}")
+        assert stored is not None and stored["spec"]["ingressClassName"] == "nginx"
+        assert await first.stop(signal.SIGUSR2) == 75
+    async with kube_daemon(kubesim, tmp_path, **keys) as second, second.client() as client:
+        with trio.fail_after(TIMEOUT_S):  # republished once `running` announces endpoints
+            while True:
+                got = (await client.get(f"/v1/sessions/{sid}")).json()
+                if "endpoints" in got["status"]:
+                    break
+                await trio.sleep(0.05)
+        writes = {k: n for k, n in kubesim.stats.requests.items() if k[0] in ("update", "patch")}
+        assert not [k for k in writes if "ingresses" in k[1]], writes
+        again = kubesim.store.get("ingresses", NS, f"runnerd-{sid}")
+        assert again is not None and again["spec"]["ingressClassName"] == "nginx"
+        assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
+    await wait_no_pods(kubesim)

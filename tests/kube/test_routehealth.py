@@ -129,3 +129,14 @@ def test_the_default_class_is_the_annotated_one() -> None:
     }
     assert pick_classes(listing) == (("a", "b"), "b")
     assert pick_classes({"items": []}) == ((), None)
+
+
+def test_of_several_default_classes_the_newest_is_the_one_admission_uses() -> None:
+    note = {"ingressclass.kubernetes.io/is-default-class": "true"}
+
+    def cls(name: str, created: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "annotations": note, "creationTimestamp": created}}
+
+    old, new = "2026-01-01T00:00:00Z", "2026-06-01T00:00:00Z"
+    listing = {"items": [cls("a", old), cls("c", new), cls("b", new)]}
+    assert pick_classes(listing) == (("a", "c", "b"), "b")
