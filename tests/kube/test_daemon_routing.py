@@ -205,20 +205,30 @@ GATEWAY = {
 }
 
 
+GENERAL_HINT = (
+    "no parent accepted the HTTPRoute; check that Gateway infra/public listener https"
+    " exists, its controller is running, and it allows routes from the session namespace"
+)
+
+
 @pytest.mark.parametrize(
-    ("exists", "hint"),
+    ("exists", "readable", "hint"),
     [
+        (True, True, GENERAL_HINT),
         (
+            False,
             True,
-            "no parent accepted the HTTPRoute; check that Gateway infra/public listener https"
-            " exists, its controller is running, and it allows routes from the session namespace",
+            "Gateway infra/public does not exist (kubernetes.gateway_name, gateway_namespace)",
         ),
-        (False, "Gateway infra/public does not exist (kubernetes.gateway_name, gateway_namespace)"),
+        # No `get` on gateways in its namespace: a 403 says nothing about it.
+        (False, False, GENERAL_HINT),
     ],
 )
 async def test_a_route_never_programmed_is_reported_with_the_layers_hint(
-    kubesim: KubeSim, tmp_path: Path, exists: bool, hint: str
+    kubesim: KubeSim, tmp_path: Path, exists: bool, readable: bool, hint: str
 ) -> None:
+    if not readable:
+        kubesim.faults.deny("get", "gateways", namespace="infra")
     if exists:
         await kubesim.store.create("gateways", "infra", gateway.default_gateway(dict(GATEWAY)))
     keys = {**GATEWAY_KEYS, "route_ready_timeout_seconds": 1}
