@@ -128,7 +128,8 @@ async def test_a_refusal_exits_2_naming_the_key_to_set(
             {"routing": "gateway", "gateway_name": "public"},
             ("httproutes", "gateway.networking.k8s.io/v1beta1"),
         ),
-        ([ingress_class("nginx", default=True)], {}, ("ingresses", None)),
+        # runnerd names no class; the DefaultIngressClass admission fills the default's.
+        ([ingress_class("nginx", default=True)], {}, ("ingresses", "nginx")),
         # The one class there is, not the default: named on the Ingress.
         ([ingress_class("traefik")], {}, ("ingresses", "traefik")),
         ([], {"ingress_class": "nginx"}, ("ingresses", "nginx")),
@@ -163,7 +164,7 @@ async def test_each_mode_routes_through_the_layer_it_resolved(
                 assert not names(kubesim, other)
                 if resource == "httproutes":
                     assert obj["apiVersion"] == detail
-                else:  # the configured class, or none: the cluster's default applies
+                else:  # the configured class, the one class there is, or the default
                     assert obj["spec"].get("ingressClassName") == detail
             assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
     await wait_no_pods(kubesim)
