@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from tests.e2e.contract_client import wait_status
-from tests.harness import DaemonExited
-from tests.kube.daemon import kube_daemon, start_telo, wait_no_pods
+from tests.harness import DaemonExited, start_daemon
+from tests.kube.daemon import kube_daemon, kube_overrides, start_telo, wait_no_pods
 from tests.kube.test_daemon_endpoints import names, wait_store
 from tests.kubesim import gateway
 from tests.kubesim.server import KubeSim
@@ -187,3 +188,27 @@ async def test_the_start_log_names_the_class_used(
         await setup(kubesim)
     async with kube_daemon(kubesim, tmp_path, **DOMAIN) as daemon:
         assert logged in daemon.stderr_text()
+
+
+async def test_a_silent_apiserver_ends_the_start_naming_the_kubeconfig(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    # routing = "auto" must ask the cluster before listening; one that never
+    # answers is no refusal of the rules: after the bounded window the start
+    # ends naming what to check (the README's words).
+    kubesim.faults.go_silent()
+    try:
+        overrides = kube_overrides(kubesim, tmp_path, **DOMAIN)
+        with trio.fail_after(120), pytest.raises(DaemonExited) as exited:
+            async with start_daemon(tmp_path, overrides, ready_timeout_s=90):
+                pass
+    finally:
+        kubesim.faults.resume()
+    stderr = exited.value.stderr
+    assert exited.value.code == 2, stderr
+    assert "asking the apiserver which layer to use (up to 30 s" in stderr
+    assert (
+        "runnerd cannot start: kubernetes.kubeconfig: the apiserver it names could not be asked"
+        " which routing layer to use ("
+    ) in stderr, stderr
+    assert not (tmp_path / "runnerd.sock").exists()
