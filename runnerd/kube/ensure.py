@@ -3,7 +3,9 @@
 Owns `ensure_object`, what every object a session publishes (its Service,
 Ingress, HTTPRoutes) goes through: create it; on `409 AlreadyExists`, read
 the existing one; ours (by label) and current (`endpoints.SPEC_KEYS` and the
-owner) is kept; ours and stale is replaced (a PUT; an HTTPRoute is
+owner; an Ingress's `ingressClassName` the cluster's DefaultIngressClass
+admission filled where runnerd sets none is not drift) is kept; ours and
+stale is replaced (a PUT; an HTTPRoute is
 merge-patched, the RBAC `patch` the Gateway API's tools use), carrying its
 resourceVersion (a compare-and-swap: a `409 Conflict`, a change in between,
 re-reads and tries again, at most _ATTEMPTS times) and, for a Service, its
@@ -76,20 +78,33 @@ async def _update(
 
 
 def _replacement(obj: dict[str, Any], existing: Mapping[str, Any]) -> dict[str, Any]:
-    """`obj` as a write over `existing`: its resourceVersion, and a Service's
-    allocated cluster IPs (immutable: a replace must carry them)."""
+    """`obj` as a write over `existing`: its resourceVersion, a Service's
+    allocated cluster IPs (immutable: a replace must carry them), and what
+    the cluster filled in that runnerd leaves unset (`_filled`)."""
     meta = existing.get("metadata") or {}
     out = {**obj, "metadata": {**obj["metadata"], "resourceVersion": meta.get("resourceVersion")}}
+    have = existing.get("spec") or {}
+    kept = {k: have[k] for k in _filled(obj, existing)}
     if obj["kind"] == "Service":
-        have = existing.get("spec") or {}
-        kept = {k: have[k] for k in ("clusterIP", "clusterIPs") if k in have}
+        kept.update({k: have[k] for k in ("clusterIP", "clusterIPs") if k in have})
+    if kept:
         out["spec"] = {**obj["spec"], **kept}
     return out
+
+
+def _filled(wanted: Mapping[str, Any], existing: Mapping[str, Any]) -> tuple[str, ...]:
+    """The spec keys the cluster set where runnerd wants none: an Ingress's
+    `ingressClassName`, which the DefaultIngressClass admission plugin fills
+    on create (the class the cluster chose: not drift, and kept on a replace)."""
+    if wanted["kind"] != "Ingress" or "ingressClassName" in wanted["spec"]:
+        return ()
+    return ("ingressClassName",) if (existing.get("spec") or {}).get("ingressClassName") else ()
 
 
 def _is_current(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     have, want = existing.get("spec") or {}, wanted["spec"]
     owners = (existing.get("metadata") or {}).get("ownerReferences")
+    filled = _filled(wanted, existing)
     return owners == wanted["metadata"]["ownerReferences"] and all(
-        have.get(key) == want.get(key) for key in SPEC_KEYS[wanted["kind"]]
+        have.get(key) == want.get(key) for key in SPEC_KEYS[wanted["kind"]] if key not in filled
     )

@@ -9,14 +9,23 @@ hint a route still pending at `route_ready_timeout_seconds` is reported with
 then: RBAC `get` on gateways). The states are the contract's `route` event's.
 
 Verdicts (issue 21, as the Telo runner reads them):
-- HTTPRoute: `programmed` when some parent in `status.parents` has
-  `Accepted=True` and no `ResolvedRefs=False`; `rejected` when a parent has
-  `Accepted=False` or `ResolvedRefs=False` (the reason is
-  `"<Reason>: <message>"` of that condition; the wire state is
+- HTTPRoute: only a `status.parents` entry about the route as it is now
+  counts: its `parentRef` names the Gateway runnerd attaches to (group and
+  kind Gateway, name, namespace (default: the route's), sectionName), and
+  every condition carrying `observedGeneration` observed the route's
+  current `metadata.generation` (status a controller wrote for an older
+  parentRef or an older spec says nothing about this one). Of those:
+  `programmed` when one has `Accepted=True` and no `ResolvedRefs=False`;
+  `rejected` when one has `Accepted=False` or `ResolvedRefs=False` (the
+  reason is `"<Reason>: <message>"` of that condition; the wire state is
   `unprogrammed`: a rejection is final until the route changes); else
-  `pending` (no status yet, `Unknown`, or the route not found yet).
+  `pending` (no status yet, `Unknown`, a stale entry, or not found yet).
 - Ingress: `programmed` once `status.loadBalancer.ingress` has an entry
-  (the controller published an address), else `pending`.
+  (the controller published an address), else `pending`. An Ingress status
+  carries no generation, so an address written before runnerd changed the
+  Ingress's hosts cannot be told from one written after: it is taken as is
+  (a controller publishes its one load-balancer address for every Ingress
+  of its class, so it stays right across a host change).
 """
 
 from __future__ import annotations
@@ -65,16 +74,43 @@ def _conditions(parent: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {str(c.get("type")): c for c in conditions if isinstance(c, Mapping) and c.get("type")}
 
 
-def httproute_verdict(route: Mapping[str, Any] | None) -> tuple[Verdict, str | None]:
+def _current(parent: Mapping[str, Any], route: Mapping[str, Any], gateway: GatewayRef) -> bool:
+    """Whether a `status.parents` entry is about `gateway` and the route's
+    current generation (module docstring)."""
+    ref = parent.get("parentRef")
+    if not isinstance(ref, Mapping):
+        return False
+    meta = route.get("metadata") or {}
+    wanted = {
+        "group": (GATEWAY_GROUP, GATEWAY_GROUP),
+        "kind": ("Gateway", "Gateway"),
+        "name": (None, gateway.name),
+        "namespace": (meta.get("namespace"), gateway.namespace),
+        "sectionName": (None, gateway.section),
+    }
+    if any(ref.get(key, default) != want for key, (default, want) in wanted.items()):
+        return False
+    generation = meta.get("generation")
+    return all(
+        c.get("observedGeneration") in (None, generation)
+        for c in parent.get("conditions") or []
+        if isinstance(c, Mapping)
+    )
+
+
+def httproute_verdict(
+    route: Mapping[str, Any] | None, gateway: GatewayRef
+) -> tuple[Verdict, str | None]:
     """The verdict of an HTTPRoute as the apiserver returned it (None: not
-    found yet, pending), with the reason of a rejection."""
-    status = (route or {}).get("status") or {}
+    found yet, pending) attached to `gateway`, with the reason of a rejection."""
+    route = route or {}
+    status = route.get("status") or {}
     parents = status.get("parents") if isinstance(status, Mapping) else None
     if not isinstance(parents, list):
         return "pending", None
     programmed = False
     for parent in parents:
-        if not isinstance(parent, Mapping):
+        if not isinstance(parent, Mapping) or not _current(parent, route, gateway):
             continue
         conditions = _conditions(parent)
         for kind in ("Accepted", "ResolvedRefs"):

@@ -12,7 +12,11 @@ Publishing, per port set (`publish`):
   left it is deleted;
 - Gateway routing: one HTTPRoute per tcp port; the session's HTTPRoutes of
   ports no longer in the set are deleted (those this object published, or,
-  when it cannot know, those listed by the session's labels).
+  when it cannot know, those listed by the session's labels);
+- the other layer's objects of the session (what a process configured with
+  the other layer published before a restart: the Ingress, or the
+  HTTPRoutes listed by labels in v1 and v1beta1) are deleted on the first
+  publish of an adopted pod (never for a fresh one).
 Every object is owned by the pod (collected with it), and created or
 brought up to date by `ensure.ensure_object` (a Service re-read and
 replaced on a 409, keeping its clusterIP).
@@ -123,6 +127,8 @@ class SessionRoutes:
         # Whether any object of the session may exist: not for a fresh pod
         # before its first publish (a port-less run session costs no request).
         self._may_exist = not fresh
+        # Whether the other layer's objects are known gone: a fresh pod has none.
+        self._other_layer_cleared = fresh
         self._identity = identity
         self._pod = pod
         self._report = report
@@ -182,7 +188,36 @@ class SessionRoutes:
                 await self._apply_httproutes(identity, t.gateway, tcp)
         except errors.KubeError as exc:
             raise _Failed(exc, tcp) from exc
+        if not self._other_layer_cleared:
+            await self._clear_other_layer(identity.session_id)
         self._may_exist = service is not None
+
+    async def _clear_other_layer(self, session_id: str) -> None:
+        """Delete what a process routing with the other layer published for
+        the session (the layer switched across a restart): its Ingress, or
+        its HTTPRoutes (listed by labels; none when the API is not served).
+        A failure costs no port (this layer routes them): one notice line."""
+        try:
+            if self._t.layer is Layer.INGRESS:
+                for collection in _httproute_collections(self._t.client.namespace):
+                    if await self._delete_listed(collection, session_id):
+                        break  # one served version lists them all
+            else:
+                await self._delete(f"{self._ingresses}/{pod_name(session_id)}")
+        except errors.KubeError as exc:
+            log.warning("old routes not removed: %r", exc, extra={"session_id": session_id})
+            self._report.notice(f"the session's routes of the other layer stay: {exc}")
+        self._other_layer_cleared = True
+
+    async def _delete_listed(self, collection: str, session_id: str) -> bool:
+        """Delete the session's objects `collection` lists; False: not served."""
+        try:
+            names = await self._session_names(collection, session_id)
+        except errors.NotFound:
+            return False  # this version of the Gateway API is not served
+        for name in names:
+            await self._delete(f"{collection}/{quote(name, safe='')}")
+        return True
 
     async def _apply_ingress(self, identity: SessionIdentity) -> None:
         ingress = shapes.build_ingress(self._t.settings, identity, self._pod)
@@ -209,21 +244,27 @@ class SessionRoutes:
     async def _routed_ports(self, session_id: str) -> frozenset[int]:
         """The ports the session's HTTPRoutes in the cluster route (listed by
         its labels): what an adopted pod, or a failed publish, left."""
+        prefix = shapes.httproute_name(session_id, 0)[:-1]
+        names = await self._session_names(self._httproutes, session_id)
+        return frozenset(
+            int(name[len(prefix) :])
+            for name in names
+            if name.startswith(prefix) and name[len(prefix) :].isdigit()
+        )
+
+    async def _session_names(self, collection: str, session_id: str) -> list[str]:
+        """The names of the session's objects in `collection` (by its labels)."""
         labels = shapes.session_labels(self._t.settings, session_id)
         listing = await self._t.client.request(
             "GET",
-            self._httproutes,
+            collection,
             operation="could not list the session's HTTPRoutes",
             retry=Retry.READ,
             params={"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())},
         )
-        prefix = shapes.httproute_name(session_id, 0)[:-1]
-        ports: set[int] = set()
-        for item in listing.get("items") or []:
-            name = (item.get("metadata") or {}).get("name")
-            if isinstance(name, str) and name.startswith(prefix) and name[len(prefix) :].isdigit():
-                ports.add(int(name[len(prefix) :]))
-        return frozenset(ports)
+        items = listing.get("items") or []
+        names = [(item.get("metadata") or {}).get("name") for item in items]
+        return [name for name in names if isinstance(name, str)]
 
     async def _delete(self, path: str) -> None:
         try:
@@ -289,11 +330,13 @@ class SessionRoutes:
             verdict = ingress_verdict(ingress)
             return dict.fromkeys(waiting, verdict)
         out: dict[int, tuple[Verdict, str | None]] = {}
+        gateway = self._t.gateway
+        assert gateway is not None  # Gateway routing: the only other routed layer
         for port in waiting:
             route = await self._read(
                 f"{self._httproutes}/{shapes.httproute_name(session_id, port)}"
             )
-            out[port] = httproute_verdict(route)
+            out[port] = httproute_verdict(route, gateway)
         return out
 
     async def _gateway_missing(self) -> bool:
@@ -321,6 +364,14 @@ class SessionRoutes:
         except errors.KubeError as exc:  # a 404 included: not programmed yet
             log.debug("route read failed: %r", exc)
             return None
+
+
+def _httproute_collections(namespace: str) -> tuple[str, ...]:
+    ns = quote(namespace, safe="")
+    return tuple(
+        f"/apis/{GATEWAY_GROUP}/{version}/namespaces/{ns}/httproutes"
+        for version in ("v1", "v1beta1")
+    )
 
 
 @asynccontextmanager

@@ -15,12 +15,17 @@ The rules (issue 21, as the Telo runner resolves them):
   without it) and a served Gateway API (v1 preferred, else v1beta1);
 - `"auto"`: a named Gateway → Gateway (the Gateway API must be served); a
   configured or default IngressClass → Ingress; both → refused; the Gateway
-  API served but no Gateway named and no IngressClass → refused; any
-  IngressClass → Ingress; no IngressClass and no Gateway API → refused. A
+  API served but no Gateway named and no IngressClass → refused; exactly
+  one IngressClass, not the default → Ingress with `ingressClassName` set
+  to it; several, none the default → refused (set `ingress_class`); no
+  IngressClass and no Gateway API → refused. A
   class listing that fails is refused naming what is missing (the
   `list ingressclasses` permission on a 403).
 A refusal is a `ConfigError` naming the key to set (the daemon exits 2 with
-it).
+it). A cluster that did not decide is one too, naming what to check: no
+answer within RESOLVE_DEADLINE_S (the client retrying meanwhile), or a
+5xx/429 it gave up on, names `kubernetes.kubeconfig` (the apiserver), as
+does a 401 (its credentials); a 403 on discovery names the permission.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import trio
@@ -66,6 +71,7 @@ class Routing:
     """The routing layer of this daemon's life (`runnerd.kube.routes`)."""
 
     target: RouteTarget
+    default_class: str | None = None  # the cluster's default IngressClass, when read
 
     @property
     def layer(self) -> Layer:
@@ -78,7 +84,11 @@ class Routing:
             return "no public routes"
         if t.gateway is not None:
             return f"HTTPRoutes ({t.gateway.api_version}) on {t.gateway.describe()}"
-        return f"Ingresses ({t.settings.ingress_class or 'default class'})"
+        if t.settings.ingress_class is not None:
+            return f"Ingresses (IngressClass {t.settings.ingress_class})"
+        if self.default_class is not None:
+            return f"Ingresses (the default IngressClass, {self.default_class})"
+        return "Ingresses (no ingressClassName: the cluster's default IngressClass, if any)"
 
     def session_routes(
         self,
@@ -135,6 +145,12 @@ def decide_routing(
             raise _no_gateway_api("kubernetes.gateway_name")
         return Layer.GATEWAY, gateway
     if configured is not None or cluster.ingress_classes:
+        if configured is None and len(cluster.ingress_classes or ()) > 1:
+            raise ConfigError(
+                "kubernetes.ingress_class",
+                'must be set: routing is "auto" and the cluster has several IngressClasses'
+                f" ({', '.join(cluster.ingress_classes or ())}), none of them the default",
+            )
         return Layer.INGRESS, None
     if gateway is not None or cluster.gateway_version is not None:
         raise ConfigError(
@@ -175,9 +191,11 @@ def pick_gateway_version(group: Mapping[str, Any]) -> str | None:
 
 
 def pick_classes(listing: Mapping[str, Any]) -> tuple[tuple[str, ...], str | None]:
-    """The IngressClass names of a list, and the default one (annotated)."""
+    """The IngressClass names of a list, and the default one (annotated; of
+    several, the newest, then the first by name: the one the
+    DefaultIngressClass admission plugin gives a class-less Ingress)."""
     names: list[str] = []
-    default: str | None = None
+    defaults: list[tuple[str, str]] = []
     for item in listing.get("items") or []:
         meta = item.get("metadata") or {} if isinstance(item, Mapping) else {}
         name = meta.get("name")
@@ -185,35 +203,85 @@ def pick_classes(listing: Mapping[str, Any]) -> tuple[tuple[str, ...], str | Non
             continue
         names.append(name)
         if (meta.get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true":
-            default = default or name
+            defaults.append((str(meta.get("creationTimestamp") or ""), name))
+    newest = max((created for created, _ in defaults), default=None)
+    default = min((name for created, name in defaults if created == newest), default=None)
     return tuple(names), default
 
 
 async def resolve_routing(client: KubeClient, settings: KubeSettings) -> Routing:
-    """Read what the rules need from the cluster, once, and decide.
+    """Read what the rules need from the cluster, once, and decide. Only
+    `auto` without `ingress_class`, and `gateway`, ask the apiserver; the
+    start (and `/v1/health`) waits for that, RESOLVE_DEADLINE_S at most,
+    the client retrying what did not answer.
 
     Raises:
-        ConfigError: a refusal (module docstring), or the cluster could not be
-            asked in RESOLVE_DEADLINE_S (naming `kubernetes.routing`).
+        ConfigError: a refusal (module docstring); the credentials refused
+            (401) or the apiserver not answered in time, naming
+            `kubernetes.kubeconfig`; a 403 naming the permission missing.
     """
     discover, list_classes = needs_cluster(settings)
     version: str | None = None
     classes: Sequence[str] | None = None
     default: str | None = None
-    with trio.move_on_after(RESOLVE_DEADLINE_S) as waited:
-        if discover:
-            version = await _discover_gateway_api(client)
-        if list_classes:
-            classes, default = await _list_classes(client)
-    if waited.cancelled_caught:
-        raise ConfigError(
-            "kubernetes.routing",
-            f"could not be resolved: the apiserver did not answer in {RESOLVE_DEADLINE_S:g} s"
-            ' (set routing = "ingress", "gateway" or "none" to start without asking it)',
+    if discover or list_classes:
+        log.info(
+            "routing = %r: asking the apiserver which layer to use (up to %g s, before"
+            " /v1/health answers)",
+            settings.routing,
+            RESOLVE_DEADLINE_S,
         )
+    with trio.move_on_after(RESOLVE_DEADLINE_S) as waited:
+        try:
+            if discover:
+                version = await _discover_gateway_api(client)
+            if list_classes:
+                classes, default = await _list_classes(client)
+        except errors.NoCredentials:
+            raise  # the provider names kubernetes.kubeconfig
+        except errors.KubeError as exc:
+            raise _unresolved(exc) from exc
+    if waited.cancelled_caught:
+        raise _unresolved(None)
     cluster = ClusterRouting(version, tuple(classes) if classes is not None else None, default)
     layer, gateway = decide_routing(settings, client.namespace, cluster)
-    return Routing(RouteTarget(client, settings, layer, gateway))
+    if layer is Layer.INGRESS and settings.ingress_class is None and default is None and classes:
+        # `auto` on the one class there is, none the default: name it, or
+        # no controller would take a class-less Ingress.
+        settings = replace(settings, ingress_class=classes[0])
+    return Routing(RouteTarget(client, settings, layer, gateway), default)
+
+
+# What starts without asking the apiserver: the advice of an unanswered one.
+_WITHOUT_ASKING = (
+    'routing = "ingress" (or "auto" with ingress_class set) and "none" start without'
+    ' asking it; "gateway" asks it too (Gateway API discovery)'
+)
+
+
+def _unresolved(exc: errors.KubeError | None) -> ConfigError:
+    """The error of a resolution the cluster did not decide: `exc` what the
+    client gave up with (None: RESOLVE_DEADLINE_S passed). Not a refusal of
+    the rules: the key named is the one to check."""
+    if isinstance(exc, errors.Unauthorized):
+        return ConfigError(
+            "kubernetes.kubeconfig",
+            f"its credentials were refused while resolving the routing layer ({exc}): check"
+            " the token or client certificate of its context",
+        )
+    if isinstance(exc, errors.Forbidden):
+        return ConfigError(
+            "kubernetes.routing",
+            f"could not be resolved ({exc}): the runner needs get on the non-resource URLs"
+            " /apis and /apis/* (API discovery; the system:discovery ClusterRole grants it"
+            ' to every authenticated user by default), or set routing = "ingress" or "none"',
+        )
+    why = str(exc) if exc is not None else f"no answer in {RESOLVE_DEADLINE_S:g} s"
+    return ConfigError(
+        "kubernetes.kubeconfig",
+        f"the apiserver it names could not be asked which routing layer to use ({why};"
+        f" asked once at start): check that it is reachable; {_WITHOUT_ASKING}",
+    )
 
 
 async def _discover_gateway_api(client: KubeClient) -> str | None:
@@ -226,10 +294,6 @@ async def _discover_gateway_api(client: KubeClient) -> str | None:
         )
     except errors.NotFound:
         return None
-    except errors.NoCredentials:
-        raise  # the provider names kubernetes.kubeconfig
-    except errors.KubeError as exc:
-        raise ConfigError("kubernetes.routing", f"could not be resolved: {exc}") from exc
     return pick_gateway_version(group)
 
 
@@ -248,6 +312,4 @@ async def _list_classes(client: KubeClient) -> tuple[tuple[str, ...], str | None
             ' list on ingressclasses (networking.k8s.io), or set routing = "ingress" or'
             ' "gateway"',
         ) from exc
-    except errors.KubeError as exc:
-        raise ConfigError("kubernetes.routing", f"could not be resolved: {exc}") from exc
     return pick_classes(listing)

@@ -305,6 +305,18 @@ def _check_effect(t: Table, r: _Routing, key: str) -> None:
         )
     if key in _GATEWAY_KEYS and r.mode == "ingress":
         raise ConfigError(t.key(key), 'has no effect with routing = "ingress": remove it')
+    if key in ("gateway_namespace", "gateway_section") and r.gateway_name is None:
+        raise ConfigError(
+            t.key(key),
+            "has no effect without kubernetes.gateway_name (it qualifies the Gateway"
+            " named there): set gateway_name or remove it",
+        )
+    if key == "ingress_class" and r.mode == "auto" and r.gateway_name is not None:
+        raise ConfigError(
+            t.key(key),
+            'names an IngressClass and kubernetes.gateway_name a Gateway with routing = "auto":'
+            ' set routing = "gateway" or "ingress" (and remove the other key)',
+        )
     if key in _INGRESS_KEYS and r.mode == "gateway":
         raise ConfigError(t.key(key), 'has no effect with routing = "gateway": remove it')
 

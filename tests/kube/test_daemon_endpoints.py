@@ -185,7 +185,12 @@ async def test_an_adopted_session_announces_its_endpoints_again(
     kubesim.store.remove_nowait("ingresses", NS, f"runnerd-{session_id}")
     async with kube_daemon(kubesim, tmp_path, **INGRESS_KEYS) as second, second.client() as client:
         await wait_store(kubesim, lambda: f"runnerd-{session_id}" in names(kubesim, "ingresses"))
-        got = (await client.get(f"/v1/sessions/{session_id}")).json()
+        with trio.fail_after(TIMEOUT_S):  # announced once the whole publish has landed
+            while True:
+                got = (await client.get(f"/v1/sessions/{session_id}")).json()
+                if "endpoints" in got["status"]:
+                    break
+                await trio.sleep(0.05)
         assert got["status"]["kind"] == "running"
         assert got["status"]["endpoints"] == expected_endpoints(session_id)
         check_objects(await read_objects(kubesim, tmp_path, f"runnerd-{session_id}"), session_id)

@@ -7,6 +7,7 @@ gone with the pod."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -204,20 +205,30 @@ GATEWAY = {
 }
 
 
+GENERAL_HINT = (
+    "no parent accepted the HTTPRoute; check that Gateway infra/public listener https"
+    " exists, its controller is running, and it allows routes from the session namespace"
+)
+
+
 @pytest.mark.parametrize(
-    ("exists", "hint"),
+    ("exists", "readable", "hint"),
     [
+        (True, True, GENERAL_HINT),
         (
+            False,
             True,
-            "no parent accepted the HTTPRoute; check that Gateway infra/public listener https"
-            " exists, its controller is running, and it allows routes from the session namespace",
+            "Gateway infra/public does not exist (kubernetes.gateway_name, gateway_namespace)",
         ),
-        (False, "Gateway infra/public does not exist (kubernetes.gateway_name, gateway_namespace)"),
+        # No `get` on gateways in its namespace: a 403 says nothing about it.
+        (False, False, GENERAL_HINT),
     ],
 )
 async def test_a_route_never_programmed_is_reported_with_the_layers_hint(
-    kubesim: KubeSim, tmp_path: Path, exists: bool, hint: str
+    kubesim: KubeSim, tmp_path: Path, exists: bool, readable: bool, hint: str
 ) -> None:
+    if not readable:
+        kubesim.faults.deny("get", "gateways", namespace="infra")
     if exists:
         await kubesim.store.create("gateways", "infra", gateway.default_gateway(dict(GATEWAY)))
     keys = {**GATEWAY_KEYS, "route_ready_timeout_seconds": 1}
@@ -233,5 +244,63 @@ async def test_a_route_never_programmed_is_reported_with_the_layers_hint(
         }
         got = (await client.get(f"/v1/sessions/{sid}")).json()
         assert got["status"]["kind"] == "running"
+        assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
+    await wait_no_pods(kubesim)
+
+
+INGRESS_KEYS = {"routing": "ingress", "routing_base_domain": DOMAIN, "ingress_class": "nginx"}
+
+
+async def test_switching_the_layer_across_a_restart_leaves_one_layer_routing(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    # Restarted with the other layer (the pod adopted): the old layer's
+    # objects are deleted, so no stale route keeps serving the session.
+    async with kube_daemon(kubesim, tmp_path, **INGRESS_KEYS) as first, first.client() as client:
+        sid = await start_telo(client, "print up\nwait\n", ports=PORTS[:2])
+        await wait_status(client, sid, "running", timeout_s=TIMEOUT_S)
+        assert names(kubesim, "ingresses") == {f"runnerd-{sid}"}
+        assert await first.stop(signal.SIGUSR2) == 75  # leaves the pod running
+    routes = {f"runnerd-{sid}-8080", f"runnerd-{sid}-9000"}
+    async with kube_daemon(kubesim, tmp_path, **GATEWAY_KEYS) as second:
+        await wait_store(
+            kubesim, lambda: not names(kubesim, "ingresses") and names(kubesim, "httproutes")
+        )
+        await wait_store(kubesim, lambda: names(kubesim, "httproutes") == routes)
+        assert await second.stop(signal.SIGUSR2) == 75
+    async with kube_daemon(kubesim, tmp_path, **INGRESS_KEYS) as third, third.client() as client:
+        await wait_store(
+            kubesim, lambda: names(kubesim, "ingresses") and not names(kubesim, "httproutes")
+        )
+        assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
+    await wait_no_pods(kubesim)
+
+
+async def test_the_class_the_cluster_filled_in_is_not_drift(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    # A default IngressClass: the DefaultIngressClass admission names it on
+    # the class-less Ingress runnerd creates; a restart must not PUT it away.
+    cls = {"metadata": {"name": "nginx", "annotations": {gateway.DEFAULT_CLASS_ANNOTATION: "true"}},
+           "spec": {"controller": "example.test/ingress"}}  # fmt: skip
+    await kubesim.store.create("ingressclasses", "", gateway.default_ingressclass(cls))
+    keys = {"routing": "ingress", "routing_base_domain": DOMAIN}
+    async with kube_daemon(kubesim, tmp_path, **keys) as first, first.client() as client:
+        sid = await start_telo(client, "print up\nwait\n", ports=PORTS[:1])
+        await wait_status(client, sid, "running", timeout_s=TIMEOUT_S)
+        stored = kubesim.store.get("ingresses", NS, f"runnerd-{sid}")
+        assert stored is not None and stored["spec"]["ingressClassName"] == "nginx"
+        assert await first.stop(signal.SIGUSR2) == 75
+    async with kube_daemon(kubesim, tmp_path, **keys) as second, second.client() as client:
+        with trio.fail_after(TIMEOUT_S):  # republished once `running` announces endpoints
+            while True:
+                got = (await client.get(f"/v1/sessions/{sid}")).json()
+                if "endpoints" in got["status"]:
+                    break
+                await trio.sleep(0.05)
+        writes = {k: n for k, n in kubesim.stats.requests.items() if k[0] in ("update", "patch")}
+        assert not [k for k in writes if "ingresses" in k[1]], writes
+        again = kubesim.store.get("ingresses", NS, f"runnerd-{sid}")
+        assert again is not None and again["spec"]["ingressClassName"] == "nginx"
         assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
     await wait_no_pods(kubesim)

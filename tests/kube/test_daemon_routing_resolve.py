@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from tests.e2e.contract_client import wait_status
-from tests.harness import DaemonExited
-from tests.kube.daemon import kube_daemon, start_telo, wait_no_pods
+from tests.harness import DaemonExited, start_daemon
+from tests.kube.daemon import kube_daemon, kube_overrides, start_telo, wait_no_pods
 from tests.kube.test_daemon_endpoints import names, wait_store
 from tests.kubesim import gateway
 from tests.kubesim.server import KubeSim
@@ -71,12 +72,6 @@ async def _done() -> None:
             ' "ingress"',
         ),
         (
-            [],
-            {"gateway_name": "public", "ingress_class": "nginx"},
-            'kubernetes.routing: is "auto" and both layers are usable (Gateway public and'
-            ' IngressClass nginx): set routing = "gateway" or "ingress"',
-        ),
-        (
             [ingress_class("nginx", default=True)],
             {"gateway_name": "public"},
             'kubernetes.routing: is "auto" and both layers are usable (Gateway public and'
@@ -95,6 +90,12 @@ async def _done() -> None:
             'kubernetes.routing: is "auto" but the cluster has no IngressClass and serves no'
             " Gateway API: install an ingress controller or the Gateway API, or set routing ="
             ' "none"',
+        ),
+        (
+            [ingress_class("nginx"), ingress_class("traefik")],
+            {},
+            'kubernetes.ingress_class: must be set: routing is "auto" and the cluster has'
+            " several IngressClasses (nginx, traefik), none of them the default",
         ),
         (
             [classes_forbidden],
@@ -128,8 +129,10 @@ async def test_a_refusal_exits_2_naming_the_key_to_set(
             {"routing": "gateway", "gateway_name": "public"},
             ("httproutes", "gateway.networking.k8s.io/v1beta1"),
         ),
-        ([ingress_class("nginx", default=True)], {}, ("ingresses", None)),
-        ([ingress_class("traefik")], {}, ("ingresses", None)),
+        # runnerd names no class; the DefaultIngressClass admission fills the default's.
+        ([ingress_class("nginx", default=True)], {}, ("ingresses", "nginx")),
+        # The one class there is, not the default: named on the Ingress.
+        ([ingress_class("traefik")], {}, ("ingresses", "traefik")),
         ([], {"ingress_class": "nginx"}, ("ingresses", "nginx")),
         ([], {"routing": "none"}, None),
     ],
@@ -162,7 +165,50 @@ async def test_each_mode_routes_through_the_layer_it_resolved(
                 assert not names(kubesim, other)
                 if resource == "httproutes":
                     assert obj["apiVersion"] == detail
-                else:  # the configured class, or none: the cluster's default applies
+                else:  # the configured class, the one class there is, or the default
                     assert obj["spec"].get("ingressClassName") == detail
             assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
     await wait_no_pods(kubesim)
+
+
+@pytest.mark.parametrize(
+    ("setups", "logged"),
+    [
+        ([ingress_class("traefik")], "routing: Ingresses (IngressClass traefik)"),
+        (
+            [ingress_class("nginx", default=True), ingress_class("traefik")],
+            "routing: Ingresses (the default IngressClass, nginx)",
+        ),
+    ],
+)
+async def test_the_start_log_names_the_class_used(
+    kubesim: KubeSim, tmp_path: Path, setups: list[Setup], logged: str
+) -> None:
+    for setup in setups:
+        await setup(kubesim)
+    async with kube_daemon(kubesim, tmp_path, **DOMAIN) as daemon:
+        assert logged in daemon.stderr_text()
+
+
+async def test_a_silent_apiserver_ends_the_start_naming_the_kubeconfig(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    # routing = "auto" must ask the cluster before listening; one that never
+    # answers is no refusal of the rules: after the bounded window the start
+    # ends naming what to check (the README's words).
+    kubesim.faults.go_silent()
+    try:
+        overrides = kube_overrides(kubesim, tmp_path, **DOMAIN)
+        with trio.fail_after(120), pytest.raises(DaemonExited) as exited:
+            async with start_daemon(tmp_path, overrides, ready_timeout_s=90):
+                pass
+    finally:
+        kubesim.faults.resume()
+    stderr = exited.value.stderr
+    assert exited.value.code == 2, stderr
+    assert "asking the apiserver which layer to use (up to 30 s" in stderr
+    assert (
+        "runnerd cannot start: kubernetes.kubeconfig: the apiserver it names could not be asked"
+        " which routing layer to use ("
+    ) in stderr, stderr
+    assert not (tmp_path / "runnerd.sock").exists()

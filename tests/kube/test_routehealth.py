@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from runnerd.kube.routehealth import httproute_verdict, ingress_verdict
+from runnerd.kube.routehealth import GatewayRef, httproute_verdict, ingress_verdict
 from runnerd.kube.routing import pick_classes, pick_gateway_version
 
 
 def parent(*conditions: tuple[str, str, str, str]) -> dict[str, Any]:
     return {
-        "parentRef": {"name": "gw"},
+        "parentRef": {"name": "gw", "namespace": "infra"},
         "conditions": [
             {"type": t, "status": s, "reason": r, "message": m} for t, s, r, m in conditions
         ],
@@ -59,7 +59,49 @@ RESOLVED = ("ResolvedRefs", "True", "ResolvedRefs", "")
     ],
 )
 def test_httproute_verdicts(route: dict[str, Any] | None, verdict: tuple[str, str | None]) -> None:
-    assert httproute_verdict(route) == verdict
+    assert httproute_verdict(route, GW) == verdict
+
+
+GW = GatewayRef("gw", "infra", None, "v1")
+
+
+def accepted_by(ref: dict[str, Any], observed: int | None = None) -> dict[str, Any]:
+    condition: dict[str, Any] = {"type": "Accepted", "status": "True", "reason": "Accepted"}
+    if observed is not None:
+        condition["observedGeneration"] = observed
+    return {"parentRef": ref, "conditions": [condition]}
+
+
+@pytest.mark.parametrize(
+    ("ref", "observed", "gateway", "verdict"),
+    [
+        # Status written for the Gateway the route attaches to now, at its generation.
+        ({"name": "gw", "namespace": "infra"}, 3, GW, "programmed"),
+        # The namespace defaults to the route's own.
+        ({"name": "gw"}, None, GatewayRef("gw", "runnerd", None, "v1"), "programmed"),
+        # Written for an older parentRef: another Gateway, namespace, listener.
+        ({"name": "old", "namespace": "infra"}, 3, GW, "pending"),
+        ({"name": "gw", "namespace": "other"}, 3, GW, "pending"),
+        (
+            {"name": "gw", "namespace": "infra"},
+            3,
+            GatewayRef("gw", "infra", "https", "v1"),
+            "pending",
+        ),
+        ({"name": "gw", "namespace": "infra", "sectionName": "http"}, 3, GW, "pending"),
+        ({"name": "gw", "namespace": "infra", "kind": "Service"}, 3, GW, "pending"),
+        # Written for an older spec of the route.
+        ({"name": "gw", "namespace": "infra"}, 2, GW, "pending"),
+    ],
+)
+def test_only_status_about_the_route_as_it_is_counts(
+    ref: dict[str, Any], observed: int | None, gateway: GatewayRef, verdict: str
+) -> None:
+    route = {
+        "metadata": {"namespace": "runnerd", "generation": 3},
+        "status": {"parents": [accepted_by(ref, observed)]},
+    }
+    assert httproute_verdict(route, gateway) == (verdict, None)
 
 
 def test_ingress_verdict_needs_an_address() -> None:
@@ -87,3 +129,14 @@ def test_the_default_class_is_the_annotated_one() -> None:
     }
     assert pick_classes(listing) == (("a", "b"), "b")
     assert pick_classes({"items": []}) == ((), None)
+
+
+def test_of_several_default_classes_the_newest_is_the_one_admission_uses() -> None:
+    note = {"ingressclass.kubernetes.io/is-default-class": "true"}
+
+    def cls(name: str, created: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "annotations": note, "creationTimestamp": created}}
+
+    old, new = "2026-01-01T00:00:00Z", "2026-06-01T00:00:00Z"
+    listing = {"items": [cls("a", old), cls("c", new), cls("b", new)]}
+    assert pick_classes(listing) == (("a", "c", "b"), "b")

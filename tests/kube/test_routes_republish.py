@@ -6,8 +6,11 @@ refused publish reporting the accepted ports `rejected`."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import trio
 
 from runnerd.backend import Limits, SessionIdentity
 from runnerd.contract import PortMapping
@@ -155,3 +158,70 @@ async def test_an_adopted_pods_stale_routes_are_found_by_their_labels(
     assert route_names(apiserver) == [f"runnerd-{SID}-8080"]
     lists = {k: n for k, n in apiserver.stats.requests.items() if k[0] == "list"}
     assert sum(lists.values()) == 1  # the fresh pod's first publish lists nothing
+
+
+class VerdictReport(Report):
+    """A Report whose `verdict` is set by the first state that is not pending."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.verdict = trio.Event()
+
+    def route(self, host: str, port: int, state: str, reason: str | None = None) -> None:
+        super().route(host, port, state, reason)
+        if state != "pending":
+            self.verdict.set()
+
+
+async def test_status_written_for_the_old_parent_does_not_program_a_moved_route(
+    apiserver: KubeSim, tmp_path: Path
+) -> None:
+    # The controller accepted the route on the old listener; a restarted
+    # runnerd attaches it to another: that status says nothing about it.
+    pod = await seed_pod(apiserver, f"runnerd-{SID}", labels=LABELS)
+    moved = GatewayRef("public", "infra", "https", "v1")
+    settings = replace(SETTINGS, route_ready_timeout_s=3.0)
+    name = f"runnerd-{SID}-8080"
+    report = VerdictReport()
+    async with open_client(apiserver, tmp_path) as client:
+        target = RouteTarget(client, settings, Layer.GATEWAY, GATEWAY)
+        async with open_session_routes(target, IDENTITY, pod, Report()) as routes:
+            await routes.publish(tcp(8080))
+        accepted = {"type": "Accepted", "status": "True", "reason": "Accepted", "message": ""}
+        ref = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "public",
+               "namespace": "infra"}  # fmt: skip
+        status = {"parents": [{"parentRef": ref, "controllerName": "example.test/gw",
+                               "conditions": [accepted]}]}  # fmt: skip
+        await apiserver.store.update("httproutes", NS, name, lambda r: r.update(status=status))
+        target = RouteTarget(client, settings, Layer.GATEWAY, moved)
+        async with open_session_routes(target, IDENTITY, pod, report) as routes:
+            await routes.publish(tcp(8080))
+            with trio.fail_after(30):
+                await report.verdict.wait()
+    (_, _, state, reason) = report.routes[1]
+    assert state == "unprogrammed", report.routes
+    assert reason is not None and reason.startswith("not programmed after 3 s")
+
+
+async def test_switching_the_layer_removes_the_other_layers_routes(
+    apiserver: KubeSim, tmp_path: Path
+) -> None:
+    # ingress -> gateway -> ingress across restarts (the pod adopted each time):
+    # the old layer's objects go, so one layer routes the session.
+    pod = await seed_pod(apiserver, f"runnerd-{SID}", labels=LABELS)
+    async with open_client(apiserver, tmp_path) as client:
+        by_ingress = RouteTarget(client, SETTINGS, Layer.INGRESS, None)
+        by_gateway = RouteTarget(client, SETTINGS, Layer.GATEWAY, GATEWAY)
+        async with open_session_routes(by_ingress, IDENTITY, pod, Report(), fresh=True) as r:
+            assert not (await r.publish(tcp(8080, 9000))).rejected
+        assert apiserver.store.get("ingresses", NS, f"runnerd-{SID}") is not None
+        report = Report()
+        async with open_session_routes(by_gateway, IDENTITY, pod, report) as r:
+            assert not (await r.publish(tcp(8080, 9000))).rejected
+        assert apiserver.store.get("ingresses", NS, f"runnerd-{SID}") is None
+        assert route_names(apiserver) == [f"runnerd-{SID}-8080", f"runnerd-{SID}-9000"]
+        async with open_session_routes(by_ingress, IDENTITY, pod, report) as r:
+            assert not (await r.publish(tcp(8080))).rejected
+        assert route_names(apiserver) == []
+        assert apiserver.store.get("ingresses", NS, f"runnerd-{SID}") is not None
+    assert report.notices == []

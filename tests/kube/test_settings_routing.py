@@ -92,6 +92,22 @@ def test_the_old_name_is_an_alias_that_check_config_warns_about() -> None:
             'kubernetes.gateway_section: has no effect with routing = "none": remove it',
         ),
         (
+            {**DOMAIN, "gateway_name": "gw", "ingress_class": "nginx"},
+            "kubernetes.ingress_class: names an IngressClass and kubernetes.gateway_name a"
+            ' Gateway with routing = "auto": set routing = "gateway" or "ingress" (and remove'
+            " the other key)",
+        ),
+        (
+            {**DOMAIN, "gateway_section": "https"},
+            "kubernetes.gateway_section: has no effect without kubernetes.gateway_name (it"
+            " qualifies the Gateway named there): set gateway_name or remove it",
+        ),
+        (
+            {**DOMAIN, "routing": "auto", "gateway_namespace": "infra"},
+            "kubernetes.gateway_namespace: has no effect without kubernetes.gateway_name (it"
+            " qualifies the Gateway named there): set gateway_name or remove it",
+        ),
+        (
             {"gateway_name": "gw"},
             "kubernetes.gateway_name: has no effect without kubernetes.routing_base_domain"
             " (nothing is routed without it): set both or neither",
@@ -157,3 +173,17 @@ async def test_check_config_names_the_key_and_its_line(tmp_path: Path) -> None:
     )
     assert f"line {line}" in stderr, stderr
     assert "kubernetes.ingress_tls_secret: is for Ingress routing only" in stderr
+
+
+async def test_a_gateway_listener_without_a_gateway_names_its_line(tmp_path: Path) -> None:
+    config = kube_file(tmp_path, routing_base_domain="s.example.com", gateway_section="https")
+    result = await run_runnerd("check-config", "--config", str(config))
+    stderr = result.stderr.decode()
+    assert result.returncode == 2, stderr
+    line = next(
+        n
+        for n, text in enumerate(config.read_text().splitlines(), 1)
+        if text.startswith("gateway_section")
+    )
+    assert f"line {line}" in stderr, stderr
+    assert "kubernetes.gateway_section: has no effect without kubernetes.gateway_name" in stderr

@@ -331,9 +331,11 @@ class ApiServer:
                 )
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + "".join(random.choices(_NAME_CHARS, k=5))
+        if kind.resource in gateway.STATUS_RESET_KINDS:
+            obj.pop("status", None)
         if errors := kind.validate(obj):
             raise status.invalid(kind.kind, meta.get("name", ""), errors, kind.group)
-        obj = kind.default(obj)
+        obj = gateway.admit_create(kind.resource, kind.default(obj), self.store)
         ns = route.namespace or ""
         if kind.namespaced and self.store.get("namespaces", "", ns) is None:
             raise status.not_found("namespaces", ns)
@@ -378,6 +380,7 @@ class ApiServer:
             errors = kind.validate_update(current, updated) + errors
         if errors:
             raise status.invalid(kind.kind, name, errors, kind.group)
+        gateway.keep_generation(kind.resource, current, updated)
 
         def replace(obj: Obj) -> None:
             obj.clear()

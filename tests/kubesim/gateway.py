@@ -8,6 +8,12 @@ for one, writes `status.parents` / `status.conditions` there: `kubectl patch
 --subresource=status`); IngressClasses cluster-scoped, the default one marked
 by `ingressclass.kubernetes.io/is-default-class: "true"`. HTTPRoutes are
 garbage-collected with their owner, as services and ingresses are.
+
+A create of a status-subresource kind (Ingresses, Gateways, HTTPRoutes) drops
+the `status` sent, as the real registries do; `metadata.generation` is 1 on
+create and bumped by a write that changes `spec` (`GENERATION_KINDS`, pods
+included); a class-less Ingress create gets the default IngressClass
+(`default_class_of`: the DefaultIngressClass admission plugin, create only).
 """
 
 from __future__ import annotations
@@ -22,6 +28,10 @@ GROUP = "gateway.networking.k8s.io"
 # version; v1beta1 is still served (an older controller's clients ask for it).
 VERSIONS = ("v1", "v1beta1")
 DEFAULT_CLASS_ANNOTATION = "ingressclass.kubernetes.io/is-default-class"
+# Kinds whose create drops the status sent (a status subresource, reset on create).
+STATUS_RESET_KINDS = ("ingresses", "gateways", "httproutes")
+# Kinds with `metadata.generation` (bumped on spec changes only).
+GENERATION_KINDS = ("pods", "ingresses", "gateways", "httproutes")
 
 
 def validate_httproute(route: Obj) -> list[v.FieldError]:
@@ -72,14 +82,18 @@ def validate_gateway(gw: Obj) -> list[v.FieldError]:
 def default_gateway(gw: Obj) -> Obj:
     gw.setdefault("apiVersion", f"{GROUP}/v1")
     gw["kind"] = "Gateway"
-    pending = {
-        "type": "Accepted",
-        "status": "Unknown",
-        "reason": "Pending",
-        "message": "Waiting for controller",
-        "lastTransitionTime": "1970-01-01T00:00:00Z",
-    }
-    gw.setdefault("status", {"conditions": [pending]})
+    # The v1 CRD's status default: both conditions Unknown until a controller writes.
+    pending = [
+        {
+            "type": kind,
+            "status": "Unknown",
+            "reason": "Pending",
+            "message": "Waiting for controller",
+            "lastTransitionTime": "1970-01-01T00:00:00Z",
+        }
+        for kind in ("Accepted", "Programmed")
+    ]
+    gw.setdefault("status", {"conditions": pending})
     return v.build_ordered(gw, "Gateway", gw["apiVersion"])
 
 
@@ -94,6 +108,45 @@ def default_ingressclass(cls: Obj) -> Obj:
     cls.setdefault("apiVersion", "networking.k8s.io/v1")
     cls["kind"] = "IngressClass"
     return v.build_ordered(cls, "IngressClass", "networking.k8s.io/v1")
+
+
+def default_class_of(classes: list[Obj]) -> str | None:
+    """The IngressClass the DefaultIngressClass admission plugin gives a
+    class-less Ingress on create: the one annotated default; of several, the
+    newest (then the first by name), as current releases choose (older ones
+    refused the create: "2 default IngressClasses were found, only 1
+    allowed")."""
+    defaults = [
+        c
+        for c in classes
+        if (c["metadata"].get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true"
+    ]
+    if not defaults:
+        return None
+    defaults.sort(key=lambda c: c["metadata"]["name"])
+    defaults.sort(key=lambda c: c["metadata"].get("creationTimestamp") or "", reverse=True)
+    return str(defaults[0]["metadata"]["name"])
+
+
+def admit_create(resource: str, obj: Obj, store: Any) -> Obj:
+    """What create adds to a defaulted `obj` of `resource`: generation 1,
+    and a class-less Ingress the default IngressClass (`store`'s)."""
+    if resource in GENERATION_KINDS:
+        obj["metadata"]["generation"] = 1
+    if resource == "ingresses" and not (obj.get("spec") or {}).get("ingressClassName"):
+        if cls := default_class_of(store.list("ingressclasses", "")):
+            obj.setdefault("spec", {})["ingressClassName"] = cls
+    return obj
+
+
+def keep_generation(resource: str, current: Obj, updated: Obj) -> None:
+    """An update's `metadata.generation`: server-owned, the current one, +1
+    when `spec` changed (a metadata-only or status write keeps it)."""
+    if resource not in GENERATION_KINDS:
+        return
+    generation = current["metadata"].get("generation", 1)
+    changed = updated.get("spec") != current.get("spec")
+    updated["metadata"]["generation"] = generation + 1 if changed else generation
 
 
 def as_version(version: str) -> Any:
