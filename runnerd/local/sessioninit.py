@@ -17,7 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,11 +54,23 @@ class Launch:
 DEFAULT_LAUNCH = Launch()  # a process group, no init
 
 
+# The compiled init's own environment: it is exec'd as root, before any uid
+# change or namespace, so nothing of the client's (LD_PRELOAD, LD_AUDIT...)
+# may reach its loader; the workload's goes in a memfd (`env_file`).
+INIT_ENV: dict[str, str] = {}
+
+
 def init_argv(
-    launch: Launch, argv: Sequence[str], status_w: int, sockets_fd: int | None
+    launch: Launch,
+    argv: Sequence[str],
+    status_w: int,
+    sockets_fd: int | None,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[list[str], int | None]:
-    """`argv` run by `nsinit` (see its usage), and the fd of the script
-    when it is passed open (closed by `nsinit` first thing)."""
+    """`argv` run by `nsinit` (see its usage), and the fd passed open with
+    it, the caller's to close once forked: the script (closed by `nsinit`
+    first thing), or for the compiled init `env` in a memfd (`--env`).
+    The compiled init must then be run with `INIT_ENV`, not `env`."""
     opts = ["--nest"] if launch.join is not None else []
     opts += ["--proc"] if launch.plan.fresh_proc else []
     if sockets_fd is not None:
@@ -71,12 +83,33 @@ def init_argv(
         return [*init, *opts, "--", *argv], None
     if self_contained(launch):
         # Exec'd as the daemon, before any uid change or mount: by its path.
+        env_fd = env_file(env or {})
+        opts += ["--env", str(env_fd)]
         init = [str(launch.init_binary), str(status_w), *opts, *setup_args(launch)]
-        return [*init, "--", *argv], None
+        return [*init, "--", *argv], env_fd
     # Passed open: the session uid may not reach runnerd's install.
     script = os.open(NSINIT, os.O_RDONLY | os.O_CLOEXEC)
     init = [launch.init_python, "-I", "-S", f"/proc/self/fd/{script}", str(status_w)]
     return [*init, *opts, "--", *argv], script
+
+
+def env_file(env: Mapping[str, str]) -> int:
+    """A close-on-exec memfd holding `env` as NUL-separated `NAME=value`s
+    (the compiled init's `--env`). Raises ValueError for a NUL in it."""
+    pairs = [(os.fsencode(k), os.fsencode(v)) for k, v in env.items()]
+    if any(b"\0" in k + v or b"=" in k for k, v in pairs):
+        # What Popen refuses for an env, refused the same way here.
+        raise ValueError("illegal environment variable name or a null byte in the env")
+    text = b"".join(k + b"=" + v + b"\0" for k, v in pairs)
+    fd = os.memfd_create("runnerd-session-env", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(text)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def self_contained(launch: Launch) -> bool:

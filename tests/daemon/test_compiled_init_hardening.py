@@ -1,0 +1,84 @@
+"""The compiled init (`runnerd/local/nsinit.c`) against what an outside
+review found, through the real daemon: the client's env never reaches the
+loader of the init the daemon execs as root (it reaches the workload,
+unchanged), and the init keeps no capability the Python init drops."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import trio
+
+from runnerd.local.containment import Containment, probe_containment
+from runnerd.local.initpython import NSINIT_BIN
+from tests.harness import Daemon, read_pty_until, session_body, start_daemon
+
+needs_binary = pytest.mark.skipif(
+    not os.access(NSINIT_BIN, os.X_OK), reason=f"{NSINIT_BIN} is not built (make builds it)"
+)
+
+
+def _has_pid_namespace() -> bool:
+    root = os.geteuid() == 0
+    plan = probe_containment(allow_namespaces=True, session_uid=0x70000000 if root else None)
+    return plan.containment is Containment.PID_NAMESPACE
+
+
+pytestmark = [
+    needs_binary,
+    pytest.mark.skipif(not _has_pid_namespace(), reason="no PID namespace: no init runs"),
+]
+
+_EVIL_C = """
+#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void evil(void) {
+    int fd = open("%s", O_WRONLY | O_CREAT | O_APPEND, 0666);
+    if (fd >= 0) { (void)!write(fd, "ran\\n", 4); close(fd); }
+}
+"""
+
+
+def _evil_library(tmp_path: Path, marker: Path) -> Path:
+    """A shared library whose constructor appends to `marker`."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the library")
+    source = tmp_path / "evil.c"
+    source.write_text(_EVIL_C % marker)
+    library = tmp_path / "evil.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", library, source], check=True)
+    library.chmod(0o755)
+    return library
+
+
+async def test_the_clients_loader_env_never_reaches_the_init_but_the_workload_has_it(
+    tmp_path: Path,
+) -> None:
+    elsewhere = tmp_path / "elsewhere"  # as another session's files are
+    elsewhere.mkdir()
+    marker = elsewhere / "constructor-ran"
+    library = _evil_library(elsewhere, marker)
+    env = {"LD_PRELOAD": str(library), "LD_AUDIT": str(library)}
+    env["LD_LIBRARY_PATH"] = str(elsewhere)
+    async with start_daemon(tmp_path) as daemon:
+        with trio.fail_after(60):
+            out = await _run_env(daemon, env)
+    # Outside the sandbox (the host's /tmp, as root): never loaded there.
+    assert not marker.exists(), marker.read_text()
+    for name, value in env.items():
+        assert f"{name}={value}".encode() in out, out
+
+
+async def _run_env(daemon: Daemon, env: dict[str, str]) -> bytes:
+    """What a session with `env` prints running `env`."""
+    async with daemon.client() as client:
+        body = session_body("env; echo env-done\n", env=env)
+        response = await client.post("/v1/sessions", json=body)
+        assert response.status_code == 201, response.text
+    session = response.json()["sessionId"]
+    return await read_pty_until(daemon.socket_path, session, rb"env-done", timeout_s=30)
