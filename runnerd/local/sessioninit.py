@@ -15,6 +15,7 @@ closes the fd it reads.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -28,6 +29,7 @@ from runnerd.local.identity import SessionIdentity
 from runnerd.local.mounts import NOTHING_HIDDEN, SessionView, covers
 
 NSINIT = Path(__file__).with_name("nsinit.py")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -140,15 +142,14 @@ async def read_setup_status(fd: int) -> None:
     """Wait for the compiled init's `R` (its containment is set up).
     Raises OSError when it reported a failure or died first."""
     os.set_blocking(fd, False)
-    while True:
-        try:
-            first = os.read(fd, 1)
-        except BlockingIOError:
-            await trio.lowlevel.wait_readable(fd)
-            continue
-        if first == b"R":
-            return
-        raise OSError(errno.EPERM, "cannot set up the session's containment")
+    first = await _read(fd, 1)
+    if first == b"R":
+        return
+    rest = first
+    while first:  # the init exits right after reporting: read to EOF
+        first = await _read(fd, 64)
+        rest += first
+    raise setup_failed(rest)
 
 
 async def read_exec_status(fd: int) -> int:
@@ -157,14 +158,28 @@ async def read_exec_status(fd: int) -> int:
     (`S<errno>`: the daemon's `preexec_fn` failing, as before)."""
     os.set_blocking(fd, False)
     data = b""
+    while chunk := await _read(fd, 64):
+        data += chunk
+    if data.startswith(b"S"):
+        raise setup_failed(data)
+    return int(data or b"0")
+
+
+def setup_failed(report: bytes) -> OSError:
+    """The error for the compiled init's failure `report` (`S<errno>`, an
+    errno, or nothing: it died): its errno and strerror, which name no
+    path (client-safe); the raw report is logged."""
+    digits = report.removeprefix(b"S")
+    code = int(digits) if digits.isdigit() and 0 < int(digits) < 4096 else errno.EPERM
+    log.warning("the compiled session init failed its set-up: %r (errno %d)", report, code)
+    why = os.strerror(code) if digits.isdigit() else "the init exited before reporting"
+    return OSError(code, f"cannot set up the session's containment: {why}")
+
+
+async def _read(fd: int, size: int) -> bytes:
+    """Up to `size` bytes of the non-blocking `fd`, waiting for them (b"": EOF)."""
     while True:
         try:
-            chunk = os.read(fd, 64)
+            return os.read(fd, size)
         except BlockingIOError:
             await trio.lowlevel.wait_readable(fd)
-            continue
-        if not chunk:
-            if data.startswith(b"S"):
-                raise OSError(errno.EPERM, "cannot set up the session's containment")
-            return int(data or b"0")
-        data += chunk

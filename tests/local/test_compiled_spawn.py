@@ -6,6 +6,7 @@ workload never started."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -80,4 +81,7 @@ async def test_a_refused_setup_fails_the_spawn_as_either_init_does(
             launch=launch,
         )
     assert "cannot set up the session's containment" in str(refused.value)
+    if compiled:  # the kernel's reason, surfaced (its errno, never a path)
+        assert f"containment: {os.strerror(errno.ENOENT)}" in str(refused.value)
+        assert str(tmp_path) not in str(refused.value)
     assert not marker.exists()
