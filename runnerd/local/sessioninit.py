@@ -26,6 +26,7 @@ import trio
 
 from runnerd.local.containment import CLONE_NEWNS, PROCESS_GROUP_PLAN, ContainmentPlan
 from runnerd.local.identity import SessionIdentity
+from runnerd.local.initpython import InitBinary
 from runnerd.local.mounts import NOTHING_HIDDEN, SessionView, covers
 
 NSINIT = Path(__file__).with_name("nsinit.py")
@@ -50,7 +51,7 @@ class Launch:
     identity: SessionIdentity | None = None
     init_python: str = sys.executable
     join: tuple[int, ...] | None = None
-    init_binary: Path | None = None
+    init_binary: InitBinary | None = None
 
 
 DEFAULT_LAUNCH = Launch()  # a process group, no init
@@ -87,7 +88,10 @@ def init_argv(
         # Exec'd as the daemon, before any uid change or mount: by its path.
         env_fd = env_file(env or {})
         opts += ["--env", str(env_fd)]
-        init = [str(launch.init_binary), str(status_w), *opts, *setup_args(launch)]
+        binary = launch.init_binary
+        assert binary is not None  # self_contained
+        # By its fd (passed open by the caller): the file checked at start.
+        init = [binary.exec_path, str(status_w), *opts, *setup_args(launch)]
         return [*init, "--", *argv], env_fd
     # Passed open: the session uid may not reach runnerd's install.
     script = os.open(NSINIT, os.O_RDONLY | os.O_CLOEXEC)

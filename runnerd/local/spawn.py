@@ -166,9 +166,10 @@ def _spawn(
             status_r, status_w = os.pipe()
             argv, script = init_argv(launch, argv, status_w, sockets_fd, env)
             passed = tuple(fd for fd in (status_w, script, sockets_fd) if fd is not None)
-            if self_contained(launch):
+            if launch.init_binary is not None and self_contained(launch):
                 preexec = None  # the compiled init does it (`nssetup.c`): a vfork
                 env = INIT_ENV  # the workload's went in the memfd (`--env`)
+                passed += (launch.init_binary.fd,)  # exec'd by it; held, not ours to close
         if launch.identity is not None:
             # Its terminal, as login gives one, or its pipes: programs that
             # reopen them by name (/dev/stdout, /proc/self/fd/2).
