@@ -32,7 +32,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <linux/capability.h>
 #include <unistd.h>
 
 #include "nssetup.h"
@@ -269,6 +271,31 @@ static int join_cgroup(const char *cgroup) {
     return write_file(path, "0");
 }
 
+/* Keep only what the init needs once set up, as the Python init is left
+ * with after its exec: CAP_SYS_ADMIN of the session's user namespace (for
+ * PID 1's /proc, `fresh_proc`), else nothing; ambient as the Python init's
+ * (the workload's exec clears it). `inheritable_only`: set the inheritable
+ * set alone, before the bounding set goes (a capability outside it cannot
+ * become inheritable after). Returns 0 or an errno. */
+static int keep_only_needed(int fresh_proc, int inheritable_only) {
+    struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    unsigned int kept = fresh_proc ? 1u << CAP_SYS_ADMIN : 0;
+    if (syscall(SYS_capget, &header, data) != 0)
+        return errno;
+    data[0].inheritable = kept;
+    data[1].inheritable = 0;
+    if (!inheritable_only) {
+        data[0].effective = data[0].permitted = kept;
+        data[1].effective = data[1].permitted = 0;
+    }
+    if (syscall(SYS_capset, &header, data) != 0)
+        return errno;
+    if (fresh_proc && !inheritable_only)
+        TRY(prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SYS_ADMIN, 0, 0));
+    return 0;
+}
+
 int setup_session(const struct setup *s) {
     int err;
     if (s->cgroup != NULL && (err = join_cgroup(s->cgroup)) != 0)
@@ -286,9 +313,12 @@ int setup_session(const struct setup *s) {
     if ((s->flags & CLONE_NEWNS) && (err = apply_view(s)) != 0)
         return err;
     TRY(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
-    if (s->flags & CLONE_NEWUSER)
-        for (int cap = 0; cap < 64; cap++)
-            if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
-                return errno;
-    return 0;
+    if (!(s->flags & CLONE_NEWUSER))
+        return 0;
+    if ((err = keep_only_needed(s->fresh_proc, 1)) != 0)
+        return err;
+    for (int cap = 0; cap < 64; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+            return errno;
+    return keep_only_needed(s->fresh_proc, 0);
 }

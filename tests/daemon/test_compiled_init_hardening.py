@@ -9,12 +9,13 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
 from runnerd.local.containment import Containment, probe_containment
-from runnerd.local.initpython import NSINIT_BIN
+from runnerd.local.initpython import NSINIT_BIN, SYSTEM_PYTHON
 from tests.harness import Daemon, read_pty_until, session_body, start_daemon
 
 needs_binary = pytest.mark.skipif(
@@ -82,3 +83,52 @@ async def _run_env(daemon: Daemon, env: dict[str, str]) -> bytes:
         assert response.status_code == 201, response.text
     session = response.json()["sessionId"]
     return await read_pty_until(daemon.socket_path, session, rb"env-done", timeout_s=30)
+
+
+_CAP_SETS = ("CapInh", "CapPrm", "CapEff", "CapAmb", "CapBnd")
+
+
+def _status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if _status(int(entry.name)).get("PPid") == str(pid):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+async def _init_capabilities(tmp_path: Path, overrides: dict[str, Any]) -> list[dict[str, str]]:
+    """The capability sets of a running session's outer init and PID 1."""
+    tmp_path.mkdir()
+    async with start_daemon(tmp_path, overrides) as daemon:
+        async with daemon.client() as client:
+            body = session_body("echo ready; exec sleep 300\n")
+            response = await client.post("/v1/sessions", json=body)
+            assert response.status_code == 201, response.text
+        session = response.json()["sessionId"]
+        await read_pty_until(daemon.socket_path, session, rb"ready", timeout_s=30)
+        outer = [p for p in _children(daemon.proc.pid) if _status(p)["Name"] != "slirp4netns"]
+        assert len(outer) == 1, outer
+        (pid1,) = _children(outer[0])
+        inits = [_status(pid) for pid in (outer[0], pid1)]
+    return [{name: status[name] for name in _CAP_SETS} for status in inits]
+
+
+@pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason=f"no {SYSTEM_PYTHON}")
+async def test_the_compiled_inits_keep_the_capabilities_the_python_inits_keep(
+    tmp_path: Path,
+) -> None:
+    with trio.fail_after(90):
+        compiled = await _init_capabilities(tmp_path / "c", {})
+        python = await _init_capabilities(tmp_path / "p", {"local": {"init_python": SYSTEM_PYTHON}})
+    assert compiled == python
+    for sets in compiled:  # at most CAP_SYS_ADMIN (of the session's user namespace)
+        assert all(int(sets[name], 16) & ~(1 << 21) == 0 for name in _CAP_SETS), sets
