@@ -361,8 +361,17 @@ static int serve_sockets(int sock) {
 /* Wait for PID 1's exit, serving the daemon's socket requests meanwhile. */
 static int wait_serving(pid_t init, int sock) {
     int status;
-    int pidfd = (int)syscall(SYS_pidfd_open, init, 0);
-    while (sock >= 0 && pidfd >= 0) {
+    int pidfd = -1;
+    if (sock >= 0 && (pidfd = (int)syscall(SYS_pidfd_open, init, 0)) < 0) {
+        /* As nsinit.py's os.pidfd_open raising: never serve blind, or
+         * leave the daemon's requests unanswered while PID 1 runs. */
+        int err = errno;
+        kill(init, SIGKILL);
+        wait_retrying(init, &status, 0);
+        dprintf(2, "nsinit: pidfd_open: %s\n", strerror(err));
+        _exit(1);
+    }
+    while (sock >= 0) {
         if (first_readable(pidfd, sock))
             break;
         if (!serve_sockets(sock)) {
@@ -384,10 +393,10 @@ int main(int argc, char **argv) {
         fputs(NSINIT_PROTOCOL "\n", stdout);
         return 0;
     }
+    if (argc < 4)
+        return 2; /* argc 0 too: argv[0] is then NULL */
     if (strncmp(argv[0], passed, strlen(passed)) == 0)
         close(atoi(argv[0] + strlen(passed))); /* this program, passed open */
-    if (argc < 4)
-        return 2;
     status_fd = atoi(argv[1]);
     for (int i = 2; i < argc && split < 0; i++) {
         if (strcmp(argv[i], "--") == 0)

@@ -55,7 +55,8 @@ static int inside(const char *path, const char *parent) {
         n--;
     if (strcmp(path, parent) == 0)
         return 1;
-    return strncmp(path, parent, n) == 0 && path[n] == '/';
+    /* n: `parent` without trailing slashes, so `/a/b/` holds `/a/b` too */
+    return strncmp(path, parent, n) == 0 && (path[n] == '/' || path[n] == '\0');
 }
 
 static int write_file(const char *path, const char *text) {
@@ -221,20 +222,30 @@ static int read_only(const char *path) {
     return err;
 }
 
-/* mounts._open_kept: by the way from the cwd when it is inside. */
+/* mounts._open_kept: by the way from the cwd when it is inside. A way
+ * longer than `rel` fails closed (ENAMETOOLONG), never truncated. */
 static int open_kept(const char *keep) {
     char cwd[4096];
     const char *path = keep;
     char rel[4096];
     if (getcwd(cwd, sizeof cwd) != NULL && inside(cwd, keep)) {
-        size_t n = strlen(keep);
-        const char *rest = cwd + n;
+        size_t n = strlen(keep), used = 0;
+        while (n > 0 && keep[n - 1] == '/')
+            n--; /* `--keep /a/b/`: the cwd's rest starts after /a/b */
         int depth = 0;
-        for (const char *p = rest; *p; p++)
+        for (const char *p = cwd + n; *p; p++)
             depth += *p == '/';
-        rel[0] = '\0';
-        for (int i = 0; i < depth; i++)
-            strcat(rel, i ? "/.." : "..");
+        for (int i = 0; i < depth; i++) {
+            const char *step = i ? "/.." : "..";
+            size_t len = strlen(step);
+            if (used + len >= sizeof rel) {
+                errno = ENAMETOOLONG;
+                return -1;
+            }
+            memcpy(rel + used, step, len);
+            used += len;
+        }
+        rel[used] = '\0';
         path = depth ? rel : ".";
     }
     return open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -267,7 +278,9 @@ static int apply_view(const struct setup *s) {
 
 static int join_cgroup(const char *cgroup) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/cgroup.procs", cgroup);
+    int n = snprintf(path, sizeof path, "%s/cgroup.procs", cgroup);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return ENAMETOOLONG; /* truncated: another file, never written */
     return write_file(path, "0");
 }
 

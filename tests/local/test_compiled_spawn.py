@@ -117,3 +117,41 @@ async def test_a_binary_swapped_after_the_check_never_runs(tmp_path: Path) -> No
         os.close(chosen.fd)
     assert b"pid=2" in out, out  # the original init ran it, as PID 1
     assert not marker.exists()
+
+
+async def test_a_cgroup_path_too_long_to_join_fails_rather_than_writing_a_truncated_one(
+    tmp_path: Path,
+) -> None:
+    # `<cgroup>/cgroup.procs` cut to PATH_MAX names `<cgroup>/cgroup`: a
+    # decoy file the init must never take for its cgroup.procs.
+    cgroup, decoy = _deep_cgroup_with_decoy(tmp_path)
+    marker = tmp_path / "ran"
+    with trio.fail_after(30), pytest.raises(OSError) as refused:
+        await spawn_pty_process(
+            ["/bin/sh", "-c", f"touch {marker}"],
+            cwd=Path("/"),
+            env={"PATH": "/usr/bin:/bin"},
+            stop_grace_s=0.5,
+            launch=_launch(True, cgroup=Path(cgroup)),
+        )
+    assert os.strerror(errno.ENAMETOOLONG) in str(refused.value)
+    assert _untouched(decoy, marker)
+
+
+def _untouched(decoy: str, marker: Path) -> bool:
+    """The decoy is still empty and the workload never ran."""
+    return os.path.getsize(decoy) == 0 and not marker.exists()
+
+
+def _deep_cgroup_with_decoy(tmp_path: Path) -> tuple[str, str]:
+    """A directory whose `cgroup.procs` path is just past PATH_MAX, and the
+    empty file `cgroup` in it."""
+    length = 4095 - len("/cgroup")
+    cgroup = str(tmp_path)
+    while len(cgroup) < length:
+        cgroup += "/" + "d" * min(200, length - len(cgroup) - 1)
+    os.makedirs(cgroup)
+    decoy = os.path.join(cgroup, "cgroup")
+    with open(decoy, "w"):
+        pass
+    return cgroup, decoy
