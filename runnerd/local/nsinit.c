@@ -217,43 +217,6 @@ static void exec_workload(char **argv, int status_fd, int drop_caps) {
     fail(status_fd, errno);
 }
 
-/* The NUL-separated environment in `fd` (see the usage), closed; NULL
- * with errno set when it cannot be read. */
-static char **read_env(int fd) {
-    struct stat st;
-    size_t count = 0, at = 0;
-    if (fstat(fd, &st) != 0)
-        return NULL;
-    if (st.st_size < 0 || (unsigned long long)st.st_size > (1ULL << 30)) {
-        errno = E2BIG;
-        return NULL;
-    }
-    size_t size = (size_t)st.st_size;
-    char *text = malloc(size + 1);
-    if (text == NULL)
-        return NULL;
-    while (at < size) {
-        ssize_t n = pread(fd, text + at, size - at, (off_t)at);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            errno = n == 0 ? EIO : errno;
-            return NULL;
-        }
-        at += (size_t)n;
-    }
-    close(fd);
-    text[size] = '\0';
-    for (size_t i = 0; i < size; i++)
-        count += text[i] == '\0';
-    char **env = calloc(count + 2, sizeof *env);
-    if (env == NULL)
-        return NULL;
-    for (size_t i = 0, n = 0; i < size; i += strlen(text + i) + 1)
-        env[n++] = text + i;
-    return env;
-}
-
 /* Reap every exited child; the workload's exit code once reaped, else -1. */
 static int reap(pid_t workload) {
     for (;;) {

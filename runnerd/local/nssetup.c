@@ -12,6 +12,9 @@
  * docstrings are the contract. The daemon passes what it decided (the
  * covers, outermost first: `mounts.covers`) as arguments.
  *
+ * Also `read_env`: the workload's environment, which the daemon hands
+ * over in a memfd (`--env`, see `nsinit.c`) rather than the init's own.
+ *
  * Errors: `setup_session` returns 0 or an errno; the caller reports it on
  * the status fd as `S<errno>` (the daemon's "cannot set up the session's
  * containment").
@@ -334,4 +337,41 @@ int setup_session(const struct setup *s) {
         if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
             return errno;
     return keep_only_needed(s->fresh_proc, 0);
+}
+
+/* The NUL-separated environment in `fd` (see the usage), closed; NULL
+ * with errno set when it cannot be read. */
+char **read_env(int fd) {
+    struct stat st;
+    size_t count = 0, at = 0;
+    if (fstat(fd, &st) != 0)
+        return NULL;
+    if (st.st_size < 0 || (unsigned long long)st.st_size > (1ULL << 30)) {
+        errno = E2BIG;
+        return NULL;
+    }
+    size_t size = (size_t)st.st_size;
+    char *text = malloc(size + 1);
+    if (text == NULL)
+        return NULL;
+    while (at < size) {
+        ssize_t n = pread(fd, text + at, size - at, (off_t)at);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            errno = n == 0 ? EIO : errno;
+            return NULL;
+        }
+        at += (size_t)n;
+    }
+    close(fd);
+    text[size] = '\0';
+    for (size_t i = 0; i < size; i++)
+        count += text[i] == '\0';
+    char **env = calloc(count + 2, sizeof *env);
+    if (env == NULL)
+        return NULL;
+    for (size_t i = 0, n = 0; i < size; i += strlen(text + i) + 1)
+        env[n++] = text + i;
+    return env;
 }
