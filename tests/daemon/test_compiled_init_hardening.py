@@ -107,7 +107,7 @@ def _children(pid: int) -> list[int]:
 
 async def _init_capabilities(tmp_path: Path, overrides: dict[str, Any]) -> list[dict[str, str]]:
     """The capability sets of a running session's outer init and PID 1."""
-    tmp_path.mkdir()
+    os.mkdir(tmp_path)
     async with start_daemon(tmp_path, overrides) as daemon:
         async with daemon.client() as client:
             body = session_body("echo ready; exec sleep 300\n")
