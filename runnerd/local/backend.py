@@ -352,8 +352,8 @@ class LocalBackend:
             failed = f"'{runtime.command[0]}'"
             if exc.filename == launch.init_python:
                 failed = f"'{exc.filename}' (the session init's interpreter, as uid {_uid(launch)})"
-            elif launch.init_binary is not None and exc.filename == str(launch.init_binary):
-                failed = f"'{launch.init_binary}' (the session init, as uid {_uid(launch)})"
+            elif launch.init_binary is not None and exc.filename == launch.init_binary.exec_path:
+                failed = f"'{launch.init_binary.path}' (the session init, as uid {_uid(launch)})"
             raise StartError("boot", f"could not execute {failed}: {exc.strerror}") from exc
 
     async def _create_cgroup(self, spec: RunSpec) -> Path | None:

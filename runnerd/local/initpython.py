@@ -26,6 +26,7 @@ import logging
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from runnerd.local.containment import Containment, ContainmentPlan, probe_child
@@ -38,7 +39,24 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 NSINIT_BIN = Path(__file__).with_name("nsinit.bin")
 # What `nsinit.bin --check` prints: the arguments it takes (`nsinit.c`). A
 # binary built from older sources answers otherwise and is not used.
-NSINIT_PROTOCOL = "runnerd-nsinit 2"
+NSINIT_PROTOCOL = "runnerd-nsinit 3"
+
+
+@dataclass(frozen=True)
+class InitBinary:
+    """The compiled init, opened once at start: `fd` (close-on-exec, held
+    for the backend's life) is the file that was checked and the file every
+    session's init execs (`exec_path`, the fd passed open), whatever `path`
+    names by then: a file swapped in later never runs as root."""
+
+    path: Path
+    fd: int
+
+    @property
+    def exec_path(self) -> str:
+        """argv[0] for a child that has `fd` passed open (`nsinit.c` closes
+        it first thing)."""
+        return f"/proc/self/fd/{self.fd}"
 
 
 def unreachable_workdir(workdir: str) -> str | None:
@@ -117,38 +135,50 @@ def choose_init_binary(
     configured_python: str | None,
     identity: SessionIdentity | None,
     binary: Path = NSINIT_BIN,
-) -> Path | None:
-    """The compiled init to run sessions' inits with, or None (the Python
-    init runs): without a PID namespace (no init at all), with
-    `local.init_python` set, when `binary` was not built, or when it does
-    not run as a session does (logged: the Python init then runs). Never
-    raises."""
+) -> InitBinary | None:
+    """The compiled init to run sessions' inits with, opened (its fd is the
+    caller's, held), or None (the Python init runs): without a PID
+    namespace (no init at all), with `local.init_python` set, when
+    `binary` was not built, or when it does not run as a session does
+    (logged: the Python init then runs). Never raises."""
     if plan.containment is not Containment.PID_NAMESPACE or configured_python is not None:
         return None
     if not os.access(binary, os.X_OK):
         log.info("%s is not built (make builds it): the session init runs in Python", binary)
         return None
-    child = functools.partial(probe_child, plan.unshare_flags, False, identity)
     try:
-        # Run as a session runs it: passed open, exec'd by its fd's name.
-        fd = os.open(binary, os.O_RDONLY | os.O_CLOEXEC)
+        # Checked by this fd and run by it: the file checked is the file run.
+        opened = InitBinary(binary, os.open(binary, os.O_RDONLY | os.O_CLOEXEC))
     except OSError as exc:
         log.info("cannot open %s (%s): the session init runs in Python", binary, exc.strerror)
         return None
+    problem = _check_init_binary(plan, identity, opened)
+    if problem is not None:
+        os.close(opened.fd)
+        log.info("%s %s: the session init runs in Python", binary, problem)
+        return None
+    return opened
+
+
+def _check_init_binary(
+    plan: ContainmentPlan, identity: SessionIdentity | None, binary: InitBinary
+) -> str | None:
+    """None when `binary --check` runs as a session runs it (passed open,
+    exec'd by its fd's name) and answers `NSINIT_PROTOCOL`; else why not."""
+    child = functools.partial(probe_child, plan.unshare_flags, False, identity)
     try:
-        argv = [f"/proc/self/fd/{fd}", "--check"]
         done = subprocess.run(
-            argv, preexec_fn=child, cwd="/", pass_fds=(fd,), capture_output=True, check=False
+            [binary.exec_path, "--check"],
+            preexec_fn=child,
+            cwd="/",
+            pass_fds=(binary.fd,),
+            capture_output=True,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        log.info("%s does not run (%s): the session init runs in Python", binary, exc)
-        return None
-    finally:
-        os.close(fd)
+        return f"does not run ({exc})"
     if done.returncode != 0:
-        log.info("%s exited %d: the session init runs in Python", binary, done.returncode)
-        return None
+        return f"exited {done.returncode}"
     if done.stdout.decode(errors="replace").strip() != NSINIT_PROTOCOL:
-        log.info("%s is stale (make rebuilds it): the session init runs in Python", binary)
-        return None
-    return binary
+        return "is stale (make rebuilds it)"
+    return None

@@ -1,6 +1,6 @@
 /* The init of a session's PID namespace, compiled: `nsinit.py` in C.
  *
- *     nsinit STATUS_FD [--proc] [--sockets FD] [SETUP] -- /abs/program arg...
+ *     nsinit STATUS_FD [--proc] [--sockets FD] [--env FD] [SETUP] -- /abs/program arg...
  *     nsinit --check                (prints NSINIT_PROTOCOL: the start-up probe)
  *
  * SETUP (`--setup PARENT FLAGS [--identity UID GID] [--cgroup DIR]
@@ -9,6 +9,12 @@
  * `preexec_fn` doing it before the exec, and writes `R` on STATUS_FD once
  * done (the daemon enters its namespaces only then); a failure is reported
  * there as `S<errno>` instead and the init exits 127.
+ *
+ * `--env FD`: the workload's environment, NUL-separated `NAME=value`s in
+ * the file FD (a memfd), read and closed here and given to the workload's
+ * execve only. The daemon execs this program as root, before any uid
+ * change or namespace, so with a fixed environment of its own: the
+ * client's (LD_PRELOAD, LD_AUDIT, ...) must never reach its loader.
  *
  * The same processes, arguments, signals, pipes and exit codes as
  * `runnerd/local/nsinit.py`, whose docstring is the contract (read it
@@ -52,7 +58,7 @@
 #endif
 
 /* Changed with the arguments: `initpython.NSINIT_PROTOCOL` must match. */
-#define NSINIT_PROTOCOL "runnerd-nsinit 2"
+#define NSINIT_PROTOCOL "runnerd-nsinit 3"
 
 static const int FORWARDED[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 #define N_FORWARDED (sizeof FORWARDED / sizeof FORWARDED[0])
@@ -60,6 +66,7 @@ static const int FORWARDED[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUS
 static const int UNDO_MOUNTS[] = {2, 16, 17, 19, 21, 27, 12, 13, 22, 25};
 static const char *const READ_ONLY[] = {"/proc/sys", "/proc/sysrq-trigger"};
 
+static char **workload_env;         /* --env's, else this process's own */
 static volatile pid_t forward_to;   /* the outer: PID 1; PID 1: the workload */
 static int wake_w = -1;             /* PID 1's self-pipe */
 
@@ -206,7 +213,7 @@ static void exec_workload(char **argv, int status_fd, int drop_caps) {
     sigemptyset(&empty);
     sigprocmask(SIG_SETMASK, &empty, NULL);
     fcntl(status_fd, F_SETFD, FD_CLOEXEC);
-    execv(argv[0], argv);
+    execve(argv[0], argv, workload_env);
     fail(status_fd, errno);
 }
 
@@ -317,8 +324,17 @@ static int serve_sockets(int sock) {
 /* Wait for PID 1's exit, serving the daemon's socket requests meanwhile. */
 static int wait_serving(pid_t init, int sock) {
     int status;
-    int pidfd = (int)syscall(SYS_pidfd_open, init, 0);
-    while (sock >= 0 && pidfd >= 0) {
+    int pidfd = -1;
+    if (sock >= 0 && (pidfd = (int)syscall(SYS_pidfd_open, init, 0)) < 0) {
+        /* As nsinit.py's os.pidfd_open raising: never serve blind, or
+         * leave the daemon's requests unanswered while PID 1 runs. */
+        int err = errno;
+        kill(init, SIGKILL);
+        wait_retrying(init, &status, 0);
+        dprintf(2, "nsinit: pidfd_open: %s\n", strerror(err));
+        _exit(1);
+    }
+    while (sock >= 0) {
         if (first_readable(pidfd, sock))
             break;
         if (!serve_sockets(sock)) {
@@ -332,7 +348,7 @@ static int wait_serving(pid_t init, int sock) {
 
 int main(int argc, char **argv) {
     const char *passed = "/proc/self/fd/";
-    int status_fd, own_proc = 0, sock = -1, split = -1, alive[2], setup_wanted = 0, err;
+    int status_fd, own_proc = 0, sock = -1, env_fd = -1, split = -1, alive[2], setup_wanted = 0, err;
     struct setup setup = {0, 0, -1, -1, 0, NULL, NULL, {NULL}, 0};
     char go;
     if (argc == 2 && strcmp(argv[1], "--check") == 0) {
@@ -340,10 +356,10 @@ int main(int argc, char **argv) {
         fputs(NSINIT_PROTOCOL "\n", stdout);
         return 0;
     }
+    if (argc < 4)
+        return 2; /* argc 0 too: argv[0] is then NULL */
     if (strncmp(argv[0], passed, strlen(passed)) == 0)
         close(atoi(argv[0] + strlen(passed))); /* this program, passed open */
-    if (argc < 4)
-        return 2;
     status_fd = atoi(argv[1]);
     for (int i = 2; i < argc && split < 0; i++) {
         if (strcmp(argv[i], "--") == 0)
@@ -352,6 +368,8 @@ int main(int argc, char **argv) {
             own_proc = setup.fresh_proc = 1;
         else if (strcmp(argv[i], "--sockets") == 0 && i + 1 < argc)
             sock = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--env") == 0 && i + 1 < argc)
+            env_fd = atoi(argv[++i]);
         else if (strcmp(argv[i], "--setup") == 0 && i + 2 < argc) {
             setup_wanted = 1;
             setup.parent = (pid_t)atol(argv[++i]);
@@ -373,6 +391,9 @@ int main(int argc, char **argv) {
     }
     if (split < 0 || split + 1 >= argc)
         fail(status_fd, EINVAL);
+    workload_env = environ;
+    if (env_fd >= 0 && (workload_env = read_env(env_fd)) == NULL)
+        fail(status_fd, errno);
     if (setup_wanted && (err = setup_session(&setup)) != 0)
         fail_setup(status_fd, err);
     if (setup_wanted) {

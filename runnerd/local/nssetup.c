@@ -12,6 +12,9 @@
  * docstrings are the contract. The daemon passes what it decided (the
  * covers, outermost first: `mounts.covers`) as arguments.
  *
+ * Also `read_env`: the workload's environment, which the daemon hands
+ * over in a memfd (`--env`, see `nsinit.c`) rather than the init's own.
+ *
  * Errors: `setup_session` returns 0 or an errno; the caller reports it on
  * the status fd as `S<errno>` (the daemon's "cannot set up the session's
  * containment").
@@ -32,7 +35,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <linux/capability.h>
 #include <unistd.h>
 
 #include "nssetup.h"
@@ -53,7 +58,8 @@ static int inside(const char *path, const char *parent) {
         n--;
     if (strcmp(path, parent) == 0)
         return 1;
-    return strncmp(path, parent, n) == 0 && path[n] == '/';
+    /* n: `parent` without trailing slashes, so `/a/b/` holds `/a/b` too */
+    return strncmp(path, parent, n) == 0 && (path[n] == '/' || path[n] == '\0');
 }
 
 static int write_file(const char *path, const char *text) {
@@ -219,20 +225,30 @@ static int read_only(const char *path) {
     return err;
 }
 
-/* mounts._open_kept: by the way from the cwd when it is inside. */
+/* mounts._open_kept: by the way from the cwd when it is inside. A way
+ * longer than `rel` fails closed (ENAMETOOLONG), never truncated. */
 static int open_kept(const char *keep) {
     char cwd[4096];
     const char *path = keep;
     char rel[4096];
     if (getcwd(cwd, sizeof cwd) != NULL && inside(cwd, keep)) {
-        size_t n = strlen(keep);
-        const char *rest = cwd + n;
+        size_t n = strlen(keep), used = 0;
+        while (n > 0 && keep[n - 1] == '/')
+            n--; /* `--keep /a/b/`: the cwd's rest starts after /a/b */
         int depth = 0;
-        for (const char *p = rest; *p; p++)
+        for (const char *p = cwd + n; *p; p++)
             depth += *p == '/';
-        rel[0] = '\0';
-        for (int i = 0; i < depth; i++)
-            strcat(rel, i ? "/.." : "..");
+        for (int i = 0; i < depth; i++) {
+            const char *step = i ? "/.." : "..";
+            size_t len = strlen(step);
+            if (used + len >= sizeof rel) {
+                errno = ENAMETOOLONG;
+                return -1;
+            }
+            memcpy(rel + used, step, len);
+            used += len;
+        }
+        rel[used] = '\0';
         path = depth ? rel : ".";
     }
     return open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -265,8 +281,35 @@ static int apply_view(const struct setup *s) {
 
 static int join_cgroup(const char *cgroup) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/cgroup.procs", cgroup);
+    int n = snprintf(path, sizeof path, "%s/cgroup.procs", cgroup);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return ENAMETOOLONG; /* truncated: another file, never written */
     return write_file(path, "0");
+}
+
+/* Keep only what the init needs once set up, as the Python init is left
+ * with after its exec: CAP_SYS_ADMIN of the session's user namespace (for
+ * PID 1's /proc, `fresh_proc`), else nothing; ambient as the Python init's
+ * (the workload's exec clears it). `inheritable_only`: set the inheritable
+ * set alone, before the bounding set goes (a capability outside it cannot
+ * become inheritable after). Returns 0 or an errno. */
+static int keep_only_needed(int fresh_proc, int inheritable_only) {
+    struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    unsigned int kept = fresh_proc ? 1u << CAP_SYS_ADMIN : 0;
+    if (syscall(SYS_capget, &header, data) != 0)
+        return errno;
+    data[0].inheritable = kept;
+    data[1].inheritable = 0;
+    if (!inheritable_only) {
+        data[0].effective = data[0].permitted = kept;
+        data[1].effective = data[1].permitted = 0;
+    }
+    if (syscall(SYS_capset, &header, data) != 0)
+        return errno;
+    if (fresh_proc && !inheritable_only)
+        TRY(prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SYS_ADMIN, 0, 0));
+    return 0;
 }
 
 int setup_session(const struct setup *s) {
@@ -286,9 +329,49 @@ int setup_session(const struct setup *s) {
     if ((s->flags & CLONE_NEWNS) && (err = apply_view(s)) != 0)
         return err;
     TRY(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
-    if (s->flags & CLONE_NEWUSER)
-        for (int cap = 0; cap < 64; cap++)
-            if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
-                return errno;
-    return 0;
+    if (!(s->flags & CLONE_NEWUSER))
+        return 0;
+    if ((err = keep_only_needed(s->fresh_proc, 1)) != 0)
+        return err;
+    for (int cap = 0; cap < 64; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+            return errno;
+    return keep_only_needed(s->fresh_proc, 0);
+}
+
+/* The NUL-separated environment in `fd` (see the usage), closed; NULL
+ * with errno set when it cannot be read. */
+char **read_env(int fd) {
+    struct stat st;
+    size_t count = 0, at = 0;
+    if (fstat(fd, &st) != 0)
+        return NULL;
+    if (st.st_size < 0 || (unsigned long long)st.st_size > (1ULL << 30)) {
+        errno = E2BIG;
+        return NULL;
+    }
+    size_t size = (size_t)st.st_size;
+    char *text = malloc(size + 1);
+    if (text == NULL)
+        return NULL;
+    while (at < size) {
+        ssize_t n = pread(fd, text + at, size - at, (off_t)at);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            errno = n == 0 ? EIO : errno;
+            return NULL;
+        }
+        at += (size_t)n;
+    }
+    close(fd);
+    text[size] = '\0';
+    for (size_t i = 0; i < size; i++)
+        count += text[i] == '\0';
+    char **env = calloc(count + 2, sizeof *env);
+    if (env == NULL)
+        return NULL;
+    for (size_t i = 0, n = 0; i < size; i += strlen(text + i) + 1)
+        env[n++] = text + i;
+    return env;
 }

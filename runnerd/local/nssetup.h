@@ -17,4 +17,6 @@ struct setup {
 };
 
 int setup_session(const struct setup *s);
+/* `--env FD`'s NUL-separated environment, `fd` closed; NULL and errno. */
+char **read_env(int fd);
 #endif

@@ -15,9 +15,10 @@ closes the fd it reads.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +26,11 @@ import trio
 
 from runnerd.local.containment import CLONE_NEWNS, PROCESS_GROUP_PLAN, ContainmentPlan
 from runnerd.local.identity import SessionIdentity
+from runnerd.local.initpython import InitBinary
 from runnerd.local.mounts import NOTHING_HIDDEN, SessionView, covers
 
 NSINIT = Path(__file__).with_name("nsinit.py")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,17 +51,29 @@ class Launch:
     identity: SessionIdentity | None = None
     init_python: str = sys.executable
     join: tuple[int, ...] | None = None
-    init_binary: Path | None = None
+    init_binary: InitBinary | None = None
 
 
 DEFAULT_LAUNCH = Launch()  # a process group, no init
 
 
+# The compiled init's own environment: it is exec'd as root, before any uid
+# change or namespace, so nothing of the client's (LD_PRELOAD, LD_AUDIT...)
+# may reach its loader; the workload's goes in a memfd (`env_file`).
+INIT_ENV: dict[str, str] = {}
+
+
 def init_argv(
-    launch: Launch, argv: Sequence[str], status_w: int, sockets_fd: int | None
+    launch: Launch,
+    argv: Sequence[str],
+    status_w: int,
+    sockets_fd: int | None,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[list[str], int | None]:
-    """`argv` run by `nsinit` (see its usage), and the fd of the script
-    when it is passed open (closed by `nsinit` first thing)."""
+    """`argv` run by `nsinit` (see its usage), and the fd passed open with
+    it, the caller's to close once forked: the script (closed by `nsinit`
+    first thing), or for the compiled init `env` in a memfd (`--env`).
+    The compiled init must then be run with `INIT_ENV`, not `env`."""
     opts = ["--nest"] if launch.join is not None else []
     opts += ["--proc"] if launch.plan.fresh_proc else []
     if sockets_fd is not None:
@@ -71,12 +86,36 @@ def init_argv(
         return [*init, *opts, "--", *argv], None
     if self_contained(launch):
         # Exec'd as the daemon, before any uid change or mount: by its path.
-        init = [str(launch.init_binary), str(status_w), *opts, *setup_args(launch)]
-        return [*init, "--", *argv], None
+        env_fd = env_file(env or {})
+        opts += ["--env", str(env_fd)]
+        binary = launch.init_binary
+        assert binary is not None  # self_contained
+        # By its fd (passed open by the caller): the file checked at start.
+        init = [binary.exec_path, str(status_w), *opts, *setup_args(launch)]
+        return [*init, "--", *argv], env_fd
     # Passed open: the session uid may not reach runnerd's install.
     script = os.open(NSINIT, os.O_RDONLY | os.O_CLOEXEC)
     init = [launch.init_python, "-I", "-S", f"/proc/self/fd/{script}", str(status_w)]
     return [*init, *opts, "--", *argv], script
+
+
+def env_file(env: Mapping[str, str]) -> int:
+    """A close-on-exec memfd holding `env` as NUL-separated `NAME=value`s
+    (the compiled init's `--env`). Raises ValueError for a NUL in it."""
+    pairs = [(os.fsencode(k), os.fsencode(v)) for k, v in env.items()]
+    if any(b"\0" in k + v or b"=" in k for k, v in pairs):
+        # What Popen refuses for an env, refused the same way here.
+        raise ValueError("illegal environment variable name or a null byte in the env")
+    text = b"".join(k + b"=" + v + b"\0" for k, v in pairs)
+    fd = os.memfd_create("runnerd-session-env", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(text)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def self_contained(launch: Launch) -> bool:
@@ -107,15 +146,14 @@ async def read_setup_status(fd: int) -> None:
     """Wait for the compiled init's `R` (its containment is set up).
     Raises OSError when it reported a failure or died first."""
     os.set_blocking(fd, False)
-    while True:
-        try:
-            first = os.read(fd, 1)
-        except BlockingIOError:
-            await trio.lowlevel.wait_readable(fd)
-            continue
-        if first == b"R":
-            return
-        raise OSError(errno.EPERM, "cannot set up the session's containment")
+    first = await _read(fd, 1)
+    if first == b"R":
+        return
+    rest = first
+    while first:  # the init exits right after reporting: read to EOF
+        first = await _read(fd, 64)
+        rest += first
+    raise setup_failed(rest)
 
 
 async def read_exec_status(fd: int) -> int:
@@ -124,14 +162,28 @@ async def read_exec_status(fd: int) -> int:
     (`S<errno>`: the daemon's `preexec_fn` failing, as before)."""
     os.set_blocking(fd, False)
     data = b""
+    while chunk := await _read(fd, 64):
+        data += chunk
+    if data.startswith(b"S"):
+        raise setup_failed(data)
+    return int(data or b"0")
+
+
+def setup_failed(report: bytes) -> OSError:
+    """The error for the compiled init's failure `report` (`S<errno>`, an
+    errno, or nothing: it died): its errno and strerror, which name no
+    path (client-safe); the raw report is logged."""
+    digits = report.removeprefix(b"S")
+    code = int(digits) if digits.isdigit() and 0 < int(digits) < 4096 else errno.EPERM
+    log.warning("the compiled session init failed its set-up: %r (errno %d)", report, code)
+    why = os.strerror(code) if digits.isdigit() else "the init exited before reporting"
+    return OSError(code, f"cannot set up the session's containment: {why}")
+
+
+async def _read(fd: int, size: int) -> bytes:
+    """Up to `size` bytes of the non-blocking `fd`, waiting for them (b"": EOF)."""
     while True:
         try:
-            chunk = os.read(fd, 64)
+            return os.read(fd, size)
         except BlockingIOError:
             await trio.lowlevel.wait_readable(fd)
-            continue
-        if not chunk:
-            if data.startswith(b"S"):
-                raise OSError(errno.EPERM, "cannot set up the session's containment")
-            return int(data or b"0")
-        data += chunk

@@ -49,6 +49,7 @@ from runnerd.local.mounts import SessionView
 from runnerd.local.pty import DEFAULT_COLS, DEFAULT_ROWS, PtyProcess, set_window_size
 from runnerd.local.sessioninit import (
     DEFAULT_LAUNCH,
+    INIT_ENV,
     init_argv,
     read_exec_status,
     read_setup_status,
@@ -160,13 +161,15 @@ def _spawn(
         stdio.terminal,
         launch.join,
     )
-    if plan.containment is Containment.PID_NAMESPACE:
-        status_r, status_w = os.pipe()
-        argv, script = init_argv(launch, argv, status_w, sockets_fd)
-        passed = tuple(fd for fd in (status_w, script, sockets_fd) if fd is not None)
-        if self_contained(launch):
-            preexec = None  # the compiled init does it (`nssetup.c`): a vfork
     try:
+        if plan.containment is Containment.PID_NAMESPACE:
+            status_r, status_w = os.pipe()
+            argv, script = init_argv(launch, argv, status_w, sockets_fd, env)
+            passed = tuple(fd for fd in (status_w, script, sockets_fd) if fd is not None)
+            if launch.init_binary is not None and self_contained(launch):
+                preexec = None  # the compiled init does it (`nssetup.c`): a vfork
+                env = INIT_ENV  # the workload's went in the memfd (`--env`)
+                passed += (launch.init_binary.fd,)  # exec'd by it; held, not ours to close
         if launch.identity is not None:
             # Its terminal, as login gives one, or its pipes: programs that
             # reopen them by name (/dev/stdout, /proc/self/fd/2).

@@ -130,6 +130,8 @@ def test_a_stale_binary_is_not_used(tmp_path: Path, caplog: pytest.LogCaptureFix
 @needs_binary
 def test_the_binary_is_chosen_unless_an_interpreter_is_configured() -> None:
     plan = _plan()
-    assert choose_init_binary(plan, None, None) == NSINIT_BIN
+    chosen = choose_init_binary(plan, None, None)
+    assert chosen is not None and chosen.path == NSINIT_BIN
+    os.close(chosen.fd)
     assert choose_init_binary(plan, SYSTEM_PYTHON, None) is None
     assert choose_init_binary(PROCESS_GROUP_PLAN, None, None) is None

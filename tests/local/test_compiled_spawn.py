@@ -6,7 +6,9 @@ workload never started."""
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import trio
 
 from runnerd.local.containment import Containment, probe_containment
 from runnerd.local.identity import SessionIdentity
-from runnerd.local.initpython import NSINIT_BIN, choose_init_python
+from runnerd.local.initpython import NSINIT_BIN, choose_init_binary, choose_init_python
 from runnerd.local.pty import PtyProcess
 from runnerd.local.spawn import Launch, spawn_pty_process
 
@@ -31,7 +33,8 @@ def _launch(compiled: bool, **changes: object) -> Launch:
     identity = SessionIdentity(SESSION_UID, SESSION_UID) if plan.drops_root else None
     init_python, problem = choose_init_python(plan, None, identity)
     assert problem is None, problem
-    binary = NSINIT_BIN if compiled else None
+    binary = choose_init_binary(plan, None, identity) if compiled else None
+    assert binary is not None or not compiled
     launch = Launch(plan=plan, identity=identity, init_python=init_python, init_binary=binary)
     return Launch(**{**launch.__dict__, **changes})  # type: ignore[arg-type]
 
@@ -80,4 +83,75 @@ async def test_a_refused_setup_fails_the_spawn_as_either_init_does(
             launch=launch,
         )
     assert "cannot set up the session's containment" in str(refused.value)
+    if compiled:  # the kernel's reason, surfaced (its errno, never a path)
+        assert f"containment: {os.strerror(errno.ENOENT)}" in str(refused.value)
+        assert str(tmp_path) not in str(refused.value)
     assert not marker.exists()
+
+
+async def test_a_binary_swapped_after_the_check_never_runs(tmp_path: Path) -> None:
+    if not os.access(NSINIT_BIN, os.X_OK):
+        pytest.skip(f"{NSINIT_BIN} is not built (make builds it)")
+    installed = tmp_path / "nsinit.bin"
+    shutil.copy2(NSINIT_BIN, installed)
+    launch = _launch(True)
+    chosen = choose_init_binary(launch.plan, None, launch.identity, installed)
+    assert chosen is not None
+    # Replaced on disk once checked (a rename over it, as an install does).
+    marker = tmp_path / "replacement-ran"
+    swapped = tmp_path / "swapped"
+    swapped.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    swapped.chmod(0o755)
+    os.replace(swapped, installed)
+    try:
+        with trio.fail_after(30):
+            proc = await spawn_pty_process(
+                ["/bin/sh", "-c", "echo pid=$$"],
+                cwd=Path("/"),
+                env={"PATH": "/usr/bin:/bin"},
+                stop_grace_s=0.5,
+                launch=Launch(**{**launch.__dict__, "init_binary": chosen}),
+            )
+            out = await _output(proc)
+    finally:
+        os.close(chosen.fd)
+    assert b"pid=2" in out, out  # the original init ran it, as PID 1
+    assert not marker.exists()
+
+
+async def test_a_cgroup_path_too_long_to_join_fails_rather_than_writing_a_truncated_one(
+    tmp_path: Path,
+) -> None:
+    # `<cgroup>/cgroup.procs` cut to PATH_MAX names `<cgroup>/cgroup`: a
+    # decoy file the init must never take for its cgroup.procs.
+    cgroup, decoy = _deep_cgroup_with_decoy(tmp_path)
+    marker = tmp_path / "ran"
+    with trio.fail_after(30), pytest.raises(OSError) as refused:
+        await spawn_pty_process(
+            ["/bin/sh", "-c", f"touch {marker}"],
+            cwd=Path("/"),
+            env={"PATH": "/usr/bin:/bin"},
+            stop_grace_s=0.5,
+            launch=_launch(True, cgroup=Path(cgroup)),
+        )
+    assert os.strerror(errno.ENAMETOOLONG) in str(refused.value)
+    assert _untouched(decoy, marker)
+
+
+def _untouched(decoy: str, marker: Path) -> bool:
+    """The decoy is still empty and the workload never ran."""
+    return os.path.getsize(decoy) == 0 and not marker.exists()
+
+
+def _deep_cgroup_with_decoy(tmp_path: Path) -> tuple[str, str]:
+    """A directory whose `cgroup.procs` path is just past PATH_MAX, and the
+    empty file `cgroup` in it."""
+    length = 4095 - len("/cgroup")
+    cgroup = str(tmp_path)
+    while len(cgroup) < length:
+        cgroup += "/" + "d" * min(200, length - len(cgroup) - 1)
+    os.makedirs(cgroup)
+    decoy = os.path.join(cgroup, "cgroup")
+    with open(decoy, "w"):
+        pass
+    return cgroup, decoy
