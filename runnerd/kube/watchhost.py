@@ -63,7 +63,7 @@ from runnerd.kube.routing import Routing
 from runnerd.kube.settings import KubeSettings
 from runnerd.kube.terminal import Relay, Splice, keep_attached, read_log
 from runnerd.kube.watchcheckpoint import FileCheckpoint, new_checkpoint_path
-from runnerd.kube.watchpod import AGENT_CONTAINER, inspect_port
+from runnerd.kube.watchpod import AGENT_CONTAINER, START_LINE, inspect_port
 from runnerd.kube.watchstatus import container_exit
 
 log = logging.getLogger(__name__)
@@ -224,10 +224,16 @@ class KubeWatchHost:
                 raise StartError("run", ENDED_MESSAGE)
             stream = OutputStream.TTY if tty else OutputStream.STDOUT
             splice = Splice(lambda data: sink.output(data, stream), sink.output_lost)
-            if not tty or self.pod.adopted or container in self.pod.attached:
+            first = not self.pod.adopted and container not in self.pod.attached
+            if not tty or not first:
                 splice.pass_through()  # its earlier output went out already
             self.pod.attached.add(container)
             relay = Relay()
+            if first and not tty and reload is not None:
+                # A `streams` app waits for this line before it starts
+                # (`watchpod._GATED_SCRIPT`): held by the relay until the
+                # first attach is up, so none of its output comes before.
+                relay.write(START_LINE)
             task_status.started(
                 AppStarted(relay, address, self_watching=reload is not None, reload=reload)
             )

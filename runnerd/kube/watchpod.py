@@ -99,6 +99,15 @@ _MOUNTS = (
 # runs), then become the kernel. The entry is "$1" (never spliced into the
 # script) and relative to the cwd, the workspace.
 _WAIT_SCRIPT = f'until [ -f "$1" ]; do sleep {ENTRY_POLL_S}; done; shift; exec "$@"'
+# A `streams` app first waits for one line on its stdin (`read` takes it
+# byte by byte from the pipe, so nothing after it is taken from the kernel):
+# runnerd sends it through the container's first attach (`START_LINE`), so the
+# attach is up before the app writes anything. Its two streams cannot be
+# backfilled from the pod log (which mixes them), so this is what keeps its
+# first output. A `tty` app needs no gate: its one stream is spliced from the
+# log as a run pod's is.
+_GATED_SCRIPT = f"read -r _ || exit 1; {_WAIT_SCRIPT}"
+START_LINE = b"\n"
 
 
 def inspect_port(slot: int) -> int:
@@ -202,11 +211,12 @@ def _app_container(spec: WatchSpec, app: AppLaunch) -> dict[str, Any]:
     kernel = ["telo", "run", "--watch", "--inspect", f"0.0.0.0:{inspect_port(app.slot)}"]
     kernel += ["--no-open", app.entry]
     image = spec.creation.image
+    script = _WAIT_SCRIPT if app.io == "tty" else _GATED_SCRIPT
     return {
         "name": app_container_name(app.name),
         "image": image.image,
         "imagePullPolicy": _PULL_POLICY[image.pull_policy],
-        "command": ["sh", "-c", _WAIT_SCRIPT, "wait-for-entry", app.entry, *kernel],
+        "command": ["sh", "-c", script, "wait-for-entry", app.entry, *kernel],
         "workingDir": WORKSPACE_DIR,
         "env": _session_env(spec.creation.env),
         "ports": _container_ports(app.ports),

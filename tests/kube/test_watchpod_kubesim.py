@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,11 @@ import trio
 from runnerd.backend import BundleSpec, CreationSpec, ImageSpec, Limits, SessionIdentity
 from runnerd.backend.watch import AppLaunch, ChangeSet, WatchSpec, Write
 from runnerd.kube import errors
+from runnerd.kube.attach import run_attach
 from runnerd.kube.client import KubeClient
 from runnerd.kube.podspec import format_created_at
 from runnerd.kube.settings import KubeSettings
-from runnerd.kube.watchpod import WORKSPACE_PORT, build_watch_pod, watch_pod_name
+from runnerd.kube.watchpod import START_LINE, WORKSPACE_PORT, build_watch_pod, watch_pod_name
 from runnerd.kube.workspaceapi import WorkspaceApi, WorkspaceApiError
 from runnerd.kube.workspaceapp import configmap_for, ensure_configmap, sweep_stale_configmaps
 from tests.kube.helpers import open_client
@@ -107,6 +109,21 @@ async def workspace_up(client: KubeClient, name: str, api: WorkspaceApi) -> None
         await trio.sleep(0.05)
 
 
+async def start_streams_app(client: KubeClient, name: str, container: str, wanted: bytes) -> None:
+    """Send a `streams` app's start line through an attach, as runnerd does
+    (`watchpod._GATED_SCRIPT`: it waits for one before it runs), and keep
+    the attach until the app's log shows `wanted`."""
+    async with trio.open_nursery() as nursery:
+        terminal = await nursery.start(
+            partial(
+                run_attach, client, name, on_output=lambda _: None, container=container, tty=False
+            )
+        )
+        terminal.write(START_LINE)
+        await log_of(client, name, container, wanted)
+        nursery.cancel_scope.cancel()
+
+
 def watch_pod(session_id: str, configmap: str) -> dict[str, Any]:
     spec = replace(SPEC, identity=replace(SPEC.identity, session_id=session_id))
     return build_watch_pod(
@@ -150,7 +167,8 @@ async def test_a_built_watch_pod_runs_on_the_cluster(kubesim: KubeSim, tmp_path:
                 )
                 await api.apply(ChangeSet(writes=writes))
                 await log_of(client, name, "app-web", b"web up")
-                await log_of(client, name, "app-worker", b"GREETING=hello from the session env")
+                greeting = b"GREETING=hello from the session env"
+                await start_streams_app(client, name, "app-worker", greeting)
                 assert [f.path for f in await api.list()] == ["jobs/worker.telo", "web.telo"]
                 # The workspace container has no session env.
                 ws_log = await client.read_log(name, container="workspace", operation="log")
