@@ -223,3 +223,28 @@ def test_the_readmes_rbac_grants_what_the_configmap_calls_need() -> None:
         for verb in rule["verbs"]
     }
     assert {"create", "list", "delete"} <= verbs
+
+
+def test_every_workspace_route_checks_the_token_before_any_handler_step() -> None:
+    """Issue 20: a route's `returns:` run after its handler, so a 401 there
+    would answer after the files were written. The check must be the first
+    step of each handler, and it must throw (rendered 401 by `catches:`)."""
+    docs = list(yaml.load_all(manifest_text(), Loader=_TeloLoader))
+    by_name = {doc["metadata"]["name"]: doc for doc in docs}
+    api = by_name["workspaceApi"]
+    assert len(api["routes"]) == 4
+    for route in api["routes"]:
+        where = f"{route['request']['method']} {route['request']['path']}"
+        assert all("when" not in r for r in route["returns"]), where
+        handler = by_name[route["handler"]]
+        assert handler["kind"] == "Run.Sequence", where
+        first, *rest = handler["steps"]
+        assert first["if"] == "inputs.authorization != 'Bearer ' + secrets.token", where
+        assert [step["throw"]["code"] for step in first["then"]] == ["UNAUTHORIZED"], where
+        assert rest and all("invoke" in step for step in rest), where
+        assert "request.headers.authorization" in route["inputs"]["authorization"], where
+        first_catch = route["catches"][0]
+        assert (first_catch["when"], first_catch["status"]) == (
+            "${{ error.code == 'UNAUTHORIZED' }}",
+            401,
+        ), where
