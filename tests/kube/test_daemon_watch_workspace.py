@@ -10,7 +10,7 @@ from runnerd.kube.settings import KubeSettings
 from runnerd.kube.workspaceapp import configmap_for
 from tests.e2e.watch_client import has_status, wait_frames
 from tests.kube.daemon import kube_daemon, session_pods
-from tests.kube.test_daemon_watch import APP, TIMEOUT_S, WATCH, start
+from tests.kube.test_daemon_watch import APP, TIMEOUT_S, WATCH, start, wait_gone
 from tests.kubesim.server import KubeSim
 from tests.kubesim.test_clients_kubectl import kubectl
 
@@ -58,3 +58,22 @@ async def test_a_damaged_configmap_of_ours_is_replaced_before_it_is_mounted(
         session_id = await start(client, {"app.telo": APP})
         await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
         assert stored_data(kubesim) == configmap_for(KubeSettings(self_url="http://x.test"))["data"]
+
+
+async def test_a_workspace_container_that_dies_while_running_fails_the_session(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    """No zombie `running` session whose workspace routes answer 500 forever."""
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
+        session_id = await start(client, {"app.telo": APP})
+        await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
+        [pod] = session_pods(kubesim)
+        assert kubesim.kubelet is not None
+        await kubesim.kubelet.kill_container(NAMESPACE, pod, "workspace")  # an OOM kill
+        frames = await wait_frames(client, session_id, has_status("failed"), timeout_s=TIMEOUT_S)
+        status = [f.data["status"] for f in frames if f.event == "status"][-1]
+        assert status == {
+            "kind": "failed",
+            "message": "the workspace container exited with code 137",
+        }
+        await wait_gone(daemon, kubesim)
