@@ -1,6 +1,8 @@
 """The watch pod's workspace side through a real daemon on the test cluster
 (issue 20): a ConfigMap already under the workspace app's content-addressed
-name is read back before it is mounted, never trusted blindly."""
+name is read back before it is mounted, never trusted blindly; a workspace
+container that dies ends the session; the backend's capabilities say where
+its apps run."""
 
 from __future__ import annotations
 
@@ -77,3 +79,15 @@ async def test_a_workspace_container_that_dies_while_running_fails_the_session(
             "message": "the workspace container exited with code 137",
         }
         await wait_gone(daemon, kubesim)
+
+
+async def test_the_kubernetes_backends_capabilities_say_where_apps_run(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    """Issue 20: the default description said "on this host" on this backend too."""
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
+        answer = await client.get("/v1/capabilities")
+        assert answer.status_code == 200, answer.text
+        description = answer.json()["description"]
+        assert description.startswith("Runs Telo applications on a Kubernetes cluster"), description
+        assert "on this host" not in description
