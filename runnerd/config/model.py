@@ -87,13 +87,18 @@ class AppEntry:
     token_env: str | None = None
 
 
+# The default `runner.description`; a backend may say its own instead
+# (`runnerd.session.capabilities.build_capabilities`).
+DEFAULT_DESCRIPTION = "Runs Telo applications on this host."
+
+
 @dataclass(frozen=True)
 class RunnerConfig:
     # A name in `runnerd.backends.BUILT`, the first one when the file names
     # none (the names are the caller's: this layer names no backend).
     backend: str
     display_name: str = "Telo Runner"
-    description: str = "Runs Telo applications on this host."
+    description: str = DEFAULT_DESCRIPTION
     default_image: str = "telorun/node:latest-slim"
     # None: not configured (backend default applies, see
     # `runnerd.config.images.allowed_images`).

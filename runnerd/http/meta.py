@@ -31,8 +31,15 @@ def register_meta_routes(app: QuartTrio, state: AppState) -> None:
 
     async def capabilities() -> Response:
         backend = state.backend
+        # `description` is optional on a backend (the local one's is the
+        # default's "on this host"), so it is not part of the Protocol.
+        own = getattr(backend, "description", None)
         document = build_capabilities(
-            state.config, state.offered(), backend.notices, backend.watch_io
+            state.config,
+            state.offered(),
+            backend.notices,
+            backend.watch_io,
+            own if isinstance(own, str) else None,
         )
         return json_response(document)
 

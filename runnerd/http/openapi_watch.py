@@ -158,11 +158,21 @@ def _body(model: str) -> dict[str, Any]:
     return {"required": True, "content": {"application/json": {"schema": _ref(model)}}}
 
 
+# The workspace routes' own failure: the place's workspace could not do it
+# (on kubernetes: the watch pod's workspace API refused, broke off or did not
+# answer in time; a write that timed out may still have been applied).
+_WORKSPACE_FAILED = (
+    "workspace_failed: the session's workspace could not do it (kubernetes: the watch "
+    "pod's workspace did not answer, or not in time: a change may still have been applied)"
+)
+
+
 def watch_paths() -> dict[str, Any]:
     """The watch routes, each with its answers in the contract's order."""
     listing = _route(
         "Every listed workspace file with its SHA-256 (node_modules, .telo, .git skipped)",
         ("200", _json(_ref("WorkspaceListing"), "sorted by path bytes")),
+        {"500": _WORKSPACE_FAILED},
     )
     change = _route(
         "Apply a change set; the apps restart (debounced, trigger watch) when it touched a path",
@@ -171,7 +181,8 @@ def watch_paths() -> dict[str, Any]:
                 "refused whole)",
          "409": "path_conflict (a parent that is not a directory)",
          "413": "payload_too_large",
-         "429": "reload_rate_limited: watch.reload_limit writes + reloads in the last 60 s"},
+         "429": "reload_rate_limited: watch.reload_limit writes + reloads in the last 60 s",
+         "500": _WORKSPACE_FAILED},
     )  # fmt: skip
     change["requestBody"] = _body("ChangeSetBody")
     read = _route(
@@ -179,7 +190,8 @@ def watch_paths() -> dict[str, Any]:
         ("200", _json(_ref("WorkspaceFileContent"), "the file")),
         {"400": "invalid_path (path missing or invalid), then invalid_request (encoding)",
          "404": "file_not_found: not a regular file of the workspace",
-         "413": "file_too_large"},
+         "413": "file_too_large",
+         "500": _WORKSPACE_FAILED},
     )  # fmt: skip
     read["parameters"] = [
         {"name": "path", "in": "query", "required": True, "schema": _str()},

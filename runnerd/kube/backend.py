@@ -60,6 +60,8 @@ class KubeBackend:
     """`runnerd.backend.Backend` running sessions as pods."""
 
     name = "kubernetes"
+    # `/v1/capabilities`' description unless runner.description is set.
+    description = "Runs Telo applications on a Kubernetes cluster, in a pod per session."
     notices: tuple[str, ...] = ()
     # A pod outlives its daemon: a detach leaves it for a successor to adopt.
     detach_supported = True

@@ -210,6 +210,12 @@ class KubeClient:
             "POST", self.configmaps_path(), operation=operation, retry=Retry.WRITE, body=configmap
         )
 
+    async def get_configmap(self, name: str, *, operation: str) -> dict[str, Any]:
+        """The ConfigMap `name`. Raises errors.NotFound if there is none."""
+        return await self.request(
+            "GET", self.configmaps_path(name), operation=operation, retry=Retry.READ
+        )
+
     async def list_configmaps(self, *, label_selector: str, operation: str) -> list[dict[str, Any]]:
         """Every ConfigMap in the namespace matching `label_selector`."""
         answer = await self.request(

@@ -3,15 +3,18 @@
 
 Entering a new pod, in order, each failure a `StartError` naming its stage:
 
-1. `create`: the workspace application's ConfigMap ensured (409 = there)
-   and the stale ones no pod mounts swept; the watch pod (`watchpod.
-   build_watch_pod`, a fresh name, a fresh workspace token) created, in the
-   ledger as a run pod is (so the reaper and recovery spare it);
+1. `create`: the workspace application's ConfigMap ensured (one already
+   there read back: a foreign one refuses the start) and the stale ones no
+   pod mounts swept; the watch pod (`watchpod.build_watch_pod`, a fresh
+   name, a fresh workspace token) created, in the ledger as a run pod is
+   (so the reaper and recovery spare it);
 2. `provision`: `podstatus.StartWatch` on the `workspace` container (the
    run pods' rules: a node, the pulls, a back-off past its grace) reported
    as `progress` until it runs;
 3. `boot`: the workspace API's `/healthz` polled (soon at first, backing
-   off to `BOOT_POLL_S`) until it answers, at most `BOOT_WAIT_S`;
+   off to `BOOT_POLL_S`) until it answers, at most `BOOT_WAIT_S`; a
+   workspace container that terminates meanwhile fails it at once (`the
+   workspace container exited with code N`);
 4. `provision` again: the workspace seeded (the bundle's files, or the
    checkpoint's tar on a resume or a reopen).
 
@@ -21,10 +24,12 @@ back from its spec (`watchpod.read_workspace_token`), no seeding; none (or
 not running) is `PlaceGone`.
 
 While entered, the pod is watched (the informer): one that reaches
-`Failed`/`Succeeded` (the TTL included) or is deleted by someone else ends
-the session: `PlaceEnded("session pod reached <phase>")` (or "the session
-pod was deleted outside runnerd") out of the context (the core's `failed`
-with that message, no stage prefix; a user stop cancels the context first).
+`Failed`/`Succeeded` (the TTL included), is deleted by someone else, or
+whose workspace container terminates ends the session: `PlaceEnded("session
+pod reached <phase>")` (or "the session pod was deleted outside runnerd",
+"the workspace container exited with code N": nothing serves the files)
+out of the context (the core's `failed` with that message, no stage
+prefix; a user stop cancels the context first).
 
 Leaving, on every path but a detach, shielded and bounded
 (`podstop.tear_down`): the pod deleted and waited for until gone (a detach,
@@ -70,7 +75,7 @@ from runnerd.kube.watchpod import (
     read_workspace_token,
     watch_pod_name,
 )
-from runnerd.kube.watchstatus import pod_end, pod_ip
+from runnerd.kube.watchstatus import container_exit, pod_end, pod_ip, workspace_end
 from runnerd.kube.workspaceapp import configmap_for, ensure_configmap, sweep_stale_configmaps
 
 log = logging.getLogger(__name__)
@@ -141,7 +146,7 @@ async def open_watch_pod(
             ip = await _provision(kit, sub, created, progress)
             workspace = kit.workspace(ip, WORKSPACE_PORT, token)
             try:
-                await _boot(workspace, progress)
+                await _boot(workspace, sub, progress)
                 await _seed(workspace, spec, progress)
                 place = WatchPod(name, created, ip, containers)
                 async with _watching(kit, spec, place, workspace, sub, progress) as host:
@@ -276,18 +281,50 @@ async def _provision(
         state = await sub.next()
 
 
-async def _boot(workspace: SeedableWorkspace, progress: ProgressReport) -> None:
-    """Wait (bounded) for the workspace API to answer `/healthz`."""
+async def _boot(
+    workspace: SeedableWorkspace, sub: PodSubscription, progress: ProgressReport
+) -> None:
+    """Wait (bounded) for the workspace API to answer `/healthz`; a workspace
+    container that terminates meanwhile fails the boot at once, naming its end."""
     progress.progress("boot", "waiting for the workspace to come up")
-    poll_s = BOOT_FIRST_POLL_S
+    exited: list[str] = []
+    up = False
+
+    async def watch_exit(scope: trio.CancelScope) -> None:
+        exited.append(await _workspace_exited(sub))
+        scope.cancel()
+
     with trio.move_on_after(BOOT_WAIT_S):
-        while True:
-            if await workspace.healthy():
-                progress.progress("boot", "the workspace is up", done=True)
-                return
-            await trio.sleep(poll_s)  # a poll: nothing to wait on but the answer
-            poll_s = min(poll_s * 2, BOOT_POLL_S)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch_exit, nursery.cancel_scope)
+            up = await _until_healthy(workspace)
+            nursery.cancel_scope.cancel()
+    if exited:
+        raise StartError("boot", exited[0])
+    if up:
+        progress.progress("boot", "the workspace is up", done=True)
+        return
     raise StartError("boot", f"the workspace did not come up within {BOOT_WAIT_S:.0f} s")
+
+
+async def _until_healthy(workspace: SeedableWorkspace) -> bool:
+    """Poll `/healthz` until it answers (the caller bounds the wait): True."""
+    poll_s = BOOT_FIRST_POLL_S
+    while not await workspace.healthy():
+        await trio.sleep(poll_s)  # a poll: nothing to wait on but the answer
+        poll_s = min(poll_s * 2, BOOT_POLL_S)
+    return True
+
+
+async def _workspace_exited(sub: PodSubscription) -> str:
+    """`the workspace container exited with code N`, once it has."""
+    state: Any = sub.latest()
+    while True:
+        if isinstance(state, Mapping):
+            code = container_exit(state, WORKSPACE_CONTAINER)
+            if code is not None:
+                return f"the workspace container exited with code {code}"
+        state = await sub.next()
 
 
 async def _seed(workspace: SeedableWorkspace, spec: WatchSpec, progress: ProgressReport) -> None:
@@ -369,9 +406,13 @@ class _RouteReport:
 
 
 async def _watch_end(sub: PodSubscription) -> None:
-    """Raise the session's end once the pod has one."""
+    """Raise the session's end once the pod has one, or its workspace
+    container has ended (the newest state first: the boot's watch may have
+    taken the one that told)."""
+    state: Any = sub.latest()
     while True:
-        state = await sub.next()
-        end = pod_end(state if isinstance(state, Mapping) else None)
+        pod = state if isinstance(state, Mapping) else None
+        end = pod_end(pod) or workspace_end(pod, WORKSPACE_CONTAINER)
         if end is not None:
             raise PlaceEnded(end)
+        state = await sub.next()

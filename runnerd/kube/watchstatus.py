@@ -9,6 +9,9 @@ Owns what a watch pod's `status` means (the pod's start is `podstatus`'s
   <phase>`; one deleted by someone else, or gone, is `podstatus.POD_GONE`.
   runnerd's own delete (a suspend, a reopen, the end) is the caller's to
   tell apart: it is leaving, and reads no end then.
+- `workspace_end`: the session's end once its `workspace` container has
+  terminated (`the workspace container exited with code N`): nothing serves
+  the session's files any more, and it never runs again in this pod.
 - `container_exit`: an app's (or the agent's) container has terminated,
   with its exit code: that app's open generation ends with it, and its
   container never runs again in this pod (`restartPolicy: Never`).
@@ -37,6 +40,15 @@ def pod_end(pod: Pod | None) -> str | None:
     if meta.get("deletionTimestamp"):
         return POD_GONE
     return None
+
+
+def workspace_end(pod: Pod | None, container: str) -> str | None:
+    """Why the session ends once its workspace `container` has terminated
+    (a live pod only: a pod gone or ended is `pod_end`'s), or None."""
+    if pod is None or pod_end(pod) is not None:
+        return None
+    code = container_exit(pod, container)
+    return None if code is None else f"the workspace container exited with code {code}"
 
 
 def _container_status(pod: Pod, container: str) -> Mapping[str, Any]:

@@ -170,9 +170,7 @@ class WorkspaceApi:
                         raise _refusal(response.status_code, body, doing)
                     yield response
         except (trio.TooSlowError, httpx.TimeoutException) as exc:
-            raise WorkspaceApiError(
-                f"could not {doing}: the workspace did not answer in time"
-            ) from exc
+            raise _timed_out(doing, method) from exc
         except httpx.HTTPError as exc:
             raise WorkspaceApiError(
                 f"could not {doing}: the workspace could not be reached ({type(exc).__name__})"
@@ -180,7 +178,7 @@ class WorkspaceApi:
 
     async def _json(self, method: str, path: str, doing: str, cap: int, **kw: Any) -> Any:
         async with self._answer(method, path, doing, self.limits.call_timeout_s, **kw) as answer:
-            body = await _read_capped(answer, cap, doing)
+            body = await _read_capped(answer, cap, doing, method=method)
         try:
             return json.loads(body)
         except ValueError:
@@ -337,8 +335,15 @@ class _TooLarge(Exception):
     pass
 
 
+def _timed_out(doing: str, method: str) -> WorkspaceApiError:
+    """No answer in time. A POST may still land after runnerd gave up on it
+    (the workspace got the request; only its answer is missing)."""
+    late = "; the change may still have been applied" if method == "POST" else ""
+    return WorkspaceApiError(f"could not {doing}: the workspace did not answer in time{late}")
+
+
 async def _read_capped(
-    response: httpx.Response, cap: int, doing: str, *, truncate: bool = False
+    response: httpx.Response, cap: int, doing: str, *, truncate: bool = False, method: str = "GET"
 ) -> bytes:
     """The answer's body, at most `cap` bytes (`_TooLarge` past it, or cut
     with `truncate`)."""
@@ -352,7 +357,7 @@ async def _read_capped(
                     break
                 raise _TooLarge
     except httpx.TimeoutException as exc:
-        raise WorkspaceApiError(f"could not {doing}: the workspace did not answer in time") from exc
+        raise _timed_out(doing, method) from exc
     except httpx.HTTPError as exc:
         raise WorkspaceApiError(f"could not {doing}: the answer broke off") from exc
     return b"".join(pieces)[: cap if truncate else None]

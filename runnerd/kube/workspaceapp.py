@@ -1,5 +1,5 @@
 """The workspace application's ConfigMap: what a watch pod's `workspace`
-container runs. Pure but for the two calls on a `KubeClient` it is handed.
+container runs. Pure but for the calls on a `KubeClient` it is handed.
 
 Owns the manifest (`workspace-app.telo.yaml`, package data: a Telo
 application serving the workspace API of `runnerd.kube.workspaceapi` on
@@ -10,8 +10,10 @@ mounts at `watchpod.WORKSPACE_APP_DIR`), `ensure_configmap` and
 The ConfigMap is content-addressed: its name is
 `runnerd-workspace-app-<12 hex of the SHA-256 of its data>`, so a runnerd
 with another manifest makes another ConfigMap and never changes one a live
-pod of an older runnerd mounts; creating it is idempotent (a 409 is
-success: the same name holds the same bytes). Labels: managed-by (as every
+pod of an older runnerd mounts; creating it is idempotent, but a 409 is
+not trusted: the one there is read back and must hold our data and labels
+(anyone with create rights in the namespace could have made it; a foreign
+one is refused, `ForeignConfigMap`, a damaged one of ours replaced). Labels: managed-by (as every
 object runnerd makes) and the role label (`ROLE_LABEL`: workspace-app), what the
 sweep selects on. It holds no secret (the token is in each pod's env).
 
@@ -75,16 +77,50 @@ def configmap_for(settings: KubeSettings, manifest: str | None = None) -> dict[s
     }
 
 
+class ForeignConfigMap(errors.KubeError):
+    """The content-addressed name is taken by a ConfigMap that is not ours:
+    it is never mounted (its manifest would run with the pod's token)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__("could not create the workspace app", 409, "AlreadyExists")
+        self.args = (
+            f"could not create the workspace app: ConfigMap {name} already exists and is "
+            "not runnerd's (other labels); delete or rename it",
+        )
+
+
 async def ensure_configmap(client: KubeClient, configmap: Mapping[str, Any]) -> None:
-    """Create `configmap` unless it exists (a 409 is success: content-addressed).
+    """Create `configmap` unless exactly it exists.
+
+    A ConfigMap already under the (content-addressed) name is read back: one
+    with our data and labels is success; one with our labels but other data
+    (damaged) is replaced; one without our labels is refused, never mounted.
 
     Raises:
+        ForeignConfigMap: the name is held by a ConfigMap that is not ours.
         errors.KubeError: classified, `str()` client-safe.
     """
+    doing = "could not create the workspace app"
+    name = configmap["metadata"]["name"]
     try:
-        await client.create_configmap(configmap, operation="could not create the workspace app")
+        await client.create_configmap(configmap, operation=doing)
+        return
     except errors.AlreadyExists:
-        log.debug("workspace app configmap exists name=%s", configmap["metadata"]["name"])
+        pass
+    try:
+        found = await client.get_configmap(name, operation=doing)
+    except errors.NotFound:  # deleted meanwhile: make it again
+        await client.create_configmap(configmap, operation=doing)
+        return
+    labels = (found.get("metadata") or {}).get("labels") or {}
+    if any(labels.get(k) != v for k, v in configmap["metadata"]["labels"].items()):
+        raise ForeignConfigMap(name)
+    if found.get("data") == configmap["data"] and not found.get("binaryData"):
+        log.debug("workspace app configmap exists name=%s", name)
+        return
+    log.warning("workspace app configmap damaged, replacing name=%s", name)
+    await client.delete_configmap(name, operation=doing)
+    await client.create_configmap(configmap, operation=doing)
 
 
 def mounted_configmaps(pods: Iterable[Mapping[str, Any]]) -> set[str]:

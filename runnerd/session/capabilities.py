@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from runnerd.config.images import Offered, allowed_images
-from runnerd.config.model import Config
+from runnerd.config.model import DEFAULT_DESCRIPTION, Config
 from runnerd.contract import IoMode
 
 PULL_POLICIES = ["missing", "always", "never"]
@@ -76,14 +76,20 @@ def build_capabilities(
     offered: Offered,
     notices: tuple[str, ...] = (),
     watch_io: tuple[IoMode, ...] = (),
+    backend_description: str | None = None,
 ) -> dict[str, Any]:
     """The `/v1/capabilities` document. `terms` only when configured; `apps`
     only when the catalog is non-empty, each entry with `title`/`description`
     only when set. `notices` (the backend's) follow the description.
-    `watch_io`: the backend's watch io modes (none: no watch sessions)."""
+    `watch_io`: the backend's watch io modes (none: no watch sessions).
+    `backend_description`: the backend's own, shown instead of the default
+    `runner.description` (which says "on this host": the local backend's)."""
+    description = config.runner.description
+    if backend_description and description == DEFAULT_DESCRIPTION:
+        description = backend_description
     doc: dict[str, Any] = {
         "displayName": config.runner.display_name,
-        "description": " ".join((config.runner.description, *notices)).strip(),
+        "description": " ".join((description, *notices)).strip(),
         "features": build_features(config, watch_io),
         "config": {"schema": build_config_schema(config, offered)},
     }

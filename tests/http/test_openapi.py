@@ -27,9 +27,9 @@ def test_openapi_describes_the_watch_fields_and_codes() -> None:
 def test_openapi_describes_every_watch_route_with_its_answers() -> None:
     paths = build_openapi("0")["paths"]
     expected = {
-        ("/v1/sessions/{id}/workspace", "get"): {"200", "404", "409"},
-        ("/v1/sessions/{id}/workspace", "post"): {"200", "400", "404", "409", "413", "429"},
-        ("/v1/sessions/{id}/workspace/file", "get"): {"200", "400", "404", "409", "413"},
+        ("/v1/sessions/{id}/workspace", "get"): {"200", "404", "409", "500"},
+        ("/v1/sessions/{id}/workspace", "post"): {"200", "400", "404", "409", "413", "429", "500"},
+        ("/v1/sessions/{id}/workspace/file", "get"): {"200", "400", "404", "409", "413", "500"},
         ("/v1/sessions/{id}/reload", "post"): {"202", "404", "409", "429"},
         ("/v1/sessions/{id}/apps", "put"): {"202", "400", "404", "409"},
         ("/v1/sessions/{id}/resume", "post"): {"202", "404", "409"},
@@ -41,6 +41,8 @@ def test_openapi_describes_every_watch_route_with_its_answers() -> None:
     assert "not_a_watch_session" in shared and "not_running" in shared
     file_query = paths["/v1/sessions/{id}/workspace/file"]["get"]["parameters"]
     assert [(p["name"], p["required"]) for p in file_query] == [("path", True), ("encoding", False)]
+    late = paths["/v1/sessions/{id}/workspace"]["post"]["responses"]["500"]["description"]
+    assert "workspace_failed" in late and "may still have been applied" in late
     resume = paths["/v1/sessions/{id}/resume"]["post"]["responses"]
     assert "not_suspended" in resume["404"]["description"]
     assert "too_many_watch_sessions" in resume["409"]["description"]

@@ -3,10 +3,18 @@ read from pod statuses as the kubelet fills them (pure)."""
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
+import pytest
+import trio
+
+from runnerd.backend import StartError
+from runnerd.kube.podcache import PodSubscription
 from runnerd.kube.podstatus import POD_GONE
+from runnerd.kube.watchrun import _boot
 from runnerd.kube.watchstatus import container_exit, container_runs, pod_end, pod_ip
+from runnerd.kube.workspaceapi import ApiLimits, WorkspaceApi
 
 
 def pod(phase: str = "Running", **containers: dict[str, Any]) -> dict[str, Any]:
@@ -53,3 +61,29 @@ def test_watchstatus_a_pod_gone_or_deleted_by_someone_else_is_pod_gone() -> None
     assert pod_end(None) == POD_GONE
     assert pod_end(deleted) == POD_GONE
     assert container_exit(None, "app-web") == 137 and not container_runs(None, "app-web")
+
+
+class _Said:
+    """The boot's progress lines (ProgressReport's `progress`, all `_boot` uses)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def progress(self, phase: str, message: str, done: bool | None = None) -> None:
+        self.lines.append(f"{phase}: {message}")
+
+
+async def test_a_workspace_container_that_exits_at_boot_fails_it_at_once() -> None:
+    """Issue 20: the boot waited its whole 60 s for a `/healthz` that a
+    terminated container will never answer; now it ends naming the exit."""
+
+    with socket.socket() as spare:  # a port nothing listens on: never healthy
+        spare.bind(("127.0.0.1", 0))
+        port = spare.getsockname()[1]
+    sub = PodSubscription("p", 0, pod(workspace={"terminated": {"exitCode": 3}}))
+    said = _Said()
+    async with WorkspaceApi("127.0.0.1", port, "t", limits=ApiLimits(call_timeout_s=2.0)) as api:
+        with trio.fail_after(30), pytest.raises(StartError) as caught:  # well under the 60 s
+            await _boot(api, sub, said)  # type: ignore[arg-type]
+    assert str(caught.value).endswith("the workspace container exited with code 3")
+    assert said.lines == ["boot: waiting for the workspace to come up"]

@@ -256,6 +256,10 @@ async def test_a_hung_server_is_bounded(tmp_path: Path) -> None:
                     await api.list()
                 with pytest.raises(CheckpointFailed, match="did not answer in time"):
                     await api.snapshot_to(tmp_path / "c.tar")
+                # A write that got no answer may still land: the error says so.
+                late = "did not answer in time; the change may still have been applied"
+                with pytest.raises(WorkspaceApiError, match=late):
+                    await api.apply(changes(("a.txt", b"x")))
     assert os.listdir(tmp_path) == []
 
 

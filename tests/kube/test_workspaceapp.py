@@ -58,6 +58,9 @@ class ConfigMapServer:
                 return status(409, "AlreadyExists")
             self.stored[name] = body
             return httpx.Response(201, json=body)
+        if request.method == "GET" and path.startswith(CONFIGMAPS + "/"):
+            found = self.stored.get(path.rsplit("/", 1)[1])
+            return httpx.Response(200, json=found) if found else status(404, "NotFound")
         if request.method == "GET" and path == CONFIGMAPS:
             wanted = dict(
                 part.split("=", 1) for part in request.url.params["labelSelector"].split(",")
@@ -145,7 +148,7 @@ class _TeloLoader(yaml.SafeLoader):
 _TeloLoader.add_multi_constructor("!", lambda loader, _tag, node: loader.construct_scalar(node))
 
 
-async def test_ensure_creates_once_and_takes_a_409_as_success(
+async def test_ensure_creates_once_and_takes_a_409_of_the_same_configmap_as_success(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server = ConfigMapServer()
@@ -155,7 +158,8 @@ async def test_ensure_creates_once_and_takes_a_409_as_success(
             await ensure_configmap(client, cm)
             await ensure_configmap(client, cm)
     assert list(server.stored) == [cm["metadata"]["name"]]
-    assert server.seen == [f"POST {CONFIGMAPS}", f"POST {CONFIGMAPS}"]
+    name = cm["metadata"]["name"]
+    assert server.seen == [f"POST {CONFIGMAPS}", f"POST {CONFIGMAPS}", f"GET {CONFIGMAPS}/{name}"]
 
 
 async def test_ensure_raises_a_classified_refusal(autojump_clock: trio.testing.MockClock) -> None:
@@ -222,4 +226,29 @@ def test_the_readmes_rbac_grants_what_the_configmap_calls_need() -> None:
         if "configmaps" in rule["resources"] and rule["apiGroups"] == [""]
         for verb in rule["verbs"]
     }
-    assert {"create", "list", "delete"} <= verbs
+    assert {"create", "get", "list", "delete"} <= verbs
+
+
+def test_every_workspace_route_checks_the_token_before_any_handler_step() -> None:
+    """Issue 20: a route's `returns:` run after its handler, so a 401 there
+    would answer after the files were written. The check must be the first
+    step of each handler, and it must throw (rendered 401 by `catches:`)."""
+    docs = list(yaml.load_all(manifest_text(), Loader=_TeloLoader))
+    by_name = {doc["metadata"]["name"]: doc for doc in docs}
+    api = by_name["workspaceApi"]
+    assert len(api["routes"]) == 4
+    for route in api["routes"]:
+        where = f"{route['request']['method']} {route['request']['path']}"
+        assert all("when" not in r for r in route["returns"]), where
+        handler = by_name[route["handler"]]
+        assert handler["kind"] == "Run.Sequence", where
+        first, *rest = handler["steps"]
+        assert first["if"] == "inputs.authorization != 'Bearer ' + secrets.token", where
+        assert [step["throw"]["code"] for step in first["then"]] == ["UNAUTHORIZED"], where
+        assert rest and all("invoke" in step for step in rest), where
+        assert "request.headers.authorization" in route["inputs"]["authorization"], where
+        first_catch = route["catches"][0]
+        assert (first_catch["when"], first_catch["status"]) == (
+            "${{ error.code == 'UNAUTHORIZED' }}",
+            401,
+        ), where
