@@ -93,6 +93,9 @@ class KubeBackend:
             HostKit(settings, client, informer, state_dir, routing), self.ledger, WorkspaceApi
         )
         self._watch_left: list[str] = []
+        # With "reap" the provider's reaper deletes the watch pods left too:
+        # the core discards their records instead of adopting them.
+        self.watch_reap = settings.on_restart == "reap"
         self._recovered = trio.Event()
 
     async def recover(self) -> list[Recovered]:
