@@ -138,12 +138,27 @@ class WatchSession(Session):
         return self._apps.channels
 
     def adopt_app(
-        self, name: str, *, slot: int, generation: int, open_: bool, seq_floor: int
+        self,
+        name: str,
+        *,
+        slot: int,
+        generation: int,
+        open_: bool,
+        seq_floor: int,
+        kernel_frames: int = 0,
     ) -> None:
         """Continue app `name` where a previous daemon left it (adoption):
         its slot, its counter (and open generation), its seqs above
-        `seq_floor` (what came before is a replay gap)."""
-        self._apps.adopt(name, slot=slot, generation=generation, open_=open_, seq_floor=seq_floor)
+        `seq_floor` (what came before is a replay gap), the lifecycle frames
+        of its kernel already projected (`KernelProjection` `skip`)."""
+        self._apps.adopt(
+            name,
+            slot=slot,
+            generation=generation,
+            open_=open_,
+            seq_floor=seq_floor,
+            kernel_frames=kernel_frames,
+        )
 
     def _notify(self) -> None:
         super()._notify()
