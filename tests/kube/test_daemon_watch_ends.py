@@ -272,3 +272,40 @@ async def test_with_reap_a_restart_deletes_the_watch_pods_left_and_adopts_no_ses
                 assert answer.status_code == 404, answer.text
         assert list(await (state / "watch").iterdir()) == []
         assert list(await (state / "watch-checkpoints").iterdir()) == []
+
+
+async def test_an_app_whose_entry_is_missing_fails_to_start_and_a_write_creating_it_runs_it(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    """`PUT /apps` with an entry not in the workspace: the contract's pair
+    `started` + `failed "entry 'later.telo' is not a file in the workspace"`,
+    the session serves on; a write creating the entry restarts the app,
+    whose container's entry wait then finds it."""
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
+        session_id = await start(client, {"app.telo": APP})
+        await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
+        apps = {
+            "apps": [
+                {"name": "app", "entryRelativePath": "app.telo"},
+                {"name": "late", "entryRelativePath": "later.telo"},
+            ]
+        }
+        answer = await route(client, "PUT", session_id, "apps", json=apps)
+        assert answer.status_code in (200, 202), answer.text
+        frames = await wait_frames(
+            client, session_id, lambda fs: len(runs(fs, "late")) >= 2, timeout_s=TIMEOUT_S
+        )
+        reason = "entry 'later.telo' is not a file in the workspace"
+        assert [(e["phase"], e.get("reason")) for e in runs(frames, "late")[:2]] == [
+            ("started", None),
+            ("failed", reason),
+        ]
+        write = {"write": [{"path": "later.telo", "content": "print late\nwait\n"}]}
+        answer = await route(client, "POST", session_id, "workspace", json=write)
+        assert answer.status_code == 200, answer.text  # the session serves on
+        await wait_frames(
+            client, session_id, lambda fs: started(fs, "late", 2) is not None, timeout_s=TIMEOUT_S
+        )
+        assert await kind_of(client, session_id) == "running"
+        await client.delete(f"/v1/sessions/{session_id}")
+        await wait_gone(daemon, kubesim)
