@@ -364,3 +364,24 @@ async def test_an_adopted_kernel_s_replayed_frames_invent_no_generation(
         assert events == [(2, "completed", None), (3, "started", "watch")], events
         await client.delete(f"/v1/sessions/{session_id}")
         await wait_gone(second, kubesim)
+
+
+async def test_a_write_the_kernel_does_not_see_restarts_its_app_once(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    """The entry in a subdirectory: its kernel watches only that directory,
+    so a write at the root is not a change to it; the contract's write
+    restarts every app all the same: runnerd reloads it (`watch`)."""
+    apps = [{"name": "app", "entryRelativePath": "src/app.telo"}]
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
+        session_id = await start(client, {"app.telo": APP, "src/app.telo": APP}, apps=apps)
+        await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
+        write = {"write": [{"path": "notes.txt", "content": "outside src/"}]}
+        answer = await route(client, "POST", session_id, "workspace", json=write)
+        assert answer.status_code == 200, answer.text
+        frames = await wait_frames(
+            client, session_id, lambda fs: started(fs, "app", 2) is not None, timeout_s=TIMEOUT_S
+        )
+        assert generations(frames, "app") == [(1, "initial"), (2, "watch")]
+        await client.delete(f"/v1/sessions/{session_id}")
+        await wait_gone(daemon, kubesim)
