@@ -270,7 +270,9 @@ async def test_with_reap_a_restart_deletes_the_watch_pods_left_and_adopts_no_ses
             for session_id in (live, dormant):
                 answer = await client.get(f"/v1/sessions/{session_id}")
                 assert answer.status_code == 404, answer.text
-        assert list(await (state / "watch").iterdir()) == []
+        # (A write's temporary file the SIGKILL interrupted may stay.)
+        records = [p for p in await (state / "watch").iterdir() if p.suffix == ".json"]
+        assert records == []
         assert list(await (state / "watch-checkpoints").iterdir()) == []
 
 
