@@ -15,6 +15,8 @@ The watch pods it finds are left to `adopt_watch`; those no session
 adopted `WATCH_ADOPT_GRACE_S` after `recover()` are given up on
 (`sweep_unadopted_watch`): the provider's sweep deletes them. One that
 ended while runnerd was away (Failed/Succeeded) is given up on at once.
+With `on_restart = "reap"`, `watch_reap` tells the core to discard the
+watch records instead of adopting them (the reaper deletes their pods).
 
 Public routes (`runnerd.kube.routing`): `backend.routing`, resolved at
 start, gives each session its Service and Ingress or HTTPRoutes and follows
