@@ -15,6 +15,8 @@ The watch pods it finds are left to `adopt_watch`; those no session
 adopted `WATCH_ADOPT_GRACE_S` after `recover()` are given up on
 (`sweep_unadopted_watch`): the provider's sweep deletes them. One that
 ended while runnerd was away (Failed/Succeeded) is given up on at once.
+With `on_restart = "reap"`, `watch_reap` tells the core to discard the
+watch records instead of adopting them (the reaper deletes their pods).
 
 Public routes (`runnerd.kube.routing`): `backend.routing`, resolved at
 start, gives each session its Service and Ingress or HTTPRoutes and follows
@@ -95,6 +97,9 @@ class KubeBackend:
             HostKit(settings, client, informer, state_dir, routing), self.ledger, WorkspaceApi
         )
         self._watch_left: list[str] = []
+        # With "reap" the provider's reaper deletes the watch pods left too:
+        # the core discards their records instead of adopting them.
+        self.watch_reap = settings.on_restart == "reap"
         self._recovered = trio.Event()
 
     async def recover(self) -> list[Recovered]:

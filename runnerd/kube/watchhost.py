@@ -56,6 +56,7 @@ from runnerd.backend.watch import (
     Write,
 )
 from runnerd.contract import PortMapping
+from runnerd.errors import RunnerdError
 from runnerd.kube.client import KubeClient
 from runnerd.kube.informer import PodInformer, PodState, PodSubscription
 from runnerd.kube.routes import SessionRoutes
@@ -184,6 +185,7 @@ class KubeWatchHost:
         container = self.pod.containers.get(app.name)
         if container is None:
             raise StartError("run", f"app '{app.name}' is not in the session pod")
+        await self._check_entry(app.entry)
         address = WorkloadAddress(self.pod.ip, inspect_port(app.slot))
         return await self._run(
             container, app.io == "tty", sink, address, self._reload(app), task_status
@@ -198,6 +200,17 @@ class KubeWatchHost:
     ) -> Exited | Failed:
         address = WorkloadAddress(self.pod.ip)
         return await self._run(AGENT_CONTAINER, False, sink, address, None, task_status)
+
+    async def _check_entry(self, entry: str) -> None:
+        """As the local backend: an entry that is not a file in the workspace
+        fails the start (the contract's `started` + `failed`) rather than
+        leave the app's container waiting for it with no generation."""
+        try:
+            files = await self._workspace.list()
+        except RunnerdError as exc:  # the workspace API down: its message is client-safe
+            raise StartError("boot", exc.message) from exc
+        if not any(f.path == entry for f in files):
+            raise StartError("boot", f"entry {entry!r} is not a file in the workspace")
 
     def _reload(self, app: AppLaunch) -> Callable[[], Any]:
         async def reload() -> None:

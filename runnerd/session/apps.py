@@ -58,6 +58,9 @@ class AppChannel:
         # its generations are projected from its kernel's debug frames.
         self.self_watching = False
         self.kernel: KernelProjection | None = None
+        # Adopted: the lifecycle frames of its process the previous daemon's
+        # projection consumed (the kernel's replay of them is skipped).
+        self.kernel_frames = 0
         # Called once its kernel reported a run (a self-watching app's first
         # report, what `running` waits for), then cleared.
         self.on_kernel_run: Callable[[], None] | None = None

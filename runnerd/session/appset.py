@@ -52,10 +52,21 @@ class AppSet:
             seq_floor=self._retired_seqs.pop(app.name, 0),
         )
 
-    def adopt(self, name: str, *, slot: int, generation: int, open_: bool, seq_floor: int) -> None:
+    def adopt(
+        self,
+        name: str,
+        *,
+        slot: int,
+        generation: int,
+        open_: bool,
+        seq_floor: int,
+        kernel_frames: int = 0,
+    ) -> None:
         """Continue app `name` where a previous daemon left it: its slot, its
-        counter (and open generation), its seqs above `seq_floor`."""
+        counter (and open generation), its seqs above `seq_floor`, the kernel
+        frames of its process already projected."""
         channel = self.channels[name]
+        channel.kernel_frames = kernel_frames
         channel.slot = slot
         channel.ring = ByteRing(self._ring_bytes, seq_floor)
         channel.runs.adopt(generation, open_, trio.current_time())

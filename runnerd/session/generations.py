@@ -262,7 +262,9 @@ class _OnStarted:
         name = channel.name
         adopted = self.adopted
         if value.self_watching:
-            channel.kernel = KernelProjection(channel.runs)
+            # Adopted: its kernel replays the frames already projected.
+            skip = channel.kernel_frames if adopted else 0
+            channel.kernel = KernelProjection(channel.runs, skip=skip)
             if not adopted:  # adopted: its kernel's next run is its own (`watch`)
                 channel.kernel.expect(self._trigger)
             if value.reload is not None:

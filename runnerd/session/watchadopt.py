@@ -33,7 +33,12 @@ def record_of(session: WatchSession) -> WatchRecord:
     channels = session.app_channels()
     apps = tuple(
         AppState(
-            c.spec, c.slot, c.runs.generation, c.runs.phase is RunPhase.OPEN, c.ring.last_id + BLOCK
+            c.spec,
+            c.slot,
+            c.runs.generation,
+            c.runs.phase is RunPhase.OPEN,
+            c.ring.last_id + BLOCK,
+            c.kernel.consumed if c.kernel is not None else c.kernel_frames,
         )
         for c in channels
     )
@@ -129,6 +134,7 @@ def session_from(
             generation=app.generation,
             open_=app.open,
             seq_floor=app.seq_floor,
+            kernel_frames=app.kernel_frames,
         )
     session.live_since = record.live_since
     session.running_at = created_at  # it ran under the previous daemon

@@ -65,6 +65,7 @@ from runnerd.session.publishing import Publisher
 from runnerd.session.reopen import Reopen
 from runnerd.session.running import leaves
 from runnerd.session.watchsession import WatchSession
+from runnerd.watch.kernel import KernelProjection
 from runnerd.watch.runs import RunTrigger
 
 log = logging.getLogger("runnerd.sessions")
@@ -74,6 +75,10 @@ log = logging.getLogger("runnerd.sessions")
 # daemon left running (`adopt_watch`), or one it left suspended.
 Beginning = Literal["fresh", "adopt", "suspended"]
 PLACE_GONE = "the session's pod was gone after a restart"
+# How long past the debounce a self-watching app's kernel has to react to a
+# burst by itself before runnerd reloads it (its poll and settle take a
+# fraction of this; the contract allows a restart 2 s after the write).
+KERNEL_REACT_S = 1.0
 
 
 async def drive_watch(
@@ -268,6 +273,7 @@ async def _serve(
         session.unserve()
         session.host = session.period = session.publisher = None
         session.debounce.cancel()
+        session.burst_marks = None
         if not session.detaching:  # what is open stays open, for a successor's record
             session.runs.abandon_all()
 
@@ -320,6 +326,7 @@ async def _debounce(session: WatchSession) -> None:
         while debounce.due_at is not None:
             await trio.sleep_until(debounce.due_at)
             if debounce.take(trio.current_time()):
+                marks, session.burst_marks = session.burst_marks or {}, None
                 for channel in session.app_channels():
                     # A kernel that watches by itself restarts on its own
                     # while its process is up (or being restarted); one
@@ -327,6 +334,35 @@ async def _debounce(session: WatchSession) -> None:
                     # run) is started again.
                     if not channel.self_watching or channel.exited:
                         channel.request_restart("watch")
+                await _reload_unmoved(session, marks)
+
+
+def _unmoved(session: WatchSession, marks: dict[str, tuple[KernelProjection, int]]) -> list[str]:
+    """The self-watching apps offering a reload whose kernel (the same
+    process's) has projected no lifecycle frame since the burst began."""
+    return [
+        c.name
+        for c in session.app_channels()
+        if c.self_watching
+        and c.reload_in_place is not None
+        and c.name in marks
+        and marks[c.name] == (c.kernel, c.kernel.consumed if c.kernel else -1)
+    ]
+
+
+async def _reload_unmoved(
+    session: WatchSession, marks: dict[str, tuple[KernelProjection, int]]
+) -> None:
+    """A write restarts every app (the contract), but a kernel watches only
+    its entry's directory: one that has not reacted to the burst within
+    `KERNEL_REACT_S` more did not see it, and is reloaded (`watch`)."""
+    if not _unmoved(session, marks):
+        return
+    await trio.sleep(KERNEL_REACT_S)  # its own watch's poll and settle, first
+    for name in _unmoved(session, marks):
+        channel = session.app_channel(name)
+        if channel is not None and channel.reload_in_place is not None:
+            channel.reload_in_place("watch")
 
 
 async def _checkpoint_every(session: WatchSession, host: WatchHost) -> None:

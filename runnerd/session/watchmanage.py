@@ -122,6 +122,10 @@ class WatchSide:
         if self._records is None:
             return 0
         found = await trio.to_thread.run_sync(self._records.records.load_all)
+        # (Read leniently, as `watch_adopt`: a backend without it adopts.)
+        if getattr(self._backend, "watch_reap", False):
+            await self._discard_all(found)
+            return 0
         adopted = 0
         for record in found:
             try:
@@ -130,6 +134,20 @@ class WatchSide:
             except ValueError as exc:
                 log.warning("not adopted: %s", exc, extra={"session_id": record.session_id})
         return adopted
+
+    async def _discard_all(self, found: list[WatchRecord]) -> None:
+        """The backend deletes the places a previous daemon left (Kubernetes
+        `on_restart = "reap"`): their sessions are not adopted, their
+        checkpoints are discarded and their records removed."""
+        assert self._records is not None
+        for record in found:
+            saved = record.checkpoint
+            checkpoint = None if saved is None else self._backend.load_checkpoint(saved)
+            if checkpoint is not None:
+                await checkpoint.discard()
+            await trio.to_thread.run_sync(self._records.records.remove, record.session_id)
+            extra = {"session_id": record.session_id}
+            log.warning("not adopted: its place is reaped at start", extra=extra)
 
     def adopt(
         self, record: WatchRecord, nursery: trio.Nursery, replay_buffer_bytes: int, metrics: Metrics

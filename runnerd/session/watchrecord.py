@@ -8,7 +8,7 @@ watch session, kept only on a backend whose places outlive the daemon,
     {"format": 1, "session_id", "created_at", "image": {image, pull_policy},
      "limits": {cpu, memory, ephemeral_storage, ttl_s}, "env": {...},
      "entry", "apps": [{name, entry, io, ports: [[port, protocol]], slot,
-     generation, open, seq_floor}], "agent": null | {name, image, port,
+     generation, open, seq_floor, kernel_frames}], "agent": null | {name, image, port,
      env}, "agent_token", "event_floor", "status": "running" | "suspended",
      "suspended_at", "live_since", "checkpoint": Checkpoint.saved() | null}
 
@@ -66,13 +66,15 @@ RecordStatus = Literal["running", "suspended"]
 @dataclass(frozen=True)
 class AppState:
     """One app as the record keeps it: its spec, slot, counter, whether its
-    latest generation is open, and its `/io` seq floor."""
+    latest generation is open, its `/io` seq floor, and the lifecycle frames
+    of its process's kernel projected (`KernelProjection.consumed`)."""
 
     spec: AppSpec
     slot: int
     generation: int
     open: bool
     seq_floor: int
+    kernel_frames: int = 0
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,7 @@ def encode(record: WatchRecord) -> bytes:
                 "generation": a.generation,
                 "open": a.open,
                 "seq_floor": a.seq_floor,
+                "kernel_frames": a.kernel_frames,
             }
             for a in record.apps
         ],
@@ -187,7 +190,10 @@ def _app_of(data: Any) -> AppState:
     spec = AppSpec(_get(data, "name", str), _get(data, "entry", str), tuple(ports), io)
     counts = (_get(data, k, int) for k in ("slot", "generation", "seq_floor"))
     slot, generation, seq_floor = counts
-    return AppState(spec, slot, generation, _get(data, "open", bool), seq_floor)
+    frames = data.get("kernel_frames", 0)  # absent from a record of before
+    if not isinstance(frames, int) or isinstance(frames, bool) or frames < 0:
+        raise ValueError("apps: kernel_frames is not a count")
+    return AppState(spec, slot, generation, _get(data, "open", bool), seq_floor, frames)
 
 
 def decode(raw: bytes) -> WatchRecord:

@@ -41,6 +41,7 @@ from runnerd.watch.apps import AppSpec
 from runnerd.watch.budget import ReloadBudget
 from runnerd.watch.debounce import RestartDebounce
 from runnerd.watch.errors import WatchError
+from runnerd.watch.kernel import KernelProjection
 from runnerd.watch.runs import AppRunEvent, SessionRuns
 
 
@@ -109,6 +110,10 @@ class WatchSession(Session):
         self.budget = ReloadBudget(limits().reload_limit)
         self.debounce = RestartDebounce()
         self.debounce_changed = trio.Event()
+        # Each self-watching app's kernel and the lifecycle frames it had
+        # projected when the pending burst's first change was written (None:
+        # no burst pending): the debounce reloads those that did not react.
+        self.burst_marks: dict[str, tuple[KernelProjection, int]] | None = None
         # The driver's: the live workspace and the running apps (None: not running).
         self.host: WatchHost | None = None
         self.period: Period | None = None
@@ -138,12 +143,27 @@ class WatchSession(Session):
         return self._apps.channels
 
     def adopt_app(
-        self, name: str, *, slot: int, generation: int, open_: bool, seq_floor: int
+        self,
+        name: str,
+        *,
+        slot: int,
+        generation: int,
+        open_: bool,
+        seq_floor: int,
+        kernel_frames: int = 0,
     ) -> None:
         """Continue app `name` where a previous daemon left it (adoption):
         its slot, its counter (and open generation), its seqs above
-        `seq_floor` (what came before is a replay gap)."""
-        self._apps.adopt(name, slot=slot, generation=generation, open_=open_, seq_floor=seq_floor)
+        `seq_floor` (what came before is a replay gap), the lifecycle frames
+        of its kernel already projected (`KernelProjection` `skip`)."""
+        self._apps.adopt(
+            name,
+            slot=slot,
+            generation=generation,
+            open_=open_,
+            seq_floor=seq_floor,
+            kernel_frames=kernel_frames,
+        )
 
     def _notify(self) -> None:
         super()._notify()
@@ -257,8 +277,13 @@ class WatchSession(Session):
         return await (await self._live_host()).read_file(path)
 
     async def apply_changes(self, changes: ChangeSet) -> tuple[int, int]:
-        written, deleted = await (await self._live_host()).apply(changes)
+        host = await self._live_host()
+        # Taken before the write lands: a kernel may react to it at once.
+        marks = {n: (c.kernel, c.kernel.consumed) for n, c in self._channels.items() if c.kernel}
+        written, deleted = await host.apply(changes)
         self.metrics.workspace_writes(written, deleted)
+        if (written or deleted) and self.burst_marks is None:
+            self.burst_marks = marks  # the burst's first change
         if written or deleted:  # a set that changed no path restarts nothing
             self.debounce.change(trio.current_time())
             self.debounce_changed.set()

@@ -44,6 +44,11 @@ around that app's `runnerd.watch.runs.AppRuns`):
   `run` events to emit, in order; `declared` is the port set of a
   `Kernel.PortsResolved` (an empty tuple un-declares every port; None: the
   frame announced none).
+- `KernelProjection(runs, skip=n)` after an adoption: the kernel replays
+  its frames to a new debug client (the stand-in does; a real one may), so
+  the first `n` lifecycle frames, those the previous daemon's projection
+  consumed from this process (`consumed`, kept in the watch record), are
+  dropped: no generation is projected twice, the open one stays open.
 - `ended(code, now)`: the process exited under an open generation without
   its `Kernel.Stopped` (a crash, a kill): `completed {code}`, or None.
 - A process that could not be spawned at all is the core's `AppRuns.
@@ -83,6 +88,9 @@ STARTING = "Kernel.Starting"
 STOPPED = "Kernel.Stopped"
 RUN_FAILED = "Kernel.RunFailed"
 PORTS_RESOLVED = "Kernel.PortsResolved"
+# The frames that move the generations (a replayed `PortsResolved` is
+# harmless: the same set again changes nothing).
+LIFECYCLE = (STARTING, STOPPED, RUN_FAILED)
 # The kernel writes these strings; an event carries them to every client, so
 # a runaway one is cut rather than filling the event ring.
 MAX_REASON_CHARS = 1000
@@ -105,9 +113,16 @@ class KernelProjection:
     """One self-watching app's generations from its debug frames (module
     docstring). Never raises on a frame's content."""
 
-    def __init__(self, runs: AppRuns) -> None:
+    def __init__(self, runs: AppRuns, *, skip: int = 0) -> None:
+        """`skip`: the lifecycle frames of this process a previous daemon's
+        projection consumed (adoption): the kernel's replay of them to the
+        new relay is dropped, not projected again."""
         self.runs = runs
         self._trigger: RunTrigger | None = None
+        self._skip = skip
+        # Lifecycle frames (Starting, Stopped, RunFailed) of this process
+        # seen, the skipped included: what the watch record keeps.
+        self.consumed = 0
 
     def expect(self, trigger: RunTrigger | None) -> None:
         """Attribute the next generation to `trigger` (the core's own start
@@ -126,6 +141,10 @@ class KernelProjection:
             return NOTHING
         name, payload = frame.get("event"), frame.get("payload")
         body: Mapping[str, Any] = payload if isinstance(payload, Mapping) else {}
+        if name in LIFECYCLE:
+            self.consumed += 1
+            if self.consumed <= self._skip:
+                return NOTHING  # replayed: the previous daemon projected it
         if name == STARTING:
             started = self._begin(_version(body), now)
             return KernelUpdate(runs=(started,)) if started is not None else NOTHING

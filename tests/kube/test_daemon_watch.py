@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import signal
 import stat
 from collections.abc import AsyncIterator
@@ -313,4 +314,74 @@ async def test_the_kernel_s_generations_are_the_session_s_runs_as_on_the_local_b
     """tests/e2e/test_kernel_watch.py's scenario, on a watch pod."""
     async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
         await check_kernel_generations(client, dict(KERNEL_CONFIG))
+        await wait_gone(daemon, kubesim)
+
+
+def kernel_events(frames: list[SseFrame], name: str) -> int:
+    return sum(1 for f in frames if f.event == "debug" and f.data["frame"].get("event") == name)
+
+
+async def until_recorded(path: Path, generation: int) -> None:
+    """Until the watch record at `path` holds the app's `generation`."""
+    with trio.fail_after(TIMEOUT_S):
+        while True:
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                [app] = json.loads(await trio.Path(path).read_bytes())["apps"]
+                if app["generation"] == generation:
+                    return
+            await trio.sleep(0.05)
+
+
+async def test_an_adopted_kernel_s_replayed_frames_invent_no_generation(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    """The kernel replays its debug frames to the successor's relay (its
+    generation 1's `Kernel.Stopped`, generation 2's `Kernel.Starting`): the
+    successor projects none of them again; the open generation 2 stays open
+    and the next change is generation 3, its one `watch` run."""
+    v2 = {"write": [{"path": "app.telo", "content": "port 3000\nprint v2\nwait\n"}]}
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as first, first.client() as client:
+        session_id = await start(client, {"app.telo": APP})
+        await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
+        answer = await route(client, "POST", session_id, "workspace", json=v2)
+        assert answer.status_code == 200, answer.text
+        await until_recorded(tmp_path / "state" / "watch" / f"{session_id}.json", 2)
+        assert await first.stop(signal.SIGKILL) == -signal.SIGKILL
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as second, second.client() as client:
+        await until_kind(client, session_id, "running")
+        v3 = {"write": [{"path": "app.telo", "content": "port 3000\nprint v3\nwait\n"}]}
+        answer = await route(client, "POST", session_id, "workspace", json=v3)
+        assert answer.status_code == 200, answer.text
+        # The replay's two `Kernel.Started` and the v3 run's: every frame
+        # before that last one has been projected.
+        frames = await wait_frames(
+            client,
+            session_id,
+            lambda fs: kernel_events(fs, "Kernel.Started") == 3,
+            timeout_s=TIMEOUT_S,
+        )
+        events = [(e["generation"], e["phase"], e.get("trigger")) for e in runs(frames, "app")]
+        assert events == [(2, "completed", None), (3, "started", "watch")], events
+        await client.delete(f"/v1/sessions/{session_id}")
+        await wait_gone(second, kubesim)
+
+
+async def test_a_write_the_kernel_does_not_see_restarts_its_app_once(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    """The entry in a subdirectory: its kernel watches only that directory,
+    so a write at the root is not a change to it; the contract's write
+    restarts every app all the same: runnerd reloads it (`watch`)."""
+    apps = [{"name": "app", "entryRelativePath": "src/app.telo"}]
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
+        session_id = await start(client, {"app.telo": APP, "src/app.telo": APP}, apps=apps)
+        await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
+        write = {"write": [{"path": "notes.txt", "content": "outside src/"}]}
+        answer = await route(client, "POST", session_id, "workspace", json=write)
+        assert answer.status_code == 200, answer.text
+        frames = await wait_frames(
+            client, session_id, lambda fs: started(fs, "app", 2) is not None, timeout_s=TIMEOUT_S
+        )
+        assert generations(frames, "app") == [(1, "initial"), (2, "watch")]
+        await client.delete(f"/v1/sessions/{session_id}")
         await wait_gone(daemon, kubesim)

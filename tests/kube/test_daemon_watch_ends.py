@@ -23,7 +23,10 @@ from tests.kube.test_daemon_watch import (
     WATCH,
     kind_of,
     kube_watch_body,
+    next_status,
+    open_sse,
     start,
+    until_kind,
     wait_gone,
 )
 from tests.kubesim.conftest import build_client
@@ -238,3 +241,73 @@ async def test_the_pod_s_deadline_ends_it_while_runnerd_is_gone_and_the_successo
             "kind": "failed",
             "message": "ttl: session exceeded its time limit of 2 s",
         }
+
+
+async def test_with_reap_a_restart_deletes_the_watch_pods_left_and_adopts_no_session(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    """`on_restart = "reap"`: the watch sessions a SIGKILLed daemon left are
+    not adopted (not listed), their pods deleted, their records and
+    checkpoints removed, as run pods are."""
+    idle = {"enabled": True, "idle_seconds": 1}
+    async with kube_daemon(kubesim, tmp_path, watch=idle) as first, first.client() as client:
+        dormant = await start(client, {"app.telo": APP})
+        await until_kind(client, dormant, "suspended")  # no subscriber: idle
+        await wait_pods(kubesim, lambda pods: not pods, TIMEOUT_S)
+        live = await start(client, {"app.telo": APP})
+        async with open_sse(client, live) as frames:  # a subscriber: never idle
+            await next_status(frames, "running")
+            assert len(session_pods(kubesim)) == 1
+            assert await first.stop(signal.SIGKILL) == -signal.SIGKILL
+    state = trio.Path(tmp_path / "state")
+    assert len(list(await (state / "watch-checkpoints").iterdir())) == 1
+    reap = {"on_restart": "reap"}
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH, **reap) as second:
+        await wait_pods(kubesim, lambda pods: not pods, TIMEOUT_S)
+        async with second.client() as client:
+            listed = (await client.get("/v1/sessions")).json()
+            assert [s for s in listed["sessions"] if s["sessionId"] in (live, dormant)] == []
+            for session_id in (live, dormant):
+                answer = await client.get(f"/v1/sessions/{session_id}")
+                assert answer.status_code == 404, answer.text
+        # (A write's temporary file the SIGKILL interrupted may stay.)
+        records = [p for p in await (state / "watch").iterdir() if p.suffix == ".json"]
+        assert records == []
+        assert list(await (state / "watch-checkpoints").iterdir()) == []
+
+
+async def test_an_app_whose_entry_is_missing_fails_to_start_and_a_write_creating_it_runs_it(
+    kubesim: KubeSim, tmp_path: Path
+) -> None:
+    """`PUT /apps` with an entry not in the workspace: the contract's pair
+    `started` + `failed "entry 'later.telo' is not a file in the workspace"`,
+    the session serves on; a write creating the entry restarts the app,
+    whose container's entry wait then finds it."""
+    async with kube_daemon(kubesim, tmp_path, watch=WATCH) as daemon, daemon.client() as client:
+        session_id = await start(client, {"app.telo": APP})
+        await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
+        apps = {
+            "apps": [
+                {"name": "app", "entryRelativePath": "app.telo"},
+                {"name": "late", "entryRelativePath": "later.telo"},
+            ]
+        }
+        answer = await route(client, "PUT", session_id, "apps", json=apps)
+        assert answer.status_code in (200, 202), answer.text
+        frames = await wait_frames(
+            client, session_id, lambda fs: len(runs(fs, "late")) >= 2, timeout_s=TIMEOUT_S
+        )
+        reason = "entry 'later.telo' is not a file in the workspace"
+        assert [(e["phase"], e.get("reason")) for e in runs(frames, "late")[:2]] == [
+            ("started", None),
+            ("failed", reason),
+        ]
+        write = {"write": [{"path": "later.telo", "content": "print late\nwait\n"}]}
+        answer = await route(client, "POST", session_id, "workspace", json=write)
+        assert answer.status_code == 200, answer.text  # the session serves on
+        await wait_frames(
+            client, session_id, lambda fs: started(fs, "late", 2) is not None, timeout_s=TIMEOUT_S
+        )
+        assert await kind_of(client, session_id) == "running"
+        await client.delete(f"/v1/sessions/{session_id}")
+        await wait_gone(daemon, kubesim)

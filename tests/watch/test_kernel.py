@@ -225,3 +225,24 @@ def test_kernel_any_frames_keep_the_contract_s_run_order(steps: list[Any]) -> No
 def projection_gen(seen: list[Any], started: Any) -> int:
     """Generations are 1, 2, … in order of their `started`."""
     return [e for e in seen if e["phase"] == "started"].index(started) + 1
+
+
+def test_kernel_an_adopted_projection_skips_the_replay_of_what_it_consumed() -> None:
+    """After an adoption the kernel replays its frames: the `skip` lifecycle
+    frames the previous daemon consumed project nothing; the next do."""
+    first = KernelProjection(AppRuns("web"))
+    history = [
+        event("Kernel.Starting", {}),
+        event("Kernel.Stopped", {"exitCode": 0}),
+        event("Kernel.PortsResolved", {"ports": [{"port": 3000}]}),
+        event("Kernel.Starting", {}),
+    ]
+    assert [e["generation"] for e in runs_of(first, history)] == [1, 1, 2]
+    runs = AppRuns("web")
+    runs.adopt(2, True, 0.0)
+    adopted = KernelProjection(runs, skip=first.consumed)
+    assert first.consumed == 3
+    assert runs_of(adopted, history) == []  # the replay: nothing again
+    assert adopted.consumed == 3
+    after = runs_of(adopted, [event("Kernel.Stopped", {"exitCode": 0}), event("Kernel.Starting")])
+    assert [(e["generation"], e["phase"]) for e in after] == [(2, "completed"), (3, "started")]
