@@ -45,6 +45,10 @@ async def test_watch_session_runs_restarts_and_stops_on_the_local_backend(
                 WatchSessionSpec(watch=spec, apps=(AppSpec("web", "app.py"),))
             )
             await wait_ring(session, "web", "generation 1")
+            # The app's first output can come before `running` (the ports
+            # are published first): a write before it is `409 not_running`.
+            while session.status["kind"] != "running":
+                await session.wait_change()
             await session.apply_changes(
                 ChangeSet(writes=(Write("app.py", SERVE.format(n=2).encode()),))
             )
