@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import trio
 
 from tests.e2e.watch_client import route, runs, start_watch, started, wait_frames, wait_running
 from tests.harness import start_daemon
@@ -49,10 +50,20 @@ async def test_a_burst_of_writes_and_reloads_keeps_every_per_app_guarantee(tmp_p
         async with daemon.client() as client:
             session_id = await start_watch(client, files={"app.sh": LOGGED}, entry="app.sh")
             await wait_running(client, session_id)
-            for i in range(3):  # one burst: one `watch` generation
-                write = {"write": [{"path": f"f{i}.txt", "content": str(i)}]}
-                answer = await route(client, "POST", session_id, "workspace", json=write)
-                assert answer.status_code == 200, answer.text
+            answers: list[int] = []
+
+            async def write(i: int) -> None:
+                body = {"write": [{"path": f"f{i}.txt", "content": str(i)}]}
+                answer = await route(client, "POST", session_id, "workspace", json=body)
+                answers.append(answer.status_code)
+
+            # One burst, one `watch` generation: the three writes sent at
+            # once, so a busy machine's slow requests cannot space them
+            # past the 300 ms debounce (which would rightly be two bursts).
+            async with trio.open_nursery() as nursery:
+                for i in range(3):
+                    nursery.start_soon(write, i)
+            assert answers == [200, 200, 200]
             await wait_frames(client, session_id, lambda fs: started(fs, "app", 2) is not None)
             for generation in (3, 4):
                 answer = await route(client, "POST", session_id, "reload")
