@@ -6,17 +6,14 @@ and the session's DELETE then ends both (`stopped`; close 1000)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import httpx
 import pytest
 import trio
 
-from tests.e2e.contract_client import SSE_TIMEOUT
 from tests.e2e.io_client import TIMEOUT_S, Io, assert_sse_conforms, printed, start_watch
-from tests.harness import SseFrame, iter_sse
+from tests.e2e.watch_client import next_status, open_sse
 from tests.shared_daemon import SharedDaemon, shared_daemon
 
 # Four ticks a second apart, on the terminal and into the workspace (read
@@ -62,27 +59,6 @@ async def until_ticked(client: httpx.AsyncClient, session_id: str, tick: str) ->
                 return
             assert answer.status_code in (200, 404, 409), answer.text
             await trio.sleep(0.05)
-
-
-@contextlib.asynccontextmanager
-async def open_sse(client: httpx.AsyncClient, session_id: str) -> AsyncIterator[Any]:
-    async with client.stream(
-        "GET", f"/v1/sessions/{session_id}/events", timeout=SSE_TIMEOUT
-    ) as response:
-        assert response.status_code == 200
-        async with contextlib.aclosing(iter_sse(response)) as frames:
-            yield frames
-
-
-async def next_status(frames: Any, kind: str) -> list[SseFrame]:
-    """Frames up to the first status of `kind`."""
-    taken: list[SseFrame] = []
-    with trio.fail_after(TIMEOUT_S):
-        async for frame in frames:
-            taken.append(frame)
-            if frame.event == "status" and frame.data["status"]["kind"] == kind:
-                return taken
-    raise AssertionError(f"the stream ended before a {kind!r} status: {taken}")
 
 
 async def test_io_watch_an_open_socket_holds_off_idle_suspend(

@@ -8,7 +8,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +149,34 @@ def telo_runtime() -> Iterator[dict[str, Any]]:
         }
     finally:
         shutil.rmtree(copy, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def open_sse(client: httpx.AsyncClient, session_id: str) -> AsyncIterator[Any]:
+    """The session's SSE stream, held open (a subscriber) while inside."""
+    async with client.stream(
+        "GET", f"/v1/sessions/{session_id}/events", timeout=SSE_TIMEOUT
+    ) as response:
+        assert response.status_code == 200
+        async with contextlib.aclosing(iter_sse(response)) as frames:
+            yield frames
+
+
+async def next_status(frames: Any, kind: str, timeout_s: float = 30.0) -> list[SseFrame]:
+    """Frames up to the first status of `kind`."""
+    taken: list[SseFrame] = []
+    with trio.fail_after(timeout_s):
+        async for frame in frames:
+            taken.append(frame)
+            if frame.event == "status" and frame.data["status"]["kind"] == kind:
+                return taken
+    raise AssertionError(f"the stream ended before a {kind!r} status: {taken}")
+
+
+async def final_status(
+    client: httpx.AsyncClient, session_id: str, kind: str = "failed", timeout_s: float = 30.0
+) -> dict[str, Any]:
+    """The session's status once one of `kind` came (the last status by then)."""
+    frames = await wait_frames(client, session_id, has_status(kind), timeout_s=timeout_s)
+    status: dict[str, Any] = [f.data["status"] for f in frames if f.event == "status"][-1]
+    return status

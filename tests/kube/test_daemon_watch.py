@@ -12,18 +12,25 @@ import contextlib
 import json
 import signal
 import stat
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import trio
 
-from tests.e2e.contract_client import SSE_TIMEOUT
 from tests.e2e.io_client import Io, printed
 from tests.e2e.test_kernel_watch import check_kernel_generations
-from tests.e2e.watch_client import has_status, route, runs, started, wait_frames, watch_body
-from tests.harness import Daemon, SseFrame, iter_sse
+from tests.e2e.watch_client import (
+    has_status,
+    next_status,
+    open_sse,
+    route,
+    runs,
+    started,
+    wait_frames,
+    watch_body,
+)
+from tests.harness import Daemon, SseFrame
 from tests.kube.daemon import KERNEL_CONFIG, kube_daemon, session_pods, wait_pods
 from tests.kubesim.server import KubeSim
 
@@ -95,27 +102,6 @@ async def test_a_watch_session_runs_in_a_watch_pod_and_leaves_nothing_behind(
         answer = await client.delete(f"/v1/sessions/{session_id}")
         assert answer.status_code in (200, 202, 204), answer.text
         await wait_gone(daemon, kubesim)
-
-
-@contextlib.asynccontextmanager
-async def open_sse(client: httpx.AsyncClient, session_id: str) -> AsyncIterator[Any]:
-    async with client.stream(
-        "GET", f"/v1/sessions/{session_id}/events", timeout=SSE_TIMEOUT
-    ) as response:
-        assert response.status_code == 200
-        async with contextlib.aclosing(iter_sse(response)) as frames:
-            yield frames
-
-
-async def next_status(frames: Any, kind: str) -> list[SseFrame]:
-    """Frames up to the first status of `kind`."""
-    taken: list[SseFrame] = []
-    with trio.fail_after(TIMEOUT_S):
-        async for frame in frames:
-            taken.append(frame)
-            if frame.event == "status" and frame.data["status"]["kind"] == kind:
-                return taken
-    raise AssertionError(f"the stream ended before a {kind!r} status: {taken}")
 
 
 async def kind_of(client: httpx.AsyncClient, session_id: str) -> str:

@@ -14,7 +14,16 @@ from typing import Any
 
 import trio
 
-from tests.e2e.watch_client import has_status, route, runs, started, wait_frames
+from tests.e2e.watch_client import (
+    final_status,
+    has_status,
+    next_status,
+    open_sse,
+    route,
+    runs,
+    started,
+    wait_frames,
+)
 from tests.harness import SseFrame
 from tests.kube.daemon import KERNEL, kube_daemon, session_pods, wait_pods
 from tests.kube.test_daemon_watch import (
@@ -23,8 +32,6 @@ from tests.kube.test_daemon_watch import (
     WATCH,
     kind_of,
     kube_watch_body,
-    next_status,
-    open_sse,
     start,
     until_kind,
     wait_gone,
@@ -39,8 +46,7 @@ async def test_the_ttl_ends_the_session_and_leaves_no_pod_and_no_configmap(
     ttl = {"enabled": True, "max_ttl_seconds": 2}
     async with kube_daemon(kubesim, tmp_path, watch=ttl) as daemon, daemon.client() as client:
         session_id = await start(client, {"app.telo": APP})
-        frames = await wait_frames(client, session_id, has_status("failed"), timeout_s=TIMEOUT_S)
-        status = [f.data["status"] for f in frames if f.event == "status"][-1]
+        status = await final_status(client, session_id, timeout_s=TIMEOUT_S)
         # The core's TTL fires with the pod's activeDeadlineSeconds (the same
         # TTL, the kubelet's backstop should runnerd be gone).
         assert status == {
@@ -58,8 +64,7 @@ async def test_a_watch_pod_deleted_outside_runnerd_fails_the_session(
         await wait_frames(client, session_id, has_status("running"), timeout_s=TIMEOUT_S)
         [pod] = session_pods(kubesim)
         await kubesim.store.delete("pods", "runnerd", pod, grace_period_s=0)  # kubectl delete
-        frames = await wait_frames(client, session_id, has_status("failed"), timeout_s=TIMEOUT_S)
-        status = [f.data["status"] for f in frames if f.event == "status"][-1]
+        status = await final_status(client, session_id, timeout_s=TIMEOUT_S)
         assert status == {
             "kind": "failed",
             "message": "the session pod was deleted outside runnerd",
@@ -78,8 +83,7 @@ async def test_a_watch_pod_that_reaches_failed_on_its_own_fails_the_session_with
         [pod] = session_pods(kubesim)
         assert kubesim.kubelet is not None
         await kubesim.kubelet.evict("runnerd", pod)
-        frames = await wait_frames(client, session_id, has_status("failed"), timeout_s=TIMEOUT_S)
-        status = [f.data["status"] for f in frames if f.event == "status"][-1]
+        status = await final_status(client, session_id, timeout_s=TIMEOUT_S)
         assert status == {"kind": "failed", "message": "session pod reached Failed"}
         await wait_gone(daemon, kubesim)
 

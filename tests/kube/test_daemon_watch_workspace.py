@@ -10,7 +10,7 @@ from pathlib import Path
 
 from runnerd.kube.settings import KubeSettings
 from runnerd.kube.workspaceapp import configmap_for
-from tests.e2e.watch_client import has_status, wait_frames
+from tests.e2e.watch_client import final_status, has_status, wait_frames
 from tests.kube.daemon import kube_daemon, session_pods
 from tests.kube.test_daemon_watch import APP, TIMEOUT_S, WATCH, start, wait_gone
 from tests.kubesim.server import KubeSim
@@ -72,8 +72,7 @@ async def test_a_workspace_container_that_dies_while_running_fails_the_session(
         [pod] = session_pods(kubesim)
         assert kubesim.kubelet is not None
         await kubesim.kubelet.kill_container(NAMESPACE, pod, "workspace")  # an OOM kill
-        frames = await wait_frames(client, session_id, has_status("failed"), timeout_s=TIMEOUT_S)
-        status = [f.data["status"] for f in frames if f.event == "status"][-1]
+        status = await final_status(client, session_id, timeout_s=TIMEOUT_S)
         assert status == {
             "kind": "failed",
             "message": "the workspace container exited with code 137",
