@@ -9,22 +9,108 @@ against that floor, and the apiserver requests per session by verb (issue
 22's goal: ≤ 3 where the attach is up before the container starts; the
 upstream runner makes 3, losing the output written before its attach).
 `RUNNERD_BENCH_SESSIONS` sets N (default 20). Printed, never asserted.
+
+With `RUNNERD_BENCH_UPSTREAM` set (as for `bench startup`, its health URL in
+`RUNNERD_BENCH_UPSTREAM_HEALTH`), the upstream runner is started too, on a
+second test cluster of its own (`KUBECONFIG`, `RUNNER_SESSION_NAMESPACE`),
+and each round also POSTs the same body to it: its POST → 201 beside
+runnerd's, both timed by the same blocking httpx client (runnerd over its
+UNIX socket, the upstream over TCP). The upstream answers 201 before its
+cluster work, which then fails on the test cluster (it has no batch/v1
+Jobs for the upstream's image build), so only its 201 is comparable.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import statistics
 import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import httpx
 import trio
 
 from bench.kube import _pod_added, one_session, post_floor
-from tests.kube.daemon import kube_daemon
+from tests.kube.daemon import kube_daemon, telo_body
 from tests.kubesim.server import open_kubesim
 
 Row = tuple[str, str, str]
+
+
+def _timed_post(client: httpx.Client, started: list[str]) -> float:
+    body = telo_body("print hello\nexit 0\n")
+    t0 = time.perf_counter()
+    response = client.post("/v1/sessions", json=body)
+    elapsed = time.perf_counter() - t0
+    if response.status_code != 201:
+        raise RuntimeError(f"POST /v1/sessions: {response.status_code} {response.text[:200]}")
+    started.append(response.json()["sessionId"])
+    return elapsed
+
+
+async def _compare(
+    ours: httpx.Client,
+    theirs: httpx.Client,
+    rounds: int,
+    our_times: list[float],
+    their_times: list[float],
+    health: tuple[list[float], list[float]],
+) -> None:
+    """POST → 201 on both, taking turns, with one blocking client each;
+    runnerd's sessions are deleted before the next round (the upstream's
+    fail on the test cluster on their own)."""
+    for _ in range(rounds):
+        their_times.append(await trio.to_thread.run_sync(_timed_post, theirs, []))
+        started: list[str] = []
+        our_times.append(await trio.to_thread.run_sync(_timed_post, ours, started))
+        for sid in started:
+            await trio.to_thread.run_sync(ours.delete, f"/v1/sessions/{sid}")
+        for client, times in zip((ours, theirs), health, strict=True):
+            times.append(await trio.to_thread.run_sync(_timed_get, client))
+
+
+def _timed_get(client: httpx.Client) -> float:
+    """GET /v1/health: the serving layer's own cost per request."""
+    t0 = time.perf_counter()
+    client.get("/v1/health").raise_for_status()
+    return time.perf_counter() - t0
+
+
+@asynccontextmanager
+async def _upstream(tmp: Path) -> AsyncIterator[httpx.Client | None]:
+    """The upstream runner on a test cluster of its own, and a blocking
+    client for it; None when `RUNNERD_BENCH_UPSTREAM` is unset."""
+    command = os.environ.get("RUNNERD_BENCH_UPSTREAM")
+    if not command:
+        yield None
+        return
+    url = os.environ.get("RUNNERD_BENCH_UPSTREAM_HEALTH", "http://127.0.0.1:8080/v1/health")
+    (tmp / "upstream").mkdir()
+    async with open_kubesim(tmp / "upstream") as sim:
+        kubeconfig = sim.write_kubeconfig(tmp / "upstream" / "kubeconfig")
+        env = dict(os.environ, KUBECONFIG=str(kubeconfig), RUNNER_SESSION_NAMESPACE=sim.namespace)
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        proc = await trio.lowlevel.open_process(
+            command, shell=True, env=env, start_new_session=True
+        )
+        try:
+            with httpx.Client(base_url=url.removesuffix("/v1/health")) as client:
+                with trio.fail_after(60):
+                    while True:
+                        try:
+                            if (await trio.to_thread.run_sync(client.get, "/v1/health")).is_success:
+                                break
+                        except httpx.TransportError:
+                            pass  # not listening yet
+                        await trio.sleep(0.01)
+                yield client
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
 
 
 async def bench_kuberun() -> list[Row]:
@@ -34,14 +120,28 @@ async def bench_kuberun() -> list[Row]:
         async with open_kubesim(Path(tmp)) as sim, trio.open_nursery() as nursery:
             seen: dict[str, float] = {}
             nursery.start_soon(_pod_added, sim, seen)
-            async with kube_daemon(sim, Path(tmp)) as daemon, daemon.client() as client:
+            async with (
+                kube_daemon(sim, Path(tmp)) as daemon,
+                daemon.client() as client,
+                _upstream(Path(tmp)) as upstream,
+            ):
                 await sim.stats.wait_until(lambda s: s.watches_open == 1)
                 before = sim.stats.snapshot()
                 answered, floors = [], []
+                same_client: list[float] = []
+                theirs: list[float] = []
+                health: tuple[list[float], list[float]] = ([], [])
+                ours = httpx.Client(
+                    transport=httpx.HTTPTransport(uds=str(daemon.socket_path)),
+                    base_url="http://runnerd",
+                )
                 for _ in range(sessions):  # alternated: load drifts hit both alike
                     floors.append(await post_floor(client))
                     answered.append((await one_session(client, seen, []))[3])
                 after = sim.stats.snapshot()
+                if upstream is not None:
+                    with ours:
+                        await _compare(ours, upstream, sessions, same_client, theirs, health)
             nursery.cancel_scope.cancel()
     verbs = {
         verb: (count - before["requestsByVerb"].get(verb, 0)) / sessions
@@ -50,7 +150,27 @@ async def bench_kuberun() -> list[Row]:
     }
     floor, median = statistics.median(floors), statistics.median(answered)
     by_verb = ", ".join(f"{verb} {n:g}" for verb, n in sorted(verbs.items()))
-    return [
+    compared: list[Row] = []
+    if theirs:
+        ratio = statistics.median(same_client) / statistics.median(theirs)
+        compared.append(
+            (
+                f"POST → 201, one blocking client, runnerd vs upstream ({load})",
+                f"{statistics.median(same_client) * 1e3:.1f} ms vs"
+                f" {statistics.median(theirs) * 1e3:.1f} ms: {ratio:.2f}× the upstream",
+                "≤ 1.00×",
+            )
+        )
+        ours_h, theirs_h = (statistics.median(times) for times in health)
+        compared.append(
+            (
+                "GET /v1/health, the same client (the serving layer's floor)",
+                f"{ours_h * 1e3:.1f} ms vs {theirs_h * 1e3:.1f} ms:"
+                f" {ours_h / theirs_h:.2f}× the upstream",
+                "—",
+            )
+        )
+    return compared + [
         (
             f"POST → 201 (kubernetes, {sessions} sessions; load {load})",
             f"{median * 1e3:.1f} ms median; {median / floor:.2f}× the same POST refused"
