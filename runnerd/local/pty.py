@@ -73,7 +73,7 @@ class PtyProcess(ContainedChild):
         """Forward every byte the workload writes to `on_output`, in order, until
         the terminal closes (EIO: no process holds the slave any more); then set
         `done`. Cancellable."""
-        fd, burst = self._master, ReadBurst()
+        fd, burst = self._master, ReadBurst.for_this_thread()
         while True:
             data, eof = burst.read(fd)
             if data:

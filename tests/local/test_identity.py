@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from runnerd.backend import ImageSpec
 from runnerd.local import LocalBackend
@@ -28,6 +30,22 @@ def test_session_uids_are_distinct_while_held_and_reused_once_freed() -> None:
     assert middle is not None
     uids.release(middle)
     assert uids.acquire() == middle
+
+
+@given(st.lists(st.integers(min_value=-1, max_value=5), max_size=60))
+def test_session_uids_hand_out_the_lowest_free_uid_whatever_was_freed(ops: list[int]) -> None:
+    # -1 acquires; k releases the k-th uid of the range (held or not).
+    uids, held = SessionUids(7000, 6), set[int]()
+    for op in ops:
+        if op < 0:
+            free = [u for u in range(7000, 7006) if u not in held]
+            got = uids.acquire()
+            assert got == (SessionIdentity(free[0], free[0]) if free else None)
+            if got is not None:
+                held.add(got.uid)
+        else:
+            uids.release(SessionIdentity(7000 + op, 7000 + op))
+            held.discard(7000 + op)
 
 
 def test_the_first_directory_closed_to_others_is_named(tmp_path: Path) -> None:
