@@ -58,7 +58,14 @@ from runnerd.kube.endpoints import announced
 from runnerd.kube.informer import GONE, PodInformer, PodState, PodSubscription
 from runnerd.kube.ledger import PodLedger
 from runnerd.kube.podphase import Phase, Teardown, advance, plan_teardown, stop_reads_log
-from runnerd.kube.podspec import INSPECT_PORT, build_pod, format_created_at, is_ours, pod_name
+from runnerd.kube.podspec import (
+    INSPECT_PORT,
+    START_LINE,
+    build_pod,
+    format_created_at,
+    is_ours,
+    pod_name,
+)
 from runnerd.kube.podstatus import Progress, StartFailed, StartWatch, terminal_outcome
 from runnerd.kube.podstop import STOP_LOG_READ_S, delete_for_stop, tear_down
 from runnerd.kube.routing import Routing
@@ -120,6 +127,12 @@ class PodRun:
         self._splice = Splice(sink.output, sink.output_lost)
         if self.adopted:  # the log is output its clients saw from the previous daemon
             self._splice.pass_through()
+        elif spec.bundle is not None:
+            # Its program waits for this line (`podspec.gated_command`), held
+            # by the relay until the first attach is up: that attach sees all
+            # its output, so no log read splices the start.
+            self.relay.write(START_LINE)
+            self._splice.from_start()
 
     def _move(self, to: Phase) -> None:
         self.phase = advance(self.phase, to)
@@ -175,8 +188,8 @@ class PodRun:
             ended = terminal_outcome(self._pod)
         if ended is not None:  # it ended before it was seen running
             self._move(Phase.ENDED)
-            if not self._splice.released:
-                self._splice.release(await read_log(self._client, self.name))
+            if not self._splice.released or self._splice.gated:  # what its shell said
+                self._splice.catch_up(await read_log(self._client, self.name))
             return ended
         # Entered before any checkpoint: a stop may need the splice next.
         self._move(Phase.RUNNING)
@@ -208,7 +221,8 @@ class PodRun:
             # the core's drain budget.
             await self._sink.drain(attach_delivered)
             nursery.cancel_scope.cancel()
-        if delivered and self._splice.released and self._splice.fed:
+        # Gated, an attach that ended with the container saw all of it, even nothing.
+        if delivered and self._splice.released and (self._splice.fed or self._splice.gated):
             self._splice.flush()
         else:  # no attach came up, it was cut short or saw nothing: the log has it all
             self._splice.catch_up(await read_log(self._client, self.name))

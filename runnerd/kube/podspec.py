@@ -17,6 +17,12 @@ privilege escalation, seccomp RuntimeDefault, no service-account token,
 secret and RuntimeClass when configured, a TTY with stdin (the PTY bridge
 attaches to it; no `stdinOnce`, so a re-attach still has stdin).
 
+A bundle session's program is gated (`gated_command`): the image's `sh`
+holds it until `START_LINE` (^D) arrives on its tty, which runnerd sends
+through the first attach, so that attach is up before the program writes
+anything and no `pods/log` read is needed to splice its start. A catalog
+app runs the operator's own entrypoint (not known here), so it is not gated.
+
 Labels carry what the shared watch and the reaper select on (managed-by,
 session id); annotations carry what a restarted daemon needs to rebuild a
 session's record (created-at, kind, ports, inspect, app name) — never env,
@@ -61,6 +67,20 @@ _PULL_POLICY: Mapping[PullPolicy, str] = {
     "always": "Always",
     "never": "Never",
 }
+
+
+# The gate: `read` returns at the terminal's end-of-file character (^D, what
+# `START_LINE` is), which a tty in canonical mode (a pod's, by default) takes
+# as the end of an empty line and never echoes: nothing shows in the terminal
+# and nothing after it is taken from the program. Then `exec`: the program is
+# the container's PID 1, with the argv, env, tty and exit code it had ungated.
+_GATE_SCRIPT = 'read -r _; exec "$@"'
+START_LINE = b"\x04"
+
+
+def gated_command(command: list[str]) -> list[str]:
+    """`command` held by the gate until `START_LINE` arrives on stdin."""
+    return ["sh", "-c", _GATE_SCRIPT, "runnerd-gate", *command]
 
 
 def pod_name(session_id: str) -> str:
@@ -198,7 +218,7 @@ def _session_container(spec: RunSpec, entry: str) -> dict[str, Any]:
         "name": SESSION_CONTAINER,
         "image": spec.image.image,
         "imagePullPolicy": _PULL_POLICY[spec.image.pull_policy],
-        "command": command,
+        "command": gated_command(command),
         "workingDir": WORK_DIR,
         "env": _session_env(spec.env),
         "ports": _container_ports(spec.ports),

@@ -76,12 +76,21 @@ class Splice:
         self.fed = 0  # attach bytes seen: none, and the attach may have come up too late
         self.lost = False  # output was lost (said once in the terminal)
         self._dropped = False  # an attach dropped while the container ran
+        self.gated = False  # `from_start`: the first attach saw all the output
 
     def pass_through(self) -> None:
         """No log splicing at all: an adopted pod's log is output the previous
         daemon already delivered, so attach bytes go straight out and nothing
         is caught up from the log."""
         self._held, self._aligning, self._tracking, self._reread_spent = None, False, False, True
+
+    def from_start(self) -> None:
+        """The attach is up before the container writes anything (a gated
+        program, `podspec.gated_command`): its bytes go straight out, nothing
+        is read from the log for the start, and `emitted` still counts
+        positions, so a dropped attach is backfilled from the log as ever."""
+        self._held, self._aligning, self._reread_spent = None, False, True
+        self.gated = True
 
     @property
     def released(self) -> bool:

@@ -80,13 +80,15 @@ def test_session_pod_runs_the_entry_on_the_kernel_image_under_the_pull_policy() 
     c = container(pod)
     assert c["image"] == "telorun/node:0.30.1-slim"
     assert c["imagePullPolicy"] == "Always"
-    assert c["command"] == ["telo", "run", "/app/telo.yaml"]
+    # Held by the gate (sh, until ^D on its tty), then exec'd: the same argv.
+    assert c["command"][:2] == ["sh", "-c"]
+    assert c["command"][3:] == ["runnerd-gate", "telo", "run", "/app/telo.yaml"]
     assert c["workingDir"] == "/work"
     assert c["stdin"] is True and c["tty"] is True and "stdinOnce" not in c
     inspected = build_session_pod(
         SETTINGS, reshaped(SPEC, inspect=True), bundle_url=URL, created_at=CREATED
     )
-    assert container(inspected)["command"][3:] == ["--inspect", "0.0.0.0:9230", "--no-open"]
+    assert container(inspected)["command"][-3:] == ["--inspect", "0.0.0.0:9230", "--no-open"]
     assert c["ports"] == [
         {"containerPort": 3000, "protocol": "TCP"},
         {"containerPort": 5353, "protocol": "UDP"},
