@@ -15,7 +15,9 @@ start followed through the informer
 grace, fails the start; not Running by `start_deadline_seconds` fails it
 too), `Started` reported the moment it runs (the `Relay` as the handle,
 `stop` as its first step of a user stop), its terminal kept attached
-(`terminal.keep_attached`), its end read by `podstatus.terminal_outcome`,
+(`terminal.keep_attached`; a bundle session's program waits for the start
+line the relay sends through the first attach, so no log read splices its
+start), its end read by `podstatus.terminal_outcome`,
 and then torn down (`podphase.plan_teardown`, `podstop.tear_down`): deleted
 on every path except a detach (SIGUSR2), which leaves it running for a
 successor daemon. An adopted pod (`spec.creation` None) is re-announced and

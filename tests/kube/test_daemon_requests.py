@@ -122,30 +122,3 @@ async def test_after_the_gate_stdin_reaches_the_program_and_its_exit_code_propag
         assert b"\x04" not in transcript.output and b"^D" not in transcript.output
         assert b"bye\r\n" in transcript.output
         await wait_no_pods(kubesim)
-
-
-async def test_a_dropped_attach_is_backfilled_from_the_log(
-    kubesim: KubeSim, tmp_path: Path
-) -> None:
-    # The gate makes the start need no log read; a re-attach still does: what
-    # the program wrote while no attach was up is only in its log.
-    async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
-        before = session_requests(kubesim)
-        session_id = await start_telo(client, "print ready\necho got:\nprint bye\n")
-        async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
-            transcript = await read_pty(ws, until=b"ready", timeout_s=TIMEOUT_S)
-            await kubesim.stats.wait_until(lambda stats: stats.attaches_open == 1)
-            assert await kubesim.faults.drop_attaches() == 1
-            await kubesim.stats.wait_until(
-                lambda stats: stats.attaches_total == 2 and stats.attaches_open == 1
-            )
-            await ws.send_message(b"after\n")
-            await read_pty(ws, transcript, until=b"got:after", timeout_s=TIMEOUT_S)
-            await ws.send_message(b"quit\n")
-            await read_pty(ws, transcript, timeout_s=TIMEOUT_S)
-        assert await wait_terminal(client, session_id) == {"kind": "exited", "code": 0}
-        await wait_no_pods(kubesim)
-        spent = session_requests(kubesim) - before
-    assert spent[ATTACH] == 2 and spent[LOG] >= 1, spent
-    assert transcript.output.count(b"ready") == 1 and b"bye\r\n" in transcript.output
-    assert b"[runnerd:" not in transcript.output
