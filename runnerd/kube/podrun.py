@@ -61,10 +61,12 @@ from runnerd.kube.informer import GONE, PodInformer, PodState, PodSubscription
 from runnerd.kube.ledger import PodLedger
 from runnerd.kube.podphase import Phase, Teardown, advance, plan_teardown, stop_reads_log
 from runnerd.kube.podspec import (
+    GATE_MARKER,
     INSPECT_PORT,
     START_LINE,
     build_pod,
     format_created_at,
+    is_gated,
     is_ours,
     pod_name,
 )
@@ -135,6 +137,8 @@ class PodRun:
             # its output, so no log read splices the start.
             self.relay.write(START_LINE)
             self._splice.from_start()
+            self._splice.strip_head(GATE_MARKER)
+            self._splice.gate_shut = lambda: self.relay.write(START_LINE)
 
     def _move(self, to: Phase) -> None:
         self.phase = advance(self.phase, to)
@@ -207,6 +211,8 @@ class PodRun:
         """The running pod's terminal, to its end (its reachability and debug
         stream are the core's, from `Started.address`)."""
         attach_send, attach_end = trio.open_memory_channel[bool](1)
+        if self.adopted and self._pod is not None and is_gated(self._pod):
+            await self._open_adopted_gate()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._attach, attach_send)
             outcome = await self._watch_to_end()
@@ -229,6 +235,17 @@ class PodRun:
         else:  # no attach came up, it was cut short or saw nothing: the log has it all
             self._splice.catch_up(await read_log(self._client, self.name))
         return outcome
+
+    async def _open_adopted_gate(self) -> None:
+        """An adopted gated pod whose log is empty was never sent its start
+        line (its daemon went before the first attach): send it through the
+        coming attach, which then sees all the output, marker stripped. An
+        unreadable log sends nothing: a second ^D would end a started
+        program's input."""
+        head = await read_log(self._client, self.name, len(GATE_MARKER))
+        if head == b"":
+            self.relay.write(START_LINE)
+            self._splice.strip_head(GATE_MARKER)
 
     async def _attach(self, done: trio.MemorySendChannel[bool]) -> None:
         """The terminal kept attached while the pod runs; what

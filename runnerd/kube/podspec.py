@@ -74,13 +74,28 @@ _PULL_POLICY: Mapping[PullPolicy, str] = {
 # as the end of an empty line and never echoes: nothing shows in the terminal
 # and nothing after it is taken from the program. Then `exec`: the program is
 # the container's PID 1, with the argv, env, tty and exit code it had ungated.
-_GATE_SCRIPT = 'read -r _; exec "$@"'
+# Between the two it prints `GATE_MARKER`, an OSC string terminals ignore, so
+# that whether the gate has released is in the output (and the log): runnerd
+# sends the ^D only while it is not (a second ^D would be end-of-input to the
+# started program), and the splice strips it (`Splice.strip_head`).
+GATE_MARKER = b"\x1b]6510;runnerd-started\x07"
+_GATE_SCRIPT = "read -r _; printf '\\033]6510;runnerd-started\\007'; exec \"$@\""
 START_LINE = b"\x04"
 
 
 def gated_command(command: list[str]) -> list[str]:
     """`command` held by the gate until `START_LINE` arrives on stdin."""
     return ["sh", "-c", _GATE_SCRIPT, "runnerd-gate", *command]
+
+
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    """Whether `pod`'s session container runs this gate (with its marker).
+    A pod gated without the marker (kube3's first gate, never released) or
+    not at all (a catalog app, an older pod) is never sent a ^D."""
+    for container in pod.get("spec", {}).get("containers", []):
+        if container.get("name") == SESSION_CONTAINER:
+            return bool(container.get("command", [])[:3] == ["sh", "-c", _GATE_SCRIPT])
+    return False
 
 
 def pod_name(session_id: str) -> str:
