@@ -20,8 +20,10 @@ attaches to it; no `stdinOnce`, so a re-attach still has stdin).
 A bundle session's program is gated (`gated_command`): the image's `sh`
 holds it until `START_LINE` (^D) arrives on its tty, which runnerd sends
 through the first attach, so that attach is up before the program writes
-anything and no `pods/log` read is needed to splice its start. A catalog
-app runs the operator's own entrypoint (not known here), so it is not gated.
+anything and no `pods/log` read is needed to splice its start. Once it
+read the line it prints `GATE_MARKER`, so the log says whether it opened
+(`is_gated` tells an adopting daemon a pod has this gate). A catalog app
+runs the operator's own entrypoint (not known here), so it is not gated.
 
 Labels carry what the shared watch and the reaper select on (managed-by,
 session id); annotations carry what a restarted daemon needs to rebuild a

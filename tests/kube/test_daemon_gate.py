@@ -9,6 +9,8 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import httpx
+
 from tests.e2e.contract_client import PtyTranscript, read_pty, wait_status
 from tests.harness import Daemon, open_ws
 from tests.kube.daemon import kube_daemon, start_telo, wait_pods
@@ -43,8 +45,17 @@ async def type_and_finish(daemon: Daemon, session_id: str, sim: KubeSim) -> PtyT
         return await read_pty(ws, transcript, timeout_s=TIMEOUT_S)  # to the close
 
 
-async def assert_clean_replay(daemon: Daemon, session_id: str) -> None:
-    """A replay from seq 0 once the session ended: the program's output, no marker."""
+async def assert_started_once(
+    daemon: Daemon, client: httpx.AsyncClient, session_id: str, sim: KubeSim
+) -> None:
+    """The program ran once, its input never ended by a second ^D, its exit
+    code the session's; neither the live stream nor a replay from seq 0
+    (once it ended) shows the marker."""
+    transcript = await type_and_finish(daemon, session_id, sim)
+    assert transcript.output.count(b"ready") == 1
+    assert b"got:one" in transcript.output and MARKER not in transcript.output
+    ended = await wait_status(client, session_id, "exited", timeout_s=TIMEOUT_S)
+    assert ended == {"kind": "exited", "code": 7}
     async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io?lastSeq=0") as ws:
         replay = await read_pty(ws, timeout_s=TIMEOUT_S)
     assert replay.output.count(b"ready") == 1 and b"got:two" in replay.output
@@ -64,12 +75,7 @@ async def test_a_pod_adopted_before_its_first_attach_is_started_once(
     finally:
         kubesim.faults.allow("create", "pods/attach")
     async with kube_daemon(kubesim, tmp_path) as second, second.client() as client:
-        transcript = await type_and_finish(second, session_id, kubesim)
-        assert transcript.output.count(b"ready") == 1
-        assert b"got:one" in transcript.output and MARKER not in transcript.output
-        ended = await wait_status(client, session_id, "exited", timeout_s=TIMEOUT_S)
-        assert ended == {"kind": "exited", "code": 7}
-        await assert_clean_replay(second, session_id)
+        await assert_started_once(second, client, session_id, kubesim)
         await wait_pods(kubesim, lambda pods: not pods, TIMEOUT_S)
 
 
@@ -84,9 +90,4 @@ async def test_a_first_attach_dropped_before_its_start_line_still_starts_the_pro
         await kubesim.stats.wait_until(lambda stats: stats.attaches_open == 1)
         kubesim.faults.attach_lag_s = 0.0
         assert await kubesim.faults.drop_attaches() == 1
-        transcript = await type_and_finish(daemon, session_id, kubesim)
-        assert transcript.output.count(b"ready") == 1
-        assert b"got:one" in transcript.output and MARKER not in transcript.output
-        ended = await wait_status(client, session_id, "exited", timeout_s=TIMEOUT_S)
-        assert ended == {"kind": "exited", "code": 7}
-        await assert_clean_replay(daemon, session_id)
+        await assert_started_once(daemon, client, session_id, kubesim)
