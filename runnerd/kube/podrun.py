@@ -15,7 +15,9 @@ start followed through the informer
 grace, fails the start; not Running by `start_deadline_seconds` fails it
 too), `Started` reported the moment it runs (the `Relay` as the handle,
 `stop` as its first step of a user stop), its terminal kept attached
-(`terminal.keep_attached`), its end read by `podstatus.terminal_outcome`,
+(`terminal.keep_attached`; a bundle session's program waits for the start
+line the relay sends through the first attach, so no log read splices its
+start), its end read by `podstatus.terminal_outcome`,
 and then torn down (`podphase.plan_teardown`, `podstop.tear_down`): deleted
 on every path except a detach (SIGUSR2), which leaves it running for a
 successor daemon. An adopted pod (`spec.creation` None) is re-announced and
@@ -58,7 +60,16 @@ from runnerd.kube.endpoints import announced
 from runnerd.kube.informer import GONE, PodInformer, PodState, PodSubscription
 from runnerd.kube.ledger import PodLedger
 from runnerd.kube.podphase import Phase, Teardown, advance, plan_teardown, stop_reads_log
-from runnerd.kube.podspec import INSPECT_PORT, build_pod, format_created_at, is_ours, pod_name
+from runnerd.kube.podspec import (
+    GATE_MARKER,
+    INSPECT_PORT,
+    START_LINE,
+    build_pod,
+    format_created_at,
+    is_gated,
+    is_ours,
+    pod_name,
+)
 from runnerd.kube.podstatus import Progress, StartFailed, StartWatch, terminal_outcome
 from runnerd.kube.podstop import STOP_LOG_READ_S, delete_for_stop, tear_down
 from runnerd.kube.routing import Routing
@@ -120,6 +131,14 @@ class PodRun:
         self._splice = Splice(sink.output, sink.output_lost)
         if self.adopted:  # the log is output its clients saw from the previous daemon
             self._splice.pass_through()
+        elif spec.bundle is not None:
+            # Its program waits for this line (`podspec.gated_command`), held
+            # by the relay until the first attach is up: that attach sees all
+            # its output, so no log read splices the start.
+            self.relay.write(START_LINE)
+            self._splice.from_start()
+            self._splice.strip_head(GATE_MARKER)
+            self._splice.gate_shut = lambda: self.relay.write(START_LINE)
 
     def _move(self, to: Phase) -> None:
         self.phase = advance(self.phase, to)
@@ -175,8 +194,8 @@ class PodRun:
             ended = terminal_outcome(self._pod)
         if ended is not None:  # it ended before it was seen running
             self._move(Phase.ENDED)
-            if not self._splice.released:
-                self._splice.release(await read_log(self._client, self.name))
+            if not self._splice.released or self._splice.gated:  # what its shell said
+                self._splice.catch_up(await read_log(self._client, self.name))
             return ended
         # Entered before any checkpoint: a stop may need the splice next.
         self._move(Phase.RUNNING)
@@ -192,6 +211,8 @@ class PodRun:
         """The running pod's terminal, to its end (its reachability and debug
         stream are the core's, from `Started.address`)."""
         attach_send, attach_end = trio.open_memory_channel[bool](1)
+        if self.adopted and self._pod is not None and is_gated(self._pod):
+            await self._open_adopted_gate()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._attach, attach_send)
             outcome = await self._watch_to_end()
@@ -208,11 +229,23 @@ class PodRun:
             # the core's drain budget.
             await self._sink.drain(attach_delivered)
             nursery.cancel_scope.cancel()
-        if delivered and self._splice.released and self._splice.fed:
+        # Gated, an attach that ended with the container saw all of it, even nothing.
+        if delivered and self._splice.released and (self._splice.fed or self._splice.gated):
             self._splice.flush()
         else:  # no attach came up, it was cut short or saw nothing: the log has it all
             self._splice.catch_up(await read_log(self._client, self.name))
         return outcome
+
+    async def _open_adopted_gate(self) -> None:
+        """An adopted gated pod whose log is empty was never sent its start
+        line (its daemon went before the first attach): send it through the
+        coming attach, which then sees all the output, marker stripped. An
+        unreadable log sends nothing: a second ^D would end a started
+        program's input."""
+        head = await read_log(self._client, self.name, len(GATE_MARKER))
+        if head == b"":
+            self.relay.write(START_LINE)
+            self._splice.strip_head(GATE_MARKER)
 
     async def _attach(self, done: trio.MemorySendChannel[bool]) -> None:
         """The terminal kept attached while the pod runs; what

@@ -17,6 +17,14 @@ privilege escalation, seccomp RuntimeDefault, no service-account token,
 secret and RuntimeClass when configured, a TTY with stdin (the PTY bridge
 attaches to it; no `stdinOnce`, so a re-attach still has stdin).
 
+A bundle session's program is gated (`gated_command`): the image's `sh`
+holds it until `START_LINE` (^D) arrives on its tty, which runnerd sends
+through the first attach, so that attach is up before the program writes
+anything and no `pods/log` read is needed to splice its start. Once it
+read the line it prints `GATE_MARKER`, so the log says whether it opened
+(`is_gated` tells an adopting daemon a pod has this gate). A catalog app
+runs the operator's own entrypoint (not known here), so it is not gated.
+
 Labels carry what the shared watch and the reaper select on (managed-by,
 session id); annotations carry what a restarted daemon needs to rebuild a
 session's record (created-at, kind, ports, inspect, app name) — never env,
@@ -61,6 +69,35 @@ _PULL_POLICY: Mapping[PullPolicy, str] = {
     "always": "Always",
     "never": "Never",
 }
+
+
+# The gate: `read` returns at the terminal's end-of-file character (^D, what
+# `START_LINE` is), which a tty in canonical mode (a pod's, by default) takes
+# as the end of an empty line and never echoes: nothing shows in the terminal
+# and nothing after it is taken from the program. Then `exec`: the program is
+# the container's PID 1, with the argv, env, tty and exit code it had ungated.
+# Between the two it prints `GATE_MARKER`, an OSC string terminals ignore, so
+# that whether the gate has released is in the output (and the log): runnerd
+# sends the ^D only while it is not (a second ^D would be end-of-input to the
+# started program), and the splice strips it (`Splice.strip_head`).
+GATE_MARKER = b"\x1b]6510;runnerd-started\x07"
+_GATE_SCRIPT = "read -r _; printf '\\033]6510;runnerd-started\\007'; exec \"$@\""
+START_LINE = b"\x04"
+
+
+def gated_command(command: list[str]) -> list[str]:
+    """`command` held by the gate until `START_LINE` arrives on stdin."""
+    return ["sh", "-c", _GATE_SCRIPT, "runnerd-gate", *command]
+
+
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    """Whether `pod`'s session container runs this gate (with its marker).
+    A pod gated without the marker (kube3's first gate, never released) or
+    not at all (a catalog app, an older pod) is never sent a ^D."""
+    for container in pod.get("spec", {}).get("containers", []):
+        if container.get("name") == SESSION_CONTAINER:
+            return bool(container.get("command", [])[:3] == ["sh", "-c", _GATE_SCRIPT])
+    return False
 
 
 def pod_name(session_id: str) -> str:
@@ -198,7 +235,7 @@ def _session_container(spec: RunSpec, entry: str) -> dict[str, Any]:
         "name": SESSION_CONTAINER,
         "image": spec.image.image,
         "imagePullPolicy": _PULL_POLICY[spec.image.pull_policy],
-        "command": command,
+        "command": gated_command(command),
         "workingDir": WORK_DIR,
         "env": _session_env(spec.env),
         "ports": _container_ports(spec.ports),

@@ -76,12 +76,41 @@ class Splice:
         self.fed = 0  # attach bytes seen: none, and the attach may have come up too late
         self.lost = False  # output was lost (said once in the terminal)
         self._dropped = False  # an attach dropped while the container ran
+        self.gated = False  # `from_start`: the first attach saw all the output
+        self._strip = b""  # `strip_head`: what of the marker is still to come
+        self._marker = b""
+        # Set for a gated program: a log read back empty, nothing written,
+        # says its gate never got the start line (`podspec.GATE_MARKER`).
+        self.gate_shut: Callable[[], None] | None = None
 
     def pass_through(self) -> None:
         """No log splicing at all: an adopted pod's log is output the previous
         daemon already delivered, so attach bytes go straight out and nothing
         is caught up from the log."""
         self._held, self._aligning, self._tracking, self._reread_spent = None, False, False, True
+
+    def from_start(self) -> None:
+        """The attach is up before the container writes anything (a gated
+        program, `podspec.gated_command`): its bytes go straight out, nothing
+        is read from the log for the start, and `emitted` still counts
+        positions, so a dropped attach is backfilled from the log as ever."""
+        self._held, self._aligning, self._reread_spent = None, False, True
+        self.gated = True
+
+    def strip_head(self, marker: bytes) -> None:
+        """The stream from here starts with `marker` (the gate's, written
+        once it released): not emitted, but counted as a log position. Bytes
+        that turn out not to be it are emitted as they came."""
+        self._strip = self._marker = marker
+
+    def _stripped(self, data: bytes) -> bytes:
+        expect = self._strip
+        size = min(len(expect), len(data))
+        if data[:size] == expect[:size]:
+            self._strip = expect[size:]
+            return data[size:]
+        self._strip = b""  # not the marker: give back what looked like it
+        return self._marker[: len(self._marker) - len(expect)] + data
 
     @property
     def released(self) -> bool:
@@ -98,6 +127,10 @@ class Splice:
 
     def _emit(self, data: bytes) -> None:
         self.emitted += len(data)
+        if self._strip:
+            data = self._stripped(data)
+            if not data:
+                return
         self._emit_raw(data)
 
     def feed(self, data: bytes) -> None:
@@ -115,6 +148,8 @@ class Splice:
         if self._held is None:
             return
         held, self._held = bytes(self._held), None
+        if self.gate_shut is not None and log_bytes == b"" and not held and not self.emitted:
+            self.gate_shut()  # the start line was lost with an attach: send it again
         if self.emitted and not self._backfills(log_bytes):
             self._say_lost()
             self._emit(held)

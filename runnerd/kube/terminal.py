@@ -15,10 +15,11 @@ splice itself, pure, is `runnerd.kube.splice`'s; its names re-exported here):
   log whole once). The attach's bytes are held until that read is back;
   the longest tail of the log that is also the head of the held bytes is
   written once (the container's output from the attach's start to the log
-  read is in both); see its docstring for late attach bytes. Chosen over
-  holding the workload until the attach is up: that needs a wrapper in the
-  session image, and a fast `print; exit` ends before any attach could
-  connect.
+  read is in both); see its docstring for late attach bytes. A program
+  held until the first attach is up (a bundle session's, through the
+  image's `sh`: `podspec.gated_command`) needs none of this: its splice
+  starts released (`Splice.from_start`), and only a re-attach reads the log.
+  Catalog apps (their own entrypoint) and adopted pods still read it.
 - `keep_attached`: an attach that drops while the pod runs is re-attached
   with capped backoff, and what the container wrote meanwhile is backfilled
   from `pods/log` the same way (`Splice.resume`): the log past the bytes

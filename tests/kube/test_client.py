@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,18 @@ import trio.testing
 
 from runnerd.backend import BundleSpec, Exited, ImageSpec, Limits, RunSpec
 from runnerd.kube import errors
+from runnerd.kube.attach import run_attach
 from runnerd.kube.bundle import BundleTokens, build_bundle_archive
 from runnerd.kube.client import open_kube_client
 from runnerd.kube.credentials import Credentials
 from runnerd.kube.kubeconfig import load_connection
-from runnerd.kube.podspec import build_session_pod, is_ours, managed_by_selector, pod_name
+from runnerd.kube.podspec import (
+    START_LINE,
+    build_session_pod,
+    is_ours,
+    managed_by_selector,
+    pod_name,
+)
 from runnerd.kube.podstatus import terminal_outcome
 from runnerd.kube.policy import kube_verb
 from runnerd.kube.settings import KubeSettings
@@ -232,17 +240,29 @@ async def test_session_pod_fetches_its_bundle_and_runs(kubesim: KubeSim, tmp_pat
             body, operation=OP, is_ours=lambda p: is_ours(p, SETTINGS, spec.session_id)
         )
         outcome = None
+        output = bytearray()
+        attached = False
         with trio.fail_after(20):
             params = {
                 "fieldSelector": f"metadata.name={name}",
                 "resourceVersion": created["metadata"]["resourceVersion"],
             }
-            async with client.open_watch(client.pods_path(), params, operation="watch") as events:
+            async with (
+                client.open_watch(client.pods_path(), params, operation="watch") as events,
+                trio.open_nursery() as nursery,
+            ):
                 async for event in events:
+                    if event["object"]["status"].get("phase") == "Running" and not attached:
+                        # The kernel waits for the start line, sent through an attach.
+                        attach = partial(run_attach, client, name, on_output=output.extend)
+                        terminal = await nursery.start(attach)
+                        terminal.write(START_LINE)
+                        attached = True
                     outcome = terminal_outcome(event["object"])
                     if outcome is not None:
                         break
         assert outcome == Exited(3)
+        assert b"GREETING=hi" in output
         assert fetches == [f"{spec.session_id}:ok"]
         async with build_client(kubesim) as raw:
             log = await raw.get(f"{client.pods_path(name)}/log", params={"container": "session"})

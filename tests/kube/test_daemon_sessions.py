@@ -29,6 +29,7 @@ from tests.kube.daemon import (
     wait_no_pods,
     wait_pods,
 )
+from tests.kube.test_daemon_requests import LOG, session_requests
 from tests.kubesim.server import KubeSim
 
 TIMEOUT_S = 20.0
@@ -113,6 +114,7 @@ async def test_dropped_attach_is_restored_with_nothing_lost(
     kubesim: KubeSim, tmp_path: Path
 ) -> None:
     async with kube_daemon(kubesim, tmp_path) as daemon, daemon.client() as client:
+        before = session_requests(kubesim)
         session_id = await start_telo(client, "print ready\necho got:\n")
         async with open_ws(daemon.socket_path, f"/v1/sessions/{session_id}/io") as ws:
             transcript = await read_pty(ws, until=b"ready", timeout_s=TIMEOUT_S)
@@ -131,6 +133,9 @@ async def test_dropped_attach_is_restored_with_nothing_lost(
         assert b"[runnerd:" not in transcript.output
         assert transcript.output.count(b"ready") == 1
         assert await wait_terminal(client, session_id) == {"kind": "exited", "code": 0}
+        # The start needed no log read (its program waited for the attach);
+        # the re-attach did: only the log has what was written meanwhile.
+        assert (session_requests(kubesim) - before)[LOG] >= 1
 
 
 async def test_refused_attach_writes_its_reason_once(kubesim: KubeSim, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from runnerd.kube.podspec import (
     build_app_pod,
     build_pod,
     build_session_pod,
+    is_gated,
     is_ours,
     managed_by_selector,
     parse_annotations,
@@ -80,13 +81,16 @@ def test_session_pod_runs_the_entry_on_the_kernel_image_under_the_pull_policy() 
     c = container(pod)
     assert c["image"] == "telorun/node:0.30.1-slim"
     assert c["imagePullPolicy"] == "Always"
-    assert c["command"] == ["telo", "run", "/app/telo.yaml"]
+    # Held by the gate (sh, until ^D on its tty), then exec'd: the same argv.
+    assert c["command"][:2] == ["sh", "-c"]
+    assert c["command"][3:] == ["runnerd-gate", "telo", "run", "/app/telo.yaml"]
+    assert is_gated(pod)  # what an adopting daemon checks before it sends a ^D
     assert c["workingDir"] == "/work"
     assert c["stdin"] is True and c["tty"] is True and "stdinOnce" not in c
     inspected = build_session_pod(
         SETTINGS, reshaped(SPEC, inspect=True), bundle_url=URL, created_at=CREATED
     )
-    assert container(inspected)["command"][3:] == ["--inspect", "0.0.0.0:9230", "--no-open"]
+    assert container(inspected)["command"][-3:] == ["--inspect", "0.0.0.0:9230", "--no-open"]
     assert c["ports"] == [
         {"containerPort": 3000, "protocol": "TCP"},
         {"containerPort": 5353, "protocol": "UDP"},
@@ -198,6 +202,7 @@ def test_app_pod_runs_the_catalog_image_own_entrypoint() -> None:
     validate(pod)
     c = container(pod)
     assert "command" not in c and "args" not in c
+    assert not is_gated(pod)  # never sent a ^D
     assert "initContainers" not in pod["spec"]
     assert c["image"] == "acme/tool:1"
     assert c["imagePullPolicy"] == "IfNotPresent"
