@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from tests.e2e.io_client import TIMEOUT_S, Io, assert_sse_conforms, printed, start_watch
-from tests.e2e.watch_client import next_status, open_sse
+from tests.e2e.watch_client import kind_of, next_status, open_sse, until_kind
 from tests.shared_daemon import SharedDaemon, shared_daemon
 
 # Four ticks a second apart, on the terminal and into the workspace (read
@@ -33,20 +33,6 @@ def idle_runnerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDae
     overrides = {"watch": {"enabled": True, "idle_seconds": 1}}
     with shared_daemon(tmp_path_factory.mktemp("runnerd"), overrides) as daemon:
         yield daemon
-
-
-async def kind_of(client: httpx.AsyncClient, session_id: str) -> str:
-    kind: str = (await client.get(f"/v1/sessions/{session_id}")).json()["status"]["kind"]
-    return kind
-
-
-async def until_kind(client: httpx.AsyncClient, session_id: str, kind: str) -> None:
-    """Poll GET (a plain request is no subscriber) until the status is `kind`."""
-    with trio.fail_after(TIMEOUT_S):
-        while True:
-            if await kind_of(client, session_id) == kind:
-                return
-            await trio.sleep(0.05)
 
 
 async def until_ticked(client: httpx.AsyncClient, session_id: str, tick: str) -> None:

@@ -180,3 +180,21 @@ async def final_status(
     frames = await wait_frames(client, session_id, has_status(kind), timeout_s=timeout_s)
     status: dict[str, Any] = [f.data["status"] for f in frames if f.event == "status"][-1]
     return status
+
+
+async def kind_of(client: httpx.AsyncClient, session_id: str) -> str:
+    """The session's status kind, read by a plain GET."""
+    kind: str = (await client.get(f"/v1/sessions/{session_id}")).json()["status"]["kind"]
+    return kind
+
+
+async def until_kind(
+    client: httpx.AsyncClient, session_id: str, kind: str, timeout_s: float = 30.0
+) -> None:
+    """Poll GET until the status is `kind` (a plain request is no
+    subscriber: it does not hold off an idle suspend)."""
+    with trio.fail_after(timeout_s):
+        while True:
+            if await kind_of(client, session_id) == kind:
+                return
+            await trio.sleep(0.05)

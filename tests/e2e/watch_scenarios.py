@@ -15,10 +15,17 @@ import hashlib
 from typing import Any
 
 import httpx
-import trio
 
 from tests.e2e.io_client import Io
-from tests.e2e.watch_client import error_of, has_status, route, runs, started, wait_frames
+from tests.e2e.watch_client import (
+    error_of,
+    has_status,
+    route,
+    runs,
+    started,
+    until_kind,
+    wait_frames,
+)
 from tests.harness import SseFrame
 from tests.kube.daemon import resume_sse
 
@@ -154,16 +161,6 @@ async def check_sse_replay(client: httpx.AsyncClient, config: dict[str, str]) ->
     )
     assert [f.raw for f in replayed][: len(later)] == later
     await client.delete(f"/v1/sessions/{session_id}")
-
-
-async def until_kind(client: httpx.AsyncClient, session_id: str, kind: str) -> None:
-    """Poll GET (a plain request is no subscriber: idle suspend is not held off)."""
-    with trio.fail_after(TIMEOUT_S):
-        while True:
-            got = (await client.get(f"/v1/sessions/{session_id}")).json()
-            if got["status"]["kind"] == kind:
-                return
-            await trio.sleep(0.05)
 
 
 async def check_suspend_resume(client: httpx.AsyncClient, config: dict[str, str]) -> None:

@@ -27,6 +27,7 @@ from tests.e2e.watch_client import (
     route,
     runs,
     started,
+    until_kind,
     wait_frames,
     watch_body,
 )
@@ -102,20 +103,6 @@ async def test_a_watch_session_runs_in_a_watch_pod_and_leaves_nothing_behind(
         answer = await client.delete(f"/v1/sessions/{session_id}")
         assert answer.status_code in (200, 202, 204), answer.text
         await wait_gone(daemon, kubesim)
-
-
-async def kind_of(client: httpx.AsyncClient, session_id: str) -> str:
-    kind: str = (await client.get(f"/v1/sessions/{session_id}")).json()["status"]["kind"]
-    return kind
-
-
-async def until_kind(client: httpx.AsyncClient, session_id: str, kind: str) -> None:
-    """Poll GET (a plain request is no subscriber: idle suspend is not held off)."""
-    with trio.fail_after(TIMEOUT_S):
-        while True:
-            if await kind_of(client, session_id) == kind:
-                return
-            await trio.sleep(0.05)
 
 
 async def until_count(directory: Path, count: int) -> list[Path]:

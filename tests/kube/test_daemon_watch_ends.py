@@ -17,11 +17,13 @@ import trio
 from tests.e2e.watch_client import (
     final_status,
     has_status,
+    kind_of,
     next_status,
     open_sse,
     route,
     runs,
     started,
+    until_kind,
     wait_frames,
 )
 from tests.harness import SseFrame
@@ -30,10 +32,8 @@ from tests.kube.test_daemon_watch import (
     APP,
     TIMEOUT_S,
     WATCH,
-    kind_of,
     kube_watch_body,
     start,
-    until_kind,
     wait_gone,
 )
 from tests.kubesim.conftest import build_client
