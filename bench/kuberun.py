@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -54,23 +55,26 @@ def _timed_post(client: httpx.Client, started: list[str]) -> float:
 
 async def _compare(
     ours: httpx.Client,
-    theirs: httpx.Client,
+    others: dict[str, httpx.Client],
     rounds: int,
     our_times: list[float],
-    their_times: list[float],
-    health: tuple[list[float], list[float]],
+    their_times: dict[str, list[float]],
+    health: dict[str, list[float]],
 ) -> None:
-    """POST → 201 on both, taking turns, with one blocking client each;
+    """POST → 201 on runnerd and on each of `others` (the upstream, the
+    serving layer's floor), taking turns, with one blocking client each;
     runnerd's sessions are deleted before the next round (the upstream's
-    fail on the test cluster on their own)."""
+    fail on the test cluster on their own). `GET /v1/health` on each too."""
+    clients = {"runnerd": ours, **others}
     for _ in range(rounds):
-        their_times.append(await trio.to_thread.run_sync(_timed_post, theirs, []))
+        for name, other in others.items():
+            their_times[name].append(await trio.to_thread.run_sync(_timed_post, other, []))
         started: list[str] = []
         our_times.append(await trio.to_thread.run_sync(_timed_post, ours, started))
         for sid in started:
             await trio.to_thread.run_sync(ours.delete, f"/v1/sessions/{sid}")
-        for client, times in zip((ours, theirs), health, strict=True):
-            times.append(await trio.to_thread.run_sync(_timed_get, client))
+        for name, client in clients.items():
+            health[name].append(await trio.to_thread.run_sync(_timed_get, client))
 
 
 def _timed_get(client: httpx.Client) -> float:
@@ -113,6 +117,57 @@ async def _upstream(tmp: Path) -> AsyncIterator[httpx.Client | None]:
             await proc.wait()
 
 
+@asynccontextmanager
+async def _serving_floor(tmp: Path) -> AsyncIterator[httpx.Client]:
+    """`bench.servefloor` (the bare quart-trio app on hypercorn) on a UNIX
+    socket of its own, and a blocking client for it."""
+    sock = tmp / "floor.sock"
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "bench.servefloor", str(sock)], start_new_session=True
+    )
+    try:
+        client = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://floor")
+        with client, trio.fail_after(60):
+            while True:
+                try:
+                    if (await trio.to_thread.run_sync(client.get, "/v1/health")).is_success:
+                        break
+                except httpx.TransportError:
+                    pass  # not listening yet
+                await trio.sleep(0.01)
+            yield client
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+
+def _compared_rows(
+    load: str,
+    ours: list[float],
+    theirs: dict[str, list[float]],
+    health: dict[str, list[float]],
+) -> list[Row]:
+    """runnerd, the upstream and the bare serving layer, medians in ms: the
+    POST → 201 and the `GET /v1/health` each answered one blocking client."""
+    post = {"runnerd": statistics.median(ours)} | {
+        name: statistics.median(times) for name, times in theirs.items()
+    }
+    get = {name: statistics.median(times) for name, times in health.items()}
+
+    def line(ms: dict[str, float]) -> str:
+        ours, upstream, floor = ms["runnerd"], ms["upstream"], ms["floor"]
+        return (
+            f"runnerd {ours * 1e3:.1f} ms ({ours / upstream:.2f}× the upstream's"
+            f" {upstream * 1e3:.1f} ms); the bare quart-trio app {floor * 1e3:.1f} ms"
+            f" ({floor / upstream:.2f}×); runnerd's own share {(ours - floor) * 1e3:.1f} ms"
+        )
+
+    return [
+        (f"POST → 201, one blocking client ({load})", line(post), "runnerd ≤ 1.00× the upstream"),
+        ("GET /v1/health, the same client", line(get), "—"),
+    ]
+
+
 async def bench_kuberun() -> list[Row]:
     sessions = int(os.environ.get("RUNNERD_BENCH_SESSIONS", "20"))
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -129,8 +184,8 @@ async def bench_kuberun() -> list[Row]:
                 before = sim.stats.snapshot()
                 answered, floors = [], []
                 same_client: list[float] = []
-                theirs: list[float] = []
-                health: tuple[list[float], list[float]] = ([], [])
+                theirs: dict[str, list[float]] = {"upstream": [], "floor": []}
+                health: dict[str, list[float]] = {"runnerd": [], "upstream": [], "floor": []}
                 ours = httpx.Client(
                     transport=httpx.HTTPTransport(uds=str(daemon.socket_path)),
                     base_url="http://runnerd",
@@ -140,8 +195,10 @@ async def bench_kuberun() -> list[Row]:
                     answered.append((await one_session(client, seen, []))[3])
                 after = sim.stats.snapshot()
                 if upstream is not None:
-                    with ours:
-                        await _compare(ours, upstream, sessions, same_client, theirs, health)
+                    async with _serving_floor(Path(tmp)) as bare:
+                        others = {"upstream": upstream, "floor": bare}
+                        with ours:
+                            await _compare(ours, others, sessions, same_client, theirs, health)
             nursery.cancel_scope.cancel()
     verbs = {
         verb: (count - before["requestsByVerb"].get(verb, 0)) / sessions
@@ -151,25 +208,8 @@ async def bench_kuberun() -> list[Row]:
     floor, median = statistics.median(floors), statistics.median(answered)
     by_verb = ", ".join(f"{verb} {n:g}" for verb, n in sorted(verbs.items()))
     compared: list[Row] = []
-    if theirs:
-        ratio = statistics.median(same_client) / statistics.median(theirs)
-        compared.append(
-            (
-                f"POST → 201, one blocking client, runnerd vs upstream ({load})",
-                f"{statistics.median(same_client) * 1e3:.1f} ms vs"
-                f" {statistics.median(theirs) * 1e3:.1f} ms: {ratio:.2f}× the upstream",
-                "≤ 1.00×",
-            )
-        )
-        ours_h, theirs_h = (statistics.median(times) for times in health)
-        compared.append(
-            (
-                "GET /v1/health, the same client (the serving layer's floor)",
-                f"{ours_h * 1e3:.1f} ms vs {theirs_h * 1e3:.1f} ms:"
-                f" {ours_h / theirs_h:.2f}× the upstream",
-                "—",
-            )
-        )
+    if theirs["upstream"]:
+        compared = _compared_rows(load, same_client, theirs, health)
     return compared + [
         (
             f"POST → 201 (kubernetes, {sessions} sessions; load {load})",

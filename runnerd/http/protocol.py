@@ -45,6 +45,7 @@ from h11._readers import ChunkedReader
 from hypercorn.events import Closed, Event, RawData
 from hypercorn.protocol.h11 import H11Protocol as HypercornH11Protocol
 from hypercorn.protocol.ws_stream import ASGIWebsocketState, WSStream
+from hypercorn.typing import H11SendableEvent
 from wsproto.events import CloseConnection
 from wsproto.frame_protocol import CloseReason
 from wsproto.utilities import LocalProtocolError as WsLocalProtocolError
@@ -116,6 +117,10 @@ def with_error_body(data: bytes) -> bytes:
     return head + rest + body
 
 
+def _has_length(response: h11.Response) -> bool:
+    return any(name == b"content-length" for name, _ in response.headers)
+
+
 class _EarlyData(Exception):
     """Bytes followed a WebSocket upgrade request in the same read."""
 
@@ -152,7 +157,8 @@ def asks_websocket(request: h11.Request) -> bool:
 
 
 class H11Protocol(HypercornH11Protocol):
-    """hypercorn's HTTP/1.1 protocol with the refusals of the module docstring."""
+    """hypercorn's HTTP/1.1 protocol with the refusals of the module docstring,
+    and a response's head written together with its body (`_send_h11_event`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -160,6 +166,44 @@ class H11Protocol(HypercornH11Protocol):
             h11.SERVER, max_incomplete_event_size=self.config.h11_max_incomplete_size
         )
         self._frames = FrameLengths(self.config.websocket_max_message_size)
+        # A response head held for its body (see `_send_h11_event`); every
+        # other send writes it first (`_send_after_head`), so bytes never
+        # reorder and nothing is left behind by a close.
+        self._head: bytes | None = None
+        self._send_raw, self.send = self.send, self._send_after_head
+
+    async def _send_h11_event(self, event: H11SendableEvent) -> None:
+        """hypercorn writes a response's head and its body in two socket
+        writes: two wake-ups of the client and two syscalls per answer
+        (measured: a third of a `GET /v1/health`'s server CPU). A head with
+        a Content-Length is held and written with the body's first bytes (or
+        the end of an empty body), which hypercorn sends right after it. A
+        head without one (an SSE stream, a chunked body) goes out at once:
+        its body may be a long time coming, and the client waits for the head."""
+        if isinstance(event, h11.Response) and self._head is None and _has_length(event):
+            try:
+                self._head = self.connection.send(event)
+            except h11.LocalProtocolError:
+                if self.connection.their_state != h11.ERROR:
+                    raise
+            return
+        if isinstance(event, h11.Data | h11.EndOfMessage) and self._head is not None:
+            try:
+                data = self.connection.send(event)
+            except h11.LocalProtocolError:
+                if self.connection.their_state != h11.ERROR:
+                    raise
+                data = b""
+            head, self._head = self._head, None
+            await self._send_raw(RawData(data=head + data))
+            return
+        await super()._send_h11_event(event)
+
+    async def _send_after_head(self, event: Event) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            await self._send_raw(RawData(data=head))
+        await self._send_raw(event)
 
     async def handle(self, event: Event) -> None:
         stream = self.stream
