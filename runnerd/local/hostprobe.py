@@ -36,7 +36,6 @@ import dataclasses
 import json
 import logging
 import os
-import pickle
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -44,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runnerd.local.containment import ContainmentPlan, probe_containment
+from runnerd.local.containment import Containment, ContainmentPlan, probe_containment
 from runnerd.local.identity import SessionIdentity
 from runnerd.local.initpython import (
     InitBinary,
@@ -54,7 +53,7 @@ from runnerd.local.initpython import (
     open_init_binary,
     take_init_binary,
 )
-from runnerd.local.network import NetworkPlan, probe_network
+from runnerd.local.network import NetworkMode, NetworkPlan, probe_network
 
 if TYPE_CHECKING:
     from runnerd.local.settings import LocalConfig
@@ -104,6 +103,22 @@ class HostFindings:
     init_problem: str | None
     binary_wanted: bool
     binary_problem: str | None
+
+    def dump(self) -> str:
+        """As JSON, for `load` (the child's answer)."""
+        return json.dumps(dataclasses.asdict(self), default=lambda mode: mode.value)
+
+    @classmethod
+    def load(cls, text: str) -> HostFindings:
+        """What `dump` wrote. Raises ValueError, KeyError or TypeError for
+        anything else."""
+        raw = json.loads(text)
+        plan, net = raw.pop("plan"), raw.pop("net")
+        plan["containment"] = Containment(plan["containment"])
+        net["mode"] = NetworkMode(net["mode"])
+        if net["outbound"] is not None:
+            net["outbound"] = tuple(net["outbound"])
+        return cls(ContainmentPlan(**plan), NetworkPlan(**net), **raw)
 
 
 def probe_host(question: HostQuestion, binary: InitBinary | str) -> HostFindings:
@@ -181,18 +196,17 @@ class ProbeChild:
         with self._proc.stdout:
             output = self._proc.stdout.read()
         code = self._proc.wait()
-        try:
-            # Our own child's answer, on a pipe only it holds (it runs with
-            # the daemon's privileges): nothing else can write there.
-            findings, records = pickle.loads(output) if code == 0 else (None, [])
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as exc:
-            findings, records = None, []
-            log.warning("the start-up probe child's answer is unreadable (%s)", exc)
-        for name, level, message in records:
-            logging.getLogger(name).log(level, "%s", message)
-        if not isinstance(findings, HostFindings):
+        findings = None
+        if code == 0:
+            try:
+                answer = json.loads(output)
+                findings = HostFindings.load(answer["findings"])
+                for name, level, message in answer["logged"]:
+                    logging.getLogger(name).log(level, "%s", message)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("the start-up probe child's answer is unreadable (%s)", exc)
+        if findings is None:
             log.warning("the start-up probe child failed (exit %s): probing again", code)
-            return None
         return findings
 
     def close(self) -> None:
@@ -246,5 +260,5 @@ def run_child(asked: str) -> None:
     raw = request["binary"]
     binary = raw if isinstance(raw, str) else InitBinary(Path(raw["path"]), raw["fd"])
     findings = probe_host(HostQuestion(**request["question"]), binary)
-    with os.fdopen(1, "wb") as out:
-        out.write(pickle.dumps((findings, handler.records)))
+    with os.fdopen(1, "w") as out:
+        json.dump({"findings": findings.dump(), "logged": handler.records}, out)
