@@ -78,7 +78,6 @@ from runnerd.local.sandbox import SandboxPlan
 from runnerd.local.settings import LocalConfig, RuntimeConfig
 from runnerd.local.spawn import Launch, spawn_pty_process
 from runnerd.local.trash import Trash
-from runnerd.local.watching import WatchKit, open_local_watch
 from runnerd.local.workdir import (
     SessionDir,
     WorkdirError,
@@ -155,6 +154,11 @@ class LocalBackend:
         self, spec: WatchSpec, progress: ProgressReport
     ) -> contextlib.AbstractAsyncContextManager[WatchHost]:
         """A watch session's place: `runnerd.local.watching`."""
+        # Imported at the first watch session: its workspace, checkpoint and
+        # tree modules (a dozen dataclasses) are no part of a daemon's start,
+        # and most daemons never run one (`[watch]` is off by default).
+        from runnerd.local.watching import WatchKit, open_local_watch
+
         kit = WatchKit(
             local=self._local,
             sandbox=SandboxPlan(
