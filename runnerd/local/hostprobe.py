@@ -223,8 +223,13 @@ class ProbeChild:
 @contextlib.contextmanager
 def open_probe_child(local: LocalConfig) -> Iterator[ProbeChild | None]:
     """The probe child for `local`, started now, for the backend to take
-    (`find_host`); None when it cannot be started (the backend probes
-    itself then). Reaped on exit."""
+    (`find_host`); None when it cannot be started, or when this process may
+    run on one CPU only (the child's interpreter and imports, ~50 ms of CPU,
+    would then delay the daemon's imports as much as it saves): the backend
+    probes itself then. Reaped on exit."""
+    if len(os.sched_getaffinity(0)) < 2:
+        yield None
+        return
     opened = open_init_binary()
     try:
         child = ProbeChild(HostQuestion.of(local), opened)

@@ -102,3 +102,14 @@ def test_hostprobe_child_logs_what_the_daemon_logs(
     in_daemon = logged()
     with open_probe_child(local) as child:
         assert logged(child) == in_daemon
+
+
+def test_hostprobe_no_child_on_one_cpu(tmp_path: Path) -> None:
+    local = LocalConfig(workdir=tmp_path)
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        with open_probe_child(local) as child:
+            assert child is None
+    finally:
+        os.sched_setaffinity(0, cpus)
