@@ -131,12 +131,16 @@ async def open_daemon(
     repo: Path = REPO,
     extra: str = "",
     config: Callable[[Path], str] | None = None,
+    python_flags: tuple[str, ...] = (),
+    stderr: int | None = None,
 ) -> AsyncIterator[Daemon]:
     """Start `python -m runnerd serve` on a temp config; yield once healthy.
     `prefix` wraps the command (e.g. `prlimit --nofile=1024:1024`); `repo`:
     the checkout whose `runnerd` runs (another worktree, for a before/after);
     `config`: the whole config's text from the temp dir instead (its socket
-    must be `<dir>/runnerd.sock`), e.g. a kubernetes backend's."""
+    must be `<dir>/runnerd.sock`), e.g. a kubernetes backend's;
+    `python_flags`: the interpreter's (e.g. `-X importtime`), `stderr`
+    where the daemon's goes (an fd; default: ours)."""
     base = Path(tempfile.mkdtemp(prefix="runnerd-bench-"))
     try:
         cfg = base / "runnerd.toml"
@@ -159,9 +163,10 @@ async def open_daemon(
         profile = os.environ.get("RUNNERD_BENCH_PROFILE")
         module = ("bench.profiled", profile) if profile else ("runnerd",)
         proc = await trio.lowlevel.open_process(
-            [*prefix, sys.executable, "-m", *module, "serve", "--config", str(cfg)],
+            [*prefix, sys.executable, *python_flags, "-m", *module, "serve", "--config", str(cfg)],
             cwd=str(repo),
             env=env,
+            stderr=stderr,
         )
         try:
             started = await _wait_healthy(proc, sock, t0)

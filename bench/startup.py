@@ -20,10 +20,13 @@ after each start. Before measuring, runnerd's sources are compiled
 `PYTHONDONTWRITEBYTECODE` set, as on this VM, a checkout never caching them
 would compile every module at each start (~100 ms) and measure that instead.
 Beside the wall time, the CPU time a start took (the daemon's own at its
-first 200, the floors' from `getrusage`): it holds up better under load.
+first 200 with its reaped children's, the floors' from `getrusage`): it holds up better under load.
 `RUNNERD_BENCH_ROUNDS` sets the rounds (default 5). `RUNNERD_BENCH_BEFORE`
 names another checkout (e.g. a `git worktree add /tmp/old main`) whose
-daemon is started in turn too, for a before/after in the same run. Printed, never asserted.
+daemon is started in turn too, for a before/after in the same run. Each
+daemon's start is broken down by `bench.startprofile` in the same rounds
+(an "of which" line: the serving layer's and runnerd's import self times,
+the host probes alone). Printed, never asserted.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import httpx
 import trio
 
 from bench.harness import REPO, Daemon, open_daemon, rss_bytes
+from bench.startprofile import Breakdown, describe, profile_start
 from tests.harness import build_config, dump_toml
 from tests.kube.daemon import kube_overrides
 from tests.kubesim.server import KubeSim, open_kubesim
@@ -77,9 +81,11 @@ def _spawn(argv: list[str]) -> Start:
 
 
 def _cpu_s(pid: int) -> float:
-    """User + system CPU time of `pid` so far, from /proc."""
+    """User + system CPU time of `pid` so far and of the children it has
+    reaped (the host probes' children, the local backend's probe child),
+    from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * TICK_S
+    return sum(int(f) for f in fields[11:15]) * TICK_S
 
 
 def _load() -> str:
@@ -175,15 +181,20 @@ async def bench_startup() -> list[Row]:
     for repo in (REPO, *([Path(before_repo)] if before_repo else [])):
         compileall.compile_dir(repo / "runnerd", quiet=1)
     runs: dict[str, list[Start]] = {name: [] for name in (*FLOORS, *DAEMONS, "upstream")}
+    profiles: dict[str, list[Breakdown]] = {name: [] for name in DAEMONS}
     with tempfile.TemporaryDirectory(prefix="runnerd-bench-sim-") as tmp:
         async with open_kubesim(Path(tmp)) as sim:
             for round_ in range(int(os.environ.get("RUNNERD_BENCH_ROUNDS", "5"))):
-                await _round(runs, round_, sim, before_repo)
-    return _rows(runs)
+                await _round(runs, profiles, round_, sim, before_repo)
+    return _rows(runs, profiles)
 
 
 async def _round(
-    runs: dict[str, list[Start]], round_: int, sim: KubeSim, before_repo: str | None
+    runs: dict[str, list[Start]],
+    profiles: dict[str, list[Breakdown]],
+    round_: int,
+    sim: KubeSim,
+    before_repo: str | None,
 ) -> None:
     """One start of each: the floors, then the daemons in an order that
     alternates between rounds (none always starts right after the floors,
@@ -203,11 +214,13 @@ async def _round(
         daemons += [("before, kubernetes", Path(before_repo), kube)]
     for name, repo, config in daemons[:: 1 if round_ % 2 else -1]:
         runs[name].append(await _daemon_start(repo, config))
+    for name, repo, config in daemons:
+        profiles[name].append(await profile_start(repo, config))
     if (up := await _upstream_start()) is not None:
         runs["upstream"].append(up)
 
 
-def _rows(runs: dict[str, list[Start]]) -> list[Row]:
+def _rows(runs: dict[str, list[Start]], profiles: dict[str, list[Breakdown]]) -> list[Row]:
     refs = {k: runs[k] for k in FLOORS}
     floors = "; ".join(
         f"{k} {_median(v, 'wall_s') * 1e3:.0f} ms ({_median(v, 'cpu_s') * 1e3:.0f} ms CPU)"
@@ -229,6 +242,7 @@ def _rows(runs: dict[str, list[Start]]) -> list[Row]:
     for name in DAEMONS:
         if runs[name]:
             rows += _daemon_rows(name, runs[name], refs, upstream)
+            rows.insert(-2, (f"of which ({name})", describe(profiles[name]), "—"))
     return rows
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
@@ -101,6 +101,13 @@ class Provider(Protocol[S]):
 
     def bound_changes(self, old: S, new: S) -> list[str]:
         """Keys of its settings that changed but need a restart."""
+
+    def probe_ahead(self, config: Config[S]) -> AbstractContextManager[object]:
+        """What the backend will learn of its host when it is opened and can
+        learn beside the daemon's imports, started: `runnerd serve` enters
+        it once the config is read, before it imports the serving layer, and
+        hands what it yields to `open_backend` (`context.ahead`); leaving it
+        ends what was started and not taken. Never raises."""
 
     def open_backend(
         self, config: Config[S], context: BackendContext
@@ -189,6 +196,9 @@ class Configured:
         if not isinstance(new.settings, self._provider.SETTINGS):
             return [self.name]
         return self._provider.bound_changes(self._own(old).settings, new.settings)
+
+    def probe_ahead(self, config: Config) -> AbstractContextManager[object]:
+        return self._provider.probe_ahead(self._own(config))
 
     def open_backend(
         self, config: Config, context: BackendContext

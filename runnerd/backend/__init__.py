@@ -306,8 +306,11 @@ class BackendContext:
     whose sessions share this host's file system covers them in every
     session (the local one, with a mount namespace); the others have
     nothing to hide. `metrics`: where a backend that counts (apiserver
-    requests) registers its series and counts.
+    requests) registers its series and counts. `ahead`: what the
+    provider's `probe_ahead` started before the daemon's imports (its own
+    type, for its own backend to take; None when nothing was).
     """
 
     hidden_paths: tuple[Path, ...] = ()
     metrics: Metrics = NULL_METRICS
+    ahead: object = None

@@ -125,21 +125,37 @@ def serve(path: Path) -> int:
         from runnerd.daemon.deferred import defer_unused_modules
 
         defer_unused_modules()
-        import trio
-
-        from runnerd.config import ConfigError
-        from runnerd.daemon.listeners import ListenError
-        from runnerd.daemon.logs import setup_logging
-        from runnerd.daemon.main import Ended, run_daemon
+        from runnerd.backends import provider_for
 
         config = read_config_or_report(path)
+        if config is None:
+            return EXIT_CONFIG
+        # Before the serving layer's imports: what the backend probes of the
+        # host (the local one's containment, network and init checks) runs
+        # beside them, in a child, and is taken when the backend opens.
+        with provider_for(config).probe_ahead(config) as ahead:
+            code = _serve_imported(config, ahead, thresholds)
     finally:
         gc.set_threshold(*thresholds)
-    if config is None:
-        return EXIT_CONFIG
+    if code in (EXIT_OK, EXIT_DETACHED):  # a clean end: nothing left to free
+        exit_now(code)
+    return code
+
+
+def _serve_imported(config: Config, ahead: object, thresholds: tuple[int, ...]) -> int:
+    """The daemon's stack imported (the collector's `thresholds` restored
+    after), then run on `config` until it ends: the exit code."""
+    import trio
+
+    from runnerd.config import ConfigError
+    from runnerd.daemon.listeners import ListenError
+    from runnerd.daemon.logs import setup_logging
+    from runnerd.daemon.main import Ended, run_daemon
+
+    gc.set_threshold(*thresholds)
     setup_logging(config.server.log_level)
     try:
-        ended = trio.run(run_daemon, config)
+        ended = trio.run(run_daemon, config, ahead)
     except KeyboardInterrupt:
         # Ctrl-C before the signal handlers were in place: nothing was serving.
         return EXIT_INTERRUPTED
@@ -150,7 +166,7 @@ def serve(path: Path) -> int:
             return EXIT_FAILURE
         log.error("cannot start: %s", refusal)
         return EXIT_CONFIG
-    exit_now(EXIT_DETACHED if ended is Ended.DETACHED else EXIT_OK)
+    return EXIT_DETACHED if ended is Ended.DETACHED else EXIT_OK
 
 
 def exit_now(code: int) -> NoReturn:

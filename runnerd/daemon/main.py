@@ -64,9 +64,10 @@ class Ended(enum.Enum):
     DETACHED = "detached"
 
 
-async def run_daemon(config: Config) -> Ended:
+async def run_daemon(config: Config, ahead: object = None) -> Ended:
     """Serve until SIGTERM/SIGINT (or a detach, SIGUSR2), then shut down
-    cleanly and return how.
+    cleanly and return how. `ahead`: what the backend's provider started
+    before the daemon's imports (`runnerd.backends.Provider.probe_ahead`).
 
     Raises:
         ListenError: a listener could not be set up (nothing stays bound).
@@ -95,7 +96,7 @@ async def run_daemon(config: Config) -> Ended:
         try:
             metrics_listeners = _bind_metrics_listeners(config)
             hidden = hidden_from_sessions(config, [*listeners, *metrics_listeners])
-            context = BackendContext(hidden_paths=hidden, metrics=metrics)
+            context = BackendContext(hidden_paths=hidden, metrics=metrics, ahead=ahead)
             intent = await _serve_on_backend(
                 config, provider, context, signals, listeners, metrics_listeners
             )

@@ -11,6 +11,10 @@ edge never imports the daemon that satisfies it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from quart.routing import QuartRule
 from quart_trio import QuartTrio
 
 from runnerd.http.cors import register_cors
@@ -26,6 +30,28 @@ from runnerd.http.state import AppState
 from runnerd.http.workspace import register_workspace_routes
 
 
+class LazyBuildRule(QuartRule):
+    """A route whose URL builders are compiled at their first use.
+
+    werkzeug compiles two per rule when the rule is added (from an AST, for
+    `url_for`): 36 `compile()` calls, ~15 ms of every start before the first
+    answer (bench/README.md, "Start"), for URLs runnerd never builds from
+    its routes. Matching is untouched; a URL built is the one werkzeug's own
+    builder builds (it is that builder, compiled then).
+    """
+
+    def _compile_builder(self, append_unknown: bool = True) -> Callable[..., tuple[str, str]]:
+        compiled: Callable[..., tuple[str, str]] | None = None
+
+        def build(rule: QuartRule, **values: Any) -> tuple[str, str]:
+            nonlocal compiled
+            if compiled is None:
+                compiled = QuartRule._compile_builder(rule, append_unknown)
+            return compiled(rule, **values)
+
+        return build
+
+
 def create_app(state: AppState, *, sse_heartbeat_s: float = DEFAULT_HEARTBEAT_S) -> QuartTrio:
     """A new quart-trio app serving the `/v1` contract from `state`.
 
@@ -33,6 +59,7 @@ def create_app(state: AppState, *, sse_heartbeat_s: float = DEFAULT_HEARTBEAT_S)
     tests pass a short one.
     """
     app = QuartTrio("runnerd")
+    app.url_rule_class = LazyBuildRule  # before the first route is added
     app.config["MAX_CONTENT_LENGTH"] = state.config.server.max_body_bytes
     # Streams end on their own (terminal status, shutdown); a response timeout
     # would cut a live SSE stream.

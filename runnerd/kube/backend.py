@@ -28,8 +28,10 @@ forbidden, namespace missing), each with what the operator should do.
 
 from __future__ import annotations
 
+import functools
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -46,11 +48,9 @@ from runnerd.kube.probe import probe_cluster
 from runnerd.kube.recovery import left_pods, left_watch_pods, recover_pods
 from runnerd.kube.routing import Routing
 from runnerd.kube.settings import KubeSettings
-from runnerd.kube.watchcheckpoint import load_checkpoint
-from runnerd.kube.watchhost import HostKit
-from runnerd.kube.watchrun import WatchRunKit, adopt_watch_pod, open_watch_pod
-from runnerd.kube.watchstatus import pod_end
-from runnerd.kube.workspaceapi import WorkspaceApi
+
+if TYPE_CHECKING:
+    from runnerd.kube.watchrun import WatchRunKit
 
 # How long after `recover()` the core has to adopt the watch pods a previous
 # process left (its recovery adopts them right after `recover()` returns;
@@ -93,14 +93,23 @@ class KubeBackend:
         self._runs = PodRunContext(settings, client, informer, tokens, self.ledger, routing)
         # Where watch checkpoints are kept (`watchcheckpoint`); None: nowhere.
         self._state_dir = state_dir
-        self._watch = WatchRunKit(
-            HostKit(settings, client, informer, state_dir, routing), self.ledger, WorkspaceApi
-        )
         self._watch_left: list[str] = []
         # With "reap" the provider's reaper deletes the watch pods left too:
         # the core discards their records instead of adopting them.
         self.watch_reap = settings.on_restart == "reap"
         self._recovered = trio.Event()
+
+    @functools.cached_property
+    def _watch(self) -> WatchRunKit:
+        """What watch pods are made with, built at the first watch session:
+        the watch pod, host, workspace and checkpoint modules (and their
+        dataclasses) are no part of a start that runs none."""
+        from runnerd.kube.watchhost import HostKit
+        from runnerd.kube.watchrun import WatchRunKit
+        from runnerd.kube.workspaceapi import WorkspaceApi
+
+        host = HostKit(self._settings, self._client, self._informer, self._state_dir, self.routing)
+        return WatchRunKit(host, self.ledger, WorkspaceApi)
 
     async def recover(self) -> list[Recovered]:
         """With `on_restart = "adopt"`, once the informer has listed them:
@@ -110,6 +119,8 @@ class KubeBackend:
         if self._settings.on_restart != "adopt":
             await trio.lowlevel.checkpoint()
             return []
+        from runnerd.kube.watchstatus import pod_end  # with the watch modules: see `_watch`
+
         await self._informer.wait_synced()
         ledger, pods = self.ledger, self._informer.pods()
         left = left_watch_pods(pods, ledger.live)
@@ -133,6 +144,8 @@ class KubeBackend:
         self, spec: WatchSpec, progress: ProgressReport
     ) -> AbstractAsyncContextManager[WatchHost]:
         """A new watch pod for the session (`watchrun.open_watch_pod`)."""
+        from runnerd.kube.watchrun import open_watch_pod
+
         return open_watch_pod(self._watch, spec, progress)
 
     def adopt_watch(
@@ -140,6 +153,8 @@ class KubeBackend:
     ) -> AbstractAsyncContextManager[WatchHost]:
         """The session's watch pod a previous process left
         (`watchrun.adopt_watch_pod`); `PlaceGone` when there is none."""
+        from runnerd.kube.watchrun import adopt_watch_pod
+
         return adopt_watch_pod(self._watch, spec, progress)
 
     def load_checkpoint(self, saved: dict[str, object]) -> Checkpoint | None:
@@ -147,6 +162,8 @@ class KubeBackend:
         (`watchcheckpoint.load_checkpoint`), or None."""
         if self._state_dir is None:
             return None
+        from runnerd.kube.watchcheckpoint import load_checkpoint
+
         return load_checkpoint(self._state_dir, saved)
 
     async def probe(self, image: ImageSpec) -> AvailabilityReport:

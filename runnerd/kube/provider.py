@@ -107,6 +107,12 @@ def config_warnings(config: Config[KubeSettings], daemon_path: str | None) -> li
     return warnings
 
 
+def probe_ahead(config: Config[KubeSettings]) -> contextlib.AbstractContextManager[object]:
+    """Nothing: the backend learns nothing of this host when it opens (and
+    asks the apiserver nothing before it serves)."""
+    return contextlib.nullcontext()
+
+
 def open_backend(
     config: Config[KubeSettings], context: BackendContext
 ) -> contextlib.AbstractAsyncContextManager[KubeBackend]:

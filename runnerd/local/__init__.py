@@ -25,18 +25,60 @@ May import: `contract`, `errors`, `backend`, `config`, `workload`, `watch`. Neve
 `session`, `http`, `daemon`, `cli` or another backend.
 """
 
-from runnerd.local.backend import LocalBackend
-from runnerd.local.provider import (
-    NAME,
-    SETTINGS,
-    WATCH_IO,
-    check_config,
-    config_warnings,
-    offered_images,
-    open_backend,
-    stop_timeout_s,
-)
-from runnerd.local.settings import KEYS, bound_changes, keep_bound, parse_settings, render
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runnerd.local.backend import LocalBackend
+    from runnerd.local.provider import (
+        NAME,
+        SETTINGS,
+        WATCH_IO,
+        check_config,
+        config_warnings,
+        offered_images,
+        open_backend,
+        probe_ahead,
+        stop_timeout_s,
+    )
+    from runnerd.local.settings import KEYS, bound_changes, keep_bound, parse_settings, render
+
+# Where each name lives, imported on its first use: a module of the package
+# then imports without the backend (and trio) behind it, as the start-up
+# probe child (`hostprobe`) imports `containment` and `network` under
+# `python -I -S`. The daemon's first use, `runnerd.backends.provider_for`,
+# imports them all.
+_HOMES = {
+    "LocalBackend": "runnerd.local.backend",
+    **dict.fromkeys(
+        (
+            "NAME",
+            "SETTINGS",
+            "WATCH_IO",
+            "check_config",
+            "config_warnings",
+            "offered_images",
+            "open_backend",
+            "probe_ahead",
+            "stop_timeout_s",
+        ),
+        "runnerd.local.provider",
+    ),
+    **dict.fromkeys(
+        ("KEYS", "bound_changes", "keep_bound", "parse_settings", "render"),
+        "runnerd.local.settings",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # once: later reads are plain attribute reads
+    return value
+
 
 __all__ = [
     "KEYS",
@@ -51,6 +93,7 @@ __all__ = [
     "offered_images",
     "open_backend",
     "parse_settings",
+    "probe_ahead",
     "render",
     "stop_timeout_s",
 ]

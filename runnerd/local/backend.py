@@ -64,17 +64,13 @@ from runnerd.backend import (
 from runnerd.backend.watch import Checkpoint, PlaceGone, ProgressReport, WatchHost, WatchSpec
 from runnerd.contract import AvailabilityReport, IoMode, RunnerEndpoint, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
-from runnerd.local.containment import ContainmentPlan, probe_containment
+from runnerd.local.containment import ContainmentPlan
 from runnerd.local.forward import SessionNetwork, free_loopback_port, open_session_network
+from runnerd.local.hostprobe import find_host
 from runnerd.local.identity import SessionIdentity, SessionUids
-from runnerd.local.initpython import (
-    choose_init_binary,
-    choose_init_python,
-    unreachable_workdir,
-)
+from runnerd.local.initpython import unreachable_workdir
 from runnerd.local.launch import Unresolved, build_argv, build_env
 from runnerd.local.mounts import SessionView
-from runnerd.local.network import probe_network
 from runnerd.local.preflight import announce, resolve_image, start_checks
 from runnerd.local.pty import PtyProcess
 from runnerd.local.runtimes import workload_path
@@ -82,7 +78,6 @@ from runnerd.local.sandbox import SandboxPlan
 from runnerd.local.settings import LocalConfig, RuntimeConfig
 from runnerd.local.spawn import Launch, spawn_pty_process
 from runnerd.local.trash import Trash
-from runnerd.local.watching import WatchKit, open_local_watch
 from runnerd.local.workdir import (
     SessionDir,
     WorkdirError,
@@ -117,37 +112,31 @@ class LocalBackend:
         *,
         hidden: Iterable[Path] = (),
         max_body_bytes: int = 16 * 1024 * 1024,
+        ahead: object = None,
     ) -> None:
         """`hidden`: what no session may see (the daemon's config and socket
         directories, `runnerd.backend.BackendContext.hidden_paths`), covered in
         every session, as the workdir is but for the session's own directory.
         Only with a mount namespace (`/v1/capabilities` says when there is none).
         `max_body_bytes` (`server.max_body_bytes`): a watch session's change
-        set and file read caps."""
+        set and file read caps. `ahead`: what `probe_ahead` started
+        (`runnerd.backend.BackendContext.ahead`), taken here."""
         self._local = local
         self._max_body_bytes = max_body_bytes
         self._workdir_lock: int | None = None
         self.trash = Trash(Path(local.workdir))  # run by `open_backend`
         self._hidden = tuple(sorted({os.path.abspath(path) for path in hidden}))
-        # Probed once, here: the daemon builds the backend once at start-up,
-        # so each of these is said once.
-        root = os.geteuid() == 0
-        self._plan = probe_containment(
-            allow_namespaces=local.containment == "auto",
-            session_uid=local.session_uid_base if root else None,
-        )
+        # Probed once, here (or by the probe child `ahead` the daemon started
+        # before its imports, `runnerd.local.hostprobe`): the daemon builds
+        # the backend once at start-up, so each of these is said once.
+        findings, self._init_binary = find_host(local, ahead)
+        self._plan, self._net = findings.plan, findings.net
         self._uids = (
             SessionUids(local.session_uid_base, local.session_uid_count)
             if self._plan.drops_root
             else None
         )
-        # Who runs the init is checked once, as a session would run it.
-        probe_as = None if self._uids is None else SessionIdentity(self._uids.base, self._uids.base)
-        self._plan, self._net = probe_network(local.network, self._plan, probe_as)
-        self._init_python, self.init_problem = choose_init_python(
-            self._plan, local.init_python, probe_as
-        )
-        self._init_binary = choose_init_binary(self._plan, local.init_python, probe_as)
+        self._init_python, self.init_problem = findings.init_python, findings.init_problem
         self.workdir_problem = None
         if self._uids is not None and self._plan.private_mounts:
             self.workdir_problem = unreachable_workdir(os.path.abspath(local.workdir))
@@ -165,6 +154,11 @@ class LocalBackend:
         self, spec: WatchSpec, progress: ProgressReport
     ) -> contextlib.AbstractAsyncContextManager[WatchHost]:
         """A watch session's place: `runnerd.local.watching`."""
+        # Imported at the first watch session: its workspace, checkpoint and
+        # tree modules (a dozen dataclasses) are no part of a daemon's start,
+        # and most daemons never run one (`[watch]` is off by default).
+        from runnerd.local.watching import WatchKit, open_local_watch
+
         kit = WatchKit(
             local=self._local,
             sandbox=SandboxPlan(

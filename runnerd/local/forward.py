@@ -14,7 +14,7 @@ workload listens, not merely because the host-side listener accepts. The
 debug relay and the editor use the published inspect port like any client.
 
 Resource handling: `open_session_network` owns the socket pair and the
-outbound stack (`runnerd.local.network.open_outbound`); `serve_ports` owns its
+outbound stack (`runnerd.local.outbound.open_outbound`); `serve_ports` owns its
 listeners and every connection they spliced: the listeners close on
 `drain` (the workload exited), the connections once they have passed on
 what the workload sent; everything closes when it is cancelled.
@@ -34,7 +34,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import trio
 
-from runnerd.local.network import NetworkPlan, open_outbound
+from runnerd.local.network import NetworkPlan
+from runnerd.local.outbound import open_outbound
 
 log = logging.getLogger(__name__)
 

@@ -141,23 +141,51 @@ def choose_init_binary(
     namespace (no init at all), with `local.init_python` set, when
     `binary` was not built, or when it does not run as a session does
     (logged: the Python init then runs). Never raises."""
-    if plan.containment is not Containment.PID_NAMESPACE or configured_python is not None:
+    if not init_binary_wanted(plan, configured_python):
         return None
+    opened = open_init_binary(binary)
+    problem = opened if isinstance(opened, str) else check_init_binary(plan, identity, opened)
+    return take_init_binary(opened, problem)
+
+
+def init_binary_wanted(plan: ContainmentPlan, configured_python: str | None) -> bool:
+    """Whether sessions' inits run the compiled init if it checks out: with
+    a PID namespace (else there is no init) and `local.init_python` unset
+    (set, the operator chose the Python init)."""
+    return plan.containment is Containment.PID_NAMESPACE and configured_python is None
+
+
+def open_init_binary(binary: Path = NSINIT_BIN) -> InitBinary | str:
+    """`binary` opened close-on-exec, to be checked and run by that fd; or
+    the sentence saying why it cannot be (not built, not openable). Never
+    raises."""
     if not os.access(binary, os.X_OK):
-        log.info("%s is not built (make builds it): the session init runs in Python", binary)
-        return None
+        return f"{binary} is not built (make builds it)"
     try:
         # Checked by this fd and run by it: the file checked is the file run.
-        opened = InitBinary(binary, os.open(binary, os.O_RDONLY | os.O_CLOEXEC))
+        return InitBinary(binary, os.open(binary, os.O_RDONLY | os.O_CLOEXEC))
     except OSError as exc:
-        log.info("cannot open %s (%s): the session init runs in Python", binary, exc.strerror)
-        return None
-    problem = _check_init_binary(plan, identity, opened)
-    if problem is not None:
+        return f"cannot open {binary} ({exc.strerror})"
+
+
+def check_init_binary(
+    plan: ContainmentPlan, identity: SessionIdentity | None, binary: InitBinary
+) -> str | None:
+    """None when `binary` runs as a session runs it; else the sentence
+    naming it and why not. Never raises."""
+    problem = _check_init_binary(plan, identity, binary)
+    return None if problem is None else f"{binary.path} {problem}"
+
+
+def take_init_binary(opened: InitBinary | str, problem: str | None) -> InitBinary | None:
+    """`opened` when it checked out (`problem` None); else None, with
+    `problem` logged and `opened` closed: the Python init runs."""
+    if problem is None and isinstance(opened, InitBinary):
+        return opened
+    if isinstance(opened, InitBinary):
         os.close(opened.fd)
-        log.info("%s %s: the session init runs in Python", binary, problem)
-        return None
-    return opened
+    log.info("%s: the session init runs in Python", problem)
+    return None
 
 
 def _check_init_binary(

@@ -1,7 +1,8 @@
 """What network a local session gets: `[local] network`, and what the host allows.
 
-Owns the three modes, found once at start-up (`probe_network`), and each
-session's outbound stack (`run_outbound`):
+Owns the three modes, found once at start-up (`probe_network`), and the
+command line of each session's outbound stack (`slirp_argv`; it is run by
+`runnerd.local.outbound`):
 
 - `isolated` (the default): a network namespace per session (with the PID,
   mount and user namespaces of `runnerd.local.containment`), `lo` up inside.
@@ -26,23 +27,19 @@ loopback, and both attach to an existing namespace by pid.
 
 `probe_network` runs synchronously at start-up (a few namespaces entered,
 and one slirp4netns started against a throw-away namespace: ~100 ms);
-nothing here keeps state.
+nothing here keeps state. No trio: the probes run in the start-up probe
+child too (`runnerd.local.hostprobe`), which imports only the stdlib.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import errno
 import logging
 import os
 import select
 import shutil
 import subprocess
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-
-import trio
 
 from runnerd.local.containment import (
     CLONE_NEWNET,
@@ -225,63 +222,3 @@ def slirp_argv(
     if userns:
         argv.append(f"--userns-path=/proc/{pid}/ns/user")
     return [*argv, str(pid), TAP]
-
-
-@contextlib.asynccontextmanager
-async def open_outbound(plan: NetworkPlan, pid: int) -> AsyncIterator[None]:
-    """Attach slirp4netns to the namespace of `pid`; entered once the
-    namespace has its interface and route, held until exit.
-
-    Resource handling: slirp4netns exits when its exit fd (ours) closes, so
-    a daemon killed outright takes it along; on exit it is killed and
-    reaped.
-
-    Raises:
-        OSError: it could not be started, or did not bring the network up.
-    """
-    assert plan.outbound is not None
-    ready_r, ready_w = os.pipe()
-    exit_r, exit_w = os.pipe()
-    argv = slirp_argv(plan.outbound, pid, plan.user_namespace, ready_fd=ready_w, exit_fd=exit_r)
-    try:
-        proc = await trio.lowlevel.open_process(
-            argv,
-            pass_fds=(ready_w, exit_r),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    except BaseException:
-        for fd in (ready_r, exit_w):
-            os.close(fd)
-        raise
-    finally:
-        os.close(ready_w)
-        os.close(exit_r)
-    try:
-        ready = False
-        with trio.move_on_after(ATTACH_TIMEOUT_S):
-            ready = await _read_ready(ready_r)
-        if not ready:
-            raise OSError(errno.EIO, f"{SLIRP} did not bring the session's network up")
-        yield
-    finally:
-        os.close(exit_w)
-        # Killed, not left to notice its exit fd: the namespace's processes
-        # are gone, so it has nothing left to do, and at a shutdown 1,000 of
-        # them each waking to exit took seconds of a loaded machine's CPU.
-        proc.kill()
-        with trio.CancelScope(shield=True):
-            await proc.wait()
-        trio.lowlevel.notify_closing(ready_r)
-        os.close(ready_r)
-
-
-async def _read_ready(fd: int) -> bool:
-    """Whether slirp4netns wrote its ready byte (False on EOF: it exited)."""
-    os.set_blocking(fd, False)
-    while True:
-        try:
-            return bool(os.read(fd, 1))
-        except BlockingIOError:
-            await trio.lowlevel.wait_readable(fd)

@@ -14,8 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import AsyncIterator, Iterable, Mapping
-from pathlib import Path
+from collections.abc import AsyncIterator, Mapping
 
 import trio
 
@@ -23,6 +22,7 @@ from runnerd.backend import BackendContext
 from runnerd.config import AppEntry, Config, ConfigError, RunnerConfig
 from runnerd.contract import IoMode
 from runnerd.local.backend import LocalBackend
+from runnerd.local.hostprobe import open_probe_child
 from runnerd.local.initpython import SYSTEM_PYTHON
 from runnerd.local.launch import read_interpreter, same_file
 from runnerd.local.runtimes import SERVICE_PATH, runtime_problems, search_path
@@ -153,15 +153,24 @@ def open_backend(
     Raises:
         ConfigError: `local.workdir` is unusable or another runnerd holds it.
     """
-    return _open_backend(config, context.hidden_paths)
+    return _open_backend(config, context)
+
+
+def probe_ahead(config: Config[LocalConfig]) -> contextlib.AbstractContextManager[object]:
+    """The host probes `LocalBackend` makes, started in a child process
+    (`runnerd.local.hostprobe`), for `open_backend` to take."""
+    return open_probe_child(config.settings)
 
 
 @contextlib.asynccontextmanager
 async def _open_backend(
-    config: Config[LocalConfig], hidden: Iterable[Path]
+    config: Config[LocalConfig], context: BackendContext
 ) -> AsyncIterator[LocalBackend]:
     backend = LocalBackend(
-        config.settings, hidden=hidden, max_body_bytes=config.server.max_body_bytes
+        config.settings,
+        hidden=context.hidden_paths,
+        max_body_bytes=config.server.max_body_bytes,
+        ahead=context.ahead,
     )
     if backend.init_problem is not None:
         # Every session would fail its start: refuse now, with the file named.

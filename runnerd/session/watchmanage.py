@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -28,11 +29,13 @@ from runnerd.session.ending import Ending, Stopped, wire_status
 from runnerd.session.registry import SessionRecord, SessionRegistry
 from runnerd.session.session import Session
 from runnerd.session.watchadopt import RecordKeeper, session_from
-from runnerd.session.watching import Beginning, drive_watch
 from runnerd.session.watchrecord import RecordWriter, WatchRecord
 from runnerd.session.watchsession import WatchSession
 from runnerd.session.watchspec import WatchSessionSpec
 from runnerd.watch.errors import WatchError
+
+if TYPE_CHECKING:
+    from runnerd.session.watching import Beginning
 
 log = logging.getLogger("runnerd.sessions")
 
@@ -245,4 +248,8 @@ class WatchSide:
         if beginning == "suspended" and session.checkpoint is None:
             await trio.lowlevel.checkpoint()  # nothing to resume it from
             return Failed("the session's checkpoint was gone after a restart")
+        # Imported at the first watch session: the driver and its app,
+        # generation and publishing modules are no part of a daemon's start.
+        from runnerd.session.watching import drive_watch
+
         return await drive_watch(session, self._backend, self._wall_clock, beginning)
