@@ -38,8 +38,9 @@ import logging
 import os
 import select
 import shutil
+import signal
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 
 import trio
@@ -185,13 +186,7 @@ def _attach_once(command: tuple[str, ...], pid: int, userns: bool) -> str | None
     exit_r, exit_w = os.pipe()
     try:
         argv = slirp_argv(command, pid, userns, ready_fd=ready_w, exit_fd=exit_r)
-        slirp = subprocess.Popen(
-            argv,
-            pass_fds=(ready_w, exit_r),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        slirp = _popen_slirp(argv, (ready_w, exit_r), stderr=subprocess.PIPE)
     except OSError as exc:
         for fd in (ready_r, ready_w, exit_r, exit_w):
             os.close(fd)
@@ -228,29 +223,36 @@ def slirp_argv(
 
 
 @contextlib.asynccontextmanager
-async def open_outbound(plan: NetworkPlan, pid: int) -> AsyncIterator[None]:
+async def open_outbound(
+    plan: NetworkPlan, pid: int, *, meanwhile: Callable[[], Awaitable[None]] | None = None
+) -> AsyncIterator[None]:
     """Attach slirp4netns to the namespace of `pid`; entered once the
-    namespace has its interface and route, held until exit.
+    namespace has its interface and route, held until exit. `meanwhile`
+    is awaited once slirp4netns is started, before its ready wait (the
+    session's set-up goes on while it attaches).
+
+    slirp4netns is started on the event loop's thread and waited for
+    through a pidfd (it needs no parent-death signal: its exit fd is that).
 
     Resource handling: slirp4netns exits when its exit fd (ours) closes, so
-    a daemon killed outright takes it along; on exit it is killed and
-    reaped.
+    a daemon killed outright takes it along; on exit (and when `meanwhile`
+    raises) it is killed and reaped.
 
     Raises:
-        OSError: it could not be started, or did not bring the network up.
+        OSError: it could not be started, or did not bring the network up;
+            or what `meanwhile` raises.
     """
     assert plan.outbound is not None
     ready_r, ready_w = os.pipe()
     exit_r, exit_w = os.pipe()
     argv = slirp_argv(plan.outbound, pid, plan.user_namespace, ready_fd=ready_w, exit_fd=exit_r)
     try:
-        proc = await trio.lowlevel.open_process(
-            argv,
-            pass_fds=(ready_w, exit_r),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        # On the event loop: a vfork and an exec, no preexec_fn (under a
+        # millisecond even with thousands of fds open), where a hop to a
+        # thread costs more: a worker thread started when 8 clients outrun
+        # trio's idle ones, or a turn on the spawner thread, which forks
+        # every session one at a time and waits for the GIL each time.
+        proc, pidfd = _start_slirp(argv, ready_w, exit_r)
     except BaseException:
         for fd in (ready_r, exit_w):
             os.close(fd)
@@ -259,6 +261,8 @@ async def open_outbound(plan: NetworkPlan, pid: int) -> AsyncIterator[None]:
         os.close(ready_w)
         os.close(exit_r)
     try:
+        if meanwhile is not None:
+            await meanwhile()
         ready = False
         with trio.move_on_after(ATTACH_TIMEOUT_S):
             ready = await _read_ready(ready_r)
@@ -270,11 +274,33 @@ async def open_outbound(plan: NetworkPlan, pid: int) -> AsyncIterator[None]:
         # Killed, not left to notice its exit fd: the namespace's processes
         # are gone, so it has nothing left to do, and at a shutdown 1,000 of
         # them each waking to exit took seconds of a loaded machine's CPU.
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         with trio.CancelScope(shield=True):
-            await proc.wait()
-        trio.lowlevel.notify_closing(ready_r)
-        os.close(ready_r)
+            await trio.lowlevel.wait_readable(pidfd)
+        proc.wait()  # exited: reaps at once
+        for fd in (pidfd, ready_r):
+            trio.lowlevel.notify_closing(fd)
+            os.close(fd)
+
+
+def _popen_slirp(argv: list[str], fds: tuple[int, int], *, stderr: int) -> subprocess.Popen[bytes]:
+    """slirp4netns with its ready and exit fds, nothing else of ours."""
+    return subprocess.Popen(
+        argv, pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
+    )
+
+
+def _start_slirp(argv: list[str], ready_w: int, exit_r: int) -> tuple[subprocess.Popen[bytes], int]:
+    """slirp4netns started and its pidfd, taken before anyone can reap it;
+    killed and reaped if there is none."""
+    proc = _popen_slirp(argv, (ready_w, exit_r), stderr=subprocess.DEVNULL)
+    try:
+        return proc, os.pidfd_open(proc.pid)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
 
 
 async def _read_ready(fd: int) -> bool:
