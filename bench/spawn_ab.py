@@ -10,7 +10,8 @@ each figure has its reference from the same minutes:
   sample so the machine's load falls on each alike;
 - `MANY_N` (1,000) idle sessions from 8 clients on a fresh daemon of each,
   `ROUNDS` (2) times, the two taking turns: the wall time (POST of the
-  first → the last `running`) and the daemon's CPU per session.
+  first → the last `running`) and the daemon's CPU per session, then
+  its shutdown with them all (SIGTERM → exit: every session stopped).
 
 Each line carries the 1-minute load average before → after. Figures are
 printed, never asserted.
@@ -67,9 +68,12 @@ async def many(repo: Path, n: int) -> str:
         load0, cpu0 = _load(), cpu_seconds(d.proc.pid)
         started_s = await _start_idle(c, n, marker)
         cpu_ms = (cpu_seconds(d.proc.pid) - cpu0) / n * 1000
+        load1 = _load()
+        stop_s = await d.terminate()
     return (
         f"{n} sessions, {'this' if repo == REPO else 'ref'}: {started_s:.2f} s,"
-        f" daemon CPU {cpu_ms:.2f} ms per session; load {load0:.1f} → {_load():.1f}"
+        f" daemon CPU {cpu_ms:.2f} ms per session; load {load0:.1f} → {load1:.1f};"
+        f" then SIGTERM → exit {stop_s:.2f} s"
     )
 
 
