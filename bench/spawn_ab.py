@@ -9,7 +9,7 @@ each figure has its reference from the same minutes:
   a fresh PTY, `bench.spawn.pty_exec_floor`), taking turns sample by
   sample so the machine's load falls on each alike;
 - `MANY_N` (1,000) idle sessions from 8 clients on a fresh daemon of each,
-  `ROUNDS` (2) times, the two taking turns: the wall time (POST of the
+  `ROUNDS` (2) times, the two taking turns (ABBA, 10 s apart): the wall time (POST of the
   first → the last `running`) and the daemon's CPU per session, then
   its shutdown with them all (SIGTERM → exit: every session stopped).
 
@@ -29,6 +29,8 @@ import trio
 from bench.harness import REPO, open_daemon, percentile
 from bench.spawn import _start_idle, _to_running, pty_exec_floor
 from bench.throughput import cpu_seconds
+
+SETTLE_S = 10.0
 
 
 def _load() -> float:
@@ -81,9 +83,13 @@ async def main(ref: Path, latency_n: int, many_n: int, rounds: int) -> None:
     if latency_n:
         for line in await latency(ref, latency_n):
             print(line, flush=True)
-    for _ in range(rounds):
-        for repo in (ref, REPO):
+    # ABBA: each checkout runs as often first and second after the other's
+    # teardown (the kernel frees 1,000 network namespaces in the background
+    # for seconds after a shutdown), with a pause for that between runs.
+    for i in range(rounds):
+        for repo in (ref, REPO) if i % 2 == 0 else (REPO, ref):
             print(await many(repo, many_n), flush=True)
+            await trio.sleep(SETTLE_S)
 
 
 if __name__ == "__main__":
