@@ -87,7 +87,7 @@ from runnerd.local.workdir import (
     SessionDir,
     WorkdirError,
     claim_workdir,
-    create_session_dir,
+    prepare_session_dir,
     sweep_workdir,
 )
 from runnerd.workload.supervision import tcp_ports
@@ -376,8 +376,8 @@ class LocalBackend:
     async def _prepare(self, spec: RunSpec, identity: SessionIdentity | None) -> SessionDir:
         owner = None if identity is None else (identity.uid, identity.gid)
         try:
-            return await create_session_dir(
-                self._local.workdir, spec.session_id, spec.bundle, owner
+            return await trio.to_thread.run_sync(
+                prepare_session_dir, self._local.workdir, spec.session_id, spec.bundle, owner
             )
         except WorkdirError as exc:
             raise StartError("provision", str(exc)) from exc

@@ -38,7 +38,6 @@ import logging
 import os
 import select
 import shutil
-import signal
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -186,7 +185,13 @@ def _attach_once(command: tuple[str, ...], pid: int, userns: bool) -> str | None
     exit_r, exit_w = os.pipe()
     try:
         argv = slirp_argv(command, pid, userns, ready_fd=ready_w, exit_fd=exit_r)
-        slirp = _popen_slirp(argv, (ready_w, exit_r), stderr=subprocess.PIPE)
+        slirp = subprocess.Popen(
+            argv,
+            pass_fds=(ready_w, exit_r),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
     except OSError as exc:
         for fd in (ready_r, ready_w, exit_r, exit_w):
             os.close(fd)
@@ -231,9 +236,6 @@ async def open_outbound(
     is awaited once slirp4netns is started, before its ready wait (the
     session's set-up goes on while it attaches).
 
-    slirp4netns is started on the event loop's thread and waited for
-    through a pidfd (it needs no parent-death signal: its exit fd is that).
-
     Resource handling: slirp4netns exits when its exit fd (ours) closes, so
     a daemon killed outright takes it along; on exit (and when `meanwhile`
     raises) it is killed and reaped.
@@ -247,12 +249,18 @@ async def open_outbound(
     exit_r, exit_w = os.pipe()
     argv = slirp_argv(plan.outbound, pid, plan.user_namespace, ready_fd=ready_w, exit_fd=exit_r)
     try:
-        # On the event loop: a vfork and an exec, no preexec_fn (under a
-        # millisecond even with thousands of fds open), where a hop to a
-        # thread costs more: a worker thread started when 8 clients outrun
-        # trio's idle ones, or a turn on the spawner thread, which forks
-        # every session one at a time and waits for the GIL each time.
-        proc, pidfd = _start_slirp(argv, ready_w, exit_r)
+        # Popen in a worker thread (trio's): on the loop, its vfork and a
+        # session directory's writes stalled every other start whenever the
+        # kernel made them wait, and 1,000 starts took 1.3-1.8x as long;
+        # the spawner thread (one, in turn with every session's fork) was
+        # slower still.
+        proc = await trio.lowlevel.open_process(
+            argv,
+            pass_fds=(ready_w, exit_r),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     except BaseException:
         for fd in (ready_r, exit_w):
             os.close(fd)
@@ -274,33 +282,11 @@ async def open_outbound(
         # Killed, not left to notice its exit fd: the namespace's processes
         # are gone, so it has nothing left to do, and at a shutdown 1,000 of
         # them each waking to exit took seconds of a loaded machine's CPU.
-        with contextlib.suppress(ProcessLookupError):
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        with trio.CancelScope(shield=True):
-            await trio.lowlevel.wait_readable(pidfd)
-        proc.wait()  # exited: reaps at once
-        for fd in (pidfd, ready_r):
-            trio.lowlevel.notify_closing(fd)
-            os.close(fd)
-
-
-def _popen_slirp(argv: list[str], fds: tuple[int, int], *, stderr: int) -> subprocess.Popen[bytes]:
-    """slirp4netns with its ready and exit fds, nothing else of ours."""
-    return subprocess.Popen(
-        argv, pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
-    )
-
-
-def _start_slirp(argv: list[str], ready_w: int, exit_r: int) -> tuple[subprocess.Popen[bytes], int]:
-    """slirp4netns started and its pidfd, taken before anyone can reap it;
-    killed and reaped if there is none."""
-    proc = _popen_slirp(argv, (ready_w, exit_r), stderr=subprocess.DEVNULL)
-    try:
-        return proc, os.pidfd_open(proc.pid)
-    except BaseException:
         proc.kill()
-        proc.wait()
-        raise
+        with trio.CancelScope(shield=True):
+            await proc.wait()
+        trio.lowlevel.notify_closing(ready_r)
+        os.close(ready_r)
 
 
 async def _read_ready(fd: int) -> bool:

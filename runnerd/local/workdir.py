@@ -7,8 +7,7 @@ an `owner` (a root daemon's session uid) every one of them is chowned to
 it, so the session can read its bundle and write its HOME, and nothing
 else of the host's is its own.
 
-Synchronous filesystem code; `create_session_dir` runs it for the backend,
-on the event loop for a small bundle, else in a worker thread.
+Synchronous filesystem code; the backend runs it in a worker thread.
 
 Error handling: `prepare_session_dir` raises `WorkdirError` with a
 client-safe message (no host paths) and the `OSError` chained; whatever it
@@ -23,8 +22,6 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-
-import trio
 
 from runnerd.backend import BundleSpec
 
@@ -119,30 +116,6 @@ def prepare_session_dir(
     except BaseException:
         remove_session_dir(root)
         raise
-
-
-# A bundle this small is written on the event loop's thread: its few
-# mkdirs, chowns and writes (no fsync) take less of the loop than a hop to
-# a worker thread does, which under 8 concurrent clients often has to start
-# a thread first (issue 22). A bigger one goes to a worker thread.
-INLINE_BUNDLE_BYTES = 64 * 1024
-INLINE_BUNDLE_FILES = 8
-
-
-async def create_session_dir(
-    workdir: Path, session_id: str, bundle: BundleSpec | None, owner: Owner = None
-) -> SessionDir:
-    """`prepare_session_dir`, inline for a small bundle, else in a worker
-    thread (not cancellable: what it created is either returned or removed).
-    Raises WorkdirError as it does."""
-    files = () if bundle is None else bundle.files
-    small = len(files) <= INLINE_BUNDLE_FILES and (
-        sum(len(contents) for _, contents in files) <= INLINE_BUNDLE_BYTES
-    )
-    if small:
-        await trio.lowlevel.checkpoint()
-        return prepare_session_dir(workdir, session_id, bundle, owner)
-    return await trio.to_thread.run_sync(prepare_session_dir, workdir, session_id, bundle, owner)
 
 
 def remove_session_dir(root: Path) -> None:

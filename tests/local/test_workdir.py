@@ -10,12 +10,9 @@ import pytest
 
 from runnerd.backend import BundleSpec
 from runnerd.local.workdir import (
-    INLINE_BUNDLE_BYTES,
-    INLINE_BUNDLE_FILES,
     LOCK_NAME,
     WorkdirError,
     claim_workdir,
-    create_session_dir,
     prepare_session_dir,
     remove_session_dir,
     remove_tree,
@@ -144,24 +141,3 @@ def test_a_second_claim_on_a_workdir_is_refused(tmp_path: Path) -> None:
     finally:
         os.close(lock)
     os.close(claim_workdir(tmp_path / "w"))  # released with its fd
-
-
-@pytest.mark.parametrize(
-    "files",
-    [
-        (("main.sh", "echo hi\n"),),  # written inline
-        tuple((f"lib/f{i}.txt", f"{i}\n") for i in range(INLINE_BUNDLE_FILES)) + (("main.sh", ""),),
-        (("main.sh", "x" * (INLINE_BUNDLE_BYTES + 1)),),  # in a worker thread
-    ],
-    ids=["small", "many-files", "large"],
-)
-async def test_create_writes_a_bundle_of_any_size_and_refuses_as_prepare_does(
-    tmp_path: Path, files: tuple[tuple[str, str], ...]
-) -> None:
-    bundle = BundleSpec(entry="main.sh", files=files)
-    layout = await create_session_dir(tmp_path, "s1", bundle)
-    assert layout.entry == layout.app / "main.sh"
-    for relative, contents in files:
-        assert (layout.app / relative).read_text() == contents
-    with pytest.raises(WorkdirError):
-        await create_session_dir(tmp_path, "s1", bundle)  # it exists now
