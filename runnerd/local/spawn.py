@@ -347,10 +347,10 @@ async def _started(
     if contained_after_exec:
         contained = functools.partial(read_setup_status, status_r)
     try:
+        if contained_after_exec and sockets_fd is not None:
+            await read_namespace_status(status_r)  # written with --sockets
         if attach is not None and sockets_fd is not None:
-            if contained_after_exec:
-                # The namespaces exist: attach while the init makes its mounts.
-                await read_namespace_status(status_r)
+            # The namespaces exist: attach while the init makes its mounts.
             await attach(proc.pid, contained)
         else:
             await contained()
