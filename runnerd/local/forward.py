@@ -64,16 +64,22 @@ class SessionNetwork:
         """The end `nsinit` gets (`--sockets`); closed by `attach`."""
         return self._theirs.fileno()
 
-    async def attach(self, pid: int) -> None:
+    async def attach(self, pid: int, contained: Callable[[], Awaitable[None]]) -> None:
         """With `pid` in the namespace: attach the outbound stack (when the
-        plan has one), then tell `nsinit` to start the workload.
+        plan has one) while `contained()` waits for the rest of the
+        session's set-up, then, both done, tell `nsinit` to start the
+        workload (`spawn.Attach`).
 
         Raises:
-            OSError: the outbound stack could not be attached.
+            OSError: the outbound stack could not be attached, or from
+                `contained()`.
         """
         self._theirs.close()
         if self._plan.outbound is not None:
-            await self._stack.enter_async_context(open_outbound(self._plan, pid))
+            outbound = open_outbound(self._plan, pid, meanwhile=contained)
+            await self._stack.enter_async_context(outbound)
+        else:
+            await contained()
         await self._sock.send(b"g")
 
     async def new_socket(self) -> trio.socket.SocketType:

@@ -7,7 +7,9 @@
  * [--keep DIR] [--cover PATH]...`): the init sets up the session's
  * containment itself, first thing (`nssetup.c`), instead of the daemon's
  * `preexec_fn` doing it before the exec, and writes `R` on STATUS_FD once
- * done (the daemon enters its namespaces only then); a failure is reported
+ * done (the daemon enters its namespaces only then), and before that, with
+ * `--sockets`, `N` once the namespaces exist (`nssetup.c`: the
+ * daemon attaches slirp4netns meanwhile); a failure is reported
  * there as `S<errno>` instead and the init exits 127.
  *
  * `--env FD`: the workload's environment, NUL-separated `NAME=value`s in
@@ -58,7 +60,7 @@
 #endif
 
 /* Changed with the arguments: `initpython.NSINIT_PROTOCOL` must match. */
-#define NSINIT_PROTOCOL "runnerd-nsinit 3"
+#define NSINIT_PROTOCOL "runnerd-nsinit 4"
 
 static const int FORWARDED[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 #define N_FORWARDED (sizeof FORWARDED / sizeof FORWARDED[0])
@@ -349,7 +351,7 @@ static int wait_serving(pid_t init, int sock) {
 int main(int argc, char **argv) {
     const char *passed = "/proc/self/fd/";
     int status_fd, own_proc = 0, sock = -1, env_fd = -1, split = -1, alive[2], setup_wanted = 0, err;
-    struct setup setup = {0, 0, -1, -1, 0, NULL, NULL, {NULL}, 0};
+    struct setup setup = {0, 0, -1, -1, 0, NULL, NULL, {NULL}, 0, -1};
     char go;
     if (argc == 2 && strcmp(argv[1], "--check") == 0) {
         /* The arguments this build takes: a stale build is not used. */
@@ -391,6 +393,7 @@ int main(int argc, char **argv) {
     }
     if (split < 0 || split + 1 >= argc)
         fail(status_fd, EINVAL);
+    setup.status_fd = sock >= 0 ? status_fd : -1; /* `N`: see the usage */
     workload_env = environ;
     if (env_fd >= 0 && (workload_env = read_env(env_fd)) == NULL)
         fail(status_fd, errno);

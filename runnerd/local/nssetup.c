@@ -15,6 +15,10 @@
  * Also `read_env`: the workload's environment, which the daemon hands
  * over in a memfd (`--env`, see `nsinit.c`) rather than the init's own.
  *
+ * With `status_fd` (the init's with `--sockets`: a network namespace), `N`
+ * goes there as soon as the namespaces exist with `lo` up (before the mounts), so that the daemon starts slirp4netns
+ * alongside the rest of the set-up instead of after it.
+ *
  * Errors: `setup_session` returns 0 or an errno; the caller reports it on
  * the status fd as `S<errno>` (the daemon's "cannot set up the session's
  * containment").
@@ -326,6 +330,13 @@ int setup_session(const struct setup *s) {
         return err;
     if ((s->flags & CLONE_NEWNET) && (err = loopback_up()) != 0)
         return err;
+    if (s->status_fd >= 0) {
+        /* "N": the daemon may attach slirp4netns (it joins only the user
+         * and network namespaces, both final now) while the mounts below
+         * are made; the workload still waits for "R" and the daemon's go. */
+        ssize_t ignored = write(s->status_fd, "N", 1);
+        (void)ignored;
+    }
     if ((s->flags & CLONE_NEWNS) && (err = apply_view(s)) != 0)
         return err;
     TRY(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));

@@ -14,6 +14,8 @@ struct setup {
     const char *keep;  /* the session's directory, bound back */
     const char *covers[MAX_COVERS];
     int n_covers;
+    int status_fd;     /* -1: none; else (with --sockets) `N` is written
+                        * there once the namespaces exist with `lo` up */
 };
 
 int setup_session(const struct setup *s);

@@ -11,7 +11,7 @@ import contextlib
 import errno
 import os
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import trio
 
@@ -19,22 +19,32 @@ from runnerd.local.network import ATTACH_TIMEOUT_S, SLIRP, NetworkPlan, slirp_ar
 
 
 @contextlib.asynccontextmanager
-async def open_outbound(plan: NetworkPlan, pid: int) -> AsyncIterator[None]:
+async def open_outbound(
+    plan: NetworkPlan, pid: int, *, meanwhile: Callable[[], Awaitable[None]] | None = None
+) -> AsyncIterator[None]:
     """Attach slirp4netns to the namespace of `pid`; entered once the
-    namespace has its interface and route, held until exit.
+    namespace has its interface and route, held until exit. `meanwhile`
+    is awaited once slirp4netns is started, before its ready wait (the
+    session's set-up goes on while it attaches).
 
     Resource handling: slirp4netns exits when its exit fd (ours) closes, so
-    a daemon killed outright takes it along; on exit it is killed and
-    reaped.
+    a daemon killed outright takes it along; on exit (and when `meanwhile`
+    raises) it is killed and reaped.
 
     Raises:
-        OSError: it could not be started, or did not bring the network up.
+        OSError: it could not be started, or did not bring the network up;
+            or what `meanwhile` raises.
     """
     assert plan.outbound is not None
     ready_r, ready_w = os.pipe()
     exit_r, exit_w = os.pipe()
     argv = slirp_argv(plan.outbound, pid, plan.user_namespace, ready_fd=ready_w, exit_fd=exit_r)
     try:
+        # Popen in a worker thread (trio's): on the loop, its vfork and a
+        # session directory's writes stalled every other start whenever the
+        # kernel made them wait, and 1,000 starts took 1.3-1.8x as long;
+        # the spawner thread (one, in turn with every session's fork) was
+        # slower still.
         proc = await trio.lowlevel.open_process(
             argv,
             pass_fds=(ready_w, exit_r),
@@ -50,6 +60,8 @@ async def open_outbound(plan: NetworkPlan, pid: int) -> AsyncIterator[None]:
         os.close(ready_w)
         os.close(exit_r)
     try:
+        if meanwhile is not None:
+            await meanwhile()
         ready = False
         with trio.move_on_after(ATTACH_TIMEOUT_S):
             ready = await _read_ready(ready_r)

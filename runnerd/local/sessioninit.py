@@ -4,7 +4,8 @@ Owns `Launch` (who a session's first process is: its containment, view,
 cgroup, uid and init), the init's command line (`init_argv`: the compiled
 init, `nsinit.c`, with the containment's set-up as arguments when it does
 that itself, `self_contained`; else the Python one, `nsinit.py`) and the
-reading of its status pipe (`read_setup_status`, `read_exec_status`).
+reading of its status pipe (`read_namespace_status`, `read_setup_status`,
+`read_exec_status`).
 `runnerd.local.spawn` forks it.
 
 Error handling: the status readers raise OSError for a set-up the init
@@ -145,9 +146,20 @@ def setup_args(launch: Launch) -> list[str]:
 async def read_setup_status(fd: int) -> None:
     """Wait for the compiled init's `R` (its containment is set up).
     Raises OSError when it reported a failure or died first."""
+    await _expect(fd, b"R")
+
+
+async def read_namespace_status(fd: int) -> None:
+    """Wait for the compiled init's `N`, which it writes (given `--sockets`)
+    once its namespaces exist with `lo` up, before its mounts: slirp4netns
+    may attach from then on. Raises OSError as `read_setup_status`."""
+    await _expect(fd, b"N")
+
+
+async def _expect(fd: int, marker: bytes) -> None:
     os.set_blocking(fd, False)
     first = await _read(fd, 1)
-    if first == b"R":
+    if first == marker:
         return
     rest = first
     while first:  # the init exits right after reporting: read to EOF

@@ -52,12 +52,16 @@ from runnerd.local.sessioninit import (
     INIT_ENV,
     init_argv,
     read_exec_status,
+    read_namespace_status,
     read_setup_status,
     self_contained,
 )
 from runnerd.local.sessioninit import Launch as Launch
 from runnerd.local.spawner import run_in_spawner
 from runnerd.local.streams import StreamsProcess
+
+# `attach(pid, contained)`: see `spawn_pty_process`.
+Attach = Callable[[int, Callable[[], Awaitable[None]]], Awaitable[None]]
 
 
 def _join_cgroup(cgroup: Path) -> None:
@@ -236,7 +240,7 @@ async def spawn_pty_process(
     launch: Launch = DEFAULT_LAUNCH,
     label: str = "",
     sockets_fd: int | None = None,
-    attach: Callable[[int], Awaitable[None]] | None = None,
+    attach: Attach | None = None,
     size: tuple[int, int] | None = None,
 ) -> PtyProcess:
     """Start `argv` (argv[0] an absolute path) on a fresh PTY with exactly `env`,
@@ -247,10 +251,12 @@ async def spawn_pty_process(
     workload has exec'd.
 
     With a network namespace: `sockets_fd` is handed to `nsinit` (`--sockets`,
-    the daemon's way into the namespace) and `attach(pid)` is awaited with
-    the pid of a process in the namespace before the workload starts (it
-    must send `nsinit` its go); if it raises, the process is stopped and the
-    error propagates.
+    the daemon's way into the namespace) and `attach(pid, contained)` is
+    awaited with the pid of a process in the namespace, as soon as its
+    namespaces exist, before the workload starts: it must await
+    `contained()` (the rest of the containment's set-up, which may raise
+    OSError) before it sends `nsinit` its go; if it raises, the process is
+    stopped and the error propagates.
 
     Raises:
         OSError: the program could not be executed (missing, not executable,
@@ -282,7 +288,7 @@ async def spawn_streams_process(
     launch: Launch = DEFAULT_LAUNCH,
     label: str = "",
     sockets_fd: int | None = None,
-    attach: Callable[[int], Awaitable[None]] | None = None,
+    attach: Attach | None = None,
 ) -> StreamsProcess:
     """As `spawn_pty_process`, with three pipes for stdin, stdout and stderr
     instead of a terminal (the contract's `io: "streams"`): the workload
@@ -328,19 +334,26 @@ async def _started(
     argv: Sequence[str],
     status_r: int | None,
     sockets_fd: int | None,
-    attach: Callable[[int], Awaitable[None]] | None,
+    attach: Attach | None,
     contained_after_exec: bool,
 ) -> Proc:
     """`proc` once its workload has exec'd (in a namespace: after `attach`
     and the exec status; with the compiled init's own set-up, `attach`
-    only once it is done); stopped and closed if that fails."""
+    once the namespaces exist, handed the wait for the rest of it); stopped
+    and closed if that fails."""
     if status_r is None:
         return proc  # Popen itself reported any exec failure
+    contained: Callable[[], Awaitable[None]] = trio.lowlevel.checkpoint  # by preexec_fn
+    if contained_after_exec:
+        contained = functools.partial(read_setup_status, status_r)
     try:
-        if contained_after_exec:
-            await read_setup_status(status_r)
+        if contained_after_exec and sockets_fd is not None:
+            await read_namespace_status(status_r)  # written with --sockets
         if attach is not None and sockets_fd is not None:
-            await attach(proc.pid)
+            # The namespaces exist: attach while the init makes its mounts.
+            await attach(proc.pid, contained)
+        else:
+            await contained()
         error = await read_exec_status(status_r)
     except BaseException:
         await proc.aclose()

@@ -15,8 +15,11 @@ import pytest
 import trio
 
 from runnerd.local.containment import Containment, probe_containment
+from runnerd.local.forward import open_session_network
 from runnerd.local.identity import SessionIdentity
 from runnerd.local.initpython import NSINIT_BIN, choose_init_binary, choose_init_python
+from runnerd.local.mounts import SessionView
+from runnerd.local.network import probe_network
 from runnerd.local.pty import PtyProcess
 from runnerd.local.spawn import Launch, spawn_pty_process
 
@@ -155,3 +158,51 @@ def _deep_cgroup_with_decoy(tmp_path: Path) -> tuple[str, str]:
     with open(decoy, "w"):
         pass
     return cgroup, decoy
+
+
+def _slirp_children() -> list[int]:
+    """The slirp4netns processes this test process started and not reaped."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except (OSError, ValueError):
+            continue
+        comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        if comm == "slirp4netns" and int(rest.split()[1]) == os.getpid():
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+async def test_a_setup_refused_around_the_network_leaves_no_outbound_running(
+    tmp_path: Path, where: str
+) -> None:
+    # slirp4netns is started once the namespaces exist (the init's `N`),
+    # while the init makes its mounts: a set-up refused before that point
+    # (no cgroup) or after it (the session's directory to keep is gone)
+    # fails the spawn alike, the workload never run and slirp4netns gone.
+    base = _launch(True)
+    plan, net_plan = probe_network("isolated", base.plan)
+    if net_plan.outbound is None:
+        pytest.skip(f"no outbound network here: {net_plan.reason}")
+    changes: dict[str, object] = {"plan": plan}
+    if where == "before":
+        changes["cgroup"] = tmp_path / "no-such-cgroup"
+    else:
+        changes["view"] = SessionView((), str(tmp_path / "no-such-session-dir"))
+    marker = tmp_path / "ran"
+    with trio.fail_after(30), pytest.raises(OSError) as refused:
+        async with open_session_network(net_plan, "refused") as net:
+            await spawn_pty_process(
+                ["/bin/sh", "-c", f"touch {marker}"],
+                cwd=Path("/"),
+                env={"PATH": "/usr/bin:/bin"},
+                stop_grace_s=0.5,
+                launch=_launch(True, **changes),
+                sockets_fd=net.child_fd,
+                attach=net.attach,
+            )
+    assert "cannot set up the session's containment" in str(refused.value)
+    assert not marker.exists()
+    assert _slirp_children() == []
