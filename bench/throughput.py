@@ -8,7 +8,10 @@ the earlier figures used; it copies every byte twice in Python). The floor
 is the kernel's own rate for the same workload: a blocking read loop on a
 bare PTY, no trio, no HTTP, measured before the first run and after each,
 so each run has a floor on either side; its ratio is to their mean (issue
-22's goal: ≥ 0.9×).
+22's goal: ≥ 0.9×). Each round starts with the relay floor
+(`bench.relayfloor`): runnerd's burst reader, framing and gathered send in
+a plain loop, to a counting client, with no trio, HTTP or session; it
+tells what any relay of this PTY costs here, apart from the daemon's own.
 
 `RUNNERD_BENCH_BEFORE` names another checkout (e.g. `git worktree add
 /tmp/old main`, its `make -s bytecode` done) whose daemon runs in turn with
@@ -27,6 +30,7 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,21 +133,40 @@ def bare_pty_rate(total_bytes: int) -> tuple[float, float]:
     return received / elapsed / MB, cpu / (received / MB)
 
 
+def relay_rate(total_bytes: int) -> tuple[float, float]:
+    """The relay floor (`bench.relayfloor`, a process of its own): MB/s and
+    its CPU seconds per MB."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.relayfloor", str(total_bytes)],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout.split()
+    return float(out[0]), float(out[1])
+
+
 @dataclass
 class _Figures:
     """What the rounds measured: per (daemon, client), each run with its
-    ratio to the floor around it; the floors; the load averages seen."""
+    ratio to the floor around it; the floors; the relay floors with theirs;
+    the load averages seen."""
 
     runs: dict[tuple[str, str], list[tuple[Drain, float]]]
     floors: list[tuple[float, float]]
+    relays: list[tuple[float, float, float]]
     loads: list[float]
 
 
 async def _rounds(total_bytes: int, daemons: dict[str, Path], rounds: int) -> _Figures:
-    figures = _Figures({(d, c): [] for d in daemons for c in CLIENTS}, [], [os.getloadavg()[0]])
+    figures = _Figures({(d, c): [] for d in daemons for c in CLIENTS}, [], [], [os.getloadavg()[0]])
     figures.floors.append(await trio.to_thread.run_sync(bare_pty_rate, total_bytes))
     pairs = [(name, client) for name in daemons for client in CLIENTS]
     for round_ in range(rounds):
+        relay, relay_cpu = await trio.to_thread.run_sync(relay_rate, total_bytes)
+        figures.floors.append(await trio.to_thread.run_sync(bare_pty_rate, total_bytes))
+        floor = (figures.floors[-2][0] + figures.floors[-1][0]) / 2
+        figures.relays.append((relay, relay_cpu, relay / floor))
         # Every other round in reverse: no daemon always runs first.
         for name, client in pairs if round_ % 2 == 0 else pairs[::-1]:
             drain = await daemon_rate(total_bytes, client, daemons[name])
@@ -192,6 +215,13 @@ async def bench_throughput(total_bytes: int = 512 * 1024 * 1024) -> list[Row]:
             "same workload, bare PTY read loop (the floor), before the first run and after each",
             f"{_spread([rate for rate, _ in figures.floors], '.0f')} MB/s, "
             f"{_spread([cpu * 1000 for _, cpu in figures.floors], '.1f')} ms CPU per MB",
+            "—",
+        ),
+        (
+            "relay floor (`bench.relayfloor`: burst reads, kept, framed, sendmsg; no trio/HTTP)",
+            f"{_spread([r for r, _, _ in figures.relays], '.0f')} MB/s, "
+            f"{_spread([r for _, _, r in figures.relays], '.2f')}× the floor, "
+            f"{_spread([c * 1000 for _, c, _ in figures.relays], '.1f')} ms CPU per MB",
             "—",
         ),
         ("1-minute load average over the runs", _spread(figures.loads, ".1f"), "—"),
