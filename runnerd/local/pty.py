@@ -37,10 +37,9 @@ DEFAULT_ROWS = 24
 # Full chunks the reader takes in one turn before it lets other tasks run.
 # While the workload keeps the terminal full, a turn's chunks then reach a
 # channel with one wake-up of its sender and one socket write, instead of
-# one of each per chunk: that per-turn Python, not the copying, is what
-# held the stream below the bare PTY's rate (issue 22; bench/README.md).
-# 4: ~2.5 ms of reads at the kernel's ~100 MB/s, the longest a turn holds
-# the event loop.
+# one of each per chunk (issue 22; bench/README.md: the kernel's 4 KiB
+# reads stay most of the cost). 4: ~2.5 ms of reads at the kernel's
+# ~100 MB/s, the longest a turn holds the event loop.
 TURN_CHUNKS = 4
 PtyState = ChildState  # the name this module gave it first
 
