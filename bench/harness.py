@@ -268,6 +268,25 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[k]
 
 
+def upgrade_request(resource: str) -> bytes:
+    """A WebSocket upgrade request for `resource` (HTTP/1.1, the socket's
+    `localhost`), as a raw client writes it."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    return (
+        f"GET {resource} HTTP/1.1\r\nHost: localhost\r\n"
+        "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    ).encode()
+
+
+def masked_binary(payload: bytes) -> bytes:
+    """One masked binary frame (a client's frames must be masked) of under
+    126 bytes."""
+    mask = os.urandom(4)
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return bytes([0x82, 0x80 | len(payload)]) + mask + masked
+
+
 async def drain_pty_raw(
     socket_path: Path,
     sid: str,
@@ -290,24 +309,17 @@ async def drain_pty_raw(
     daemon's. Returns (payload bytes after the 4-byte seqs, gap messages,
     seconds from the first byte to the close frame).
     """
-    key = base64.b64encode(os.urandom(16)).decode()
     stream = await trio.open_unix_socket(str(socket_path))
     async with stream:
-        await stream.send_all(
-            f"GET /v1/sessions/{sid}/io{query} HTTP/1.1\r\nHost: localhost\r\n"
-            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
-        )
+        await stream.send_all(upgrade_request(f"/v1/sessions/{sid}/io{query}"))
         buf = bytearray()
         while b"\r\n\r\n" not in buf:
             buf += await stream.receive_some(65536)
         head, _, rest = bytes(buf).partition(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 101"):
             raise RuntimeError(f"no upgrade: {head[:80]!r}")
-        if send:  # one masked binary frame (client frames must be masked)
-            mask = os.urandom(4)
-            masked = bytes(b ^ mask[i % 4] for i, b in enumerate(send))
-            await stream.send_all(bytes([0x82, 0x80 | len(send)]) + mask + masked)
+        if send:
+            await stream.send_all(masked_binary(send))
         buf = bytearray(rest)
         pos = received = gaps = 0
         t0: float | None = None

@@ -25,10 +25,11 @@ accepted socket and owns its slot under the cap:
   of hypercorn's on every connection: it refuses the upgrades, chunk sizes
   and WebSocket frames that broke hypercorn's.
 - **Batched WebSocket output** (`send_frames`, for `ConnectionProbe`): the
-  PTY channel writes several whole binary frames in one socket write under
-  the send lock, past hypercorn's per-message path (wsproto, the ASGI
-  glue), while wsproto says the WebSocket is open. A frame sent
-  uncompressed is valid under permessage-deflate too (RFC 7692 §6).
+  PTY channel writes several whole binary frames in one gathering socket
+  write (the payloads as the ring holds them) under the send lock, past
+  hypercorn's per-message path (wsproto, the ASGI glue), while wsproto
+  says the WebSocket is open. A frame sent uncompressed is valid under
+  permessage-deflate too (RFC 7692 §6).
 - **Reason phrases.** hypercorn sends `HTTP/1.1 200 ` (an empty reason,
   legal but unhelpful in a trace); `Connection` fills in the standard phrase.
 - **JSON protocol errors.** What h11 refuses before the app runs (garbage,
@@ -100,12 +101,13 @@ class Connection(TCPServer):
             event = RawData(data=data, address=event.address)
         await super().protocol_send(event)
 
-    async def send_frames(self, frames: bytes) -> bool:
-        """Write whole server WebSocket frames in one write while the
-        WebSocket is open (`ConnectionProbe.send_frames`); False when it is
-        not, nothing written. Checked under the send lock: a Close hypercorn
-        sends (its reply to the peer's) goes out under it too, so no frame
-        follows one."""
+    async def send_frames(self, frames: list[bytes]) -> bool:
+        """Write the pieces of whole server WebSocket frames, in order and
+        gathered (`sendmsg`: the payloads go from the ring to the kernel with
+        no copy in between), while the WebSocket is open
+        (`ConnectionProbe.send_frames`); False when it is not, nothing
+        written. Checked under the send lock: a Close hypercorn sends (its
+        reply to the peer's) goes out under it too, so no frame follows one."""
         wrapper = getattr(self, "_protocol", None)
         ws = getattr(getattr(wrapper, "protocol", None), "stream", None)
         async with self.send_lock:
@@ -113,8 +115,11 @@ class Connection(TCPServer):
                 return False
             try:
                 with trio.CancelScope(shield=True):  # as hypercorn's own sends
-                    await self.stream.send_all(frames)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    if isinstance(self.stream, trio.SocketStream):
+                        await _send_gathered(self.stream.socket, frames)
+                    else:  # a TLS stream encrypts a copy anyway
+                        await self.stream.send_all(b"".join(frames))
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
                 await self.protocol.handle(Closed())
         return True
 
@@ -164,6 +169,28 @@ class Connection(TCPServer):
         # The peer is gone. hypercorn leaves the keep-alive timer running, and
         # the connection (and its slot under the cap) lingers until it fires.
         await self.idle_task.stop()
+
+
+async def _send_gathered(sock: trio.socket.SocketType, pieces: list[bytes]) -> None:
+    """Write `pieces` in order, as `SocketStream.send_all` writes one: the
+    socket takes what it has room for per `sendmsg`, and the rest follows.
+    Raises OSError (the peer is gone) or `trio.ClosedResourceError` (the
+    socket was closed, `ConnectionProbe.abort`)."""
+    if sock.did_shutdown_SHUT_WR:
+        raise trio.ClosedResourceError("can't send data after sending EOF")
+    views = [memoryview(piece) for piece in pieces]
+    first = 0
+    while first < len(views):
+        sent = await sock.sendmsg(views[first : first + _IOV_MAX])
+        while first < len(views) and sent >= len(views[first]):
+            sent -= len(views[first])
+            first += 1
+        if sent:
+            views[first] = views[first][sent:]
+
+
+# The most buffers one sendmsg takes (Linux's UIO_MAXIOV).
+_IOV_MAX = 1024
 
 
 def _open(ws: WSStream) -> bool:

@@ -35,11 +35,12 @@ class ConnectionProbe:
         self._socket = stream.socket
         self.linger_s = 0.0
         # Set by the connection (`runnerd.http.connection.Connection`).
-        self.frames_sender: Callable[[bytes], Awaitable[bool]] | None = None
+        self.frames_sender: Callable[[list[bytes]], Awaitable[bool]] | None = None
 
-    async def send_frames(self, frames: bytes) -> bool:
-        """Write `frames` (whole server WebSocket frames, `wsframes.binary_frames`)
-        to the socket in one write, in turn with every other send of the
+    async def send_frames(self, frames: list[bytes]) -> bool:
+        """Write `frames` (the pieces of whole server WebSocket frames,
+        `wsframes.binary_frame_pieces`) to the socket in order, gathered into
+        as few writes as it takes, in turn with every other send of the
         connection, while its WebSocket is open. False, with nothing written,
         when it is not open (not yet accepted, or a Close was sent or
         received) or the connection cannot do it: the caller then sends

@@ -51,7 +51,7 @@ from runnerd.http.events import parse_cursor
 from runnerd.http.guard import edge_refusal, request_host, server_address
 from runnerd.http.io_target import IoTarget, io_target
 from runnerd.http.streams import stream_slot
-from runnerd.http.wsframes import binary_frames
+from runnerd.http.wsframes import binary_frame_pieces
 from runnerd.metrics import Metrics
 from runnerd.session.reader import EVICTED, LOST, Items, open_reader
 
@@ -198,7 +198,7 @@ class _Delivery:
             self._sending = True
             try:
                 probe = self._probe
-                if probe is None or not await probe.send_frames(binary_frames(batch)):
+                if probe is None or not await probe.send_frames(binary_frame_pieces(batch)):
                     for entry in batch:
                         await websocket.send(frame_chunk(*entry))
             finally:

@@ -1,8 +1,9 @@
 """WebSocket frames at the byte level (pure): a client's declared lengths,
 the server's binary frames.
 
-Owns `binary_frames`, the server's output frames of the PTY channel written
-out as one byte string (several frames in one socket write), and
+Owns `binary_frame_pieces`, the server's output frames of the PTY channel
+as the heads and payloads one gathering socket write sends (several frames
+in one write, the payloads never copied; `binary_frames` joins them), and
 `FrameLengths`, which follows the frame boundaries of one client's
 byte stream (RFC 6455 §5.2: a 2-byte head, a 2- or 8-byte extended length,
 a 4-byte mask, then the payload) and reports a frame that declares more
@@ -45,10 +46,16 @@ _HEAD_7 = struct.Struct(">BBI")
 
 
 def binary_frames(entries: list[tuple[int, bytes]]) -> bytes:
+    """`binary_frame_pieces` joined into one byte string."""
+    return b"".join(binary_frame_pieces(entries))
+
+
+def binary_frame_pieces(entries: list[tuple[int, bytes]]) -> list[bytes]:
     """One unfragmented binary frame per `(seq, payload)`, in order, each
     carrying the 4-byte big-endian seq then the payload (the contract's PTY
-    output frame), joined into one byte string: the payloads are copied
-    once, whatever the number of frames."""
+    output frame), as the pieces a gathering write sends in turn: each
+    frame's head with the seq, then its payload, the very object given
+    (nothing is copied)."""
     pieces: list[bytes] = []
     for seq, payload in entries:
         size = 4 + len(payload)
@@ -59,7 +66,7 @@ def binary_frames(entries: list[tuple[int, bytes]]) -> bytes:
         else:
             pieces.append(_HEAD_64.pack(_BINARY_FIN, _LENGTH_64, size, seq))
         pieces.append(payload)
-    return b"".join(pieces)
+    return pieces
 
 
 class FrameLengths:

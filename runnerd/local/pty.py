@@ -30,10 +30,17 @@ from collections.abc import Callable
 
 import trio
 
-from runnerd.local.child import ChildState, ContainedChild, ReadBurst
+from runnerd.local.child import READ_CHUNK_BYTES, ChildState, ContainedChild, ReadBurst
 
 DEFAULT_COLS = 80
 DEFAULT_ROWS = 24
+# Full chunks the reader takes in one turn before it lets other tasks run.
+# While the workload keeps the terminal full, a turn's chunks then reach a
+# channel with one wake-up of its sender and one socket write, instead of
+# one of each per chunk (issue 22; bench/README.md: the kernel's 4 KiB
+# reads stay most of the cost). 4: ~2.5 ms of reads at the kernel's
+# ~100 MB/s, the longest a turn holds the event loop.
+TURN_CHUNKS = 4
 PtyState = ChildState  # the name this module gave it first
 
 
@@ -70,14 +77,18 @@ class PtyProcess(ContainedChild):
             set_window_size(self._master, max(1, min(cols, 0xFFFF)), max(1, min(rows, 0xFFFF)))
 
     async def run_reader(self, on_output: Callable[[bytes], None], done: trio.Event) -> None:
-        """Forward every byte the workload writes to `on_output`, in order, until
-        the terminal closes (EIO: no process holds the slave any more); then set
-        `done`. Cancellable."""
+        """Forward every byte the workload writes to `on_output`, in order, in
+        chunks of at most `READ_CHUNK_BYTES` (up to `TURN_CHUNKS` of them per
+        turn of the event loop), until the terminal closes (EIO: no process
+        holds the slave any more); then set `done`. Cancellable."""
         fd, burst = self._master, ReadBurst.for_this_thread()
         while True:
-            data, eof = burst.read(fd)
-            if data:
-                on_output(data)
+            for _ in range(TURN_CHUNKS):
+                data, eof = burst.read(fd)
+                if data:
+                    on_output(data)
+                if eof or len(data) < READ_CHUNK_BYTES:
+                    break  # the end, or all there was: nothing waits to be read
             if eof:
                 break
             if not data:

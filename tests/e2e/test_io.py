@@ -155,6 +155,28 @@ async def test_no_loss_or_duplication_between_replay_and_live(runnerd) -> None:
     assert second_transcript.chunks == first_transcript.chunks
 
 
+async def test_a_long_burst_arrives_whole_and_in_order_in_chunks_of_64_kib_at_most(
+    runnerd,
+) -> None:
+    # ~2.7 MB written without a pause once the client is attached: the PTY
+    # reader takes several full chunks per turn and the sender writes them
+    # in one go, each still its own frame with its own seq.
+    lines = 400_000
+    async with runnerd.client() as client:
+        script = f"stty -echo; echo ready; read go; seq 1 {lines}"
+        session_id = await start_session(client, script)
+        async with open_ws(runnerd.socket_path, _io(session_id)) as ws:
+            # Stdin before the workload exists is ignored: wait for it.
+            transcript = await read_pty(ws, until=b"ready\r\n")
+            await ws.send_message(b"go\n")
+            await read_pty(ws, transcript, timeout_s=60)
+    assert transcript.seqs == list(range(1, len(transcript.seqs) + 1))
+    assert max(len(payload) for _, payload in transcript.chunks) <= 64 * 1024
+    numbers = re.findall(rb"(\d+)\r\n", transcript.output.partition(b"ready\r\n")[2])
+    assert numbers == [str(i).encode() for i in range(1, lines + 1)]
+    assert transcript.close is not None and transcript.close.code == 1000
+
+
 async def test_unknown_session_closes_4404(runnerd) -> None:
     async with open_ws(runnerd.socket_path, _io("aaaaaaaaaaaa")) as ws:
         reason = await _expect_close(ws)
