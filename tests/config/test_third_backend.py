@@ -129,6 +129,10 @@ class _Inert:
         pass
 
 
+def probe_ahead(config: Config[ToySettings]) -> contextlib.AbstractContextManager[object]:
+    return contextlib.nullcontext()  # nothing to learn of the host
+
+
 def open_backend(
     config: Config[ToySettings], context: BackendContext
 ) -> contextlib.AbstractAsyncContextManager[Backend]:

@@ -119,6 +119,10 @@ class TtyOnlyBackend:
         yield  # pragma: no cover
 
 
+def probe_ahead(config: Config[TtyOnlySettings]) -> contextlib.AbstractContextManager[object]:
+    return contextlib.nullcontext()  # nothing to learn of the host
+
+
 def open_backend(
     config: Config[TtyOnlySettings], context: BackendContext
 ) -> contextlib.AbstractAsyncContextManager[Backend]:
