@@ -42,7 +42,10 @@ def _adopting() -> FakeWatchBackend:
 
 def _record(state: StateDir, session_id: str) -> dict[str, Any] | None:
     path = state.path / "watch" / f"{session_id}.json"
-    return json.loads(path.read_bytes()) if path.exists() else None
+    try:  # not exists() then read: the writer thread may remove it in between
+        return json.loads(path.read_bytes())  # type: ignore[no-any-return]
+    except FileNotFoundError:
+        return None
 
 
 async def _on_disk(condition: Callable[[], bool]) -> None:
