@@ -156,9 +156,23 @@ def open_backend(
     return _open_backend(config, context)
 
 
+# The probe child (`runnerd.local.hostprobe.open_probe_child`) is off: with
+# it, 1,000 idle sessions from 8 clients took 2.0-2.8x as long to start
+# (28.3 and 22.4 s against 10.2 and 12.2 s, `bench.spawn_ab`, three runs),
+# and SIGTERM took 8-10 s with sessions that "did not stop within 5 s",
+# while its findings equalled the daemon's own. With the compiled init's fd
+# moved to 64 or above the burst was normal again, so the cause is in how
+# that fd, opened first thing (fd 3), meets the sessions' spawns; not found
+# yet. Until it is, the backend probes in the daemon, as it did before.
+PROBE_CHILD = False
+
+
 def probe_ahead(config: Config[LocalConfig]) -> contextlib.AbstractContextManager[object]:
     """The host probes `LocalBackend` makes, started in a child process
-    (`runnerd.local.hostprobe`), for `open_backend` to take."""
+    (`runnerd.local.hostprobe`), for `open_backend` to take; nothing while
+    `PROBE_CHILD` is off (the backend then probes itself)."""
+    if not PROBE_CHILD:
+        return contextlib.nullcontext(None)
     return open_probe_child(config.settings)
 
 
