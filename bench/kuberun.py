@@ -103,14 +103,7 @@ async def _upstream(tmp: Path) -> AsyncIterator[httpx.Client | None]:
         )
         try:
             with httpx.Client(base_url=url.removesuffix("/v1/health")) as client:
-                with trio.fail_after(60):
-                    while True:
-                        try:
-                            if (await trio.to_thread.run_sync(client.get, "/v1/health")).is_success:
-                                break
-                        except httpx.TransportError:
-                            pass  # not listening yet
-                        await trio.sleep(0.01)
+                await _until_healthy(client)
                 yield client
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -127,18 +120,24 @@ async def _serving_floor(tmp: Path) -> AsyncIterator[httpx.Client]:
     )
     try:
         client = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://floor")
-        with client, trio.fail_after(60):
-            while True:
-                try:
-                    if (await trio.to_thread.run_sync(client.get, "/v1/health")).is_success:
-                        break
-                except httpx.TransportError:
-                    pass  # not listening yet
-                await trio.sleep(0.01)
+        with client:
+            await _until_healthy(client)
             yield client
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
+
+
+async def _until_healthy(client: httpx.Client) -> None:
+    """Until `GET /v1/health` answers 2xx (a minute at most)."""
+    with trio.fail_after(60):
+        while True:
+            try:
+                if (await trio.to_thread.run_sync(client.get, "/v1/health")).is_success:
+                    return
+            except httpx.TransportError:
+                pass  # not listening yet
+            await trio.sleep(0.01)
 
 
 def _compared_rows(
