@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runnerd.local.containment import Containment, ContainmentPlan, probe_child
+from runnerd.local.fdpass import park
 from runnerd.local.identity import SessionIdentity, blocking_directory
 from runnerd.local.mounts import PRIVATE_DIRS
 
@@ -163,7 +164,8 @@ def open_init_binary(binary: Path = NSINIT_BIN) -> InitBinary | str:
         return f"{binary} is not built (make builds it)"
     try:
         # Checked by this fd and run by it: the file checked is the file run.
-        return InitBinary(binary, os.open(binary, os.O_RDONLY | os.O_CLOEXEC))
+        # Parked (`runnerd.local.fdpass`): every session's spawn hands it on.
+        return InitBinary(binary, park(os.open(binary, os.O_RDONLY | os.O_CLOEXEC)))
     except OSError as exc:
         return f"cannot open {binary} ({exc.strerror})"
 

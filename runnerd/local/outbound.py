@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import trio
 
+from runnerd.local.fdpass import passing
 from runnerd.local.network import ATTACH_TIMEOUT_S, SLIRP, NetworkPlan, slirp_argv
 
 
@@ -38,20 +39,29 @@ async def open_outbound(
     assert plan.outbound is not None
     ready_r, ready_w = os.pipe()
     exit_r, exit_w = os.pipe()
-    argv = slirp_argv(plan.outbound, pid, plan.user_namespace, ready_fd=ready_w, exit_fd=exit_r)
     try:
-        # Popen in a worker thread (trio's): on the loop, its vfork and a
-        # session directory's writes stalled every other start whenever the
-        # kernel made them wait, and 1,000 starts took 1.3-1.8x as long;
-        # the spawner thread (one, in turn with every session's fork) was
-        # slower still.
-        proc = await trio.lowlevel.open_process(
-            argv,
-            pass_fds=(ready_w, exit_r),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        # Two pipes made in turn: side by side unless handed on apart
+        # (`runnerd.local.fdpass`).
+        with passing() as hand:
+            argv = slirp_argv(
+                plan.outbound,
+                pid,
+                plan.user_namespace,
+                ready_fd=hand(ready_w),
+                exit_fd=hand(exit_r),
+            )
+            # Popen in a worker thread (trio's): on the loop, its vfork and a
+            # session directory's writes stalled every other start whenever
+            # the kernel made them wait, and 1,000 starts took 1.3-1.8x as
+            # long; the spawner thread (one, in turn with every session's
+            # fork) was slower still.
+            proc = await trio.lowlevel.open_process(
+                argv,
+                pass_fds=hand.fds,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
     except BaseException:
         for fd in (ready_r, exit_w):
             os.close(fd)

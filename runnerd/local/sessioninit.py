@@ -19,7 +19,7 @@ import errno
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,33 +70,37 @@ def init_argv(
     status_w: int,
     sockets_fd: int | None,
     env: Mapping[str, str] | None = None,
+    hand: Callable[[int], int] = int,
 ) -> tuple[list[str], int | None]:
     """`argv` run by `nsinit` (see its usage), and the fd passed open with
     it, the caller's to close once forked: the script (closed by `nsinit`
     first thing), or for the compiled init `env` in a memfd (`--env`).
-    The compiled init must then be run with `INIT_ENV`, not `env`."""
+    The compiled init must then be run with `INIT_ENV`, not `env`. Every
+    fd the child gets is named in argv by `hand(fd)`, the number it is
+    handed on at (`runnerd.local.fdpass.Passing`; by default its own)."""
     opts = ["--nest"] if launch.join is not None else []
     opts += ["--proc"] if launch.plan.fresh_proc else []
+    status = str(hand(status_w))
     if sockets_fd is not None:
-        opts += ["--sockets", str(sockets_fd)]
+        opts += ["--sockets", str(hand(sockets_fd))]
     if launch.join is not None:
         # Its exec comes after it joined the holder's mount namespace, whose
         # /proc is the session's, where it has no /proc/self: the source
         # goes as an argument (the daemon read it; the session uid may not).
-        init = [launch.init_python, "-I", "-S", "-c", NSINIT.read_text(), str(status_w)]
+        init = [launch.init_python, "-I", "-S", "-c", NSINIT.read_text(), status]
         return [*init, *opts, "--", *argv], None
     if self_contained(launch):
         # Exec'd as the daemon, before any uid change or mount: by its path.
         env_fd = env_file(env or {})
-        opts += ["--env", str(env_fd)]
+        opts += ["--env", str(hand(env_fd))]
         binary = launch.init_binary
         assert binary is not None  # self_contained
         # By its fd (passed open by the caller): the file checked at start.
-        init = [binary.exec_path, str(status_w), *opts, *setup_args(launch)]
+        init = [binary.exec_path, status, *opts, *setup_args(launch)]
         return [*init, "--", *argv], env_fd
     # Passed open: the session uid may not reach runnerd's install.
     script = os.open(NSINIT, os.O_RDONLY | os.O_CLOEXEC)
-    init = [launch.init_python, "-I", "-S", f"/proc/self/fd/{script}", str(status_w)]
+    init = [launch.init_python, "-I", "-S", f"/proc/self/fd/{hand(script)}", status]
     return [*init, *opts, "--", *argv], script
 
 

@@ -43,6 +43,7 @@ from runnerd.local.containment import (
     ContainmentPlan,
     preexec_contained,
 )
+from runnerd.local.fdpass import passing
 from runnerd.local.identity import SessionIdentity
 from runnerd.local.joined import preexec_joined
 from runnerd.local.mounts import SessionView
@@ -165,47 +166,51 @@ def _spawn(
         stdio.terminal,
         launch.join,
     )
-    try:
-        if plan.containment is Containment.PID_NAMESPACE:
-            status_r, status_w = os.pipe()
-            argv, script = init_argv(launch, argv, status_w, sockets_fd, env)
-            passed = tuple(fd for fd in (status_w, script, sockets_fd) if fd is not None)
-            if launch.init_binary is not None and self_contained(launch):
-                preexec = None  # the compiled init does it (`nssetup.c`): a vfork
-                env = INIT_ENV  # the workload's went in the memfd (`--env`)
-                passed += (launch.init_binary.fd,)  # exec'd by it; held, not ours to close
-        if launch.identity is not None:
-            # Its terminal, as login gives one, or its pipes: programs that
-            # reopen them by name (/dev/stdout, /proc/self/fd/2).
-            for child_fd in set(stdio.child):
-                os.fchown(child_fd, launch.identity.uid, launch.identity.gid)
-        popen = subprocess.Popen(
-            list(argv),
-            stdin=stdio.child[0],
-            stdout=stdio.child[1],
-            stderr=stdio.child[2],
-            cwd=cwd,
-            env=dict(env),
-            close_fds=True,
-            pass_fds=passed,
-            start_new_session=True,
-            preexec_fn=preexec,
-        )
-    except BaseException as exc:
-        stdio.close_ours()
-        if status_r is not None:
-            os.close(status_r)
-        if isinstance(exc, subprocess.SubprocessError):
-            # preexec_fn failed: the kernel refused what the probe allowed.
-            raise OSError(errno.EPERM, "cannot set up the session's containment") from exc
-        raise
-    finally:
-        # Our copies of the child's ends and the status pipe's write end must
-        # go, or the output never reports EOF and the status never ends.
-        stdio.close_child()
-        for fd in (status_w, script):
-            if fd is not None:
-                os.close(fd)
+    # Handed on at numbers of their own (`runnerd.local.fdpass`): side by
+    # side, the child would close every fd of the daemon one by one.
+    with passing() as hand:
+        try:
+            if plan.containment is Containment.PID_NAMESPACE:
+                status_r, status_w = os.pipe()
+                argv, script = init_argv(launch, argv, status_w, sockets_fd, env, hand)
+                passed = hand.fds
+                if launch.init_binary is not None and self_contained(launch):
+                    preexec = None  # the compiled init does it (`nssetup.c`): a vfork
+                    env = INIT_ENV  # the workload's went in the memfd (`--env`)
+                    # Exec'd by it; held (parked: `fdpass.park`), not ours to close.
+                    passed += (launch.init_binary.fd,)
+            if launch.identity is not None:
+                # Its terminal, as login gives one, or its pipes: programs that
+                # reopen them by name (/dev/stdout, /proc/self/fd/2).
+                for child_fd in set(stdio.child):
+                    os.fchown(child_fd, launch.identity.uid, launch.identity.gid)
+            popen = subprocess.Popen(
+                list(argv),
+                stdin=stdio.child[0],
+                stdout=stdio.child[1],
+                stderr=stdio.child[2],
+                cwd=cwd,
+                env=dict(env),
+                close_fds=True,
+                pass_fds=passed,
+                start_new_session=True,
+                preexec_fn=preexec,
+            )
+        except BaseException as exc:
+            stdio.close_ours()
+            if status_r is not None:
+                os.close(status_r)
+            if isinstance(exc, subprocess.SubprocessError):
+                # preexec_fn failed: the kernel refused what the probe allowed.
+                raise OSError(errno.EPERM, "cannot set up the session's containment") from exc
+            raise
+        finally:
+            # Our copies of the child's ends and the status pipe's write end must
+            # go, or the output never reports EOF and the status never ends.
+            stdio.close_child()
+            for fd in (status_w, script):
+                if fd is not None:
+                    os.close(fd)
     try:
         # Taken before anyone can reap the child, so it names this process.
         pidfd = os.pidfd_open(popen.pid)
