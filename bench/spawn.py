@@ -31,11 +31,13 @@ import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import trio
 
 from bench.harness import Daemon, open_daemon, percentile, sh_bundle, start_session, wait_status
+from bench.leanpost import post_sessions
 from bench.netns import _pss_kb, _session_pids
 from bench.throughput import cpu_seconds
 from runnerd.local.containment import CLONE_NEWNET, probe_child, probe_containment
@@ -105,13 +107,31 @@ async def _poll_running(client: httpx.AsyncClient, ids: set[str], n: int) -> Non
             await trio.sleep(0.2)
 
 
-async def _start_idle(client: httpx.AsyncClient, n: int, marker: str, clients: int = 8) -> float:
+def lean_posts(d: Daemon) -> Path | None:
+    """The burst's POSTs: through `bench.leanpost` on `d`'s socket, or
+    through httpx with RUNNERD_BENCH_BURST_CLIENT=httpx (the figures
+    before 2026-12-02 04:00 UTC were taken that way)."""
+    return None if os.environ.get("RUNNERD_BENCH_BURST_CLIENT") == "httpx" else d.socket_path
+
+
+async def _start_idle(
+    client: httpx.AsyncClient,
+    n: int,
+    marker: str,
+    clients: int = 8,
+    lean: Path | None = None,
+) -> float:
     """Start `n` idle sessions from `clients` concurrent clients; seconds
-    from the first POST to the last `running`."""
+    from the first POST to the last `running`. With `lean` (the daemon's
+    socket) the POSTs go through `bench.leanpost`, else through `client`
+    (httpx), as do the polls either way."""
     ids: set[str] = set()
     body = sh_bundle(f"exec sleep {marker}\n")
 
     async def worker(count: int) -> None:
+        if lean is not None:
+            await post_sessions(lean, body, SIZED, count, ids)
+            return
         for _ in range(count):
             ids.add(await start_session(client, body, SIZED))
 
@@ -197,7 +217,7 @@ async def _many_rows(n: int) -> list[Row]:
     marker = f"3600.{secrets.randbelow(10**6):06d}"
     async with open_daemon(max_sessions=n + 8, replay_buffer_bytes=65536) as d, d.client() as c:
         cpu0 = cpu_seconds(d.proc.pid)
-        started_s = await _start_idle(c, n, marker)
+        started_s = await _start_idle(c, n, marker, lean=lean_posts(d))
         cpu_ms = (cpu_seconds(d.proc.pid) - cpu0) / n * 1000
     floor_s = await trio.to_thread.run_sync(_floor_many, n)
     ns_ms = await trio.to_thread.run_sync(namespace_floor) * 1000

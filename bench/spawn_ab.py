@@ -27,7 +27,7 @@ from pathlib import Path
 import trio
 
 from bench.harness import REPO, open_daemon, percentile
-from bench.spawn import _start_idle, _to_running, pty_exec_floor
+from bench.spawn import _start_idle, _to_running, lean_posts, pty_exec_floor
 from bench.throughput import cpu_seconds
 
 SETTLE_S = 10.0
@@ -68,7 +68,7 @@ async def many(repo: Path, n: int) -> str:
         d.client() as c,
     ):
         load0, cpu0 = _load(), cpu_seconds(d.proc.pid)
-        started_s = await _start_idle(c, n, marker)
+        started_s = await _start_idle(c, n, marker, lean=lean_posts(d))
         cpu_ms = (cpu_seconds(d.proc.pid) - cpu0) / n * 1000
         load1 = _load()
         stop_s = await d.terminate()
