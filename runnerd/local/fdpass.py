@@ -63,8 +63,10 @@ class Passing:
         return number
 
 
-class _Numbers:
-    """The blocks of numbers (the process's: fd numbers are)."""
+class FdNumbers:
+    """Blocks of numbers to hand fds on at, and numbers to park fds at (the
+    process has one, `passing` and `park` use it: fd numbers are the
+    process's)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -94,6 +96,20 @@ class _Numbers:
         os.dup2(fd, number, inheritable=False)
         os.close(fd)
         return number
+
+    @contextlib.contextmanager
+    def passing(self) -> Iterator[Passing]:
+        """A spawn's hand-on: inside, `hand(fd)` gives the number at which
+        `fd` goes to the child (in `pass_fds=hand.fds` and in its argv);
+        after, those numbers hold /dev/null again (the caller's own fds are
+        untouched throughout: still theirs to close)."""
+        block = self.take()
+        hand = Passing(block)
+        try:
+            yield hand
+        finally:
+            if block is not None:
+                self.give_back(block, hand.fds)
 
     def _reserve(self) -> None:
         if self._taken:
@@ -141,22 +157,8 @@ def _runs(filler: int, count: int) -> list[list[int]]:
     return runs
 
 
-_NUMBERS = _Numbers()
-
-
-@contextlib.contextmanager
-def passing() -> Iterator[Passing]:
-    """A spawn's hand-on: inside, `hand(fd)` gives the number at which `fd`
-    goes to the child (in `pass_fds=hand.fds` and in its argv); after,
-    those numbers hold /dev/null again (the caller's own fds are untouched
-    throughout: still theirs to close)."""
-    block = _NUMBERS.take()
-    hand = Passing(block)
-    try:
-        yield hand
-    finally:
-        if block is not None:
-            _NUMBERS.give_back(block, hand.fds)
+_NUMBERS = FdNumbers()
+passing = _NUMBERS.passing
 
 
 def park(fd: int) -> int:

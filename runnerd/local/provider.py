@@ -156,15 +156,14 @@ def open_backend(
     return _open_backend(config, context)
 
 
-# The probe child (`runnerd.local.hostprobe.open_probe_child`) is off: with
-# it, 1,000 idle sessions from 8 clients took 2.0-2.8x as long to start
-# (28.3 and 22.4 s against 10.2 and 12.2 s, `bench.spawn_ab`, three runs),
-# and SIGTERM took 8-10 s with sessions that "did not stop within 5 s",
-# while its findings equalled the daemon's own. With the compiled init's fd
-# moved to 64 or above the burst was normal again, so the cause is in how
-# that fd, opened first thing (fd 3), meets the sessions' spawns; not found
-# yet. Until it is, the backend probes in the daemon, as it did before.
-PROBE_CHILD = False
+# The probe child (`runnerd.local.hostprobe.open_probe_child`): on. It was
+# off for a while: with it, 1,000 idle sessions took 2-2.8x as long to start
+# and SIGTERM 8-10 s. The cause was the compiled init's fd, opened first
+# thing and so fd 3, which every session's spawn kept: CPython's child then
+# closed the daemon's fds one by one (`runnerd.local.fdpass`, which now
+# parks that fd apart). With it parked, the burst and the shutdown took as
+# long with the child as without (bench/README.md, 2026-12-02, fdpass).
+PROBE_CHILD = True
 
 
 def probe_ahead(config: Config[LocalConfig]) -> contextlib.AbstractContextManager[object]:

@@ -9,8 +9,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from runnerd.local import fdpass
+
+REPO = Path(__file__).resolve().parents[2]
 
 # The child: which of its fds are open, and a byte written on each fd named.
 CHILD = """
@@ -74,10 +77,11 @@ def test_after_the_spawn_the_numbers_hold_nothing_of_the_callers() -> None:
 def test_with_every_block_in_use_fds_go_as_they_are() -> None:
     r, w = os.pipe()
     try:
+        numbers = fdpass.FdNumbers()
         with contextlib.ExitStack() as others:
             for _ in range(fdpass.BLOCKS):  # every block taken by other spawns
-                others.enter_context(fdpass.passing())
-            with fdpass.passing() as hand:
+                others.enter_context(numbers.passing())
+            with numbers.passing() as hand:
                 assert hand(w) == w
                 subprocess.run(
                     [sys.executable, "-I", "-S", "-c", CHILD, str(w)],
@@ -93,7 +97,7 @@ def test_with_every_block_in_use_fds_go_as_they_are() -> None:
 
 def test_a_parked_fd_keeps_its_file_at_a_number_apart() -> None:
     fd = os.open(sys.executable, os.O_RDONLY | os.O_CLOEXEC)
-    parked = fdpass.park(fd)
+    parked = fdpass.FdNumbers().park(fd)
     try:
         assert parked != fd and parked != 3
         assert os.path.samefile(f"/proc/self/fd/{parked}", sys.executable)
@@ -102,3 +106,19 @@ def test_a_parked_fd_keeps_its_file_at_a_number_apart() -> None:
         assert os.get_inheritable(parked) is False
     finally:
         os.close(parked)
+
+
+def test_the_compiled_init_opened_first_thing_is_not_handed_on_as_fd_3() -> None:
+    # A fresh interpreter, as the daemon is when its probe child starts: the
+    # compiled init is the first file it opens, so plainly opened it is fd 3.
+    probe = (
+        "import os\n"
+        "from runnerd.local.initpython import open_init_binary\n"
+        "b = open_init_binary()\n"
+        "os.fstat(b.fd - 1); os.fstat(b.fd + 1)\n"
+        "print(b.fd)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO
+    ).stdout
+    assert int(out) > 3
