@@ -16,10 +16,12 @@ import trio
 from tests.e2e.watch_client import route, runs, start_watch, started, wait_frames, wait_running
 from tests.harness import start_daemon
 
-# Logs its life into the workspace; the restart's SIGTERM ends it through the trap.
+# Logs its life into the workspace; the restart's SIGTERM ends it through the
+# trap, which is set before `start` is logged: a SIGTERM sent once the line is
+# there always finds it (one sent earlier would end `sh` with 143, not 0).
 LOGGED = (
-    "echo start $$ >> life.log\n"
     "trap 'echo stop $$ >> life.log; exit 0' TERM\n"
+    "echo start $$ >> life.log\n"
     "while :; do sleep 0.05; done\n"
 )
 
@@ -41,8 +43,20 @@ def check_run_guarantees(events: list[dict[str, Any]]) -> None:
 
 async def life_log(client: httpx.AsyncClient, session_id: str) -> list[str]:
     answer = await route(client, "GET", session_id, "workspace/file", params={"path": "life.log"})
+    if answer.status_code == 404:  # not written yet
+        return []
     assert answer.status_code == 200, answer.text
     return str(answer.json()["content"]).splitlines()
+
+
+async def wait_started(client: httpx.AsyncClient, session_id: str, count: int) -> None:
+    """Until `count` processes of the app have logged `start` (so the last
+    of them has its trap set: a restart may SIGTERM it now)."""
+    while True:
+        log = await life_log(client, session_id)
+        if sum(line.startswith("start") for line in log) >= count:
+            return
+        await trio.sleep(0.02)
 
 
 async def test_a_burst_of_writes_and_reloads_keeps_every_per_app_guarantee(tmp_path: Path) -> None:
@@ -50,6 +64,7 @@ async def test_a_burst_of_writes_and_reloads_keeps_every_per_app_guarantee(tmp_p
         async with daemon.client() as client:
             session_id = await start_watch(client, files={"app.sh": LOGGED}, entry="app.sh")
             await wait_running(client, session_id)
+            await wait_started(client, session_id, 1)
             answers: list[int] = []
 
             async def write(i: int) -> None:
@@ -66,6 +81,7 @@ async def test_a_burst_of_writes_and_reloads_keeps_every_per_app_guarantee(tmp_p
             assert answers == [200, 200, 200]
             await wait_frames(client, session_id, lambda fs: started(fs, "app", 2) is not None)
             for generation in (3, 4):
+                await wait_started(client, session_id, generation - 1)
                 answer = await route(client, "POST", session_id, "reload")
                 assert answer.status_code == 202, answer.text
                 frames = await wait_frames(
