@@ -248,15 +248,17 @@ def sweep_workdir(workdir: Path) -> list[str]:
     like a session id are touched, and the trash (`TRASH_NAME`: what a
     killed daemon had not removed yet), so a workdir pointed at a shared
     directory by mistake loses nothing else; and warm sandboxes'
-    (`WARM_PREFIX`). Returns the names removed."""
+    (`WARM_PREFIX`, no session's yet). Returns the session names removed."""
     removed = []
     for entry in sorted(os.listdir(workdir)):
         path = workdir / entry
         if not path.is_dir() or path.is_symlink():
             continue
-        if _SESSION_DIR.fullmatch(entry) or entry.startswith(WARM_PREFIX):
+        if _SESSION_DIR.fullmatch(entry):
             remove_session_dir(path)
             removed.append(entry)
+        elif entry.startswith(WARM_PREFIX):
+            remove_session_dir(path)  # no session's: not counted
         elif entry == TRASH_NAME:
             removed += sorted(name for name in os.listdir(path) if _SESSION_DIR.fullmatch(name))
             remove_session_dir(path)
