@@ -339,6 +339,7 @@ class LocalBackend:
         terminal size, then its go), closed by the end; None when the slot
         failed before the workload ran (logged): the session starts cold."""
         ids = {"session_id": spec.session_id}
+        assert self.warm is not None  # `slot` is its
         try:
             if not slot.alive():
                 log.warning("warm sandbox %s had died", slot.name, extra=ids)
@@ -350,6 +351,8 @@ class LocalBackend:
                 proc = await slot.go(session_dir, argv, env, size)
             except OSError as exc:
                 raise boot_error(exc, runtime, None) from exc
+            finally:
+                self.warm.refill()  # only now: its making would slow this start
             if proc is None:
                 return None
             log.info("started pid %s (runtime %s, warm)", proc.pid, runtime.name, extra=ids)
@@ -358,6 +361,7 @@ class LocalBackend:
             return outcome_of(spec, code, None)
         finally:
             await slot.aclose()
+            self.warm.refill()  # (a no-op after the one above)
 
     @contextlib.asynccontextmanager
     async def _open_network(self, spec: RunSpec) -> AsyncIterator[SessionNetwork | None]:

@@ -254,15 +254,23 @@ class WarmPool:
 
     def take(self) -> WarmSlot | None:
         """The oldest ready slot, now the caller's to close (check `alive`
-        first: one that died a moment ago is not noticed yet); None when
-        none is ready. Another is made meanwhile. Never blocks."""
-        self._wanted.set()
+        first: one that died a moment ago is not noticed yet), replaced
+        once the caller says `refill`; None when none is ready (then one
+        is made meanwhile). Never blocks."""
         if not self._ready:
+            self.refill()
             return None
         slot = self._ready.pop(0)
         slot.watching.cancel()  # its keeper lets go of it
         self._changed.unpark_all()
         return slot
+
+    def refill(self) -> None:
+        """Make slots again until `size` are ready: called once a taken
+        slot's session has its workload (or has given the slot up), so
+        that making its replacement (a session's start's worth of work)
+        does not compete with that start. Never blocks."""
+        self._wanted.set()
 
     async def evict(self) -> bool:
         """Close one ready slot (its uid is then free for a cold start);
@@ -271,6 +279,7 @@ class WarmPool:
         if slot is None:
             return False
         await slot.aclose()
+        self.refill()  # (it finds no uid free until a session ends)
         return True
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
