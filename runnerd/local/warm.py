@@ -63,6 +63,12 @@ log = logging.getLogger(__name__)
 
 RETRY_S = 1.0
 MAX_RETRY_S = 60.0
+# A bundle this small is written on the event loop (~4 syscalls a file,
+# well under a millisecond): a worker thread's hop cost more than the
+# writes, waiting for the GIL behind the loop that serves the session's
+# own requests meanwhile (strace of a pooled start: 8 ms of its 21).
+ON_LOOP_FILES = 8
+ON_LOOP_BYTES = 64 * 1024
 
 
 class SlotKit:
@@ -133,6 +139,9 @@ class WarmSlot:
         self.net.label = session_id
         owner = None if self.identity is None else (self.identity.uid, self.identity.gid)
         try:
+            if bundle is None or _small(bundle):
+                await trio.lowlevel.checkpoint()
+                return write_bundle(self.layout, bundle, owner)
             return await trio.to_thread.run_sync(write_bundle, self.layout, bundle, owner)
         except WorkdirError as exc:
             raise StartError("provision", str(exc)) from exc
@@ -190,6 +199,12 @@ class WarmSlot:
         if self._status_r is not None:
             os.close(self._status_r)
             self._status_r = None
+
+
+def _small(bundle: BundleSpec) -> bool:
+    if len(bundle.files) > ON_LOOP_FILES:
+        return False
+    return sum(len(contents) for _, contents in bundle.files) <= ON_LOOP_BYTES // 4  # UTF-8
 
 
 async def open_slot(kit: SlotKit, name: str) -> WarmSlot:

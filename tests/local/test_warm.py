@@ -146,7 +146,7 @@ async def test_the_pool_refills_and_sessions_never_share_a_slot(
     caplog.set_level(logging.INFO, logger="runnerd.local")
     script = """
     import os, sys
-    print("who", os.getuid(), os.getcwd(), os.environ.get("MINE"), os.environ.get("THEIRS"))
+    print("who", os.getuid(), os.getcwd(), os.environ.get("MINE"), len(os.listdir()))
     sys.stdin.readline()
     """
     async with opened(tmp_path) as backend:
@@ -157,7 +157,9 @@ async def test_the_pool_refills_and_sessions_never_share_a_slot(
                 for i in range(3):
                     await backend.warm.wait_until(full)
                     sink = RecordingSink()
-                    spec = bundle_spec("python", script, env={"MINE": f"m{i}"})
+                    # The third's bundle is written in a worker thread, not the loop.
+                    files = {f"f{n}": "x" for n in range(9)} if i == 2 else {}
+                    spec = bundle_spec("python", script, env={"MINE": f"m{i}"}, extra_files=files)
                     sessions.append(await start_session(nursery, backend, spec, sink))
                     sinks.append(sink)
                     ids.append(spec.session_id)
@@ -173,7 +175,7 @@ async def test_the_pool_refills_and_sessions_never_share_a_slot(
     assert len(uids) == 3 and len(cwds) == 3, seen
     for i, (m, sid) in enumerate(zip(seen, ids, strict=True)):
         assert m is not None and m.group(2).decode().endswith(f"/{sid}/app")
-        assert m.group(3) == f"m{i}".encode() and m.group(4) == b"None"
+        assert m.group(3) == f"m{i}".encode() and m.group(4) == (b"10" if i == 2 else b"1")
 
 
 def _exists(path: str | Path) -> bool:
