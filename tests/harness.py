@@ -57,6 +57,7 @@ import trio
 from trio_websocket import WebSocketConnection, wrap_client_stream
 
 from runnerd.local.identity import blocking_directory
+from runnerd.local.workdir import WARM_PREFIX
 
 READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
@@ -189,14 +190,15 @@ class DaemonClient:
         )
 
     def session_dirs(self) -> list[str]:
-        """The session directories in the workdir (its lock file is not one),
-        with those of ended sessions its trash still holds."""
+        """The session directories in the workdir (its lock file is not one,
+        nor a warm sandbox's, no session's yet: `runnerd.local.warm`), with
+        those of ended sessions its trash still holds."""
         trash = self.workdir / ".trash"
         held = [p.name for p in trash.iterdir()] if trash.is_dir() else []
         names = [
             p.name for p in self.workdir.iterdir() if p.name not in (".runnerd.lock", ".trash")
         ]
-        return sorted(names + held)
+        return sorted(name for name in names + held if not name.startswith(WARM_PREFIX))
 
 
 @dataclass

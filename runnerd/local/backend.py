@@ -32,6 +32,12 @@ picked and substituted for `{inspect_port}` and reported in the address, so
 `running.inspectUrl` is the debug server's base URL `http://127.0.0.1:<port>`
 (the core relays its `/events` SSE stream as debug frames).
 
+A run session starts in a warm sandbox (`runnerd.local.warm`: made ahead,
+`local.warm_sandboxes`) when one is ready and it can: the compiled init, a
+PID, mount and network namespace with its own /proc, no `inspect`, no
+cgroups (`_warm_pool`); else, or when the slot fails before its workload
+runs, cold, as follows.
+
 With a network namespace per session (`[local] network`, see
 `runnerd.local.network`), each declared TCP port and the inspect port are
 published on the host's loopback and forwarded in (`runnerd.local.forward`)
@@ -50,8 +56,6 @@ from pathlib import Path
 import trio
 
 from runnerd.backend import (
-    Exited,
-    Failed,
     ImageSpec,
     Outcome,
     Recovered,
@@ -59,25 +63,25 @@ from runnerd.backend import (
     Sink,
     Started,
     StartError,
-    WorkloadAddress,
 )
 from runnerd.backend.watch import Checkpoint, PlaceGone, ProgressReport, WatchHost, WatchSpec
-from runnerd.contract import AvailabilityReport, IoMode, RunnerEndpoint, ready, unavailable
+from runnerd.contract import AvailabilityReport, IoMode, ready, unavailable
 from runnerd.local.cgroups import SessionCgroups, open_session_cgroups
 from runnerd.local.containment import ContainmentPlan
 from runnerd.local.forward import SessionNetwork, free_loopback_port, open_session_network
 from runnerd.local.hostprobe import find_host
 from runnerd.local.identity import SessionIdentity, SessionUids
 from runnerd.local.initpython import unreachable_workdir
-from runnerd.local.launch import Unresolved, build_argv, build_env
+from runnerd.local.launch import Unresolved
 from runnerd.local.mounts import SessionView
 from runnerd.local.preflight import announce, resolve_image, start_checks
 from runnerd.local.pty import PtyProcess
-from runnerd.local.runtimes import workload_path
+from runnerd.local.running import boot_error, build_command, outcome_of, run_started
 from runnerd.local.sandbox import SandboxPlan
 from runnerd.local.settings import LocalConfig, RuntimeConfig
 from runnerd.local.spawn import Launch, spawn_pty_process
 from runnerd.local.trash import Trash
+from runnerd.local.warm import SlotKit, WarmPool, WarmSlot
 from runnerd.local.workdir import (
     SessionDir,
     WorkdirError,
@@ -85,11 +89,8 @@ from runnerd.local.workdir import (
     prepare_session_dir,
     sweep_workdir,
 )
-from runnerd.workload.supervision import tcp_ports
 
 log = logging.getLogger(__name__)
-
-LOOPBACK = "127.0.0.1"
 
 
 class LocalBackend:
@@ -141,6 +142,7 @@ class LocalBackend:
         if self._uids is not None and self._plan.private_mounts:
             self.workdir_problem = unreachable_workdir(os.path.abspath(local.workdir))
         self._cgroups, no_cgroups = open_session_cgroups()
+        self.warm = self._warm_pool()  # run by `open_backend`
         self.notices = announce(
             local,
             plan=self._plan,
@@ -149,6 +151,33 @@ class LocalBackend:
             cgroups=self._cgroups,
             no_cgroups=no_cgroups,
         )
+
+    def _warm_pool(self) -> WarmPool | None:
+        """The pool of `local.warm_sandboxes`, or None (said why) where a
+        sandbox made ahead would differ from a cold session's or could not
+        be tested here: with cgroups (a slot would have to join the
+        session's before its go)."""
+        if not self._local.warm_sandboxes:
+            return None
+        plan, why = self._plan, None
+        if self._init_binary is None:
+            why = "sessions' init is not the compiled one"
+        elif not (plan.fresh_proc and plan.private_mounts and self._net.own_namespace):
+            why = "sessions lack a PID, mount or network namespace of their own"
+        elif self._cgroups is not None:
+            why = "sessions get cgroups, which a warm sandbox does not join"
+        if why is not None:
+            log.info("local.warm_sandboxes is off: %s; every session starts cold", why)
+            return None
+        kit = SlotKit(
+            Path(self._local.workdir),
+            self._local.stop_grace_s,
+            self._net,
+            self._uids,
+            self.trash,
+            lambda session_dir, identity: self._launch(session_dir, None, identity),
+        )
+        return WarmPool(self._local.warm_sandboxes, kit)
 
     def open_watch(
         self, spec: WatchSpec, progress: ProgressReport
@@ -234,7 +263,12 @@ class LocalBackend:
         task_status: trio.TaskStatus[Started] = trio.TASK_STATUS_IGNORED,
     ) -> Outcome:
         runtime, executable = start_checks(self._local, spec, self._uids)
-        identity = self._acquire_identity()
+        slot = None if self.warm is None or spec.inspect else self.warm.take()
+        if slot is not None:
+            outcome = await self._run_warm(slot, spec, sink, runtime, executable, task_status)
+            if outcome is not None:
+                return outcome
+        identity = await self._acquire_identity()
         try:
             return await self._run_as(spec, sink, runtime, executable, identity, task_status)
         finally:
@@ -242,11 +276,14 @@ class LocalBackend:
                 # Every process of the uid is gone: its PID namespace ended.
                 self._uids.release(identity)
 
-    def _acquire_identity(self) -> SessionIdentity | None:
-        """A root daemon's session uid; None keeps the daemon's. Raises StartError."""
+    async def _acquire_identity(self) -> SessionIdentity | None:
+        """A root daemon's session uid (a warm sandbox's given up for it if
+        need be); None keeps the daemon's. Raises StartError."""
         if self._uids is None:
             return None
         identity = self._uids.acquire()
+        while identity is None and self.warm is not None and await self.warm.evict():
+            identity = self._uids.acquire()
         if identity is None:
             raise StartError(
                 "provision",
@@ -278,9 +315,9 @@ class LocalBackend:
                 ids = {"session_id": spec.session_id}
                 log.info("started pid %s (runtime %s)", proc.pid, runtime.name, extra=ids)
                 async with proc:
-                    code = await self._run_process(spec, sink, proc, inspect_port, task_status, net)
+                    code = await run_started(spec, sink, proc, inspect_port, task_status, net)
             log.info("exited with code %s", code, extra=ids)
-            return self._outcome(spec, code, cgroup)
+            return outcome_of(spec, code, cgroup)
         finally:
             with trio.CancelScope(shield=True):
                 # Moved out now, removed after: the session is terminal
@@ -288,6 +325,43 @@ class LocalBackend:
                 await self.trash.discard(session_dir.root)
                 if cgroup is not None:
                     await trio.to_thread.run_sync(SessionCgroups.remove, cgroup)
+
+    async def _run_warm(
+        self,
+        slot: WarmSlot,
+        spec: RunSpec,
+        sink: Sink,
+        runtime: RuntimeConfig,
+        executable: str,
+        task_status: trio.TaskStatus[Started],
+    ) -> Outcome | None:
+        """`_run_as` in `slot` (made the session's: its directory, bundle,
+        terminal size, then its go), closed by the end; None when the slot
+        failed before the workload ran (logged): the session starts cold."""
+        ids = {"session_id": spec.session_id}
+        assert self.warm is not None  # `slot` is its
+        try:
+            if not slot.alive():
+                log.warning("warm sandbox %s had died", slot.name, extra=ids)
+                return None
+            session_dir = await slot.adopt(spec.session_id, spec.bundle)
+            size = await sink.terminal_size(self._local.terminal_size_wait_s)
+            argv, env = build_command(spec, runtime, executable, session_dir, None)
+            try:
+                proc = await slot.go(session_dir, argv, env, size)
+            except OSError as exc:
+                raise boot_error(exc, runtime, None) from exc
+            finally:
+                self.warm.refill()  # only now: its making would slow this start
+            if proc is None:
+                return None
+            log.info("started pid %s (runtime %s, warm)", proc.pid, runtime.name, extra=ids)
+            code = await run_started(spec, sink, proc, None, task_status, slot.net)
+            log.info("exited with code %s", code, extra=ids)
+            return outcome_of(spec, code, None)
+        finally:
+            await slot.aclose()
+            self.warm.refill()  # (a no-op after the one above)
 
     @contextlib.asynccontextmanager
     async def _open_network(self, spec: RunSpec) -> AsyncIterator[SessionNetwork | None]:
@@ -321,13 +395,7 @@ class LocalBackend:
     ) -> PtyProcess:
         """The session's first process, exec'd, on a terminal of `size` (cols,
         rows; None: the default) from its start. Raises StartError."""
-        try:
-            argv = build_argv(
-                runtime, executable, entry=session_dir.entry, inspect_port=inspect_port
-            )
-            env = build_env(spec.env, home=session_dir.work, path=workload_path(runtime))
-        except ValueError as exc:
-            raise StartError("provision", str(exc)) from exc
+        argv, env = build_command(spec, runtime, executable, session_dir, inspect_port)
         try:
             return await spawn_pty_process(
                 argv,
@@ -341,14 +409,7 @@ class LocalBackend:
                 size=size,
             )
         except OSError as exc:
-            # The file that failed: the session init's interpreter or the
-            # runtime's program (never a path of the client's bundle).
-            failed = f"'{runtime.command[0]}'"
-            if exc.filename == launch.init_python:
-                failed = f"'{exc.filename}' (the session init's interpreter, as uid {_uid(launch)})"
-            elif launch.init_binary is not None and exc.filename == launch.init_binary.exec_path:
-                failed = f"'{launch.init_binary.path}' (the session init, as uid {_uid(launch)})"
-            raise StartError("boot", f"could not execute {failed}: {exc.strerror}") from exc
+            raise boot_error(exc, runtime, launch) from exc
 
     async def _create_cgroup(self, spec: RunSpec) -> Path | None:
         if self._cgroups is None:
@@ -358,15 +419,6 @@ class LocalBackend:
         except OSError as exc:
             raise StartError("provision", "cannot set up the session's resource limits") from exc
 
-    @staticmethod
-    def _outcome(spec: RunSpec, code: int, cgroup: Path | None) -> Outcome:
-        # Read synchronously: one small file, and the cgroup is about to go.
-        if cgroup is not None and SessionCgroups.oom_killed(cgroup):
-            return Failed(
-                f"memory limit {spec.limits.memory} exceeded: the session was killed (OOM)"
-            )
-        return Exited(code)
-
     async def _prepare(self, spec: RunSpec, identity: SessionIdentity | None) -> SessionDir:
         owner = None if identity is None else (identity.uid, identity.gid)
         try:
@@ -375,44 +427,3 @@ class LocalBackend:
             )
         except WorkdirError as exc:
             raise StartError("provision", str(exc)) from exc
-
-    async def _run_process(
-        self,
-        spec: RunSpec,
-        sink: Sink,
-        proc: PtyProcess,
-        inspect_port: int | None,
-        task_status: trio.TaskStatus[Started],
-        net: SessionNetwork | None,
-    ) -> int:
-        """Pump the PTY while the process runs; return its exit code once all
-        its output is through. With a namespace, its ports are published
-        before the session is reported started. Where the process listens is
-        in `Started.address`: the core probes and relays it."""
-        output_done = trio.Event()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(proc.run_writer)
-            if net is not None:
-                published = tcp_ports(spec.ports) + ([] if inspect_port is None else [inspect_port])
-                await nursery.start(net.serve_ports, published)
-            # Probes dial inside the namespace: the host side of a published
-            # port is the daemon's own listener, which accepts for anyone.
-            address = WorkloadAddress(LOOPBACK, inspect_port, None if net is None else net.dial)
-            task_status.started(Started(proc, _endpoints(spec), address))
-            # Read only now: `Started` comes before any output (the seam's
-            # promise); what it wrote meanwhile waits in the PTY.
-            nursery.start_soon(proc.run_reader, sink.output, output_done)
-            code = await proc.wait()
-            # Its output to the end, and what it sent its clients last.
-            await sink.drain(output_done.wait, *([] if net is None else [net.drain]))
-            nursery.cancel_scope.cancel()
-        return code
-
-
-def _uid(launch: Launch) -> int:
-    return os.geteuid() if launch.identity is None else launch.identity.uid
-
-
-def _endpoints(spec: RunSpec) -> tuple[RunnerEndpoint, ...]:
-    # The host is left empty: the client knows how it reached the runner.
-    return tuple({"host": "", "port": p.port, "protocol": p.protocol} for p in spec.ports)

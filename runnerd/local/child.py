@@ -180,6 +180,15 @@ class ContainedChild:
         return self._popen.pid
 
     @property
+    def log_extra(self) -> dict[str, object]:
+        """What its log lines carry (`extra=`): its session id."""
+        return self._log_extra
+
+    def relabel(self, label: str) -> None:
+        """Log as session `label` from now on (a warm sandbox taken by it)."""
+        self._log_extra = {"session_id": label}
+
+    @property
     def exit_code(self) -> int | None:
         return self._exit_code
 

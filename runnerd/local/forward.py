@@ -52,7 +52,8 @@ class SessionNetwork:
     def __init__(self, plan: NetworkPlan, stack: contextlib.AsyncExitStack, label: str) -> None:
         self._plan = plan
         self._stack = stack  # holds the outbound stack, once attached
-        self._label = label
+        self._outbound: trio.Process | None = None  # slirp4netns, once attached
+        self.label = label  # the session id of its log lines
         ours, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock = trio.socket.from_stdlib_socket(ours)
         self._lock = trio.Lock()  # one request, one answer: never interleaved
@@ -74,13 +75,35 @@ class SessionNetwork:
             OSError: the outbound stack could not be attached, or from
                 `contained()`.
         """
+        await self.attach_warm(pid, contained)
+        await self._sock.send(b"g")
+
+    async def attach_warm(self, pid: int, contained: Callable[[], Awaitable[None]]) -> None:
+        """`attach` without the go: a warm sandbox's (`runnerd.local.warm`),
+        which gets its go from `go` once a session takes it."""
         self._theirs.close()
         if self._plan.outbound is not None:
             outbound = open_outbound(self._plan, pid, meanwhile=contained)
-            await self._stack.enter_async_context(outbound)
+            self._outbound = await self._stack.enter_async_context(outbound)
         else:
             await contained()
-        await self._sock.send(b"g")
+
+    async def go(self, go_fd: int) -> None:
+        """A warm sandbox's go: `G` with `go_fd` (`sessioninit.go_file`)
+        passed along, which `nsinit --warm` reads its workload from.
+
+        Raises:
+            OSError: `nsinit` is gone (its end closed).
+        """
+        fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [go_fd]))]
+        try:
+            await self._sock.sendmsg([b"G"], fds)
+        except trio.ClosedResourceError as exc:
+            raise OSError(errno.ECONNRESET, "the sandbox's socket is closed") from exc
+
+    def alive(self) -> bool:
+        """Whether the outbound stack (if any) still runs; never blocks."""
+        return self._outbound is None or self._outbound.poll() is None
 
     async def new_socket(self) -> trio.socket.SocketType:
         """A fresh TCP socket of the namespace (unconnected, non-blocking).
@@ -158,7 +181,7 @@ class SessionNetwork:
                 "port %s not published on the host's loopback: %s",
                 port,
                 exc.strerror,
-                extra={"session_id": self._label},
+                extra={"session_id": self.label},
             )
             task_status.started()
             return

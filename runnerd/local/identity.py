@@ -71,6 +71,11 @@ class SessionUids:
         self._held.add(uid)
         return SessionIdentity(uid, uid)
 
+    @property
+    def free(self) -> int:
+        """How many uids `acquire` can still hand out."""
+        return self.count - len(self._held)
+
     def release(self, identity: SessionIdentity) -> None:
         """Give the uid back (call once its session's processes are gone;
         a second call, or a uid not handed out, is a no-op)."""

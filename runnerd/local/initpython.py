@@ -40,7 +40,7 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 NSINIT_BIN = Path(__file__).with_name("nsinit.bin")
 # What `nsinit.bin --check` prints: the arguments it takes (`nsinit.c`). A
 # binary built from older sources answers otherwise and is not used.
-NSINIT_PROTOCOL = "runnerd-nsinit 4"
+NSINIT_PROTOCOL = "runnerd-nsinit 5"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 /* The init of a session's PID namespace, compiled: `nsinit.py` in C.
  *
  *     nsinit STATUS_FD [--proc] [--sockets FD] [--env FD] [SETUP] -- /abs/program arg...
+ *     nsinit STATUS_FD --proc --sockets FD --warm SETUP --
  *     nsinit --check                (prints NSINIT_PROTOCOL: the start-up probe)
  *
  * SETUP (`--setup PARENT FLAGS [--identity UID GID] [--cgroup DIR]
@@ -17,6 +18,14 @@
  * execve only. The daemon execs this program as root, before any uid
  * change or namespace, so with a fixed environment of its own: the
  * client's (LD_PRELOAD, LD_AUDIT, ...) must never reach its loader.
+ *
+ * `--warm` (a sandbox made ahead, `runnerd.local.warm`): no program yet.
+ * Once set up (`R`) it waits for the go `G` on the --sockets socket with a
+ * file passed along (SCM_RIGHTS, a memfd) of NUL-separated fields: the
+ * session's directory (the kept one, `--keep`, renamed there on the host:
+ * its bind mount is moved to that name, `move_kept`), the workload's cwd,
+ * its argc, its argv, then its environment (as `--env`'s); from there on
+ * it runs as without `--warm`. A failure there is `S<errno>` too.
  *
  * The same processes, arguments, signals, pipes and exit codes as
  * `runnerd/local/nsinit.py`, whose docstring is the contract (read it
@@ -60,7 +69,7 @@
 #endif
 
 /* Changed with the arguments: `initpython.NSINIT_PROTOCOL` must match. */
-#define NSINIT_PROTOCOL "runnerd-nsinit 4"
+#define NSINIT_PROTOCOL "runnerd-nsinit 5"
 
 static const int FORWARDED[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 #define N_FORWARDED (sizeof FORWARDED / sizeof FORWARDED[0])
@@ -280,6 +289,63 @@ static ssize_t recv_retrying(int fd, char *byte) {
     return n;
 }
 
+/* --warm's go: one byte and the fd passed with it (-1: none). Returns recvmsg's. */
+static ssize_t recv_go(int sock, char *byte, int *fd) {
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct iovec iov = {byte, 1};
+    struct msghdr msg;
+    ssize_t n;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof control.buf;
+    do
+        n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    *fd = -1;
+    struct cmsghdr *cmsg = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL;
+    if (cmsg != NULL && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS &&
+        cmsg->cmsg_len == CMSG_LEN(sizeof(int)))
+        memcpy(fd, CMSG_DATA(cmsg), sizeof *fd);
+    return n;
+}
+
+/* --warm: wait for the go (see the usage) and take what it says: the
+ * kept directory moved, the cwd entered, the workload's argv and env.
+ * Returns the argv; exits (1) when the daemon gave up on this sandbox. */
+static char **take_go(int sock, int status_fd, const struct setup *setup) {
+    char go;
+    int fd, err;
+    if (recv_go(sock, &go, &fd) != 1 || go != 'G') {
+        if (fd >= 0)
+            close(fd);
+        _exit(1); /* closed unused (the pool's end), or not ours to run */
+    }
+    char **fields = fd < 0 ? NULL : read_env(fd);
+    if (fields == NULL)
+        fail_setup(status_fd, fd < 0 ? EINVAL : errno);
+    size_t n = 0;
+    while (fields[n] != NULL)
+        n++;
+    long argc = n >= 3 ? strtol(fields[2], NULL, 10) : -1;
+    if (argc < 1 || (size_t)argc > n - 3)
+        fail_setup(status_fd, EINVAL);
+    if (fields[0][0] != '\0' && (err = move_kept(setup, fields[0])) != 0)
+        fail_setup(status_fd, err);
+    if (chdir(fields[1]) != 0)
+        fail_setup(status_fd, errno);
+    char **argv = calloc((size_t)argc + 1, sizeof *argv);
+    if (argv == NULL)
+        fail_setup(status_fd, ENOMEM);
+    memcpy(argv, fields + 3, (size_t)argc * sizeof *argv);
+    workload_env = fields + 3 + argc;
+    return argv;
+}
+
 /* Send one byte, with `fd` attached unless it is -1. Returns sendmsg's. */
 static ssize_t send_byte(int sock, char byte, int fd) {
     union {
@@ -351,8 +417,8 @@ static int wait_serving(pid_t init, int sock) {
 int main(int argc, char **argv) {
     const char *passed = "/proc/self/fd/";
     int status_fd, own_proc = 0, sock = -1, env_fd = -1, split = -1, alive[2], setup_wanted = 0, err;
-    struct setup setup = {0, 0, -1, -1, 0, NULL, NULL, {NULL}, 0, -1};
-    char go;
+    struct setup setup = {0, 0, -1, -1, 0, NULL, NULL, {NULL}, 0, -1, 0};
+    char go, **workload_argv;
     if (argc == 2 && strcmp(argv[1], "--check") == 0) {
         /* The arguments this build takes: a stale build is not used. */
         fputs(NSINIT_PROTOCOL "\n", stdout);
@@ -372,6 +438,8 @@ int main(int argc, char **argv) {
             sock = atoi(argv[++i]);
         else if (strcmp(argv[i], "--env") == 0 && i + 1 < argc)
             env_fd = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--warm") == 0)
+            setup.warm = 1;
         else if (strcmp(argv[i], "--setup") == 0 && i + 2 < argc) {
             setup_wanted = 1;
             setup.parent = (pid_t)atol(argv[++i]);
@@ -391,8 +459,12 @@ int main(int argc, char **argv) {
         else
             fail(status_fd, EINVAL); /* --nest is the Python init's */
     }
-    if (split < 0 || split + 1 >= argc)
+    /* --warm: its program comes with the go, which needs the socket and,
+     * for the move, PID 1's CAP_SYS_ADMIN kept (--proc) */
+    if (split < 0 || (setup.warm ? split + 1 != argc || sock < 0 || !own_proc || env_fd >= 0
+                                 : split + 1 >= argc))
         fail(status_fd, EINVAL);
+    workload_argv = argv + split + 1;
     setup.status_fd = sock >= 0 ? status_fd : -1; /* `N`: see the usage */
     workload_env = environ;
     if (env_fd >= 0 && (workload_env = read_env(env_fd)) == NULL)
@@ -406,7 +478,9 @@ int main(int argc, char **argv) {
     }
     if (sock >= 0) {
         fcntl(sock, F_SETFD, FD_CLOEXEC); /* the workload never gets it */
-        if (recv_retrying(sock, &go) != 1 || go != 'g')
+        if (setup.warm)
+            workload_argv = take_go(sock, status_fd, &setup);
+        else if (recv_retrying(sock, &go) != 1 || go != 'g')
             _exit(1); /* the daemon gave up on this session before it ran */
     }
     /* Blocked across the fork: a signal then waits for the right handler. */
@@ -418,7 +492,7 @@ int main(int argc, char **argv) {
         close(alive[1]);
         if (sock >= 0)
             close(sock);
-        run_init(argv + split + 1, status_fd, alive[0], own_proc, own_proc);
+        run_init(workload_argv, status_fd, alive[0], own_proc, own_proc);
     }
     if (init < 0)
         fail(status_fd, errno);

@@ -139,8 +139,9 @@ static int make_dirs(const char *path) {
     return 0;
 }
 
-/* mounts._cover */
-static int cover(const char *path, const char *keep, int keep_fd, int private_dir) {
+/* mounts._cover; `bind`: `keep` bound back in this one (else only its
+ * mount point made: --warm binds it in the visible cover alone) */
+static int cover(const char *path, const char *keep, int keep_fd, int private_dir, int bind) {
     struct stat st;
     char source[64];
     int err;
@@ -161,7 +162,8 @@ static int cover(const char *path, const char *keep, int keep_fd, int private_di
         if ((err = make_dirs(keep)) != 0)
             return err;
         snprintf(source, sizeof source, "/proc/self/fd/%d", keep_fd);
-        TRY(mount(source, keep, NULL, MS_BIND | MS_REC, ""));
+        if (bind)
+            TRY(mount(source, keep, NULL, MS_BIND | MS_REC, ""));
     }
     if (!private_dir)
         TRY(mount(NULL, path, NULL, MS_REMOUNT | MS_RDONLY | COVER_FLAGS, ""));
@@ -258,17 +260,44 @@ static int open_kept(const char *keep) {
     return open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
 }
 
+#define N_PRIVATE ((int)(sizeof PRIVATE_DIRS / sizeof PRIVATE_DIRS[0]))
+
+/* The i-th cover in `apply_view`'s order: the private dirs, then --cover's. */
+static const char *cover_path(const struct setup *s, int i) {
+    return i < N_PRIVATE ? PRIVATE_DIRS[i] : s->covers[i - N_PRIVATE];
+}
+
+/* The last cover (in `apply_view`'s order) that holds `keep`: the one its
+ * bind mount is visible in, each one mounted over the one before; -1 for
+ * none. A private dir only where it is a directory, as `cover` skips a
+ * symlink (/var/tmp -> /tmp); a --cover that holds `keep` is one of its
+ * parents, so a directory (`cover` fails the set-up when it cannot see
+ * it; not looked at here: before the private dirs' tmpfs, a 0700 parent
+ * on the host hides it from a session uid). */
+static int visible_cover(const struct setup *s) {
+    struct stat st;
+    int found = -1;
+    for (int i = 0; s->keep != NULL && i < N_PRIVATE + s->n_covers; i++) {
+        if (!inside(s->keep, cover_path(s, i)))
+            continue;
+        if (i >= N_PRIVATE || (lstat(cover_path(s, i), &st) == 0 && S_ISDIR(st.st_mode)))
+            found = i;
+    }
+    return found;
+}
+
 /* mounts.apply_view */
 static int apply_view(const struct setup *s) {
     char cwd[4096];
     int keep_fd = -1, err = 0;
+    /* --warm: only the visible bind, so that `move_kept` leaves no mount
+     * named after the slot under a cover */
+    int bound = s->warm ? visible_cover(s) : -1;
     TRY(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, ""));
     if (s->keep != NULL && (keep_fd = open_kept(s->keep)) < 0)
         return errno;
-    for (size_t i = 0; !err && i < sizeof PRIVATE_DIRS / sizeof PRIVATE_DIRS[0]; i++)
-        err = cover(PRIVATE_DIRS[i], s->keep, keep_fd, 1);
-    for (int i = 0; !err && i < s->n_covers; i++)
-        err = cover(s->covers[i], s->keep, keep_fd, 0);
+    for (int i = 0; !err && i < N_PRIVATE + s->n_covers; i++)
+        err = cover(cover_path(s, i), s->keep, keep_fd, i < N_PRIVATE, !s->warm || i == bound);
     if (keep_fd >= 0)
         close(keep_fd);
     if (!err)
@@ -314,6 +343,25 @@ static int keep_only_needed(int fresh_proc, int inheritable_only) {
     if (fresh_proc && !inheritable_only)
         TRY(prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SYS_ADMIN, 0, 0));
     return 0;
+}
+
+int move_kept(const struct setup *s, const char *to) {
+    int at = visible_cover(s), err = 0;
+    const char *slash = s->keep == NULL ? NULL : strrchr(s->keep, '/');
+    const char *to_slash = strrchr(to, '/');
+    if (at < 0 || slash == NULL || to_slash == NULL || slash - s->keep != to_slash - to ||
+        strncmp(s->keep, to, (size_t)(slash - s->keep)) != 0 || to_slash[1] == '\0' ||
+        strcmp(to_slash + 1, ".") == 0 || strcmp(to_slash + 1, "..") == 0)
+        return EINVAL; /* only ever renamed within its directory, as on the host */
+    const char *point = cover_path(s, at);
+    int read_only_cover = at >= N_PRIVATE; /* a private dir's stays writable */
+    if (read_only_cover)
+        TRY(mount(NULL, point, NULL, MS_REMOUNT | COVER_FLAGS, ""));
+    if (mkdir(to, 0755) != 0 || mount(s->keep, to, NULL, MS_MOVE, NULL) != 0 || rmdir(s->keep) != 0)
+        err = errno ? errno : EPERM;
+    if (read_only_cover && mount(NULL, point, NULL, MS_REMOUNT | MS_RDONLY | COVER_FLAGS, "") != 0)
+        err = err ? err : errno;
+    return err;
 }
 
 int setup_session(const struct setup *s) {

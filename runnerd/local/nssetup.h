@@ -16,9 +16,14 @@ struct setup {
     int n_covers;
     int status_fd;     /* -1: none; else (with --sockets) `N` is written
                         * there once the namespaces exist with `lo` up */
+    int warm;          /* --warm: `keep` is bound in the visible cover only,
+                        * for `move_kept` to move at the go */
 };
 
 int setup_session(const struct setup *s);
+/* --warm's go: `s->keep`'s bind mount moved to `to` (a sibling of it),
+ * its old mount point removed. Returns 0 or an errno. */
+int move_kept(const struct setup *s, const char *to);
 /* `--env FD`'s NUL-separated environment, `fd` closed; NULL and errno. */
 char **read_env(int fd);
 #endif

@@ -22,11 +22,12 @@ from runnerd.local.network import ATTACH_TIMEOUT_S, SLIRP, NetworkPlan, slirp_ar
 @contextlib.asynccontextmanager
 async def open_outbound(
     plan: NetworkPlan, pid: int, *, meanwhile: Callable[[], Awaitable[None]] | None = None
-) -> AsyncIterator[None]:
+) -> AsyncIterator[trio.Process]:
     """Attach slirp4netns to the namespace of `pid`; entered once the
     namespace has its interface and route, held until exit. `meanwhile`
     is awaited once slirp4netns is started, before its ready wait (the
-    session's set-up goes on while it attaches).
+    session's set-up goes on while it attaches). Yields its process (to
+    `poll`, never to wait for or signal: that is done here).
 
     Resource handling: slirp4netns exits when its exit fd (ours) closes, so
     a daemon killed outright takes it along; on exit (and when `meanwhile`
@@ -77,7 +78,7 @@ async def open_outbound(
             ready = await _read_ready(ready_r)
         if not ready:
             raise OSError(errno.EIO, f"{SLIRP} did not bring the session's network up")
-        yield
+        yield proc
     finally:
         os.close(exit_w)
         # Killed, not left to notice its exit fd: the namespace's processes

@@ -6,7 +6,8 @@ its config check (every image names a `[local.runtimes]` entry: `{entry}`
 runtimes for bundle sessions, runtimes without it for catalog apps), the
 images it offers, its stop timeout, its start-up warnings, and `open_backend` (the
 backend for the daemon's lifetime: the workdir claimed and swept on entry,
-finished sessions' directories removed until its exit).
+finished sessions' directories removed until its exit, the warm sandboxes
+kept ready meanwhile).
 """
 
 from __future__ import annotations
@@ -205,7 +206,11 @@ async def _open_backend(
         raise ConfigError("local.workdir", str(exc)) from exc
     async with trio.open_nursery() as nursery:
         await nursery.start(backend.trash.run)
+        if backend.warm is not None:
+            await nursery.start(backend.warm.run)  # at once: the slots are made meanwhile
         try:
             yield backend
         finally:
+            if backend.warm is not None:
+                await backend.warm.aclose()  # its slots' directories go to the trash
             backend.trash.close()  # the nursery waits for its last removals

@@ -44,7 +44,9 @@ class Launch:
     (`joined.open_namespaces` of it, under `plan`; the fds stay the
     caller's) instead of making its own (`view` is then the holder's) and
     gets a PID namespace of its own nested in the holder's (`nsinit
-    --nest`, always the Python init)."""
+    --nest`, always the Python init). `warm`: a sandbox made ahead
+    (`runnerd.local.warm`, the compiled init's `--warm`): its workload
+    comes later, with the go (`go_file`)."""
 
     plan: ContainmentPlan = PROCESS_GROUP_PLAN
     cgroup: Path | None = None
@@ -53,6 +55,7 @@ class Launch:
     init_python: str = sys.executable
     join: tuple[int, ...] | None = None
     init_binary: InitBinary | None = None
+    warm: bool = False
 
 
 DEFAULT_LAUNCH = Launch()  # a process group, no init
@@ -91,10 +94,14 @@ def init_argv(
         return [*init, *opts, "--", *argv], None
     if self_contained(launch):
         # Exec'd as the daemon, before any uid change or mount: by its path.
-        env_fd = env_file(env or {})
-        opts += ["--env", str(hand(env_fd))]
         binary = launch.init_binary
         assert binary is not None  # self_contained
+        env_fd = None
+        if launch.warm:
+            opts += ["--warm"]  # no workload, no env yet: `go_file`'s
+        else:
+            env_fd = env_file(env or {})
+            opts += ["--env", str(hand(env_fd))]
         # By its fd (passed open by the caller): the file checked at start.
         init = [binary.exec_path, status, *opts, *setup_args(launch)]
         return [*init, "--", *argv], env_fd
@@ -107,11 +114,32 @@ def init_argv(
 def env_file(env: Mapping[str, str]) -> int:
     """A close-on-exec memfd holding `env` as NUL-separated `NAME=value`s
     (the compiled init's `--env`). Raises ValueError for a NUL in it."""
+    return _fields_file(_env_fields(env))
+
+
+def go_file(keep: Path | None, cwd: Path, argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """A close-on-exec memfd holding a warm sandbox's go (`nsinit.c`'s
+    `--warm`): the session's directory its kept one is moved to (None: no
+    move), the workload's cwd, argc, argv and `env`. Raises ValueError for
+    a NUL in any of them (or an `=` in an env name)."""
+    paths = [b"" if keep is None else os.fsencode(keep), os.fsencode(cwd)]
+    args = [os.fsencode(arg) for arg in argv]
+    if not args or any(b"\0" in field for field in paths + args):
+        raise ValueError("an empty argv or a null byte in it")
+    return _fields_file([*paths, str(len(args)).encode(), *args, *_env_fields(env)])
+
+
+def _env_fields(env: Mapping[str, str]) -> list[bytes]:
     pairs = [(os.fsencode(k), os.fsencode(v)) for k, v in env.items()]
     if any(b"\0" in k + v or b"=" in k for k, v in pairs):
         # What Popen refuses for an env, refused the same way here.
         raise ValueError("illegal environment variable name or a null byte in the env")
-    text = b"".join(k + b"=" + v + b"\0" for k, v in pairs)
+    return [k + b"=" + v for k, v in pairs]
+
+
+def _fields_file(fields: Sequence[bytes]) -> int:
+    """A close-on-exec memfd of `fields`, each ended by a NUL."""
+    text = b"".join(field + b"\0" for field in fields)
     fd = os.memfd_create("runnerd-session-env", os.MFD_CLOEXEC)
     try:
         view = memoryview(text)

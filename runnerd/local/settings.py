@@ -31,7 +31,7 @@ from runnerd.config import ConfigError, Section, Table, show, toml_key
 
 KEYS = (
     "workdir", "stop_grace_seconds", "terminal_size_wait_seconds", "runtimes", "containment",
-    "network", "session_uid_base", "session_uid_count", "init_python",
+    "network", "session_uid_base", "session_uid_count", "init_python", "warm_sandboxes",
 )  # fmt: skip
 RUNTIME_KEYS = ("command", "inspect_args", "path", "watch", "watch_args")
 ENTRY = "{entry}"
@@ -40,6 +40,9 @@ ENTRY = "{entry}"
 # still cover it plus the kill and the cleanup.
 MAX_STOP_GRACE_S = 5.0
 MAX_TERMINAL_SIZE_WAIT_S = 30.0
+# Each warm sandbox is an idle session's processes and memory (~1.5 MB of
+# PSS with slirp4netns), held for as long as no session takes it.
+MAX_WARM_SANDBOXES = 16
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,12 @@ class LocalConfig:
     # /usr/bin/python3 when a session uid cannot run runnerd's (a venv under
     # a 0700 home). Set, it is the only one tried.
     init_python: str | None = None
+    # Run sessions' sandboxes made ahead (`runnerd.local.warm`): a session
+    # that takes one skips its namespaces and slirp4netns (issue 22: POST →
+    # `running` 18 → ~5 ms). 2: a session started right after another
+    # still finds one while the first's replacement is being made; each
+    # costs an idle session's processes. 0: every session starts cold.
+    warm_sandboxes: int = 2
 
 
 def _runtime_path(rt: Table) -> tuple[str, ...]:
@@ -175,6 +184,12 @@ def parse_settings(t: Table, base_dir: Path) -> LocalConfig:
     init_python = t.optional_string("init_python")
     if init_python is not None and not os.path.isabs(init_python):
         raise ConfigError(t.key("init_python"), f"must be an absolute path, got {init_python!r}")
+    warm = t.data.get("warm_sandboxes", LocalConfig.warm_sandboxes)
+    if isinstance(warm, bool) or not isinstance(warm, int) or not 0 <= warm <= MAX_WARM_SANDBOXES:
+        raise ConfigError(
+            t.key("warm_sandboxes"),
+            f"must be an integer from 0 to {MAX_WARM_SANDBOXES}, got {show(warm)}",
+        )
     return LocalConfig(
         workdir=workdir,
         stop_grace_s=stop_grace_s,
@@ -185,6 +200,7 @@ def parse_settings(t: Table, base_dir: Path) -> LocalConfig:
         session_uid_base=uid_base,
         session_uid_count=uid_count,
         init_python=init_python,
+        warm_sandboxes=warm,
     )
 
 
@@ -226,6 +242,7 @@ def render(settings: LocalConfig) -> list[Section]:
                 "session_uid_base": loc.session_uid_base,
                 "session_uid_count": loc.session_uid_count,
                 "init_python": loc.init_python,
+                "warm_sandboxes": loc.warm_sandboxes,
             },
         )
     ]

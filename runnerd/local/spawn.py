@@ -284,6 +284,63 @@ async def spawn_pty_process(
     return await _started(proc, argv, status_r, sockets_fd, attach, self_contained(launch))
 
 
+async def spawn_warm_pty_process(
+    *,
+    cwd: Path,
+    stop_grace_s: float,
+    launch: Launch,
+    label: str,
+    sockets_fd: int,
+    attach: Attach,
+) -> tuple[PtyProcess, int]:
+    """A warm sandbox (`launch.warm`, the compiled init's `--warm`): as
+    `spawn_pty_process` up to `attach`, which must not send the go; its
+    terminal 80x24 until resized. Returns the process, waiting for its go,
+    and the read end of its status pipe (the caller's: `start_warm`).
+
+    Raises:
+        OSError: as `spawn_pty_process`; nothing is left running.
+    """
+    size = (DEFAULT_COLS, DEFAULT_ROWS)
+    popen, stdio, pidfd, status_r = await _fork(
+        [], cwd, {}, launch, sockets_fd, functools.partial(_open_pty, size)
+    )
+    proc = PtyProcess(
+        popen, stdio.ours[0], pidfd, stop_grace_s=stop_grace_s, label=label, namespaced=True
+    )
+    assert status_r is not None  # a warm launch has a PID namespace
+    try:
+        await read_namespace_status(status_r)
+        await attach(proc.pid, functools.partial(read_setup_status, status_r))
+    except BaseException:
+        _close_status(status_r)
+        await proc.aclose()
+        raise
+    return proc, status_r
+
+
+async def start_warm(
+    proc: Proc, status_r: int, program: str, go: Callable[[], Awaitable[None]]
+) -> Proc:
+    """`proc`, a warm sandbox (`spawn_warm_pty_process`), once `go()` has
+    sent its go and its workload (`program`) has exec'd; `status_r` is
+    closed. Raises OSError as `spawn_pty_process` (the caller closes
+    `proc`)."""
+    try:
+        await go()
+        error = await read_exec_status(status_r)
+    finally:
+        _close_status(status_r)
+    if error:
+        raise OSError(error, os.strerror(error), program)
+    return proc
+
+
+def _close_status(status_r: int) -> None:
+    trio.lowlevel.notify_closing(status_r)
+    os.close(status_r)
+
+
 async def spawn_streams_process(
     argv: Sequence[str],
     *,
@@ -364,8 +421,7 @@ async def _started(
         await proc.aclose()
         raise
     finally:
-        trio.lowlevel.notify_closing(status_r)
-        os.close(status_r)
+        _close_status(status_r)
     if error:
         await proc.aclose()
         raise OSError(error, os.strerror(error), argv[0])

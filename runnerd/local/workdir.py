@@ -93,29 +93,43 @@ def prepare_session_dir(
         root.mkdir(mode=0o700)
     except OSError as exc:
         raise WorkdirError(f"cannot create the session directory: {exc.strerror}") from exc
-    layout = SessionDir(root=root, app=root / "app", work=root / "work", entry=None)
+    layout = session_layout(root)
     try:
         if owner is not None:
             os.chown(root, *owner)
         _mkdir(layout.app, owner)
         _mkdir(layout.work, owner)
-        if bundle is None:
-            return layout
-        for relative, contents in bundle.files:
-            try:
-                _write_file(layout.app, relative, contents, owner)
-            except UnicodeEncodeError as exc:
-                # JSON can carry lone surrogates ("\ud800"): not writable as UTF-8.
-                raise WorkdirError(f"bundle file '{relative}' is not valid Unicode text") from exc
-            except OSError as exc:
-                raise WorkdirError(
-                    f"cannot write bundle file '{relative}': {exc.strerror}"
-                ) from exc
-        entry = _checked_relative(layout.app, bundle.entry)
-        return SessionDir(root=root, app=layout.app, work=layout.work, entry=entry)
+        return write_bundle(layout, bundle, owner)
     except BaseException:
         remove_session_dir(root)
         raise
+
+
+def session_layout(root: Path) -> SessionDir:
+    """The paths of the session directory `root` (nothing is created)."""
+    return SessionDir(root=root, app=root / "app", work=root / "work", entry=None)
+
+
+def write_bundle(layout: SessionDir, bundle: BundleSpec | None, owner: Owner = None) -> SessionDir:
+    """`layout` with `bundle` written under its (empty) `app/`, owned by
+    `owner` when given; nothing is removed on failure (the caller's).
+
+    Raises:
+        WorkdirError: a bundle path that is not plain or collides with
+            another, or a file that cannot be written.
+    """
+    if bundle is None:
+        return layout
+    for relative, contents in bundle.files:
+        try:
+            _write_file(layout.app, relative, contents, owner)
+        except UnicodeEncodeError as exc:
+            # JSON can carry lone surrogates ("\ud800"): not writable as UTF-8.
+            raise WorkdirError(f"bundle file '{relative}' is not valid Unicode text") from exc
+        except OSError as exc:
+            raise WorkdirError(f"cannot write bundle file '{relative}': {exc.strerror}") from exc
+    entry = _checked_relative(layout.app, bundle.entry)
+    return SessionDir(root=layout.root, app=layout.app, work=layout.work, entry=entry)
 
 
 def remove_session_dir(root: Path) -> None:
@@ -196,8 +210,10 @@ def remove_tree(root: Path) -> None:
     os.rmdir(root)
 
 
-# A session directory's name is its session id (`admission.new_session_id`).
+# A session directory's name is its session id (`admission.new_session_id`),
+# or a warm sandbox's before a session takes it (`runnerd.local.warm`).
 _SESSION_DIR = re.compile(r"[a-z2-7]{12}")
+WARM_PREFIX = ".warm-"
 LOCK_NAME = ".runnerd.lock"
 # Finished sessions' directories awaiting removal (`runnerd.local.trash`).
 TRASH_NAME = ".trash"
@@ -231,8 +247,8 @@ def sweep_workdir(workdir: Path) -> list[str]:
     and before any session starts: then none is live). Only names shaped
     like a session id are touched, and the trash (`TRASH_NAME`: what a
     killed daemon had not removed yet), so a workdir pointed at a shared
-    directory by mistake loses nothing else. Returns the session names
-    removed."""
+    directory by mistake loses nothing else; and warm sandboxes'
+    (`WARM_PREFIX`, no session's yet). Returns the session names removed."""
     removed = []
     for entry in sorted(os.listdir(workdir)):
         path = workdir / entry
@@ -241,6 +257,8 @@ def sweep_workdir(workdir: Path) -> list[str]:
         if _SESSION_DIR.fullmatch(entry):
             remove_session_dir(path)
             removed.append(entry)
+        elif entry.startswith(WARM_PREFIX):
+            remove_session_dir(path)  # no session's: not counted
         elif entry == TRASH_NAME:
             removed += sorted(name for name in os.listdir(path) if _SESSION_DIR.fullmatch(name))
             remove_session_dir(path)

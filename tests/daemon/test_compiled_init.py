@@ -69,7 +69,20 @@ async def _session_programs(daemon: Daemon) -> list[str]:
         response = await client.post("/v1/sessions", json=body)
         assert response.status_code == 201, response.text
     await read_pty_until(daemon.socket_path, response.json()["sessionId"], rb"ready")
-    return [_exe(pid) for pid in _descendants(daemon.proc.pid)]
+    tree = _descendants(daemon.proc.pid)
+    parents = {pid: _ppid(pid) for pid in tree}
+    # Not the warm sandboxes waiting for a session (`local.warm_sandboxes`):
+    # an init without a PID 1 yet.
+    init = str(NSINIT_BIN.resolve())
+    idle = {pid for pid in tree if _exe(pid) == init and pid not in parents.values()}
+    return [_exe(pid) for pid in tree if pid not in idle]
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
 
 
 def _plan() -> ContainmentPlan:

@@ -116,6 +116,7 @@ async def _init_capabilities(tmp_path: Path, overrides: dict[str, Any]) -> list[
         session = response.json()["sessionId"]
         await read_pty_until(daemon.socket_path, session, rb"ready", timeout_s=30)
         outer = [p for p in _children(daemon.proc.pid) if _status(p)["Name"] != "slirp4netns"]
+        outer = [p for p in outer if _children(p)]  # not a warm sandbox, still waiting
         assert len(outer) == 1, outer
         (pid1,) = _children(outer[0])
         inits = [_status(pid) for pid in (outer[0], pid1)]

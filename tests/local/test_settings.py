@@ -56,6 +56,21 @@ def test_config_session_uids_and_init_python() -> None:
     )
 
 
+def test_config_warm_sandboxes_from_0_to_16() -> None:
+    assert parse(minimal()).settings.warm_sandboxes == 2
+    assert parse(minimal(local={"warm_sandboxes": 0})).settings.warm_sandboxes == 0
+    assert (
+        dict(render(parse(minimal(local={"warm_sandboxes": 16})).settings))["local"][
+            "warm_sandboxes"
+        ]
+        == 16
+    )
+    for bad in (17, -1, True, "2"):
+        assert error_of(minimal(local={"warm_sandboxes": bad})).startswith(
+            "local.warm_sandboxes: must be an integer from 0 to 16, got"
+        )
+
+
 def test_config_runtime_inspect_args_and_names_that_need_quoting() -> None:
     runtimes = {
         "telorun/node:latest-slim": {
