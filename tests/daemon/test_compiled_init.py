@@ -62,27 +62,35 @@ def _exe(pid: int) -> str:
 
 
 async def _session_programs(daemon: Daemon) -> list[str]:
-    """The programs of a running session's processes (the daemon's
-    descendants, once the workload printed its line)."""
+    """The programs of a running session's processes (its init's tree, once
+    the workload printed its line)."""
     async with daemon.client() as client:
         body = session_body("echo ready; exec sleep 300\n")
         response = await client.post("/v1/sessions", json=body)
         assert response.status_code == 201, response.text
     await read_pty_until(daemon.socket_path, response.json()["sessionId"], rb"ready")
-    tree = _descendants(daemon.proc.pid)
-    parents = {pid: _ppid(pid) for pid in tree}
-    # Not the warm sandboxes waiting for a session (`local.warm_sandboxes`):
-    # an init without a PID 1 yet.
-    init = str(NSINIT_BIN.resolve())
-    idle = {pid for pid in tree if _exe(pid) == init and pid not in parents.values()}
-    return [_exe(pid) for pid in tree if pid not in idle]
+    # The session's init is the daemon's child with a tree under it: not a
+    # warm sandbox waiting for a session (`local.warm_sandboxes`, an init
+    # without a PID 1 yet), slirp4netns, or a child the daemon is forking
+    # right now (a replacement sandbox, still the daemon's own program).
+    inits = [
+        pid
+        for pid in _children(daemon.proc.pid)
+        if _children(pid) and os.path.basename(_exe(pid)) != "slirp4netns"  # its tap child
+    ]
+    assert len(inits) == 1, [_exe(pid) for pid in inits]
+    return [_exe(pid) for pid in [inits[0], *_descendants(inits[0])]]
 
 
-def _ppid(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except OSError:
-        return 0
+def _children(pid: int) -> list[int]:
+    """`pid`'s children, whichever of its threads forked them."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
 
 
 def _plan() -> ContainmentPlan:
