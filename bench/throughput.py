@@ -12,6 +12,14 @@ so each run has a floor on either side; its ratio is to their mean (issue
 (`bench.relayfloor`): runnerd's burst reader, framing and gathered send in
 a plain loop, to a counting client, with no trio, HTTP or session; it
 tells what any relay of this PTY costs here, apart from the daemon's own.
+Then the compiled floors (`bench/relayfloor.c`, built with `cc -O2` into a
+temporary directory at the start; left out, and said, when there is no
+`cc`): the same bare read loop in C, and the same relay in C (burst reads,
+each chunk copied into a ring, framed, one `writev` per chunk to a counting
+client in C), each ratio to the Python bare floors around its round, as
+the daemon's is. The compiled relay says what a relay with no interpreter
+at all reaches on this machine: the part of the gap the kernel's PTY and a
+socket hop leave, against the part the interpreter adds.
 
 `RUNNERD_BENCH_BEFORE` names another checkout (e.g. `git worktree add
 /tmp/old main`, its `make -s bytecode` done) whose daemon runs in turn with
@@ -28,9 +36,11 @@ the 1-minute load average over the rounds.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,6 +156,25 @@ def relay_rate(total_bytes: int) -> tuple[float, float]:
     return float(out[0]), float(out[1])
 
 
+def build_compiled_floor(into: Path) -> Path | None:
+    """`bench/relayfloor.c` built into `into`, or None without a C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    binary = into / "relayfloor"
+    subprocess.run([cc, "-O2", "-o", str(binary), str(REPO / "bench" / "relayfloor.c")], check=True)
+    return binary
+
+
+def compiled_rate(binary: Path, mode: str, total_bytes: int) -> tuple[float, float]:
+    """The compiled floor in `mode` (`bare` or `relay`): MB/s and its CPU
+    seconds per MB."""
+    out = subprocess.run(
+        [str(binary), mode, writer_script(total_bytes)], capture_output=True, check=True, text=True
+    ).stdout.split()
+    return float(out[0]), float(out[1]) / 1000
+
+
 @dataclass
 class _Figures:
     """What the rounds measured: per (daemon, client), each run with its
@@ -156,10 +185,16 @@ class _Figures:
     floors: list[tuple[float, float]]
     relays: list[tuple[float, float, float]]
     loads: list[float]
+    # (mode, MB/s, CPU s per MB, ratio to the Python bare floors around it)
+    compiled: list[tuple[str, float, float, float]]
 
 
-async def _rounds(total_bytes: int, daemons: dict[str, Path], rounds: int) -> _Figures:
-    figures = _Figures({(d, c): [] for d in daemons for c in CLIENTS}, [], [], [os.getloadavg()[0]])
+async def _rounds(
+    total_bytes: int, daemons: dict[str, Path], rounds: int, compiled: Path | None
+) -> _Figures:
+    figures = _Figures(
+        {(d, c): [] for d in daemons for c in CLIENTS}, [], [], [os.getloadavg()[0]], []
+    )
     figures.floors.append(await trio.to_thread.run_sync(bare_pty_rate, total_bytes))
     pairs = [(name, client) for name in daemons for client in CLIENTS]
     for round_ in range(rounds):
@@ -167,6 +202,12 @@ async def _rounds(total_bytes: int, daemons: dict[str, Path], rounds: int) -> _F
         figures.floors.append(await trio.to_thread.run_sync(bare_pty_rate, total_bytes))
         floor = (figures.floors[-2][0] + figures.floors[-1][0]) / 2
         figures.relays.append((relay, relay_cpu, relay / floor))
+        for mode in ("bare", "relay") if compiled is not None else ():
+            assert compiled is not None
+            rate, cpu = await trio.to_thread.run_sync(compiled_rate, compiled, mode, total_bytes)
+            figures.floors.append(await trio.to_thread.run_sync(bare_pty_rate, total_bytes))
+            floor = (figures.floors[-2][0] + figures.floors[-1][0]) / 2
+            figures.compiled.append((mode, rate, cpu, rate / floor))
         # Every other round in reverse: no daemon always runs first.
         for name, client in pairs if round_ % 2 == 0 else pairs[::-1]:
             drain = await daemon_rate(total_bytes, client, daemons[name])
@@ -192,7 +233,9 @@ async def bench_throughput(total_bytes: int = 512 * 1024 * 1024) -> list[Row]:
     daemons = {"this checkout": REPO}
     if before := os.environ.get("RUNNERD_BENCH_BEFORE"):
         daemons["before"] = Path(before)
-    figures = await _rounds(total_bytes, daemons, rounds)
+    with tempfile.TemporaryDirectory(prefix="runnerd-relayfloor-") as build:
+        compiled = build_compiled_floor(Path(build))
+        figures = await _rounds(total_bytes, daemons, rounds, compiled)
     many = f"median of {rounds}, " if rounds > 1 else ""
     rows: list[Row] = []
     for (name, client), runs in figures.runs.items():
@@ -224,5 +267,25 @@ async def bench_throughput(total_bytes: int = 512 * 1024 * 1024) -> list[Row]:
             f"{_spread([c * 1000 for _, c, _ in figures.relays], '.1f')} ms CPU per MB",
             "—",
         ),
+        *_compiled_rows(figures),
         ("1-minute load average over the runs", _spread(figures.loads, ".1f"), "—"),
     ]
+
+
+def _compiled_rows(figures: _Figures) -> list[Row]:
+    if not figures.compiled:
+        return [("compiled floors (`bench/relayfloor.c`)", "not built: no C compiler", "—")]
+    rows: list[Row] = []
+    for mode, what in (
+        ("bare", "compiled bare read loop (`bench/relayfloor.c bare`)"),
+        ("relay", "compiled relay (`bench/relayfloor.c relay`: burst reads, ring, writev)"),
+    ):
+        runs = [run for run in figures.compiled if run[0] == mode]
+        rows.append((
+            what,
+            f"{_spread([r for _, r, _, _ in runs], '.0f')} MB/s, "
+            f"{_spread([r for _, _, _, r in runs], '.2f')}× the floor, "
+            f"{_spread([c * 1000 for _, _, c, _ in runs], '.1f')} ms CPU per MB",
+            "—",
+        ))  # fmt: skip
+    return rows
