@@ -156,12 +156,19 @@ def init_binary_wanted(plan: ContainmentPlan, configured_python: str | None) -> 
     return plan.containment is Containment.PID_NAMESPACE and configured_python is None
 
 
+# Why the compiled init is not used when it was never built: a host without a
+# C compiler, a supported set-up (INFO). Any other reason (built but stale,
+# not running as a session, unopenable) is a WARNING: it silently costs every
+# session an interpreter and turns the warm pool off.
+NOT_BUILT = "is not built (make builds it)"
+
+
 def open_init_binary(binary: Path = NSINIT_BIN) -> InitBinary | str:
     """`binary` opened close-on-exec, to be checked and run by that fd; or
     the sentence saying why it cannot be (not built, not openable). Never
     raises."""
     if not os.access(binary, os.X_OK):
-        return f"{binary} is not built (make builds it)"
+        return f"{binary} {NOT_BUILT}"
     try:
         # Checked by this fd and run by it: the file checked is the file run.
         # Parked (`runnerd.local.fdpass`): every session's spawn hands it on.
@@ -186,7 +193,12 @@ def take_init_binary(opened: InitBinary | str, problem: str | None) -> InitBinar
         return opened
     if isinstance(opened, InitBinary):
         os.close(opened.fd)
-    log.info("%s: the session init runs in Python", problem)
+    never_built = isinstance(opened, str) and opened.endswith(NOT_BUILT)
+    log.log(
+        logging.INFO if never_built else logging.WARNING,
+        "%s: the session init runs in Python",
+        problem,
+    )
     return None
 
 
