@@ -128,6 +128,11 @@ def serve(path: Path) -> int:
     # +0.8 MB of RSS in uncollected cycles).
     thresholds = gc.get_threshold()
     gc.set_threshold(5000, *thresholds[1:])
+    # The dataclasses' methods the imports below make, compiled at install
+    # (runnerd/daemon/dataclasscache.py); released once they are made.
+    from runnerd.daemon import dataclasscache
+
+    dataclasscache.install()
     try:
         # First: what quart and hypercorn import but never serve with
         # (their test client, the development servers, HTTP/2) waits for
@@ -147,6 +152,7 @@ def serve(path: Path) -> int:
             code = _serve_imported(config, ahead)
     finally:
         gc.set_threshold(*thresholds)
+        dataclasscache.release()
     if code in (EXIT_OK, EXIT_DETACHED):  # a clean end: nothing left to free
         exit_now(code)
     return code
@@ -158,12 +164,21 @@ def _serve_imported(config: Config, ahead: object) -> int:
     import trio
 
     from runnerd.config import ConfigError
+    from runnerd.daemon import dataclasscache
     from runnerd.daemon.listeners import ListenError
     from runnerd.daemon.logs import setup_logging
     from runnerd.daemon.main import Ended, run_daemon
 
     gc.set_threshold(*SERVING_GC_THRESHOLD)
     setup_logging(config.server.log_level)
+    taken, compiled = dataclasscache.counts()
+    dataclasscache.release()
+    log.debug(
+        "dataclass methods: %d from %s, %d compiled",
+        taken,
+        dataclasscache.CACHE_PATH.name,
+        compiled,
+    )
     try:
         ended = trio.run(run_daemon, config, ahead)
     except KeyboardInterrupt:
