@@ -202,8 +202,7 @@ async def _rounds(
         figures.floors.append(await trio.to_thread.run_sync(bare_pty_rate, total_bytes))
         floor = (figures.floors[-2][0] + figures.floors[-1][0]) / 2
         figures.relays.append((relay, relay_cpu, relay / floor))
-        for mode in ("bare", "relay") if compiled is not None else ():
-            assert compiled is not None
+        for mode in ("bare", "relay") if compiled else ():
             rate, cpu = await trio.to_thread.run_sync(compiled_rate, compiled, mode, total_bytes)
             figures.floors.append(await trio.to_thread.run_sync(bare_pty_rate, total_bytes))
             floor = (figures.floors[-2][0] + figures.floors[-1][0]) / 2

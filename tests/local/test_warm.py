@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import signal
 import socket
 from collections.abc import AsyncIterator
@@ -26,6 +25,7 @@ from runnerd.backends import parse_config, provider_for
 from runnerd.contract import PortMapping
 from runnerd.local import LocalBackend
 from runnerd.local.warm import WarmPool
+from tests.daemon.test_network import needs_slirp
 
 from .conftest import PYTHON
 from .recording import RecordingSink, start_session
@@ -56,15 +56,6 @@ report = {
 }
 print("REPORT" + json.dumps(report) + "END", flush=True)
 """
-
-
-# A slot's outbound network is slirp4netns, attached ahead: without it the
-# tests that look at tap0 or count a slirp4netns per slot have nothing to
-# see (CI installs it, so there they always run).
-needs_slirp = pytest.mark.skipif(
-    shutil.which("slirp4netns") is None and not os.environ.get("CI"),
-    reason="slirp4netns is not installed (apt-get install slirp4netns); CI installs it",
-)
 
 
 def _config(tmp_path: Path, **local: Any) -> Any:
