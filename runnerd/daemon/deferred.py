@@ -29,7 +29,14 @@ real thing; the daemon's start pays for none of them (bench/README.md,
 - `httpx._main`: httpx's command line (the Kubernetes backend's client is
   httpx), which imports `pygments` and, when installed, `rich` at import;
 - `httpcore._async.http2`, `httpcore._sync.http2`: httpcore's HTTP/2 (the
-  Kubernetes client speaks HTTP/1.1: `http2=False`), with `h2.connection`.
+  Kubernetes client speaks HTTP/1.1: `http2=False`), with `h2.connection`;
+- `jinja2`, `flask.templating`, `quart.templating`: templates, which runnerd
+  never renders (its errors are JSON). Flask's and quart's templating
+  modules subclass jinja2's classes at import, so they are deferred with it;
+  `flask`, `quart` and their app modules take the render functions and the
+  default context processor from them (quart's coroutine functions stand in
+  as coroutine functions: `ensure_async` tells them apart). About 20–35 ms
+  of a start (bench/README.md).
 
 Only a name listed here is read at import by those modules (the pinned
 versions' `from X import Y` lines); a new version that reads another one at
@@ -44,7 +51,7 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from importlib.abc import Loader, MetaPathFinder
 from importlib.machinery import ModuleSpec, PathFinder
 from typing import Any
@@ -53,6 +60,7 @@ from typing import Any
 # later (a proxy), or (`VALUES`) compared by identity, so taken as they are
 # from the submodule that defines them (imported through the stand-in's
 # `__path__`, without the package's `__init__`).
+_RENDER = ("render_template", "render_template_string", "stream_template", "stream_template_string")
 DEFERRED: dict[str, tuple[str, ...]] = {
     "quart.testing": ("QuartClient", "QuartCliRunner", "TestApp"),
     "quart_trio.testing": ("TrioClient", "TrioTestApp"),
@@ -64,6 +72,20 @@ DEFERRED: dict[str, tuple[str, ...]] = {
     "httpcore._sync.http2": ("HTTP2Connection",),
     "http.cookiejar": ("CookieJar",),
     "importlib.metadata": ("entry_points", "version"),
+    "jinja2": ("BaseLoader", "Environment", "FileSystemLoader", "Template", "TemplateNotFound"),
+    "flask.templating": (
+        "DispatchingJinjaLoader",
+        "Environment",
+        "_default_template_ctx_processor",
+        *_RENDER,
+    ),
+    "quart.templating": ("Environment", "_default_template_ctx_processor", *_RENDER),
+}
+# Of those, the coroutine functions: quart hands its default template
+# context processor to `ensure_async`, which runs anything that is not one
+# in a thread, so each stands in as a coroutine function of its own.
+COROUTINES: dict[str, tuple[str, ...]] = {
+    "quart.templating": ("_default_template_ctx_processor", *_RENDER),
 }
 VALUES: dict[str, tuple[str, tuple[str, ...]]] = {
     "quart.testing": (
@@ -87,8 +109,11 @@ class _StandIn(types.ModuleType):
         self._real: types.ModuleType | None = None
         if path is not None:  # a package: its submodules stay importable
             self.__path__ = path
+        coroutines = COROUTINES.get(name, ())
         for attr in DEFERRED[name]:
-            setattr(self, attr, _Proxy(attr, name))
+            setattr(
+                self, attr, _coroutine(attr, name) if attr in coroutines else _Proxy(attr, name)
+            )
         submodule, values = VALUES.get(name, ("", ()))
         self._values = dict.fromkeys(values, f"{name}.{submodule}")
 
@@ -145,6 +170,19 @@ class _Proxy:
 
     def __repr__(self) -> str:
         return f"<deferred {self._module}.{self._attr}>"
+
+
+def _coroutine(attr: str, module: str) -> Callable[..., Coroutine[Any, Any, Any]]:
+    """A deferred coroutine function, standing for the real `module.attr`:
+    a coroutine function itself (for `iscoroutinefunction`), whose call
+    loads the real module and awaits the real one."""
+
+    async def deferred(*args: Any, **kwargs: Any) -> Any:
+        return await getattr(load(module), attr)(*args, **kwargs)
+
+    deferred.__name__ = attr
+    deferred.__qualname__ = f"<deferred {module}.{attr}>"
+    return deferred
 
 
 class _Loader(Loader):

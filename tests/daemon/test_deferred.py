@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -34,7 +35,8 @@ def run_fresh(code: str) -> str:
 def test_nothing_deferred_is_loaded_until_used() -> None:
     out = run_fresh(
         """
-        print(sorted(m for m in ("pdb", "http.server", "h2.connection") if m in sys.modules))
+        unused = ("pdb", "http.server", "h2.connection", "jinja2.environment")
+        print(sorted(m for m in unused if m in sys.modules))
         """
     )
     assert out.strip() == "[]"
@@ -105,3 +107,44 @@ def test_a_deferred_class_is_subclassed_and_checked_as_the_real_one() -> None:
         """
     )
     assert out.split("\n")[:2] == ["True True", "True True"]
+
+
+def test_templates_render_and_bring_the_real_jinja2(tmp_path: Path) -> None:
+    # Quart's templating, deferred with jinja2 under it, still renders: a
+    # string, and a file from the app's template folder (jinja2's
+    # FileSystemLoader, named at import by flask's scaffold).
+    (tmp_path / "page.html").write_text("<p>{{ greeting }}, {{ request.path }}</p>")
+    out = run_fresh(
+        f"""
+        import trio
+        from quart import render_template, render_template_string
+        print(type(sys.modules["jinja2"]).__name__, "jinja2.environment" in sys.modules)
+        app = quart_trio.QuartTrio("probe", template_folder={str(tmp_path)!r})
+
+        @app.route("/string")
+        async def string():
+            return await render_template_string("{{{{ 6 * 7 }}}} <{{{{ tag }}}}>", tag="&")
+
+        @app.route("/file")
+        async def file():
+            return await render_template("page.html", greeting="hello")
+
+        async def main():
+            client = app.test_client()
+            for path in ("/string", "/file"):
+                response = await client.get(path)
+                print(response.status_code, (await response.get_data()).decode())
+
+        trio.run(main)
+        import jinja2, quart.templating
+        print(type(sys.modules["jinja2"]).__name__, isinstance(app.jinja_env, jinja2.Environment))
+        print(issubclass(quart.templating.Environment, jinja2.Environment))
+        """
+    )
+    assert out.split("\n")[:5] == [
+        "_StandIn False",
+        "200 42 <&amp;>",
+        "200 <p>hello, /file</p>",
+        "module True",
+        "True",
+    ]

@@ -56,8 +56,9 @@ async def test_serve_builds_the_openapi_document_on_its_first_request(tmp_path: 
 
 # What the serving stack imports but never serves with, one module of each
 # (runnerd/daemon/deferred.py): quart's test client's debugger, werkzeug's
-# development server, hypercorn's HTTP/2 and its asyncio server.
-UNUSED = ("pdb", "http.server", "h2.connection", "hypercorn.asyncio.run")
+# development server, hypercorn's HTTP/2 and its asyncio server, and the
+# templates' jinja2.
+UNUSED = ("pdb", "http.server", "h2.connection", "hypercorn.asyncio.run", "jinja2.environment")
 # And quart's annotation-only cookie jar (`urllib.request`), the CLIs'
 # package metadata (`csv` comes only with `importlib.metadata`): the
 # kubernetes backend's httpx imports the first for its cookies, and
