@@ -35,8 +35,8 @@ real thing; the daemon's start pays for none of them (bench/README.md,
   modules subclass jinja2's classes at import, so they are deferred with it;
   `flask`, `quart` and their app modules take the render functions and the
   default context processor from them (quart's coroutine functions stand in
-  as coroutine functions: `ensure_async` tells them apart). About 20–35 ms
-  of a start (bench/README.md).
+  as coroutine functions: `ensure_async` tells them apart). About 25 ms of
+  a start's CPU (bench/README.md).
 
 Only a name listed here is read at import by those modules (the pinned
 versions' `from X import Y` lines); a new version that reads another one at
