@@ -56,11 +56,13 @@ from importlib.abc import Loader, MetaPathFinder
 from importlib.machinery import ModuleSpec, PathFinder
 from typing import Any
 
+# The template render functions flask and quart both export.
+_RENDER = ("render_template", "render_template_string", "stream_template", "stream_template_string")
+
 # The names each module's importers take from it at import time: called
 # later (a proxy), or (`VALUES`) compared by identity, so taken as they are
 # from the submodule that defines them (imported through the stand-in's
 # `__path__`, without the package's `__init__`).
-_RENDER = ("render_template", "render_template_string", "stream_template", "stream_template_string")
 DEFERRED: dict[str, tuple[str, ...]] = {
     "quart.testing": ("QuartClient", "QuartCliRunner", "TestApp"),
     "quart_trio.testing": ("TrioClient", "TrioTestApp"),
