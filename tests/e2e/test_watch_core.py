@@ -60,7 +60,11 @@ async def wait_started(client: httpx.AsyncClient, session_id: str, count: int) -
 
 
 async def test_a_burst_of_writes_and_reloads_keeps_every_per_app_guarantee(tmp_path: Path) -> None:
-    async with start_daemon(tmp_path, {"watch": {"enabled": True}}) as daemon:
+    # The stop grace is the most a config allows (5 s), not the harness's
+    # 1 s: the codes below are the traps' `exit 0`, which a loaded machine
+    # must not turn into a SIGKILL's 137 by scheduling a trap late.
+    config = {"watch": {"enabled": True}, "local": {"stop_grace_seconds": 5}}
+    async with start_daemon(tmp_path, config) as daemon:
         async with daemon.client() as client:
             session_id = await start_watch(client, files={"app.sh": LOGGED}, entry="app.sh")
             await wait_running(client, session_id)
