@@ -169,7 +169,7 @@ async def open_daemon(
             stderr=stderr,
         )
         try:
-            started = await _wait_healthy(proc, sock, t0)
+            started = await wait_healthy(proc, sock, t0)
             daemon = Daemon(proc=proc, socket_path=sock, base=base, started_s=started)
             yield daemon
         finally:
@@ -179,14 +179,14 @@ async def open_daemon(
         shutil.rmtree(base, ignore_errors=True)
 
 
-async def _wait_healthy(proc: trio.Process, sock: Path, t0: float) -> float:
+async def wait_healthy(proc: trio.Process, sock: Path, t0: float) -> float:
     async with httpx.AsyncClient(
         transport=httpx.AsyncHTTPTransport(uds=str(sock)), base_url="http://runnerd"
     ) as client:
         with trio.fail_after(20):
             while True:
                 if proc.returncode is not None:
-                    raise RuntimeError(f"runnerd exited with {proc.returncode} during start")
+                    raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} during start")
                 try:
                     r = await client.get("/v1/health")
                     if r.status_code == 200:

@@ -7,7 +7,10 @@ Each figure is printed beside references measured in the same run, taken in
 turn with the daemon's starts so machine load falls on each alike: the floor
 `python -c pass` (an interpreter's start), `python -c "import trio"` (the
 event loop runnerd cannot start without), `import quart_trio,
-hypercorn.trio` (the serving layer), and, when
+hypercorn.trio` (the serving layer), the smallest app on that stack
+(`bench.servefloor`, spawn → first 200 and idle RSS, as is and with
+runnerd's deferral of unused modules: the start and memory the stack
+leaves runnerd with nothing of its own behind the routes), and, when
 `RUNNERD_BENCH_UPSTREAM` names one, the upstream Node runner (issue 22's
 goal: a third of its start, a quarter of its RSS). The load average is
 printed beside them: a figure taken under load is not comparable.
@@ -49,7 +52,7 @@ from typing import NamedTuple
 import httpx
 import trio
 
-from bench.harness import REPO, Daemon, open_daemon, rss_bytes
+from bench.harness import REPO, Daemon, open_daemon, rss_bytes, wait_healthy
 from bench.startprofile import Breakdown, describe, profile_start
 from tests.harness import build_config, dump_toml
 from tests.kube.daemon import kube_overrides
@@ -136,6 +139,25 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
+async def _serve_floor_start(*flags: str) -> Start:
+    """Spawn → first 200 of `bench.servefloor` (with `flags`) on a UNIX
+    socket, its CPU time by then and its RSS once idle, as a daemon's."""
+    with tempfile.TemporaryDirectory(prefix="runnerd-bench-floor-") as tmp:
+        sock = Path(tmp) / "floor.sock"
+        t0 = time.perf_counter()
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "bench.servefloor", *flags, str(sock)], cwd=str(REPO)
+        )
+        try:
+            started = await wait_healthy(proc, sock, t0)
+            cpu_s = _cpu_s(proc.pid)
+            await trio.sleep(0.5)  # as a daemon's: start-up garbage settled
+            return Start(started, cpu_s, rss_bytes(proc.pid))
+        finally:
+            proc.kill()
+            await proc.wait()
+
+
 async def _daemon_start(repo: Path, config: Callable[[Path], str] | None = None) -> Start:
     """Spawn → first 200 of a daemon from `repo` (local backend, or the one
     `config` writes), its CPU time by then, and its RSS once idle."""
@@ -168,6 +190,13 @@ FLOORS = {
     "`import quart_trio, hypercorn.trio`": "import quart_trio, hypercorn.trio",
 }
 
+# The smallest app on the serving layer, as is and with runnerd's deferrals
+# (`bench.servefloor`): spawn → first 200 and idle RSS, as a daemon's.
+SERVE_FLOORS = {
+    "serving floor (`bench.servefloor`)": (),
+    "serving floor, deferred (`bench.servefloor --deferred`)": ("--deferred",),
+}
+
 
 def _ratios(ours: list[Start], refs: dict[str, list[Start]], field: str) -> str:
     value = _median(ours, field)
@@ -189,7 +218,8 @@ async def bench_startup() -> list[Row]:
                 [sys.executable, "-m", "runnerd.daemon.dataclasscache"],
                 cwd=repo, stdout=subprocess.DEVNULL,
             )  # fmt: skip
-    runs: dict[str, list[Start]] = {name: [] for name in (*FLOORS, *DAEMONS, "upstream")}
+    names = (*FLOORS, *SERVE_FLOORS, *DAEMONS, "upstream")
+    runs: dict[str, list[Start]] = {name: [] for name in names}
     profiles: dict[str, list[Breakdown]] = {name: [] for name in DAEMONS}
     with tempfile.TemporaryDirectory(prefix="runnerd-bench-sim-") as tmp:
         async with open_kubesim(Path(tmp)) as sim:
@@ -213,6 +243,8 @@ async def _round(
         # teardown of the modules imported is no part of a start.
         exit_now = f"{code}\nimport os\nos._exit(0)"
         runs[name].append(_spawn([sys.executable, "-c", exit_now]))
+    for name, flags in SERVE_FLOORS.items():
+        runs[name].append(await _serve_floor_start(*flags))
     kube = _kube_config(sim)
     daemons: list[tuple[str, Path, Callable[[Path], str] | None]] = [
         ("local", REPO, None),
@@ -248,6 +280,17 @@ def _rows(runs: dict[str, list[Start]], profiles: dict[str, list[Breakdown]]) ->
         )
     else:
         rows.append(("upstream runner", "not measured: set RUNNERD_BENCH_UPSTREAM", "—"))
+    for name in SERVE_FLOORS:
+        start, cpu, rss = (_median(runs[name], f) for f in Start._fields)
+        vs_start = vs_rss = ""
+        if upstream:
+            vs_start = f" ({start / _median(upstream, 'wall_s'):.2f}× upstream)"
+            vs_rss = f" ({rss / _median(upstream, 'rss'):.2f}× upstream)"
+        figure = (
+            f"spawn → first 200 {start * 1e3:.0f} ms{vs_start}, {cpu * 1e3:.0f} ms CPU;"
+            f" idle RSS {rss / MB:.1f} MB{vs_rss}"
+        )
+        rows.append((name, figure, "—"))
     for name in DAEMONS:
         if runs[name]:
             rows += _daemon_rows(name, runs[name], refs, upstream)
